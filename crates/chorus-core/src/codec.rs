@@ -1,0 +1,297 @@
+//! The wire codec: postcard (compact, varint, serde) plus a size check before
+//! decoding, a trailing-bytes check after it, and a semantic `Validate` pass
+//! that bounds every vector by the configured limits. Decoding is total: any
+//! byte string yields either a value that respects the limits or a typed error.
+
+use crate::config::ClusterConfig;
+use crate::messages::*;
+use crate::request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed: {0}")]
+    Malformed(String),
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+    #[error("empty input")]
+    Empty,
+    #[error("invalid: {0}")]
+    Invalid(&'static str),
+}
+
+/// Bounds for decoded messages, derived from the cluster configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_frame_bytes: usize,
+    pub max_op_bytes: usize,
+    pub max_batch_requests: usize,
+    pub max_batch_bytes: usize,
+    /// Number of replicas: bounds MAC vectors, vote and view-change sets.
+    pub n: usize,
+    /// Bounds prepared certificates and re-proposals (one per window slot).
+    pub window_slots: usize,
+    pub max_chunk_bytes: usize,
+    pub max_result_bytes: usize,
+}
+
+impl Limits {
+    pub fn from_config(c: &ClusterConfig) -> Limits {
+        let p = &c.params;
+        Limits {
+            max_frame_bytes: p.max_frame_bytes as usize,
+            max_op_bytes: p.max_op_bytes as usize,
+            max_batch_requests: p.batch_max_requests as usize,
+            // A batch may exceed the soft cut size by one request.
+            max_batch_bytes: p.batch_max_bytes as usize + p.max_op_bytes as usize,
+            n: c.n(),
+            window_slots: p.window_slots as usize,
+            max_chunk_bytes: p.state_chunk_bytes as usize,
+            max_result_bytes: p.max_frame_bytes as usize / 2,
+        }
+    }
+}
+
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing our own types into a Vec cannot fail (no maps with non-string keys,
+    // no sequences of unknown length).
+    postcard::to_allocvec(v).expect("postcard encoding of chorus types is infallible")
+}
+
+/// Decode exactly one `T` from `bytes`, enforcing `limits`.
+pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: &Limits) -> Result<T, CodecError> {
+    if bytes.is_empty() {
+        return Err(CodecError::Empty);
+    }
+    if bytes.len() > limits.max_frame_bytes {
+        return Err(CodecError::TooLarge {
+            len: bytes.len(),
+            max: limits.max_frame_bytes,
+        });
+    }
+    let (v, rest): (T, &[u8]) =
+        postcard::take_from_bytes(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(CodecError::TrailingBytes(rest.len()));
+    }
+    v.validate(limits)?;
+    Ok(v)
+}
+
+/// Semantic bounds a decoded value must respect.
+pub trait Validate {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError>;
+}
+
+fn check(cond: bool, reason: &'static str) -> Result<(), CodecError> {
+    if cond {
+        Ok(())
+    } else {
+        Err(CodecError::Invalid(reason))
+    }
+}
+
+impl Validate for Request {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.op.len() <= l.max_op_bytes, "operation too large")?;
+        check(self.flags & !flags::KNOWN == 0, "unknown request flags")?;
+        if let Authenticator::Macs(m) = &self.auth {
+            check(m.len() == l.n, "MAC vector length differs from n")?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for Batch {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.requests.len() <= l.max_batch_requests, "batch has too many requests")?;
+        check(self.op_bytes() <= l.max_batch_bytes, "batch too large")?;
+        self.requests.iter().try_for_each(|r| r.validate(l))
+    }
+}
+
+impl Validate for Reply {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        match &self.body {
+            ReplyBody::Full(b) => check(b.len() <= l.max_result_bytes, "result too large"),
+            ReplyBody::Rejected(s) => check(s.len() <= 1024, "rejection reason too long"),
+            ReplyBody::Digest(_) | ReplyBody::Busy => Ok(()),
+        }
+    }
+}
+
+impl Validate for CheckpointCert {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.votes.len() <= l.n, "too many checkpoint votes")
+    }
+}
+
+impl Validate for PreparedCert {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.prepares.len() <= l.n, "too many prepares in certificate")
+    }
+}
+
+impl Validate for ViewChange {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.prepared.len() <= l.window_slots, "too many prepared certificates")?;
+        if let Some(c) = &self.stable {
+            c.validate(l)?;
+        }
+        self.prepared.iter().try_for_each(|p| p.validate(l))
+    }
+}
+
+impl Validate for NewView {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        check(self.view_changes.len() <= l.n, "too many view changes")?;
+        check(self.reproposals.len() <= l.window_slots, "too many re-proposals")?;
+        self.view_changes.iter().try_for_each(|v| v.validate(l))
+    }
+}
+
+impl Validate for ReplicaMsg {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        match self {
+            ReplicaMsg::PrePrepare(m) => m.batch.validate(l),
+            ReplicaMsg::BatchReply(m) => m.batch.validate(l),
+            ReplicaMsg::ViewChange(m) => m.validate(l),
+            ReplicaMsg::NewView(m) => m.validate(l),
+            ReplicaMsg::StateChunk(m) => {
+                check(m.data.len() <= l.max_chunk_bytes, "state chunk too large")?;
+                check(m.count > 0 && m.index < m.count, "bad chunk index")?;
+                m.cert.validate(l)
+            }
+            ReplicaMsg::Checkpoint(_)
+            | ReplicaMsg::Prepare(_)
+            | ReplicaMsg::Commit(_)
+            | ReplicaMsg::Status(_)
+            | ReplicaMsg::Decided(_)
+            | ReplicaMsg::FetchBatch(_)
+            | ReplicaMsg::StateRequest(_) => Ok(()),
+        }
+    }
+}
+
+impl Validate for ClientMsg {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        match self {
+            ClientMsg::Request(r) => r.validate(l),
+            ClientMsg::Reply(r) => r.validate(l),
+            ClientMsg::StatusQuery => Ok(()),
+            ClientMsg::StatusReport(s) => check(s.len() <= 1 << 20, "status report too large"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{Digest, Identity};
+    use crate::ids::*;
+    use crate::ProtocolParams;
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    fn limits() -> Limits {
+        let (c, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
+        Limits::from_config(&c)
+    }
+
+    fn sample_msgs() -> Vec<ReplicaMsg> {
+        let id = Identity::from_seed(b"x");
+        let keys: Vec<_> = (0..4u8).map(|i| id.pairwise_key(&Identity::from_seed(&[i]).public())).collect();
+        let req = Request::with_macs(ClientId(1), RequestSeq(1), 0, Bytes::from_static(b"put k v"), &keys);
+        let batch = Batch { requests: vec![req] };
+        let d = batch.digest();
+        let sig = id.sign(b"m");
+        vec![
+            ReplicaMsg::PrePrepare(PrePrepare {
+                lane: LaneId(1),
+                view: View(2),
+                slot: Slot(3),
+                digest: d,
+                batch: batch.clone(),
+                sig,
+            }),
+            ReplicaMsg::Prepare(Prepare {
+                lane: LaneId(0),
+                view: View(0),
+                slot: Slot(9),
+                digest: d,
+                replica: ReplicaId(2),
+                sig,
+            }),
+            ReplicaMsg::Checkpoint(CheckpointVote {
+                seq: Seq(128),
+                state_digest: Digest::of(b"s"),
+                replica: ReplicaId(1),
+                sig,
+            }),
+            ReplicaMsg::BatchReply(BatchReply {
+                lane: LaneId(0),
+                slot: Slot(1),
+                batch,
+            }),
+        ]
+    }
+
+    #[test]
+    fn roundtrip() {
+        let l = limits();
+        for m in sample_msgs() {
+            let bytes = encode(&m);
+            assert_eq!(decode::<ReplicaMsg>(&bytes, &l).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn truncated_trailing_oversized_and_empty_are_typed_errors() {
+        let l = limits();
+        let bytes = encode(&sample_msgs()[0]);
+        for cut in 0..bytes.len() {
+            assert!(decode::<ReplicaMsg>(&bytes[..cut], &l).is_err());
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert_eq!(decode::<ReplicaMsg>(&extra, &l), Err(CodecError::TrailingBytes(1)));
+        assert_eq!(decode::<ReplicaMsg>(&[], &l), Err(CodecError::Empty));
+        let big = vec![0u8; l.max_frame_bytes + 1];
+        assert!(matches!(decode::<ReplicaMsg>(&big, &l), Err(CodecError::TooLarge { .. })));
+        // Unknown enum variant.
+        assert!(matches!(decode::<ReplicaMsg>(&[200], &l), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn limits_are_enforced_after_decoding() {
+        let mut l = limits();
+        let bytes = encode(&sample_msgs()[0]);
+        l.n = 3; // MAC vector now has the wrong length
+        assert!(matches!(decode::<ReplicaMsg>(&bytes, &l), Err(CodecError::Invalid(_))));
+        let mut l = limits();
+        l.max_op_bytes = 3;
+        assert!(matches!(decode::<ReplicaMsg>(&bytes, &l), Err(CodecError::Invalid(_))));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let l = limits();
+            let _ = decode::<ReplicaMsg>(&bytes, &l);
+            let _ = decode::<ClientMsg>(&bytes, &l);
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(idx in 0usize..4, pos in any::<prop::sample::Index>(), val in any::<u8>()) {
+            let l = limits();
+            let mut bytes = encode(&sample_msgs()[idx]);
+            let p = pos.index(bytes.len());
+            bytes[p] = val;
+            let _ = decode::<ReplicaMsg>(&bytes, &l);
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! Cluster configuration: who the replicas and clients are, and every limit the
+//! protocol honours. One TOML file per replica carries the public part; the
+//! secret key lives next to it.
+
+use crate::crypto::PublicIdentity;
+use crate::ids::{Cell, ClientId, LaneId, ReplicaId, Seq, Slot, View};
+use crate::quorum;
+use serde::{Deserialize, Serialize};
+
+/// How cells are decided and merged (DESIGN §1). Only the modes that exist are
+/// listed; `rcc`, `dispel` and `sarek` plug in as described in docs/modes.md.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderingMode {
+    /// One PBFT lane.
+    Pbft,
+    /// COP: `pillars` lanes share one global sequence, `c -> (c mod P, c div P)`.
+    #[default]
+    Cop,
+}
+
+impl std::str::FromStr for OrderingMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pbft" => Ok(OrderingMode::Pbft),
+            "cop" => Ok(OrderingMode::Cop),
+            other => Err(format!(
+                "unknown ordering mode {other:?} (expected pbft or cop)"
+            )),
+        }
+    }
+}
+
+/// Who leads a cell (COP §4.3.2).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaderRotation {
+    /// The primary of view `v` is `v mod n` for every slot.
+    Fixed,
+    /// `l(c) = (c div P + v) mod n`: leadership rotates block-wise over slots.
+    #[default]
+    BlockWise,
+}
+
+/// How clients authenticate requests to replicas (DESIGN §6).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAuthKind {
+    /// One MAC per replica, each with the client–replica pairwise key.
+    #[default]
+    MacVector,
+    /// One Ed25519 signature every replica verifies.
+    Signature,
+}
+
+/// Protocol parameters and limits. Every queue, window and message size has
+/// a bound here (TigerStyle: put a limit on everything).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProtocolParams {
+    pub mode: OrderingMode,
+    /// COP pillars = lanes. Must be 1 in `pbft` mode.
+    pub pillars: u32,
+    pub leader_rotation: LeaderRotation,
+    pub client_auth: ClientAuthKind,
+    /// A batch is cut when it holds this many requests…
+    pub batch_max_requests: u32,
+    /// …or this many bytes of operations…
+    pub batch_max_bytes: u32,
+    /// …or when its oldest request has waited this long.
+    pub batch_delay_ms: u64,
+    /// Slots a lane may have undecided above its low watermark (PBFT's L).
+    pub window_slots: u64,
+    /// Global positions between checkpoints (PBFT's K). A multiple of the lane count.
+    pub checkpoint_interval: u64,
+    /// Lanes may not drift more than σ slots apart (COP §4.2.1, RCC σ).
+    pub max_lane_drift_slots: u64,
+    /// A backup suspects the primary when a request waits this long.
+    pub view_change_timeout_ms: u64,
+    /// Periodic status exchange for retransmission and catch-up.
+    pub status_interval_ms: u64,
+    /// Largest operation a client may submit.
+    pub max_op_bytes: u32,
+    /// Largest frame on any connection.
+    pub max_frame_bytes: u32,
+    /// Requests a replica holds unordered before answering "busy".
+    pub pool_max_requests: u32,
+    /// Requests one client may have pending in the pool.
+    pub pool_max_per_client: u32,
+    /// Out-of-window or future-view messages buffered per peer.
+    pub future_msgs_per_peer: u32,
+    /// Bytes per state-transfer chunk.
+    pub state_chunk_bytes: u32,
+}
+
+impl Default for ProtocolParams {
+    fn default() -> Self {
+        ProtocolParams {
+            mode: OrderingMode::Cop,
+            pillars: 2,
+            leader_rotation: LeaderRotation::BlockWise,
+            client_auth: ClientAuthKind::MacVector,
+            batch_max_requests: 256,
+            batch_max_bytes: 1 << 20,
+            batch_delay_ms: 2,
+            window_slots: 64,
+            checkpoint_interval: 128,
+            max_lane_drift_slots: 32,
+            view_change_timeout_ms: 2_000,
+            status_interval_ms: 250,
+            max_op_bytes: 64 * 1024,
+            max_frame_bytes: 16 << 20,
+            pool_max_requests: 50_000,
+            pool_max_per_client: 1_024,
+            future_msgs_per_peer: 256,
+            state_chunk_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One replica as every other party knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    pub id: ReplicaId,
+    pub identity: PublicIdentity,
+    /// Host name or IP the replica listens on.
+    pub host: String,
+    /// Pillar `p` accepts replica connections on `peer_base_port + p` (COP: private
+    /// connections per pillar).
+    pub peer_base_port: u16,
+    /// Clients connect here; connections are spread over pillars.
+    pub client_port: u16,
+    /// Prometheus metrics endpoint (0 = disabled).
+    #[serde(default)]
+    pub metrics_port: u16,
+}
+
+/// One client identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    pub id: ClientId,
+    pub identity: PublicIdentity,
+}
+
+/// Everything all parties agree on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    pub params: ProtocolParams,
+    pub replicas: Vec<ReplicaInfo>,
+    pub clients: Vec<ClientInfo>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("need at least 4 replicas (n = 3f+1 with f >= 1) or exactly 1, got {0}")]
+    TooFewReplicas(usize),
+    #[error("replica ids must be 0..n in order; position {0} has id {1}")]
+    ReplicaIdOrder(usize, ReplicaId),
+    #[error("duplicate client id {0}")]
+    DuplicateClient(ClientId),
+    #[error("pbft mode needs exactly 1 pillar, got {0}")]
+    PbftPillars(u32),
+    #[error("pillars must be between 1 and 64, got {0}")]
+    Pillars(u32),
+    #[error("parameter {0} must be positive")]
+    Zero(&'static str),
+    #[error("checkpoint_interval {0} must be a multiple of the lane count {1}")]
+    CheckpointInterval(u64, u32),
+    #[error("window_slots {window} must exceed checkpoint_interval / lanes = {per_lane} so a lane never stalls before a checkpoint")]
+    Window { window: u64, per_lane: u64 },
+    #[error("max_op_bytes {0} must fit in max_frame_bytes {1}")]
+    OpVsFrame(u32, u32),
+}
+
+impl ClusterConfig {
+    pub fn n(&self) -> usize {
+        self.replicas.len()
+    }
+    pub fn f(&self) -> usize {
+        quorum::max_faulty(self.n())
+    }
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.n())
+    }
+    pub fn weak_quorum(&self) -> usize {
+        quorum::weak_quorum(self.n())
+    }
+
+    pub fn lanes(&self) -> u32 {
+        match self.params.mode {
+            OrderingMode::Pbft => 1,
+            OrderingMode::Cop => self.params.pillars,
+        }
+    }
+
+    /// COP §4.1: global sequence `c` is decided in lane `c mod P`, slot `c div P`.
+    pub fn cell_of(&self, seq: Seq) -> Cell {
+        let p = self.lanes() as u64;
+        Cell {
+            lane: LaneId((seq.0 % p) as u32),
+            slot: Slot(seq.0 / p),
+        }
+    }
+
+    pub fn seq_of(&self, cell: Cell) -> Seq {
+        Seq(cell.slot.0 * self.lanes() as u64 + cell.lane.0 as u64)
+    }
+
+    /// The leader of a cell in a view (COP §4.3.2).
+    pub fn leader(&self, cell: Cell, view: View) -> ReplicaId {
+        let n = self.n() as u64;
+        match self.params.leader_rotation {
+            LeaderRotation::Fixed => ReplicaId((view.0 % n) as u32),
+            LeaderRotation::BlockWise => ReplicaId(((cell.slot.0 + view.0) % n) as u32),
+        }
+    }
+
+    /// The lane that owns (proposes) a client's requests, so no request is
+    /// proposed by two lanes (DESIGN §4).
+    pub fn owner_lane(&self, client: ClientId) -> LaneId {
+        LaneId((client.0 % self.lanes() as u64) as u32)
+    }
+
+    /// Slots per lane between two checkpoints.
+    pub fn checkpoint_slots_per_lane(&self) -> u64 {
+        self.params.checkpoint_interval / self.lanes() as u64
+    }
+
+    pub fn replica(&self, id: ReplicaId) -> Option<&ReplicaInfo> {
+        self.replicas.get(id.index())
+    }
+
+    pub fn client(&self, id: ClientId) -> Option<&ClientInfo> {
+        // Clients are usually dense 0..m; fall back to a scan otherwise.
+        match self.clients.get(id.0 as usize) {
+            Some(c) if c.id == id => Some(c),
+            _ => self.clients.iter().find(|c| c.id == id),
+        }
+    }
+
+    pub fn replica_ids(&self) -> impl Iterator<Item = ReplicaId> {
+        (0..self.n() as u32).map(ReplicaId)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = self.n();
+        if n != 1 && n < 4 {
+            return Err(ConfigError::TooFewReplicas(n));
+        }
+        for (i, r) in self.replicas.iter().enumerate() {
+            if r.id.index() != i {
+                return Err(ConfigError::ReplicaIdOrder(i, r.id));
+            }
+        }
+        let mut ids: Vec<_> = self.clients.iter().map(|c| c.id).collect();
+        ids.sort();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::DuplicateClient(w[0]));
+        }
+        let p = &self.params;
+        if p.mode == OrderingMode::Pbft && p.pillars != 1 {
+            return Err(ConfigError::PbftPillars(p.pillars));
+        }
+        if p.pillars == 0 || p.pillars > 64 {
+            return Err(ConfigError::Pillars(p.pillars));
+        }
+        for (name, v) in [
+            ("batch_max_requests", p.batch_max_requests as u64),
+            ("batch_max_bytes", p.batch_max_bytes as u64),
+            ("window_slots", p.window_slots),
+            ("checkpoint_interval", p.checkpoint_interval),
+            ("max_lane_drift_slots", p.max_lane_drift_slots),
+            ("view_change_timeout_ms", p.view_change_timeout_ms),
+            ("status_interval_ms", p.status_interval_ms),
+            ("max_op_bytes", p.max_op_bytes as u64),
+            ("pool_max_requests", p.pool_max_requests as u64),
+            ("pool_max_per_client", p.pool_max_per_client as u64),
+            ("future_msgs_per_peer", p.future_msgs_per_peer as u64),
+            ("state_chunk_bytes", p.state_chunk_bytes as u64),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        let lanes = self.lanes();
+        if p.checkpoint_interval % lanes as u64 != 0 {
+            return Err(ConfigError::CheckpointInterval(p.checkpoint_interval, lanes));
+        }
+        let per_lane = self.checkpoint_slots_per_lane();
+        if p.window_slots <= per_lane {
+            return Err(ConfigError::Window {
+                window: p.window_slots,
+                per_lane,
+            });
+        }
+        if p.max_op_bytes + 4096 > p.max_frame_bytes {
+            return Err(ConfigError::OpVsFrame(p.max_op_bytes, p.max_frame_bytes));
+        }
+        Ok(())
+    }
+
+    /// A deterministic configuration for tests and the simulator: identities
+    /// derived from `seed`, replicas on loopback ports from `base_port`.
+    pub fn for_testing(
+        n: usize,
+        clients: usize,
+        params: ProtocolParams,
+        seed: u64,
+    ) -> (ClusterConfig, Vec<crate::crypto::Identity>, Vec<crate::crypto::Identity>) {
+        use crate::crypto::Identity;
+        let replica_keys: Vec<Identity> = (0..n)
+            .map(|i| Identity::from_seed(format!("replica/{seed}/{i}").as_bytes()))
+            .collect();
+        let client_keys: Vec<Identity> = (0..clients)
+            .map(|i| Identity::from_seed(format!("client/{seed}/{i}").as_bytes()))
+            .collect();
+        let replicas = replica_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| ReplicaInfo {
+                id: ReplicaId(i as u32),
+                identity: k.public(),
+                host: "127.0.0.1".into(),
+                peer_base_port: 20_000 + (i as u16) * 100,
+                client_port: 20_000 + (i as u16) * 100 + 90,
+                metrics_port: 0,
+            })
+            .collect();
+        let clients = client_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| ClientInfo {
+                id: ClientId(i as u64),
+                identity: k.public(),
+            })
+            .collect();
+        (
+            ClusterConfig {
+                params,
+                replicas,
+                clients,
+            },
+            replica_keys,
+            client_keys,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cop(p: u32) -> ClusterConfig {
+        let params = ProtocolParams {
+            pillars: p,
+            checkpoint_interval: 16 * p as u64,
+            ..ProtocolParams::default()
+        };
+        ClusterConfig::for_testing(4, 2, params, 1).0
+    }
+
+    #[test]
+    fn cop_maps_global_sequence_to_cells_and_back() {
+        let c = cop(4);
+        assert_eq!(
+            c.cell_of(Seq(9)),
+            Cell {
+                lane: LaneId(1),
+                slot: Slot(2)
+            }
+        );
+        for s in 0..100 {
+            assert_eq!(c.seq_of(c.cell_of(Seq(s))), Seq(s));
+        }
+    }
+
+    #[test]
+    fn blockwise_leader_rotates_per_slot_and_view() {
+        let c = cop(4);
+        let cell = |l, s| Cell {
+            lane: LaneId(l),
+            slot: Slot(s),
+        };
+        // COP §4.3.2: l(c) = (c div P) mod n; all lanes share a slot's leader.
+        assert_eq!(c.leader(cell(0, 0), View(0)), ReplicaId(0));
+        assert_eq!(c.leader(cell(3, 0), View(0)), ReplicaId(0));
+        assert_eq!(c.leader(cell(0, 1), View(0)), ReplicaId(1));
+        assert_eq!(c.leader(cell(0, 5), View(0)), ReplicaId(1));
+        assert_eq!(c.leader(cell(0, 1), View(1)), ReplicaId(2));
+    }
+
+    #[test]
+    fn validate_rejects_bad_configs() {
+        assert!(cop(4).validate().is_ok());
+        let mut c = cop(4);
+        c.params.checkpoint_interval = 30;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::CheckpointInterval(30, 4))
+        ));
+        let mut c = cop(1);
+        c.params.mode = OrderingMode::Pbft;
+        assert!(c.validate().is_ok());
+        c.params.pillars = 2;
+        assert_eq!(c.validate(), Err(ConfigError::PbftPillars(2)));
+        let mut c = cop(2);
+        c.replicas.truncate(3);
+        assert_eq!(c.validate(), Err(ConfigError::TooFewReplicas(3)));
+    }
+
+    #[test]
+    fn config_roundtrips_through_toml() {
+        let c = cop(2);
+        let text = toml::to_string(&c).unwrap();
+        let back: ClusterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(c, back);
+    }
+}

@@ -1,0 +1,261 @@
+//! Digests (BLAKE3), signatures (Ed25519), pairwise MACs (keyed BLAKE3 over an
+//! X25519-derived key) and the client request authenticator.
+//!
+//! Sans-IO: key generation takes the RNG as an argument.
+
+use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
+use rand_core::CryptoRngCore;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use x25519_dalek::{PublicKey as DhPublic, StaticSecret};
+
+/// A BLAKE3 digest.
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    pub fn of(bytes: &[u8]) -> Digest {
+        Digest(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// Digest of several parts with unambiguous framing (each part length-prefixed).
+    pub fn of_parts(domain: &str, parts: &[&[u8]]) -> Digest {
+        let mut h = blake3::Hasher::new_derive_key(domain);
+        for p in parts {
+            h.update(&(p.len() as u64).to_le_bytes());
+            h.update(p);
+        }
+        Digest(*h.finalize().as_bytes())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    pub fn short(&self) -> String {
+        hex::encode(&self.0[..6])
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "D:{}", self.short())
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_hex())
+    }
+}
+
+/// An Ed25519 signature. Serialized as bytes so postcard stays compact.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub struct Signature(pub [u8; 64]);
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sig:{}", hex::encode(&self.0[..6]))
+    }
+}
+
+impl Serialize for Signature {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Signature {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Signature;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("64 signature bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Signature, E> {
+                let arr: [u8; 64] = v.try_into().map_err(|_| E::invalid_length(v.len(), &self))?;
+                Ok(Signature(arr))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Signature, E> {
+                self.visit_bytes(&v)
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// A truncated (128-bit) keyed-BLAKE3 MAC.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Mac(pub [u8; 16]);
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mac:{}", hex::encode(&self.0[..4]))
+    }
+}
+
+/// The public half of an identity: what the configuration lists for every
+/// replica and client.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PublicIdentity {
+    /// Ed25519 verifying key.
+    pub sign: [u8; 32],
+    /// X25519 public key used to derive pairwise MAC keys.
+    pub dh: [u8; 32],
+}
+
+impl fmt::Debug for PublicIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Id:{}", hex::encode(&self.sign[..6]))
+    }
+}
+
+impl PublicIdentity {
+    pub fn verify(&self, msg: &[u8], sig: &Signature) -> bool {
+        let Ok(vk) = VerifyingKey::from_bytes(&self.sign) else {
+            return false;
+        };
+        vk.verify(msg, &ed25519_dalek::Signature::from_bytes(&sig.0))
+            .is_ok()
+    }
+}
+
+/// A secret identity (signing key + DH key).
+#[derive(Clone)]
+pub struct Identity {
+    signing: SigningKey,
+    dh: StaticSecret,
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Identity({:?})", self.public())
+    }
+}
+
+impl Identity {
+    pub fn generate(rng: &mut impl CryptoRngCore) -> Identity {
+        let signing = SigningKey::generate(rng);
+        let dh = StaticSecret::random_from_rng(rng);
+        Identity { signing, dh }
+    }
+
+    /// Deterministic identity from a seed: for the simulator and tests only.
+    pub fn from_seed(seed: &[u8]) -> Identity {
+        let k1 = blake3::derive_key("chorus identity sign v1", seed);
+        let k2 = blake3::derive_key("chorus identity dh v1", seed);
+        Identity::from_secret_bytes(k1, k2)
+    }
+
+    pub fn from_secret_bytes(sign: [u8; 32], dh: [u8; 32]) -> Identity {
+        Identity {
+            signing: SigningKey::from_bytes(&sign),
+            dh: StaticSecret::from(dh),
+        }
+    }
+
+    pub fn secret_bytes(&self) -> ([u8; 32], [u8; 32]) {
+        (self.signing.to_bytes(), self.dh.to_bytes())
+    }
+
+    pub fn public(&self) -> PublicIdentity {
+        PublicIdentity {
+            sign: self.signing.verifying_key().to_bytes(),
+            dh: DhPublic::from(&self.dh).to_bytes(),
+        }
+    }
+
+    pub fn sign(&self, msg: &[u8]) -> Signature {
+        Signature(self.signing.sign(msg).to_bytes())
+    }
+
+    /// The symmetric key shared with `peer`: both sides compute the same value.
+    pub fn pairwise_key(&self, peer: &PublicIdentity) -> MacKey {
+        let shared = self.dh.diffie_hellman(&DhPublic::from(peer.dh));
+        let me = DhPublic::from(&self.dh).to_bytes();
+        let (lo, hi) = if me <= peer.dh {
+            (me, peer.dh)
+        } else {
+            (peer.dh, me)
+        };
+        let mut h = blake3::Hasher::new_derive_key("chorus pairwise mac v1");
+        h.update(shared.as_bytes());
+        h.update(&lo);
+        h.update(&hi);
+        MacKey(*h.finalize().as_bytes())
+    }
+}
+
+/// A symmetric MAC key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MacKey(pub [u8; 32]);
+
+impl fmt::Debug for MacKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MacKey(..)")
+    }
+}
+
+impl MacKey {
+    pub fn mac(&self, msg: &[u8]) -> Mac {
+        let full = blake3::keyed_hash(&self.0, msg);
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full.as_bytes()[..16]);
+        Mac(out)
+    }
+
+    /// Constant-time comparison of the MAC.
+    pub fn verify(&self, msg: &[u8], mac: &Mac) -> bool {
+        let expect = self.mac(msg);
+        let mut diff = 0u8;
+        for (a, b) in expect.0.iter().zip(mac.0.iter()) {
+            diff |= a ^ b;
+        }
+        diff == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairwise_keys_agree_and_differ_per_pair() {
+        let a = Identity::from_seed(b"a");
+        let b = Identity::from_seed(b"b");
+        let c = Identity::from_seed(b"c");
+        assert_eq!(a.pairwise_key(&b.public()), b.pairwise_key(&a.public()));
+        assert_ne!(a.pairwise_key(&b.public()), a.pairwise_key(&c.public()));
+    }
+
+    #[test]
+    fn signatures_verify_only_for_signed_message_and_key() {
+        let a = Identity::from_seed(b"a");
+        let b = Identity::from_seed(b"b");
+        let sig = a.sign(b"hello");
+        assert!(a.public().verify(b"hello", &sig));
+        assert!(!a.public().verify(b"hellp", &sig));
+        assert!(!b.public().verify(b"hello", &sig));
+    }
+
+    #[test]
+    fn macs_verify() {
+        let k = Identity::from_seed(b"a").pairwise_key(&Identity::from_seed(b"b").public());
+        let m = k.mac(b"x");
+        assert!(k.verify(b"x", &m));
+        assert!(!k.verify(b"y", &m));
+    }
+
+    #[test]
+    fn signature_roundtrips_through_postcard() {
+        let s = Identity::from_seed(b"a").sign(b"m");
+        let bytes = postcard::to_allocvec(&s).unwrap();
+        let back: Signature = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(s, back);
+    }
+}

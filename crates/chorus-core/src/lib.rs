@@ -1,0 +1,18 @@
+//! chorus-core: the vocabulary every other crate shares. Sans-IO.
+
+pub mod codec;
+pub mod config;
+pub mod crypto;
+pub mod ids;
+pub mod messages;
+pub mod quorum;
+pub mod request;
+
+pub use codec::{decode, encode, CodecError, Limits, Validate};
+pub use config::{
+    ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams, ReplicaInfo,
+};
+pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+pub use ids::*;
+pub use messages::*;
+pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};

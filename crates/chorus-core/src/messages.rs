@@ -1,0 +1,273 @@
+//! Replica-to-replica protocol messages and the top-level wire envelope.
+//!
+//! Messages that are ever forwarded as evidence (pre-prepares and prepares in
+//! prepared certificates, checkpoints, view changes, new views) carry an Ed25519
+//! signature over a domain-separated digest (DESIGN §6). Commits, status and
+//! fetch traffic rely on the authenticated channel: the runtime hands the
+//! protocol the channel's peer id, never a claimed one.
+
+use crate::crypto::{Digest, Signature};
+use crate::ids::{LaneId, ReplicaId, Seq, Slot, View};
+use crate::request::{Batch, Reply, Request};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// PBFT pre-prepare: the leader of a cell binds a batch to (lane, view, slot).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrePrepare {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub digest: Digest,
+    pub batch: Batch,
+    /// The leader's signature over `PrePrepare::signing_digest`.
+    pub sig: Signature,
+}
+
+impl PrePrepare {
+    pub fn signing_digest(lane: LaneId, view: View, slot: Slot, digest: &Digest) -> Digest {
+        Digest::of_parts(
+            "chorus pre-prepare v1",
+            &[&lane.0.to_le_bytes(), &view.0.to_le_bytes(), &slot.0.to_le_bytes(), digest.as_bytes()],
+        )
+    }
+}
+
+/// PBFT prepare (signed: it is evidence in prepared certificates).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepare {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub digest: Digest,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl Prepare {
+    pub fn signing_digest(lane: LaneId, view: View, slot: Slot, digest: &Digest, replica: ReplicaId) -> Digest {
+        Digest::of_parts(
+            "chorus prepare v1",
+            &[
+                &lane.0.to_le_bytes(),
+                &view.0.to_le_bytes(),
+                &slot.0.to_le_bytes(),
+                digest.as_bytes(),
+                &replica.0.to_le_bytes(),
+            ],
+        )
+    }
+}
+
+/// PBFT commit (channel-authenticated; never forwarded).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commit {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub digest: Digest,
+    pub replica: ReplicaId,
+}
+
+/// A signed checkpoint vote: "after delivering every position below `seq`, my
+/// state digest is `state_digest`".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointVote {
+    pub seq: Seq,
+    pub state_digest: Digest,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl CheckpointVote {
+    pub fn signing_digest(seq: Seq, state_digest: &Digest, replica: ReplicaId) -> Digest {
+        Digest::of_parts(
+            "chorus checkpoint v1",
+            &[&seq.0.to_le_bytes(), state_digest.as_bytes(), &replica.0.to_le_bytes()],
+        )
+    }
+}
+
+/// 2f+1 matching checkpoint votes: a stable checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointCert {
+    pub seq: Seq,
+    pub state_digest: Digest,
+    pub votes: Vec<CheckpointVote>,
+}
+
+/// Evidence that a batch was prepared in a view: the leader's pre-prepare
+/// signature and 2f matching prepares from other replicas.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedCert {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub digest: Digest,
+    pub pre_prepare_sig: Signature,
+    pub prepares: Vec<Prepare>,
+}
+
+/// PBFT view change for one lane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewChange {
+    pub lane: LaneId,
+    pub new_view: View,
+    /// The sender's latest stable checkpoint; `None` = genesis.
+    pub stable: Option<CheckpointCert>,
+    /// One certificate per slot above the checkpoint that the sender prepared.
+    pub prepared: Vec<PreparedCert>,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl ViewChange {
+    /// Signature covers the whole message except the signature itself.
+    pub fn signing_digest(&self) -> Digest {
+        let body = (self.lane, self.new_view, &self.stable, &self.prepared, self.replica);
+        let bytes = postcard::to_allocvec(&body).unwrap_or_default();
+        Digest::of_parts("chorus view-change v1", &[&bytes])
+    }
+}
+
+/// One slot re-proposed in a new view: the digest (no-op = empty batch digest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reproposal {
+    pub slot: Slot,
+    pub digest: Digest,
+}
+
+/// PBFT new view for one lane, sent by the lane's new-view primary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewView {
+    pub lane: LaneId,
+    pub view: View,
+    pub view_changes: Vec<ViewChange>,
+    pub reproposals: Vec<Reproposal>,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl NewView {
+    pub fn signing_digest(&self) -> Digest {
+        let body = (self.lane, self.view, &self.view_changes, &self.reproposals, self.replica);
+        let bytes = postcard::to_allocvec(&body).unwrap_or_default();
+        Digest::of_parts("chorus new-view v1", &[&bytes])
+    }
+}
+
+/// Periodic progress report of one lane, used for retransmission and catch-up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub lane: LaneId,
+    pub view: View,
+    /// First slot not yet decided locally.
+    pub next_undecided: Slot,
+    /// The sender's stable checkpoint position.
+    pub stable_seq: Seq,
+}
+
+/// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    pub lane: LaneId,
+    pub slot: Slot,
+    pub digest: Digest,
+}
+
+/// Ask a peer for the batch behind a digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchBatch {
+    pub lane: LaneId,
+    pub slot: Slot,
+    pub digest: Digest,
+}
+
+/// The batch asked for; the receiver checks its digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchReply {
+    pub lane: LaneId,
+    pub slot: Slot,
+    pub batch: Batch,
+}
+
+/// Ask for the state at a stable checkpoint at or above `min_seq`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRequest {
+    pub min_seq: Seq,
+}
+
+/// One chunk of a snapshot, with the certificate that makes it trustworthy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateChunk {
+    pub cert: CheckpointCert,
+    pub index: u32,
+    pub count: u32,
+    pub data: Bytes,
+}
+
+/// Everything replicas say to each other.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaMsg {
+    PrePrepare(PrePrepare),
+    Prepare(Prepare),
+    Commit(Commit),
+    Checkpoint(CheckpointVote),
+    ViewChange(ViewChange),
+    NewView(NewView),
+    Status(Status),
+    Decided(Decided),
+    FetchBatch(FetchBatch),
+    BatchReply(BatchReply),
+    StateRequest(StateRequest),
+    StateChunk(StateChunk),
+}
+
+impl ReplicaMsg {
+    /// The lane a message belongs to, if any (the runtime routes by it: COP's
+    /// pillar of lane `l` is `l mod P`).
+    pub fn lane(&self) -> Option<LaneId> {
+        match self {
+            ReplicaMsg::PrePrepare(m) => Some(m.lane),
+            ReplicaMsg::Prepare(m) => Some(m.lane),
+            ReplicaMsg::Commit(m) => Some(m.lane),
+            ReplicaMsg::ViewChange(m) => Some(m.lane),
+            ReplicaMsg::NewView(m) => Some(m.lane),
+            ReplicaMsg::Status(m) => Some(m.lane),
+            ReplicaMsg::Decided(m) => Some(m.lane),
+            ReplicaMsg::FetchBatch(m) => Some(m.lane),
+            ReplicaMsg::BatchReply(m) => Some(m.lane),
+            ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => None,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReplicaMsg::PrePrepare(_) => "pre-prepare",
+            ReplicaMsg::Prepare(_) => "prepare",
+            ReplicaMsg::Commit(_) => "commit",
+            ReplicaMsg::Checkpoint(_) => "checkpoint",
+            ReplicaMsg::ViewChange(_) => "view-change",
+            ReplicaMsg::NewView(_) => "new-view",
+            ReplicaMsg::Status(_) => "status",
+            ReplicaMsg::Decided(_) => "decided",
+            ReplicaMsg::FetchBatch(_) => "fetch-batch",
+            ReplicaMsg::BatchReply(_) => "batch-reply",
+            ReplicaMsg::StateRequest(_) => "state-request",
+            ReplicaMsg::StateChunk(_) => "state-chunk",
+        }
+    }
+}
+
+/// Messages on a client connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// Client → replica.
+    Request(Request),
+    /// Replica → client.
+    Reply(Reply),
+    /// Client → replica: ask for the replica's status line (`chorus status`).
+    StatusQuery,
+    /// Replica → client: answer to `StatusQuery`, as JSON text.
+    StatusReport(String),
+}

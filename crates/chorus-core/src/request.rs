@@ -1,0 +1,222 @@
+//! Client requests, batches and replies (DESIGN §4).
+
+use crate::crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+use crate::ids::{ClientId, ReplicaId, RequestSeq};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Request flag bits.
+pub mod flags {
+    /// The operation does not modify state: eligible for the read-only fast path.
+    pub const READ_ONLY: u8 = 1;
+    /// Every flag this version understands; others are rejected.
+    pub const KNOWN: u8 = READ_ONLY;
+}
+
+/// How a replica checks that a request really comes from its client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Authenticator {
+    /// One MAC per replica, index = replica id (PBFT's authenticator vector).
+    Macs(Vec<Mac>),
+    /// A signature every replica can check.
+    Signature(Signature),
+}
+
+/// `(client, seq, op, flags, auth)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub client: ClientId,
+    pub seq: RequestSeq,
+    pub flags: u8,
+    pub op: Bytes,
+    pub auth: Authenticator,
+}
+
+impl Request {
+    /// What the authenticator covers: everything but the authenticator.
+    pub fn content_digest(client: ClientId, seq: RequestSeq, flags: u8, op: &[u8]) -> Digest {
+        Digest::of_parts(
+            "chorus request v1",
+            &[&client.0.to_le_bytes(), &seq.0.to_le_bytes(), &[flags], op],
+        )
+    }
+
+    pub fn digest(&self) -> Digest {
+        Self::content_digest(self.client, self.seq, self.flags, &self.op)
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.flags & flags::READ_ONLY != 0
+    }
+
+    /// Build a request with a MAC for each replica (`keys[i]` shared with replica i).
+    pub fn with_macs(client: ClientId, seq: RequestSeq, flags: u8, op: Bytes, keys: &[MacKey]) -> Request {
+        let d = Self::content_digest(client, seq, flags, &op);
+        let macs = keys.iter().map(|k| k.mac(d.as_bytes())).collect();
+        Request {
+            client,
+            seq,
+            flags,
+            op,
+            auth: Authenticator::Macs(macs),
+        }
+    }
+
+    pub fn with_signature(client: ClientId, seq: RequestSeq, flags: u8, op: Bytes, id: &Identity) -> Request {
+        let d = Self::content_digest(client, seq, flags, &op);
+        Request {
+            client,
+            seq,
+            flags,
+            op,
+            auth: Authenticator::Signature(id.sign(d.as_bytes())),
+        }
+    }
+
+    /// Replica `me` checks the authenticator on its own (DESIGN §6): with its
+    /// pairwise key for a MAC vector, with the client's public key for a signature.
+    pub fn verify(&self, me: ReplicaId, key: &MacKey, client_pk: &PublicIdentity) -> bool {
+        if self.flags & !flags::KNOWN != 0 {
+            return false;
+        }
+        let d = self.digest();
+        match &self.auth {
+            Authenticator::Macs(macs) => macs
+                .get(me.index())
+                .is_some_and(|m| key.verify(d.as_bytes(), m)),
+            Authenticator::Signature(sig) => client_pk.verify(d.as_bytes(), sig),
+        }
+    }
+
+    pub fn wire_size(&self) -> usize {
+        let auth = match &self.auth {
+            Authenticator::Macs(m) => m.len() * 16,
+            Authenticator::Signature(_) => 64,
+        };
+        self.op.len() + auth + 32
+    }
+}
+
+/// A batch of requests: what one cell decides. Empty = no-op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Batch {
+    pub requests: Vec<Request>,
+}
+
+impl Batch {
+    pub fn noop() -> Batch {
+        Batch::default()
+    }
+
+    pub fn is_noop(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// The digest consensus agrees on: over each request's content digest and
+    /// authenticator, so two batches with the same digest carry the same requests.
+    pub fn digest(&self) -> Digest {
+        let mut h = blake3::Hasher::new_derive_key("chorus batch v1");
+        h.update(&(self.requests.len() as u64).to_le_bytes());
+        for r in &self.requests {
+            h.update(r.digest().as_bytes());
+            let auth = postcard::to_allocvec(&r.auth).unwrap_or_default();
+            h.update(&(auth.len() as u64).to_le_bytes());
+            h.update(&auth);
+        }
+        Digest(*h.finalize().as_bytes())
+    }
+
+    pub fn noop_digest() -> Digest {
+        Batch::noop().digest()
+    }
+
+    pub fn op_bytes(&self) -> usize {
+        self.requests.iter().map(|r| r.op.len()).sum()
+    }
+}
+
+/// What a replica answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyBody {
+    /// The full result (sent by the designated replica).
+    Full(Bytes),
+    /// Only the result's digest (the other replicas; CBASE/PBFT digest replies).
+    Digest(Digest),
+    /// The pool is full or the client exceeded its share: retry later.
+    Busy,
+    /// The request was rejected for good (bad authenticator, oversized, …).
+    Rejected(String),
+}
+
+impl ReplyBody {
+    /// The digest clients compare when counting matching replies.
+    pub fn result_digest(&self) -> Option<Digest> {
+        match self {
+            ReplyBody::Full(b) => Some(Digest::of(b)),
+            ReplyBody::Digest(d) => Some(*d),
+            _ => None,
+        }
+    }
+}
+
+/// A reply to `(client, seq)`. Authenticated by the replica–client channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub client: ClientId,
+    pub seq: RequestSeq,
+    pub replica: ReplicaId,
+    /// True when served by the read-only fast path without ordering.
+    pub read_only: bool,
+    pub body: ReplyBody,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (Identity, Vec<Identity>) {
+        let c = Identity::from_seed(b"client");
+        let rs = (0..4).map(|i| Identity::from_seed(&[i])).collect();
+        (c, rs)
+    }
+
+    #[test]
+    fn mac_vector_verifies_at_each_replica_only() {
+        let (c, rs) = setup();
+        let keys: Vec<_> = rs.iter().map(|r| c.pairwise_key(&r.public())).collect();
+        let req = Request::with_macs(ClientId(7), RequestSeq(1), 0, Bytes::from_static(b"op"), &keys);
+        for (i, r) in rs.iter().enumerate() {
+            let k = r.pairwise_key(&c.public());
+            assert!(req.verify(ReplicaId(i as u32), &k, &c.public()));
+        }
+        let mut bad = req.clone();
+        bad.op = Bytes::from_static(b"oq");
+        let k0 = rs[0].pairwise_key(&c.public());
+        assert!(!bad.verify(ReplicaId(0), &k0, &c.public()));
+        // Replica 5 has no MAC in the vector.
+        assert!(!req.verify(ReplicaId(5), &k0, &c.public()));
+    }
+
+    #[test]
+    fn signature_auth_verifies() {
+        let (c, rs) = setup();
+        let req = Request::with_signature(ClientId(1), RequestSeq(3), flags::READ_ONLY, Bytes::from_static(b"x"), &c);
+        let k = rs[0].pairwise_key(&c.public());
+        assert!(req.verify(ReplicaId(0), &k, &c.public()));
+        assert!(!req.verify(ReplicaId(0), &k, &rs[1].public()));
+        let mut unknown_flag = req.clone();
+        unknown_flag.flags |= 0x80;
+        assert!(!unknown_flag.verify(ReplicaId(0), &k, &c.public()));
+    }
+
+    #[test]
+    fn batch_digest_depends_on_every_request() {
+        let (c, _) = setup();
+        let r = |s| Request::with_signature(ClientId(1), RequestSeq(s), 0, Bytes::from_static(b"x"), &c);
+        let a = Batch { requests: vec![r(1), r(2)] };
+        let b = Batch { requests: vec![r(2), r(1)] };
+        assert_ne!(a.digest(), b.digest());
+        assert_ne!(a.digest(), Batch::noop_digest());
+        assert_eq!(a.digest(), a.clone().digest());
+    }
+}
