@@ -104,7 +104,7 @@ impl Default for ProtocolParams {
             batch_max_requests: 256,
             batch_max_bytes: 1 << 20,
             batch_delay_ms: 2,
-            window_slots: 64,
+            window_slots: 256,
             checkpoint_interval: 128,
             max_lane_drift_slots: 32,
             view_change_timeout_ms: 2_000,

@@ -104,9 +104,36 @@ impl fmt::Debug for Mac {
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PublicIdentity {
     /// Ed25519 verifying key.
+    #[serde(with = "hex32")]
     pub sign: [u8; 32],
     /// X25519 public key used to derive pairwise MAC keys.
+    #[serde(with = "hex32")]
     pub dh: [u8; 32],
+}
+
+/// 32-byte keys as hex in human-readable formats (TOML), raw bytes on the wire.
+mod hex32 {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.serialize_str(&hex::encode(v))
+        } else {
+            serde::Serialize::serialize(v, s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        if d.is_human_readable() {
+            let text = String::deserialize(d)?;
+            let bytes = hex::decode(&text).map_err(D::Error::custom)?;
+            bytes
+                .try_into()
+                .map_err(|_| D::Error::custom("expected 32 bytes of hex"))
+        } else {
+            <[u8; 32]>::deserialize(d)
+        }
+    }
 }
 
 impl fmt::Debug for PublicIdentity {

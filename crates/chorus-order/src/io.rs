@@ -1,0 +1,116 @@
+//! The sans-IO contract (DESIGN §2 "the shape of a protocol state machine"):
+//! events in, actions out. The runtime and the simulator perform the actions in
+//! the order emitted, and every `Persist` is made durable before any later
+//! `Send`/`Broadcast` of the same batch of actions leaves the process.
+
+use bytes::Bytes;
+use chorus_core::{
+    Batch, Cell, CheckpointCert, ClientId, Digest, LaneId, Millis, ReplicaId, ReplicaMsg, Request, RequestSeq, Seq,
+    Slot, View,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Timers are requested through the outbox and fire as `Event::Timer`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TimerId {
+    /// A lane's progress timer: fires a view change when a request waits too long.
+    ViewChange(LaneId),
+    /// Cut a batch that has waited `batch_delay_ms`.
+    Batch(LaneId),
+    /// Periodic status exchange (retransmission, catch-up).
+    Status,
+}
+
+/// What the replica state machine consumes.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A message from `from`, as identified by the authenticated channel.
+    Message { from: ReplicaId, msg: ReplicaMsg },
+    /// A client request as received from the network (not yet verified).
+    Request(Request),
+    Timer(TimerId),
+    /// The executor has executed every position below `seq` and nothing else;
+    /// `snapshot` is the state at that point (answer to `Action::TakeCheckpoint`).
+    Checkpointed { seq: Seq, state_digest: Digest, snapshot: Bytes },
+    /// The runtime installed the snapshot of `Action::InstallState`.
+    StateInstalled { seq: Seq, state_digest: Digest },
+}
+
+/// Why a client request was not taken into the pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// Pool or per-client share full: back-pressure, the client should retry.
+    Busy,
+    /// The authenticator does not verify (never proposed, never executed).
+    BadAuthenticator,
+    UnknownClient,
+    Oversized,
+}
+
+/// What must survive a crash. Replayed in order by `Replica::recover`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PersistRecord {
+    /// The lane entered `view`.
+    View { lane: LaneId, view: View },
+    /// We accepted a pre-prepare (and are about to send our prepare for it).
+    Accepted { lane: LaneId, view: View, slot: Slot, digest: Digest, batch: Batch },
+    /// We collected a prepared certificate (and are about to send our commit).
+    Prepared { cert: chorus_core::PreparedCert },
+    /// The cell is decided (the ledger).
+    Decided { cell: Cell, digest: Digest, batch: Batch },
+    /// A stable checkpoint and the state at it; everything below may be discarded.
+    Stable { cert: CheckpointCert, snapshot: Bytes },
+}
+
+/// What the replica state machine asks its driver to do.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Send { to: ReplicaId, msg: ReplicaMsg },
+    /// To every replica except ourselves.
+    Broadcast { msg: ReplicaMsg },
+    /// Execute this batch at global position `seq`. Emitted exactly once per
+    /// position, in strictly increasing order without gaps.
+    Deliver { seq: Seq, cell: Cell, batch: Arc<Batch> },
+    SetTimer { id: TimerId, at: Millis },
+    CancelTimer { id: TimerId },
+    Persist(PersistRecord),
+    /// Once every position below `seq` has executed, snapshot the state and
+    /// answer with `Event::Checkpointed`.
+    TakeCheckpoint { seq: Seq },
+    /// Replace the application state by this snapshot (state transfer); answer
+    /// with `Event::StateInstalled`. Delivery resumes at `cert.seq`.
+    InstallState { cert: CheckpointCert, snapshot: Bytes },
+    /// Tell the client its request was not accepted.
+    Reject { client: ClientId, seq: RequestSeq, reason: RejectReason },
+}
+
+/// Collects actions; never performs them.
+#[derive(Default, Debug)]
+pub struct Outbox {
+    pub actions: Vec<Action>,
+}
+
+impl Outbox {
+    pub fn new() -> Outbox {
+        Outbox::default()
+    }
+    pub fn push(&mut self, a: Action) {
+        self.actions.push(a);
+    }
+    pub fn send(&mut self, to: ReplicaId, msg: ReplicaMsg) {
+        self.push(Action::Send { to, msg });
+    }
+    pub fn broadcast(&mut self, msg: ReplicaMsg) {
+        self.push(Action::Broadcast { msg });
+    }
+    pub fn persist(&mut self, r: PersistRecord) {
+        self.push(Action::Persist(r));
+    }
+    pub fn set_timer(&mut self, id: TimerId, at: Millis) {
+        self.push(Action::SetTimer { id, at });
+    }
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Action> {
+        self.actions.drain(..)
+    }
+}
