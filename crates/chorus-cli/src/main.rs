@@ -1,6 +1,13 @@
 //! `chorus`: the one binary operators use.
 
+mod cmd_demo;
 mod cmd_keygen;
+mod cmd_kv;
+mod cmd_replica;
+mod cmd_status;
+mod load;
+mod procs;
+mod status_query;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +22,14 @@ struct Cli {
 enum Cmd {
     /// Write a cluster directory: one TOML config per replica, keys, client configs.
     Keygen(cmd_keygen::Args),
+    /// Run one replica process.
+    Replica(cmd_replica::Args),
+    /// Key-value operations against a running cluster.
+    Kv(cmd_kv::Args),
+    /// Each replica's view, delivered and executed positions, connections and state digest.
+    Status(cmd_status::Args),
+    /// Start a local 4-replica cluster, drive a workload, kill and restart a replica.
+    Demo(cmd_demo::Args),
 }
 
 fn main() {
@@ -24,6 +39,10 @@ fn main() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let result = match cli.cmd {
         Cmd::Keygen(a) => cmd_keygen::run(a),
+        Cmd::Replica(a) => cmd_replica::run(a),
+        Cmd::Kv(a) => cmd_kv::run(a),
+        Cmd::Status(a) => cmd_status::run(a),
+        Cmd::Demo(a) => cmd_demo::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

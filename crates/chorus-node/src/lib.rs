@@ -1,4 +1,11 @@
 //! chorus-node: the replica process (DESIGN §3).
 
+pub mod channels;
+pub mod core_thread;
+pub mod exec_thread;
 pub mod keygen;
+pub mod metrics;
 pub mod node_config;
+pub mod pillar;
+pub mod runtime;
+pub mod status;

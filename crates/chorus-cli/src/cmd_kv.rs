@@ -1,0 +1,76 @@
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use chorus_apps::kv_op::{KvOp, KvReply};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A client config file (`client-<i>.toml` from `chorus keygen`).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Use ordering even for reads (skip the read-only fast path).
+    #[arg(long)]
+    pub ordered: bool,
+    #[command(subcommand)]
+    pub op: Op,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Op {
+    /// Print the value of KEY.
+    Get { key: String },
+    /// Set KEY to VALUE.
+    Put { key: String, value: String },
+    /// Remove KEY.
+    Delete { key: String },
+    /// Print up to LIMIT entries with keys >= START.
+    Scan {
+        #[arg(default_value = "")]
+        start: String,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let c = chorus_node::node_config::load_client(&a.config)?;
+    let (op, read_only) = match &a.op {
+        Op::Get { key } => (KvOp::get(key.clone()), true),
+        Op::Put { key, value } => (KvOp::put(key.clone(), value.clone()), false),
+        Op::Delete { key } => (KvOp::delete(key.clone()), false),
+        Op::Scan { start, limit } => (KvOp::scan(start.clone(), *limit), true),
+    };
+    let client = chorus_client::BlockingClient::connect(
+        Arc::new(c.cluster),
+        c.id,
+        c.identity,
+        chorus_client::ClientOptions::default(),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let result: Bytes = if read_only && !a.ordered {
+        client.invoke_read_only(op)
+    } else {
+        client.invoke(op)
+    }
+    .map_err(|e| anyhow!("{e}"))?;
+    match KvReply::decode(&result).map_err(|e| anyhow!("{e}"))? {
+        KvReply::Value(Some(v)) => println!("{}", String::from_utf8_lossy(&v)),
+        KvReply::Value(None) => {
+            eprintln!("(not found)");
+            std::process::exit(2);
+        }
+        KvReply::Ok => println!("OK"),
+        KvReply::Existed(e) => println!("{}", if e { "existed" } else { "absent" }),
+        KvReply::Entries { entries, more } => {
+            for (k, v) in entries {
+                println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+            }
+            if more {
+                eprintln!("(more)");
+            }
+        }
+        KvReply::Error(e) => return Err(anyhow!("service error: {e}")),
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! Closed-loop load generation shared by `chorus demo` and `chorus bench`.
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Latencies and counts; the window is drained by the progress line, the
+/// total by the phase summary. Histograms are bounded (1 µs .. 60 s).
+pub struct LoadStats {
+    pub committed: AtomicU64,
+    pub errors: AtomicU64,
+    window: Mutex<Histogram<u64>>,
+    phase: Mutex<Histogram<u64>>,
+    /// Writes acknowledged by f+1 replicas: (key, value), bounded sample.
+    pub acked: Mutex<Vec<(Bytes, Bytes)>>,
+    pub stop: AtomicBool,
+}
+
+pub const ACKED_SAMPLE_MAX: usize = 100_000;
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Default for LoadStats {
+    fn default() -> Self {
+        LoadStats {
+            committed: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            window: Mutex::new(hist()),
+            phase: Mutex::new(hist()),
+            acked: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    let ms = |v: u64| v as f64 / 1000.0;
+    Percentiles {
+        count: h.len(),
+        p50_ms: ms(h.value_at_quantile(0.50)),
+        p95_ms: ms(h.value_at_quantile(0.95)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        max_ms: ms(h.max()),
+    }
+}
+
+impl LoadStats {
+    pub fn record(&self, started: Instant) {
+        let us = started.elapsed().as_micros().clamp(1, 60_000_000) as u64;
+        let _ = self.window.lock().record(us);
+        let _ = self.phase.lock().record(us);
+        self.committed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn take_window(&self) -> Percentiles {
+        let mut w = self.window.lock();
+        let p = percentiles(&w);
+        w.reset();
+        p
+    }
+
+    pub fn take_phase(&self) -> Percentiles {
+        let mut w = self.phase.lock();
+        let p = percentiles(&w);
+        w.reset();
+        p
+    }
+
+    pub fn remember_ack(&self, key: Bytes, value: Bytes) {
+        let mut a = self.acked.lock();
+        if a.len() < ACKED_SAMPLE_MAX {
+            a.push((key, value));
+        }
+    }
+}
+
+pub fn shared() -> Arc<LoadStats> {
+    Arc::new(LoadStats::default())
+}

@@ -1,0 +1,47 @@
+//! The bounded channels between a replica's threads (DESIGN §3: pillars share
+//! no mutable state and talk to the core and the executor only through these).
+
+use bytes::Bytes;
+use chorus_core::{Batch, CheckpointCert, ClientId, Digest, ReplicaId, ReplicaMsg, Request, RequestSeq, Seq};
+use chorus_order::RejectReason;
+use std::sync::Arc;
+
+/// Capacity of every channel into the protocol core.
+pub const CORE_CHANNEL_CAP: usize = 8_192;
+/// Capacity of the executor's input channel (delivered batches wait here).
+pub const EXEC_CHANNEL_CAP: usize = 4_096;
+/// Capacity of each pillar's input channel (frames to send, replies).
+pub const PILLAR_CHANNEL_CAP: usize = 16_384;
+
+/// Into the protocol core thread.
+pub enum CoreInput {
+    Peer { from: ReplicaId, msg: ReplicaMsg },
+    Request(Request),
+    Checkpointed { seq: Seq, state_digest: Digest, snapshot: Bytes },
+    StateInstalled { seq: Seq, state_digest: Digest },
+}
+
+/// Into a pillar thread.
+pub enum PillarInput {
+    /// An encoded `ReplicaMsg` for one peer.
+    SendPeer { to: ReplicaId, frame: Bytes },
+    /// An encoded `ReplicaMsg` for every peer.
+    BroadcastPeer { frame: Bytes },
+    /// An encoded `ClientMsg` for a client connected to this pillar.
+    ToClient { client: ClientId, frame: Bytes },
+    /// A freshly accepted client socket this pillar now owns.
+    AdoptClient(std::net::TcpStream),
+}
+
+/// Into the executor thread.
+pub enum ExecInput {
+    Deliver { seq: Seq, batch: Arc<Batch> },
+    TakeCheckpoint { seq: Seq },
+    InstallState { cert: CheckpointCert, snapshot: Bytes },
+    ReadOnly { request: Request },
+    Reject { client: ClientId, seq: RequestSeq, reason: RejectReason },
+    /// A client authenticated on `pillar`: replies to it go there.
+    ClientAt { client: ClientId, pillar: usize },
+    ClientGone { client: ClientId, pillar: usize },
+    StatusQuery { client: ClientId },
+}

@@ -1,0 +1,214 @@
+//! The protocol core: drives the sans-IO `Replica` with real time, storage and
+//! channels. Persist-before-send: records an outbox emits are appended (and
+//! synced per the fsync policy) before any later message of the same outbox
+//! leaves the process (DESIGN §2).
+
+use crate::channels::{CoreInput, ExecInput, PillarInput};
+use crate::metrics::Metrics;
+use crate::status::CoreStatus;
+use anyhow::Result;
+use bytes::Bytes;
+use chorus_core::{encode, ClusterConfig, Identity, Millis, ReplicaId, ReplicaMsg};
+use chorus_order::{Action, Event, Outbox, PersistRecord, Replica, TimerId};
+use chorus_store::Store;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+pub struct CoreThread {
+    pub config: Arc<ClusterConfig>,
+    pub me: ReplicaId,
+    pub identity: Identity,
+    pub store: Store,
+    pub input: mpsc::Receiver<CoreInput>,
+    pub pillars: Vec<mpsc::Sender<PillarInput>>,
+    pub exec: crossbeam_channel::Sender<ExecInput>,
+    pub status: watch::Sender<CoreStatus>,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+struct Driver {
+    config: Arc<ClusterConfig>,
+    store: Store,
+    pillars: Vec<mpsc::Sender<PillarInput>>,
+    exec: crossbeam_channel::Sender<ExecInput>,
+    metrics: Arc<Metrics>,
+    timers: BTreeMap<TimerId, Millis>,
+    pending_persist: Vec<PersistRecord>,
+    start: Instant,
+}
+
+impl CoreThread {
+    pub fn run(self) -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(self.run_async())
+    }
+
+    async fn run_async(mut self) -> Result<()> {
+        let start = Instant::now();
+        let mut driver = Driver {
+            config: self.config.clone(),
+            store: self.store,
+            pillars: self.pillars,
+            exec: self.exec,
+            metrics: self.metrics.clone(),
+            timers: BTreeMap::new(),
+            pending_persist: Vec::new(),
+            start,
+        };
+        let mut out = Outbox::new();
+        let records = driver.store.load()?;
+        let now = driver.now();
+        let mut replica = if records.is_empty() {
+            Replica::new(self.config.clone(), self.me, self.identity.clone(), now, &mut out)
+        } else {
+            tracing::info!(records = records.len(), "recovering from storage");
+            Replica::recover(self.config.clone(), self.me, self.identity.clone(), records, now, &mut out)
+        };
+        driver.perform(&mut out)?;
+        let mut last_status = Instant::now();
+        loop {
+            let deadline = driver.next_deadline();
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                msg = self.input.recv() => {
+                    let Some(msg) = msg else { break };
+                    replica.handle(driver.now(), to_event(msg), &mut out);
+                    // Drain whatever else is queued without yielding, so one
+                    // storage sync covers many events.
+                    let mut drained = 0;
+                    while drained < 256 {
+                        match self.input.try_recv() {
+                            Ok(m) => {
+                                replica.handle(driver.now(), to_event(m), &mut out);
+                                drained += 1;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    driver.perform(&mut out)?;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let now = driver.now();
+                    let due: Vec<TimerId> = driver.timers.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+                    for id in due {
+                        driver.timers.remove(&id);
+                        replica.handle(now, Event::Timer(id), &mut out);
+                    }
+                    driver.perform(&mut out)?;
+                }
+            }
+            if last_status.elapsed() > Duration::from_millis(100) {
+                last_status = Instant::now();
+                let s = replica.status();
+                driver.metrics.next_delivery.set(s.next_delivery.0 as i64);
+                driver.metrics.stable_checkpoint.set(s.stable_seq.0 as i64);
+                let _ = self.status.send(CoreStatus::from_replica(&s));
+            }
+        }
+        driver.flush_persist()?;
+        Ok(())
+    }
+}
+
+fn to_event(input: CoreInput) -> Event {
+    match input {
+        CoreInput::Peer { from, msg } => Event::Message { from, msg },
+        CoreInput::Request(r) => Event::Request(r),
+        CoreInput::Checkpointed {
+            seq,
+            state_digest,
+            snapshot,
+        } => Event::Checkpointed {
+            seq,
+            state_digest,
+            snapshot,
+        },
+        CoreInput::StateInstalled { seq, state_digest } => Event::StateInstalled { seq, state_digest },
+    }
+}
+
+impl Driver {
+    fn now(&self) -> Millis {
+        Millis(self.start.elapsed().as_millis() as u64)
+    }
+
+    fn next_deadline(&self) -> tokio::time::Instant {
+        let now = self.now();
+        let next = self.timers.values().min().copied().unwrap_or(now.plus(1_000));
+        let wait = next.0.saturating_sub(now.0);
+        tokio::time::Instant::now() + Duration::from_millis(wait)
+    }
+
+    fn flush_persist(&mut self) -> Result<()> {
+        if !self.pending_persist.is_empty() {
+            self.store.append(&self.pending_persist)?;
+            self.metrics.persisted_records.inc_by(self.pending_persist.len() as u64);
+            self.pending_persist.clear();
+        }
+        Ok(())
+    }
+
+    fn pillar_of(&self, msg: &ReplicaMsg) -> usize {
+        // COP: lane l travels on pillar l mod P's private connections.
+        let p = self.pillars.len();
+        msg.lane().map(|l| l.index() % p).unwrap_or(0)
+    }
+
+    fn perform(&mut self, out: &mut Outbox) -> Result<()> {
+        for action in out.drain().collect::<Vec<_>>() {
+            match action {
+                Action::Persist(r) => self.pending_persist.push(r),
+                Action::Send { to, msg } => {
+                    self.flush_persist()?;
+                    let p = self.pillar_of(&msg);
+                    let frame = Bytes::from(encode(&msg));
+                    self.metrics.messages_out.inc();
+                    self.to_pillar(p, PillarInput::SendPeer { to, frame });
+                }
+                Action::Broadcast { msg } => {
+                    self.flush_persist()?;
+                    let p = self.pillar_of(&msg);
+                    let frame = Bytes::from(encode(&msg));
+                    self.metrics.messages_out.inc();
+                    self.to_pillar(p, PillarInput::BroadcastPeer { frame });
+                }
+                Action::Deliver { seq, batch, .. } => {
+                    self.flush_persist()?;
+                    self.metrics.delivered_batches.inc();
+                    // Blocking send: a full executor back-pressures ordering.
+                    let _ = self.exec.send(ExecInput::Deliver { seq, batch });
+                }
+                Action::SetTimer { id, at } => {
+                    self.timers.insert(id, at);
+                }
+                Action::CancelTimer { id } => {
+                    self.timers.remove(&id);
+                }
+                Action::TakeCheckpoint { seq } => {
+                    let _ = self.exec.send(ExecInput::TakeCheckpoint { seq });
+                }
+                Action::InstallState { cert, snapshot } => {
+                    self.flush_persist()?;
+                    let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
+                }
+                Action::Reject { client, seq, reason } => {
+                    self.metrics.reject(&format!("{reason:?}"));
+                    let _ = self.exec.try_send(ExecInput::Reject { client, seq, reason });
+                }
+            }
+        }
+        self.flush_persist()
+    }
+
+    fn to_pillar(&self, p: usize, input: PillarInput) {
+        if self.pillars[p].try_send(input).is_err() {
+            // The pillar's queue is full or it is gone: the message is dropped
+            // and counted; PBFT's retransmission (status exchange) recovers.
+            self.metrics.drop_frame("pillar-queue-full");
+        }
+    }
+}

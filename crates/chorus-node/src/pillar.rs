@@ -1,0 +1,380 @@
+//! A pillar (COP §4): one OS thread with its own single-threaded runtime. It
+//! owns its private connections to the same pillar of every other replica,
+//! a share of the client connections, and does the per-message work that
+//! needs no total order: framing, channel authentication, decoding, client
+//! authenticator checks and reply writing.
+
+use crate::channels::{CoreInput, ExecInput, PillarInput};
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use chorus_core::{decode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg};
+use chorus_net::{Expected, NetLimits, PeerRole};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Frames queued towards one peer pillar before new ones are dropped.
+const PEER_LINK_QUEUE: usize = 8_192;
+/// Frames queued towards one client before new ones are dropped.
+const CLIENT_QUEUE: usize = 4_096;
+/// Reconnect back-off bounds.
+const BACKOFF_MIN_MS: u64 = 50;
+const BACKOFF_MAX_MS: u64 = 2_000;
+
+pub struct PillarThread {
+    pub index: usize,
+    pub config: Arc<ClusterConfig>,
+    pub me: ReplicaId,
+    pub identity: Identity,
+    pub input: mpsc::Receiver<PillarInput>,
+    pub core: mpsc::Sender<CoreInput>,
+    pub exec: crossbeam_channel::Sender<ExecInput>,
+    pub metrics: Arc<Metrics>,
+    pub peer_listener: std::net::TcpListener,
+    /// Only pillar 0 accepts clients; it hands sockets round-robin to all pillars.
+    pub client_listener: Option<std::net::TcpListener>,
+    pub all_pillars: Vec<mpsc::Sender<PillarInput>>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+struct Shared {
+    index: usize,
+    config: Arc<ClusterConfig>,
+    me: ReplicaId,
+    identity: Identity,
+    limits: Limits,
+    net: NetLimits,
+    core: mpsc::Sender<CoreInput>,
+    exec: crossbeam_channel::Sender<ExecInput>,
+    metrics: Arc<Metrics>,
+    clients: RefCell<HashMap<ClientId, (u64, mpsc::Sender<Bytes>)>>,
+    next_conn: RefCell<u64>,
+}
+
+impl PillarThread {
+    pub fn run(self) -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, self.run_async())
+    }
+
+    async fn run_async(mut self) -> anyhow::Result<()> {
+        let shared = Rc::new(Shared {
+            index: self.index,
+            config: self.config.clone(),
+            me: self.me,
+            identity: self.identity.clone(),
+            limits: Limits::from_config(&self.config),
+            net: NetLimits::from_config(&self.config),
+            core: self.core.clone(),
+            exec: self.exec.clone(),
+            metrics: self.metrics.clone(),
+            clients: RefCell::new(HashMap::new()),
+            next_conn: RefCell::new(0),
+        });
+        // Outbound private links to pillar `index` of every other replica.
+        let mut links: HashMap<ReplicaId, mpsc::Sender<Bytes>> = HashMap::new();
+        for peer in self.config.replica_ids().filter(|r| *r != self.me) {
+            let (tx, rx) = mpsc::channel(PEER_LINK_QUEUE);
+            links.insert(peer, tx);
+            tokio::task::spawn_local(peer_link(shared.clone(), peer, rx));
+        }
+        self.peer_listener.set_nonblocking(true)?;
+        let peer_listener = tokio::net::TcpListener::from_std(self.peer_listener)?;
+        tokio::task::spawn_local(accept_peers(shared.clone(), peer_listener));
+        if let Some(l) = self.client_listener.take() {
+            l.set_nonblocking(true)?;
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tokio::task::spawn_local(accept_clients(l, self.all_pillars.clone(), self.metrics.clone()));
+        }
+        loop {
+            tokio::select! {
+                _ = self.shutdown.changed() => break,
+                input = self.input.recv() => {
+                    let Some(input) = input else { break };
+                    match input {
+                        PillarInput::SendPeer { to, frame } => {
+                            if let Some(l) = links.get(&to) {
+                                if l.try_send(frame).is_err() {
+                                    self.metrics.drop_frame("peer-link-queue-full");
+                                }
+                            }
+                        }
+                        PillarInput::BroadcastPeer { frame } => {
+                            for l in links.values() {
+                                if l.try_send(frame.clone()).is_err() {
+                                    self.metrics.drop_frame("peer-link-queue-full");
+                                }
+                            }
+                        }
+                        PillarInput::ToClient { client, frame } => {
+                            let tx = shared.clients.borrow().get(&client).map(|(_, tx)| tx.clone());
+                            if let Some(tx) = tx {
+                                if tx.try_send(frame).is_err() {
+                                    self.metrics.drop_frame("client-queue-full");
+                                }
+                            }
+                        }
+                        PillarInput::AdoptClient(stream) => {
+                            tokio::task::spawn_local(serve_client(shared.clone(), stream));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keep one authenticated outbound connection to `peer`'s pillar alive and
+/// write queued frames to it. Frames queued while disconnected wait in the
+/// bounded queue; PBFT's status exchange retransmits anything lost.
+async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<Bytes>) {
+    let Some(info) = shared.config.replica(peer).cloned() else { return };
+    let Some(expected) = Expected::replica_pillar(&shared.config, peer, shared.index as u32) else { return };
+    let my_role = PeerRole::Replica {
+        id: shared.me,
+        pillar: shared.index as u32,
+    };
+    let addr = format!("{}:{}", info.host, info.peer_base_port + shared.index as u16);
+    let mut backoff = BACKOFF_MIN_MS;
+    loop {
+        let conn = async {
+            let stream = tokio::net::TcpStream::connect(&addr).await.map_err(chorus_net::NetError::from)?;
+            let _ = stream.set_nodelay(true);
+            chorus_net::connect(stream, &shared.identity, my_role, expected, &shared.net).await
+        };
+        let (_role, _reader, mut writer) = match tokio::time::timeout(Duration::from_secs(5), conn).await {
+            Ok(Ok(c)) => c,
+            _ => {
+                // Jitter from the connection attempt count keeps replicas from
+                // reconnecting in lock-step without unseeded randomness.
+                tokio::time::sleep(Duration::from_millis(backoff + (shared.index as u64 * 7) % 13)).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+                continue;
+            }
+        };
+        backoff = BACKOFF_MIN_MS;
+        shared.metrics.peer_connections.inc();
+        'conn: while let Some(frame) = rx.recv().await {
+            if writer.feed(&frame).await.is_err() {
+                break 'conn;
+            }
+            // Coalesce whatever else is queued into one flush.
+            while let Ok(more) = rx.try_recv() {
+                if writer.feed(&more).await.is_err() {
+                    break 'conn;
+                }
+            }
+            if writer.flush().await.is_err() {
+                break 'conn;
+            }
+        }
+        shared.metrics.peer_connections.dec();
+        if rx.is_closed() {
+            return;
+        }
+    }
+}
+
+async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::task::spawn_local(serve_peer(shared.clone(), stream));
+    }
+}
+
+/// Read frames from another replica's pillar and hand them to the core.
+async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
+    let my_role = PeerRole::Replica {
+        id: shared.me,
+        pillar: shared.index as u32,
+    };
+    let (role, mut reader, _writer) = match chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net).await {
+        Ok(c) => c,
+        Err(e) => {
+            shared.metrics.drop_frame("peer-handshake-failed");
+            tracing::debug!(error = %e, "peer handshake failed");
+            return;
+        }
+    };
+    let from = match role {
+        PeerRole::Replica { id, pillar } if pillar as usize == shared.index && id != shared.me => id,
+        other => {
+            shared.metrics.drop_frame("peer-wrong-role");
+            tracing::debug!(role = %other, "refused connection on a peer port");
+            return;
+        }
+    };
+    let lanes = shared.config.lanes() as usize;
+    let pillars = shared.config.params.pillars as usize;
+    loop {
+        let frame = match reader.next().await {
+            Ok(Some(f)) => f,
+            Ok(None) => return,
+            Err(e) => {
+                shared.metrics.drop_frame("peer-frame-error");
+                tracing::debug!(error = %e, peer = %from, "closing peer connection");
+                return;
+            }
+        };
+        let msg: ReplicaMsg = match decode(&frame, &shared.limits) {
+            Ok(m) => m,
+            Err(e) => {
+                shared.metrics.drop_frame("peer-decode-error");
+                tracing::debug!(error = %e, peer = %from, "undecodable peer frame");
+                continue;
+            }
+        };
+        // COP: lane l only travels on pillar l mod P.
+        let expected_pillar = msg.lane().map(|l| l.index() % pillars.max(1)).unwrap_or(0);
+        if msg.lane().is_some_and(|l| l.index() >= lanes) || expected_pillar != shared.index {
+            shared.metrics.drop_frame("peer-wrong-pillar");
+            continue;
+        }
+        shared
+            .metrics
+            .messages_in
+            .get_or_create(&crate::metrics::KindLabel { kind: msg.kind().into() })
+            .inc();
+        if shared.core.send(CoreInput::Peer { from, msg }).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn accept_clients(
+    listener: tokio::net::TcpListener,
+    pillars: Vec<mpsc::Sender<PillarInput>>,
+    metrics: Arc<Metrics>,
+) {
+    let mut next = 0usize;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(std_stream) = stream.into_std() else { continue };
+        // COP: client connections are spread over pillars.
+        let p = next % pillars.len();
+        next += 1;
+        if pillars[p].try_send(PillarInput::AdoptClient(std_stream)).is_err() {
+            metrics.drop_frame("client-accept-queue-full");
+        }
+    }
+}
+
+async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
+    let _ = stream.set_nonblocking(true);
+    let Ok(stream) = tokio::net::TcpStream::from_std(stream) else { return };
+    let my_role = PeerRole::Replica {
+        id: shared.me,
+        pillar: shared.index as u32,
+    };
+    let (role, mut reader, mut writer) =
+        match chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net).await {
+            Ok(c) => c,
+            Err(e) => {
+                shared.metrics.drop_frame("client-handshake-failed");
+                tracing::debug!(error = %e, "client handshake failed");
+                return;
+            }
+        };
+    let PeerRole::Client { id: client } = role else {
+        shared.metrics.drop_frame("client-wrong-role");
+        return;
+    };
+    let Some(client_pk) = shared.config.client(client).map(|c| c.identity) else { return };
+    let key = shared.identity.pairwise_key(&client_pk);
+    let conn_id = {
+        let mut n = shared.next_conn.borrow_mut();
+        *n += 1;
+        *n
+    };
+    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_QUEUE);
+    shared.clients.borrow_mut().insert(client, (conn_id, tx));
+    shared.metrics.client_connections.inc();
+    let _ = shared.exec.try_send(ExecInput::ClientAt {
+        client,
+        pillar: shared.index,
+    });
+    let writer_task = tokio::task::spawn_local(async move {
+        while let Some(frame) = rx.recv().await {
+            if writer.feed(&frame).await.is_err() {
+                return;
+            }
+            while let Ok(more) = rx.try_recv() {
+                if writer.feed(&more).await.is_err() {
+                    return;
+                }
+            }
+            if writer.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    loop {
+        let frame = match reader.next().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                shared.metrics.drop_frame("client-frame-error");
+                tracing::debug!(error = %e, %client, "closing client connection");
+                break;
+            }
+        };
+        let msg: ClientMsg = match decode(&frame, &shared.limits) {
+            Ok(m) => m,
+            Err(e) => {
+                shared.metrics.drop_frame("client-decode-error");
+                tracing::debug!(error = %e, %client, "undecodable client frame");
+                break;
+            }
+        };
+        match msg {
+            ClientMsg::Request(req) => {
+                shared.metrics.requests_received.inc();
+                // The channel proves who is talking: a client may only submit its own requests.
+                if req.client != client {
+                    shared.metrics.reject("client-id-mismatch");
+                    continue;
+                }
+                if !req.verify(shared.me, &key, &client_pk) {
+                    shared.metrics.reject("bad-authenticator");
+                    continue;
+                }
+                if req.flags & flags::READ_ONLY != 0 {
+                    if shared.exec.try_send(ExecInput::ReadOnly { request: req }).is_err() {
+                        shared.metrics.reject("exec-queue-full");
+                    }
+                } else if shared.core.send(CoreInput::Request(req)).await.is_err() {
+                    break;
+                }
+            }
+            ClientMsg::StatusQuery => {
+                let _ = shared.exec.try_send(ExecInput::StatusQuery { client });
+            }
+            ClientMsg::Reply(_) | ClientMsg::StatusReport(_) => {
+                shared.metrics.drop_frame("client-sent-reply");
+            }
+        }
+    }
+    writer_task.abort();
+    shared.metrics.client_connections.dec();
+    let mine = shared.clients.borrow().get(&client).map(|(c, _)| *c) == Some(conn_id);
+    if mine {
+        shared.clients.borrow_mut().remove(&client);
+        let _ = shared.exec.try_send(ExecInput::ClientGone {
+            client,
+            pillar: shared.index,
+        });
+    }
+}

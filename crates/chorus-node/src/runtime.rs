@@ -1,0 +1,172 @@
+//! Starting a replica process: storage, executor, core, pillars, metrics.
+
+use crate::channels::*;
+use crate::core_thread::CoreThread;
+use crate::exec_thread::ExecThread;
+use crate::metrics::Metrics;
+use crate::node_config::LoadedNode;
+use crate::pillar::PillarThread;
+use crate::status::CoreStatus;
+use anyhow::{bail, Context, Result};
+use chorus_exec::Executor;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
+    let opts = chorus_apps::ServiceOptions {
+        sleep_us: node.sleep_us,
+        buckets: node.sleep_buckets,
+        ..Default::default()
+    };
+    let service = chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)?;
+    Ok(match node.executor.as_str() {
+        "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
+        "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
+            service,
+            node.workers.max(1),
+            4_096,
+            max_inflight,
+        )),
+        other => bail!("unknown executor {other:?} (expected sequential or parallel)"),
+    })
+}
+
+fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
+    std::net::TcpListener::bind((host, port)).with_context(|| format!("binding {host}:{port}"))
+}
+
+/// Run a replica until SIGINT/SIGTERM.
+pub fn run_replica(loaded: LoadedNode) -> Result<()> {
+    let LoadedNode {
+        node,
+        cluster,
+        identity,
+        data_dir,
+    } = loaded;
+    let config = Arc::new(cluster);
+    let me = node.id;
+    let info = config.replica(me).context("replica not in cluster")?.clone();
+    let pillars = config.params.pillars as usize;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
+    let store = chorus_store::Store::open(&data_dir, fsync).context("opening storage")?;
+    let executor = build_executor(&node, config.params.pool_max_per_client)?;
+    let metrics = Arc::new(Metrics::default());
+
+    // Bind everything first so a port clash fails fast with a clear message.
+    let peer_listeners: Vec<_> = (0..pillars)
+        .map(|p| bind(&info.host, info.peer_base_port + p as u16))
+        .collect::<Result<_>>()?;
+    let client_listener = bind(&info.host, info.client_port)?;
+
+    let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL_CAP);
+    let (exec_tx, exec_rx) = crossbeam_channel::bounded(EXEC_CHANNEL_CAP);
+    let (status_tx, status_rx) = watch::channel(CoreStatus::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut pillar_txs = Vec::new();
+    let mut pillar_rxs = Vec::new();
+    for _ in 0..pillars {
+        let (tx, rx) = mpsc::channel(PILLAR_CHANNEL_CAP);
+        pillar_txs.push(tx);
+        pillar_rxs.push(rx);
+    }
+
+    let core = CoreThread {
+        config: config.clone(),
+        me,
+        identity: identity.clone(),
+        store,
+        input: core_rx,
+        pillars: pillar_txs.clone(),
+        exec: exec_tx.clone(),
+        status: status_tx,
+        metrics: metrics.clone(),
+        shutdown: shutdown_rx.clone(),
+    };
+    let core_handle = std::thread::Builder::new()
+        .name("chorus-core".into())
+        .spawn(move || core.run())?;
+
+    let exec = ExecThread {
+        config: config.clone(),
+        me,
+        executor,
+        input: exec_rx,
+        pillars: pillar_txs.clone(),
+        core: core_tx.clone(),
+        core_status: status_rx,
+        metrics: metrics.clone(),
+    };
+    std::thread::Builder::new()
+        .name("chorus-exec".into())
+        .spawn(move || exec.run())?;
+
+    let mut client_listener = Some(client_listener);
+    for (p, (rx, listener)) in pillar_rxs.into_iter().zip(peer_listeners).enumerate() {
+        let pillar = PillarThread {
+            index: p,
+            config: config.clone(),
+            me,
+            identity: identity.clone(),
+            input: rx,
+            core: core_tx.clone(),
+            exec: exec_tx.clone(),
+            metrics: metrics.clone(),
+            peer_listener: listener,
+            client_listener: if p == 0 { client_listener.take() } else { None },
+            all_pillars: pillar_txs.clone(),
+            shutdown: shutdown_rx.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("chorus-pillar-{p}"))
+            .spawn(move || {
+                if let Err(e) = pillar.run() {
+                    tracing::error!(error = %e, pillar = p, "pillar stopped");
+                }
+            })?;
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        if info.metrics_port != 0 {
+            let m = metrics.clone();
+            let host = info.host.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::metrics::serve(m, host, info.metrics_port).await {
+                    tracing::warn!(error = %e, "metrics endpoint unavailable");
+                }
+            });
+        }
+        eprintln!(
+            "replica {me} up: {} mode, {} pillar(s), peers on {}:{}.., clients on {}:{}",
+            format!("{:?}", config.params.mode).to_lowercase(),
+            pillars,
+            info.host,
+            info.peer_base_port,
+            info.host,
+            info.client_port
+        );
+        wait_for_signal().await;
+    });
+    let _ = shutdown_tx.send(true);
+    match core_handle.join() {
+        Ok(r) => r,
+        Err(_) => bail!("core thread panicked"),
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
