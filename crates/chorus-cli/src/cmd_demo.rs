@@ -4,7 +4,7 @@
 
 use crate::load::{self, LoadStats, Percentiles};
 use crate::procs::{free_base_port, tail, Cluster};
-use crate::status_query::query;
+use crate::status_query::{query, wait_ready};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use chorus_apps::kv_op::{KvOp, KvReply};
@@ -98,6 +98,8 @@ async fn demo(a: &Args) -> Result<()> {
         executor: "sequential".into(),
         workers: 2,
         fsync: "batch".into(),
+        sleep_us: 1000,
+        sleep_buckets: 1,
     })?;
     let config = Arc::new(cluster_cfg);
     println!(
@@ -321,31 +323,6 @@ async fn run_phase(name: &'static str, len: Duration, stats: &LoadStats, cluster
         ops: stats.committed.load(Ordering::Relaxed) - start_ops,
         lat: stats.take_phase(),
     })
-}
-
-async fn wait_ready(
-    config: &ClusterConfig,
-    id: ClientId,
-    key: &Identity,
-    cluster: &mut Cluster,
-    replicas: &[u32],
-) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for &r in replicas {
-        loop {
-            if query(config, id, key, ReplicaId(r)).await.is_ok() {
-                break;
-            }
-            if let Some((i, st)) = cluster.exited() {
-                bail!("replica {i} exited during start-up ({st}):\n{}", tail(&cluster.log_path(i), 30));
-            }
-            if Instant::now() > deadline {
-                bail!("replica {r} did not come up within 20 s; see {}", cluster.log_path(r as usize).display());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(())
 }
 
 async fn wait_converged(

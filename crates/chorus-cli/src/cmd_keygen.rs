@@ -82,6 +82,8 @@ pub fn run(a: Args) -> Result<()> {
         executor: a.executor.clone(),
         workers: a.workers,
         fsync: a.fsync.clone(),
+        sleep_us: 1000,
+        sleep_buckets: 1,
     };
     let cluster = keygen(&opts)?;
     println!(

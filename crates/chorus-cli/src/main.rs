@@ -1,5 +1,9 @@
 //! `chorus`: the one binary operators use.
 
+mod bench_out;
+mod bench_plot;
+mod bench_run;
+mod cmd_bench;
 mod cmd_demo;
 mod cmd_keygen;
 mod cmd_kv;
@@ -8,6 +12,7 @@ mod cmd_status;
 mod load;
 mod procs;
 mod status_query;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +35,8 @@ enum Cmd {
     Status(cmd_status::Args),
     /// Start a local 4-replica cluster, drive a workload, kill and restart a replica.
     Demo(cmd_demo::Args),
+    /// Benchmark a local or running cluster; writes JSON, CSV and a PNG plot.
+    Bench(cmd_bench::Args),
 }
 
 fn main() {
@@ -43,6 +50,7 @@ fn main() {
         Cmd::Kv(a) => cmd_kv::run(a),
         Cmd::Status(a) => cmd_status::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
+        Cmd::Bench(a) => cmd_bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -5,7 +5,9 @@ use chorus_core::{decode, encode, ClientMsg, ClusterConfig, Identity, Limits, Re
 use chorus_net::{Expected, NetLimits, PeerRole};
 use chorus_node::status::StatusReport;
 use chorus_core::ClientId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use crate::procs::tail;
+use anyhow::bail;
 
 pub async fn query(config: &ClusterConfig, client: ClientId, identity: &Identity, replica: ReplicaId) -> Result<StatusReport> {
     let info = config.replica(replica).context("no such replica")?;
@@ -30,3 +32,29 @@ pub async fn query(config: &ClusterConfig, client: ClientId, identity: &Identity
         .await
         .map_err(|_| anyhow!("replica {replica} at {addr} did not answer within 3 s"))?
 }
+
+pub async fn wait_ready(
+    config: &ClusterConfig,
+    id: ClientId,
+    key: &Identity,
+    cluster: &mut crate::procs::Cluster,
+    replicas: &[u32],
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for &r in replicas {
+        loop {
+            if query(config, id, key, ReplicaId(r)).await.is_ok() {
+                break;
+            }
+            if let Some((i, st)) = cluster.exited() {
+                bail!("replica {i} exited during start-up ({st}):\n{}", tail(&cluster.log_path(i), 30));
+            }
+            if Instant::now() > deadline {
+                bail!("replica {r} did not come up within 20 s; see {}", cluster.log_path(r as usize).display());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+

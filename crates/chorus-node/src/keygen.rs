@@ -17,6 +17,8 @@ pub struct KeygenOptions {
     pub executor: String,
     pub workers: usize,
     pub fsync: String,
+    pub sleep_us: u64,
+    pub sleep_buckets: u32,
 }
 
 /// Port layout per replica i: pillars at base + 100·i + p, clients at base + 100·i + 90,
@@ -68,8 +70,8 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             service: opts.service.clone(),
             executor: opts.executor.clone(),
             workers: opts.workers,
-            sleep_us: 1000,
-            sleep_buckets: 1,
+            sleep_us: opts.sleep_us,
+            sleep_buckets: opts.sleep_buckets,
         };
         write(&opts.out.join(format!("replica-{i}.toml")), &toml::to_string(&node)?)?;
     }

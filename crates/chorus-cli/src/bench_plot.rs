@@ -1,0 +1,120 @@
+//! PNG plots of benchmark results: a throughput–latency curve for a sweep over
+//! the offered rate, throughput per value for any other sweep, and throughput
+//! over time for a single run.
+
+use crate::bench_run::RunResult;
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+static FONT: Once = Once::new();
+
+fn register_font() {
+    FONT.call_once(|| {
+        // Embedded so plots render on machines without system fonts.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            include_bytes!("../assets/DejaVuSans.ttf"),
+        );
+    });
+}
+
+pub fn plot(path: &Path, results: &[RunResult], sweep: Option<&str>) -> Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let title = match sweep {
+        Some(s) => format!("chorus bench — sweep {s}"),
+        None => "chorus bench — throughput over time".to_string(),
+    };
+    let param = sweep.and_then(|s| s.split_once('=')).map(|(k, _)| k.trim().to_string());
+    match (param.as_deref(), results.len()) {
+        (Some("rate"), _) => curve(&root, &title, results),
+        (Some(_), _) => bars(&root, &title, results),
+        (None, _) => timeline(&root, &title, &results[0]),
+    }
+    .map_err(|e| anyhow!("plotting: {e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn curve(root: &Area, title: &str, rs: &[RunResult]) -> Result<(), Box<dyn std::error::Error>> {
+    let xmax = rs.iter().map(|r| r.throughput_ops).fold(1.0, f64::max) * 1.1;
+    let ymax = rs.iter().map(|r| r.p99_ms).fold(1.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+    chart.configure_mesh().x_desc("throughput (ops/s)").y_desc("latency (ms)").draw()?;
+    let p50: Vec<(f64, f64)> = rs.iter().map(|r| (r.throughput_ops, r.p50_ms)).collect();
+    let p99: Vec<(f64, f64)> = rs.iter().map(|r| (r.throughput_ops, r.p99_ms)).collect();
+    chart
+        .draw_series(LineSeries::new(p50.clone(), BLUE.stroke_width(2)))?
+        .label("p50")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    chart.draw_series(p50.iter().map(|p| Circle::new(*p, 4, BLUE.filled())))?;
+    chart
+        .draw_series(LineSeries::new(p99.clone(), RED.stroke_width(2)))?
+        .label("p99")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    chart.draw_series(p99.iter().map(|p| Circle::new(*p, 4, RED.filled())))?;
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+    Ok(())
+}
+
+fn bars(root: &Area, title: &str, rs: &[RunResult]) -> Result<(), Box<dyn std::error::Error>> {
+    let ymax = rs.iter().map(|r| r.throughput_ops).fold(1.0, f64::max) * 1.15;
+    let n = rs.len();
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..ymax)?;
+    let names: Vec<String> = rs.iter().map(|r| r.name.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 0.26 {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("throughput (ops/s)")
+        .draw()?;
+    chart.draw_series(rs.iter().enumerate().map(|(i, r)| {
+        Rectangle::new([(i as f64 + 0.15, 0.0), (i as f64 + 0.85, r.throughput_ops)], BLUE.mix(0.7).filled())
+    }))?;
+    chart.draw_series(rs.iter().enumerate().map(|(i, r)| {
+        Text::new(
+            format!("{:.0}", r.throughput_ops),
+            (i as f64 + 0.3, r.throughput_ops + ymax * 0.02),
+            ("sans-serif", 16),
+        )
+    }))?;
+    Ok(())
+}
+
+fn timeline(root: &Area, title: &str, r: &RunResult) -> Result<(), Box<dyn std::error::Error>> {
+    let xmax = r.timeline.last().map(|t| t.0).unwrap_or(1.0).max(1.0);
+    let ymax = r.timeline.iter().map(|t| t.1).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+    chart.configure_mesh().x_desc("seconds").y_desc("ops/s").draw()?;
+    chart.draw_series(LineSeries::new(r.timeline.clone(), BLUE.stroke_width(2)))?;
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! `chorus bench`: start a local cluster (or target a running one), drive it
+//! with closed-loop or fixed-rate clients, and report throughput, latency,
+//! CPU and memory as JSON, CSV and a PNG plot. `--sweep` runs a parameter list
+//! in one invocation so results are ratios measured side by side.
+
+use crate::bench_run::{run_one, RunResult};
+use crate::workload::{KeyDist, Ycsb};
+use anyhow::{bail, Context, Result};
+use chorus_core::OrderingMode;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Benchmark a running cluster: its directory from `chorus keygen` (cluster.toml, client keys).
+    /// Without it a local cluster of separate processes is started per run.
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Replicas of the local cluster (3f+1).
+    #[arg(long, default_value_t = 4)]
+    pub n: usize,
+    /// Ordering mode: pbft | cop.
+    #[arg(long, default_value = "cop")]
+    pub mode: OrderingMode,
+    /// COP pillars (forced to 1 for pbft).
+    #[arg(long, default_value_t = 2)]
+    pub pillars: u32,
+    /// Executor: sequential | parallel.
+    #[arg(long, default_value = "sequential")]
+    pub executor: String,
+    /// Worker threads of the parallel executor.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Service: kv | null | sleep.
+    #[arg(long, default_value = "kv")]
+    pub service: String,
+    /// sleep: service time per operation in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub sleep_us: u64,
+    /// sleep: parallelism factor (independent buckets).
+    #[arg(long, default_value_t = 1)]
+    pub buckets: u32,
+    /// kv: YCSB workload A–F, or U (100% update).
+    #[arg(long, value_enum, default_value = "a")]
+    pub workload: Ycsb,
+    /// kv: records loaded before measuring.
+    #[arg(long, default_value_t = 10_000)]
+    pub records: u64,
+    /// kv: value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+    /// null: request payload in bytes.
+    #[arg(long, default_value_t = 0)]
+    pub request_bytes: usize,
+    /// Key distribution.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub distribution: KeyDist,
+    /// Fraction of operations sent to one hot key / bucket (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub conflict_rate: f64,
+    /// Send reads through ordering instead of the read-only fast path.
+    #[arg(long)]
+    pub ordered_reads: bool,
+    /// Client identities (each its own connection to every replica).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Requests each client keeps in flight (closed loop).
+    #[arg(long, default_value_t = 16)]
+    pub in_flight: usize,
+    /// Offered load in ops/s over all clients (open loop); 0 = closed loop.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Requests per batch at most.
+    #[arg(long, default_value_t = 256)]
+    pub batch: u32,
+    /// Batch delay in milliseconds.
+    #[arg(long, default_value_t = 1)]
+    pub batch_delay_ms: u64,
+    /// fsync policy of the local replicas: always | batch | off.
+    #[arg(long, default_value = "off")]
+    pub fsync: String,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Warm-up seconds (not measured).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
+    /// Parameters: pillars, workers, buckets, clients, in-flight, batch, rate, value-bytes,
+    /// request-bytes, conflict-rate, executor, mode, service, workload.
+    #[arg(long)]
+    pub sweep: Option<String>,
+    /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// A label stored with each result.
+    #[arg(long, default_value = "")]
+    pub label: String,
+}
+
+impl Args {
+    fn set(&mut self, key: &str, v: &str) -> Result<()> {
+        let num = || -> Result<u64> { v.parse::<u64>().with_context(|| format!("{key}={v} is not a number")) };
+        match key {
+            "pillars" => self.pillars = num()? as u32,
+            "workers" => self.workers = num()? as usize,
+            "buckets" => self.buckets = num()? as u32,
+            "clients" => self.clients = num()? as usize,
+            "in-flight" | "in_flight" => self.in_flight = num()? as usize,
+            "batch" => self.batch = num()? as u32,
+            "rate" => self.rate = num()?,
+            "value-bytes" => self.value_bytes = num()? as usize,
+            "request-bytes" => self.request_bytes = num()? as usize,
+            "conflict-rate" => self.conflict_rate = v.parse().with_context(|| format!("{key}={v}"))?,
+            "executor" => self.executor = v.into(),
+            "service" => self.service = v.into(),
+            "mode" => self.mode = v.parse().map_err(anyhow::Error::msg)?,
+            "workload" => {
+                self.workload = <Ycsb as clap::ValueEnum>::from_str(v, true).map_err(anyhow::Error::msg)?
+            }
+            other => bail!("cannot sweep over {other:?}; see --help for the parameter list"),
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !["kv", "null", "sleep"].contains(&self.service.as_str()) {
+            bail!("--service must be kv, null or sleep, not {:?}", self.service);
+        }
+        if !["sequential", "parallel"].contains(&self.executor.as_str()) {
+            bail!("--executor must be sequential or parallel, not {:?}", self.executor);
+        }
+        if !["always", "batch", "off"].contains(&self.fsync.as_str()) {
+            bail!("--fsync must be always, batch or off");
+        }
+        if self.clients == 0 || self.in_flight == 0 || self.duration == 0 {
+            bail!("--clients, --in-flight and --duration must be positive");
+        }
+        if !(0.0..=1.0).contains(&self.conflict_rate) {
+            bail!("--conflict-rate must be between 0 and 1");
+        }
+        if self.n != 1 && self.n < 4 {
+            bail!("--n must be 1 or at least 4 (3f+1)");
+        }
+        Ok(())
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    a.validate()?;
+    let runs: Vec<(String, Args)> = match &a.sweep {
+        None => vec![(String::new(), a.clone())],
+        Some(spec) => {
+            let (key, values) = spec
+                .split_once('=')
+                .context("--sweep must look like name=v1,v2,...")?;
+            let mut runs = Vec::new();
+            for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+                let mut r = a.clone();
+                r.set(key.trim(), v)?;
+                r.validate()?;
+                runs.push((format!("{}={v}", key.trim()), r));
+            }
+            if runs.is_empty() {
+                bail!("--sweep {spec:?} lists no values");
+            }
+            runs
+        }
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut results: Vec<RunResult> = Vec::new();
+    for (name, r) in &runs {
+        eprintln!("== run {}", if name.is_empty() { "(single)" } else { name });
+        let res = rt.block_on(async {
+            tokio::select! {
+                r = run_one(r, name) => r,
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            }
+        })?;
+        println!("{}", res.one_line());
+        crate::bench_out::append_csv(&a.out.join("results.csv"), &res)?;
+        results.push(res);
+    }
+    crate::bench_out::write_json(&a.out.join("results.json"), &results)?;
+    let plot = a.out.join("plot.png");
+    crate::bench_plot::plot(&plot, &results, a.sweep.as_deref())?;
+    println!("\nwrote {}, {} and {}", a.out.join("results.json").display(), a.out.join("results.csv").display(), plot.display());
+    if results.len() > 1 {
+        let base = results[0].throughput_ops;
+        println!("\n{:<24} {:>12} {:>8} {:>9} {:>9}", "run", "ops/s", "ratio", "p50 ms", "p99 ms");
+        for r in &results {
+            println!(
+                "{:<24} {:>12.0} {:>8.2} {:>9.2} {:>9.2}",
+                r.name,
+                r.throughput_ops,
+                if base > 0.0 { r.throughput_ops / base } else { 0.0 },
+                r.p50_ms,
+                r.p99_ms
+            );
+        }
+    }
+    Ok(())
+}

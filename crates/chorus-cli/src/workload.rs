@@ -1,0 +1,153 @@
+//! What each benchmark client sends: YCSB core workloads A–F on `kv`, or raw
+//! payloads for `null` and `sleep`.
+
+use bytes::Bytes;
+use chorus_apps::kv_op::KvOp;
+use rand::distributions::Distribution;
+use rand::Rng;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum KeyDist {
+    Uniform,
+    Zipfian,
+}
+
+/// YCSB core workloads (Cooper et al., SoCC 2010), as mixes of operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Ycsb {
+    /// 50% read, 50% update.
+    A,
+    /// 95% read, 5% update.
+    B,
+    /// 100% read.
+    C,
+    /// 95% read (latest), 5% insert.
+    D,
+    /// 95% scan, 5% insert.
+    E,
+    /// 50% read, 50% read-modify-write.
+    F,
+    /// 100% update (write-only; the speed-target workload).
+    U,
+}
+
+#[derive(Clone, Debug)]
+pub struct WorkloadSpec {
+    pub service: String,
+    pub ycsb: Ycsb,
+    pub records: u64,
+    pub value_bytes: usize,
+    pub request_bytes: usize,
+    pub dist: KeyDist,
+    /// Fraction of operations redirected to one hot key (kv) or bucket 0 (sleep).
+    pub conflict_rate: f64,
+    pub buckets: u32,
+}
+
+/// One generated operation.
+pub struct Op {
+    pub bytes: Bytes,
+    pub read_only: bool,
+}
+
+pub struct Generator {
+    spec: WorkloadSpec,
+    zipf: Option<zipf::ZipfDistribution>,
+    inserted: u64,
+    payload: Bytes,
+}
+
+impl Generator {
+    pub fn new(spec: WorkloadSpec, client: u64) -> Generator {
+        let zipf = match spec.dist {
+            KeyDist::Zipfian => zipf::ZipfDistribution::new(spec.records.max(1) as usize, 0.99).ok(),
+            KeyDist::Uniform => None,
+        };
+        let payload = Bytes::from(vec![b'x'; spec.request_bytes]);
+        Generator {
+            inserted: spec.records + client * 1_000_000_000,
+            spec,
+            zipf,
+            payload,
+        }
+    }
+
+    pub fn key(i: u64) -> Bytes {
+        Bytes::from(format!("user{i:012}"))
+    }
+
+    fn pick(&self, rng: &mut impl Rng) -> u64 {
+        if self.spec.conflict_rate > 0.0 && rng.gen_bool(self.spec.conflict_rate.min(1.0)) {
+            return 0;
+        }
+        match &self.zipf {
+            Some(z) => (z.sample(rng) as u64 - 1) % self.spec.records.max(1),
+            None => rng.gen_range(0..self.spec.records.max(1)),
+        }
+    }
+
+    fn value(&self) -> Bytes {
+        Bytes::from(vec![b'v'; self.spec.value_bytes])
+    }
+
+    pub fn next(&mut self, rng: &mut impl Rng) -> Op {
+        match self.spec.service.as_str() {
+            "null" => Op {
+                bytes: self.payload.clone(),
+                read_only: false,
+            },
+            "sleep" => {
+                let bucket = if self.spec.conflict_rate > 0.0 && rng.gen_bool(self.spec.conflict_rate.min(1.0)) {
+                    0
+                } else {
+                    rng.gen_range(0..self.spec.buckets.max(1))
+                };
+                Op {
+                    bytes: chorus_apps::SleepService::op(bucket),
+                    read_only: false,
+                }
+            }
+            _ => self.next_kv(rng),
+        }
+    }
+
+    fn next_kv(&mut self, rng: &mut impl Rng) -> Op {
+        let r: f64 = rng.gen();
+        let key = Self::key(self.pick(rng));
+        let (op, ro) = match self.spec.ycsb {
+            Ycsb::A if r < 0.5 => (KvOp::Read { key }, true),
+            Ycsb::A => (KvOp::Update { key, value: self.value() }, false),
+            Ycsb::B if r < 0.95 => (KvOp::Read { key }, true),
+            Ycsb::B => (KvOp::Update { key, value: self.value() }, false),
+            Ycsb::C => (KvOp::Read { key }, true),
+            Ycsb::D if r < 0.95 => {
+                let latest = self.inserted.saturating_sub(rng.gen_range(0..16));
+                (KvOp::Read { key: Self::key(latest) }, true)
+            }
+            Ycsb::E if r < 0.95 => (
+                KvOp::Scan {
+                    start: key,
+                    limit: rng.gen_range(1..=100),
+                },
+                true,
+            ),
+            Ycsb::D | Ycsb::E => {
+                self.inserted += 1;
+                (
+                    KvOp::Insert {
+                        key: Self::key(self.inserted),
+                        value: self.value(),
+                    },
+                    false,
+                )
+            }
+            Ycsb::F if r < 0.5 => (KvOp::Read { key }, true),
+            Ycsb::F => (KvOp::ReadModifyWrite { key, value: self.value() }, false),
+            Ycsb::U => (KvOp::Update { key, value: self.value() }, false),
+        };
+        Op {
+            bytes: op.encode(),
+            read_only: ro,
+        }
+    }
+}

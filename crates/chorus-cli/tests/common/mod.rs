@@ -1,0 +1,217 @@
+//! Helpers for integration tests that start real replica processes on loopback.
+
+#![allow(dead_code)]
+
+use chorus_core::{ClientId, ClusterConfig, Identity, OrderingMode, ProtocolParams, ReplicaId};
+use chorus_node::keygen::{keygen, KeygenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub config: Arc<ClusterConfig>,
+    children: Vec<Option<Child>>,
+}
+
+fn free_base() -> u16 {
+    // Spread concurrent test binaries over distinct ranges.
+    let pid = std::process::id() as u16;
+    for attempt in 0..500u16 {
+        let base = 21_000 + ((pid.wrapping_mul(13).wrapping_add(attempt * 389)) % 38_000) / 100 * 100;
+        let ok = (0..4u16).all(|i| {
+            let b = base + 100 * i;
+            [b, b + 1, b + 2, b + 3, b + 90, b + 91]
+                .iter()
+                .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        });
+        if ok {
+            return base;
+        }
+    }
+    panic!("no free port range");
+}
+
+impl TestCluster {
+    pub fn new(mode: OrderingMode, pillars: u32, clients: usize, tweak: impl FnOnce(&mut ProtocolParams)) -> TestCluster {
+        let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
+        let mut params = ProtocolParams {
+            mode,
+            pillars,
+            checkpoint_interval: 32 * pillars as u64,
+            view_change_timeout_ms: 800,
+            batch_delay_ms: 1,
+            ..ProtocolParams::default()
+        };
+        tweak(&mut params);
+        let config = keygen(&KeygenOptions {
+            out: dir.path().to_path_buf(),
+            n: 4,
+            clients,
+            hosts: vec!["127.0.0.1".into()],
+            base_port: free_base(),
+            params,
+            service: "kv".into(),
+            executor: "sequential".into(),
+            workers: 2,
+            fsync: "batch".into(),
+            sleep_us: 1000,
+            sleep_buckets: 1,
+        })
+        .unwrap();
+        let mut c = TestCluster {
+            dir,
+            config: Arc::new(config),
+            children: (0..4).map(|_| None).collect(),
+        };
+        for i in 0..4 {
+            c.start(i);
+        }
+        c
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn start(&mut self, i: usize) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path().join(format!("replica-{i}.log")))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_chorus"))
+            .arg("replica")
+            .arg("--config")
+            .arg(self.path().join(format!("replica-{i}.toml")))
+            .env("CHORUS_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children[i] = Some(child);
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn alive(&mut self, i: usize) -> bool {
+        match &mut self.children[i] {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn peak_rss_mib(&self, i: usize) -> Option<f64> {
+        let pid = self.children[i].as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.path().join(format!("replica-{i}.log"))).unwrap_or_default()
+    }
+
+    pub fn client_identity(&self, i: usize) -> Identity {
+        let text = std::fs::read_to_string(self.path().join(format!("keys/client-{i}.key"))).unwrap();
+        let k: chorus_node::node_config::KeyFile = toml::from_str(&text).unwrap();
+        k.to_identity().unwrap()
+    }
+
+    pub async fn client(&self, i: usize) -> chorus_client::Client {
+        chorus_client::Client::connect(
+            self.config.clone(),
+            ClientId(i as u64),
+            self.client_identity(i),
+            chorus_client::ClientOptions::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Status of replica `r` through the `chorus status --json` command.
+    pub fn status(&self, r: usize) -> Option<serde_json::Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_chorus"))
+            .arg("status")
+            .arg("--json")
+            .arg("--config")
+            .arg(self.path().join("client-0.toml"))
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().filter(|l| l.starts_with('{')).find(|l| l.contains(&format!("\"replica\":{r},")))?;
+        serde_json::from_str(line).ok()
+    }
+
+    /// Wait until all replicas in `which` answer status queries.
+    pub fn wait_up(&self, which: &[usize], limit: Duration) {
+        let deadline = Instant::now() + limit;
+        for &r in which {
+            while self.status(r).is_none() {
+                assert!(Instant::now() < deadline, "replica {r} did not come up; log:\n{}", self.log(r));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Wait until every replica reports the same executed position and state digest.
+    pub fn wait_converged(&self, limit: Duration) -> (u64, String) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let s: Vec<_> = (0..4).map(|r| self.status(r)).collect();
+            let keys: Vec<_> = s
+                .iter()
+                .flatten()
+                .map(|v| (v["executed_seq"].as_u64().unwrap_or(0), v["state_digest"].as_str().unwrap_or("").to_string()))
+                .collect();
+            if keys.len() == 4 && keys.windows(2).all(|w| w[0] == w[1]) {
+                return keys[0].clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "replicas did not converge: {keys:?}\nlogs:\n{}",
+                    (0..4).map(|i| format!("--- r{i}\n{}", tail(&self.log(i), 15))).collect::<Vec<_>>().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn replica_addr(&self, r: usize, pillar: u16) -> String {
+        let info = &self.config.replicas[r];
+        format!("{}:{}", info.host, info.peer_base_port + pillar)
+    }
+
+    pub fn client_addr(&self, r: usize) -> String {
+        let info = &self.config.replicas[r];
+        format!("{}:{}", info.host, info.client_port)
+    }
+
+    pub fn replica_id(r: usize) -> ReplicaId {
+        ReplicaId(r as u32)
+    }
+
+    pub fn dir_path(&self) -> PathBuf {
+        self.path().to_path_buf()
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
