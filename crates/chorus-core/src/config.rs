@@ -284,7 +284,7 @@ impl ClusterConfig {
             }
         }
         let lanes = self.lanes();
-        if p.checkpoint_interval % lanes as u64 != 0 {
+        if !p.checkpoint_interval.is_multiple_of(lanes as u64) {
             return Err(ConfigError::CheckpointInterval(p.checkpoint_interval, lanes));
         }
         let per_lane = self.checkpoint_slots_per_lane();

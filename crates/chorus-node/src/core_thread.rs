@@ -143,9 +143,12 @@ impl Driver {
         tokio::time::Instant::now() + Duration::from_millis(wait)
     }
 
+    /// Append and make durable (per the fsync policy) everything pending: one
+    /// transaction and at most one fsync per batch of events (group commit).
     fn flush_persist(&mut self) -> Result<()> {
         if !self.pending_persist.is_empty() {
             self.store.append(&self.pending_persist)?;
+            self.store.sync()?;
             self.metrics.persisted_records.inc_by(self.pending_persist.len() as u64);
             self.pending_persist.clear();
         }
@@ -159,25 +162,33 @@ impl Driver {
     }
 
     fn perform(&mut self, out: &mut Outbox) -> Result<()> {
-        for action in out.drain().collect::<Vec<_>>() {
+        let (persists, actions): (Vec<Action>, Vec<Action>) =
+            out.drain().partition(|a| matches!(a, Action::Persist(_)));
+        // Persist-before-send: every record of this outbox is durable before
+        // any of its messages leaves. Persisting a record earlier than the
+        // protocol needs is always safe.
+        for a in persists {
+            if let Action::Persist(r) = a {
+                self.pending_persist.push(r);
+            }
+        }
+        self.flush_persist()?;
+        for action in actions {
             match action {
-                Action::Persist(r) => self.pending_persist.push(r),
+                Action::Persist(_) => {}
                 Action::Send { to, msg } => {
-                    self.flush_persist()?;
                     let p = self.pillar_of(&msg);
                     let frame = Bytes::from(encode(&msg));
                     self.metrics.messages_out.inc();
                     self.to_pillar(p, PillarInput::SendPeer { to, frame });
                 }
                 Action::Broadcast { msg } => {
-                    self.flush_persist()?;
                     let p = self.pillar_of(&msg);
                     let frame = Bytes::from(encode(&msg));
                     self.metrics.messages_out.inc();
                     self.to_pillar(p, PillarInput::BroadcastPeer { frame });
                 }
                 Action::Deliver { seq, batch, .. } => {
-                    self.flush_persist()?;
                     self.metrics.delivered_batches.inc();
                     // Blocking send: a full executor back-pressures ordering.
                     let _ = self.exec.send(ExecInput::Deliver { seq, batch });
@@ -192,7 +203,6 @@ impl Driver {
                     let _ = self.exec.send(ExecInput::TakeCheckpoint { seq });
                 }
                 Action::InstallState { cert, snapshot } => {
-                    self.flush_persist()?;
                     let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
                 }
                 Action::Reject { client, seq, reason } => {
@@ -201,7 +211,7 @@ impl Driver {
                 }
             }
         }
-        self.flush_persist()
+        Ok(())
     }
 
     fn to_pillar(&self, p: usize, input: PillarInput) {

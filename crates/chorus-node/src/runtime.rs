@@ -49,7 +49,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     let pillars = config.params.pillars as usize;
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let store = chorus_store::Store::open(&data_dir, fsync).context("opening storage")?;
+    let store = chorus_store::Store::open(&data_dir, fsync, config.lanes()).context("opening storage")?;
     let executor = build_executor(&node, config.params.pool_max_per_client)?;
     let metrics = Arc::new(Metrics::default());
 

@@ -1,0 +1,471 @@
+//! Exactly-once execution per `(client, request seq)` (DESIGN §4 "Requests").
+//!
+//! Every decision is taken when a request is *submitted*, in delivery order,
+//! never when it finishes executing. Under the parallel executor requests
+//! finish in an order that differs between replicas; deciding at submission
+//! keeps the decision a pure function of the delivered sequence, so every
+//! correct replica decides the same (PBFT §4.1 "the replica records the last
+//! reply sent to each client" — generalised here to a window of seqs, because
+//! a Chorus client may pipeline requests that different lanes order out of
+//! sequence).
+//!
+//! Per client the table keeps:
+//! - `low`: every seq `<= low` has been admitted for execution;
+//! - `above`: the admitted seqs `> low` (at most `max_inflight - 1` of them:
+//!   `low + 1` is never in it, and nothing beyond `low + max_inflight` is admitted);
+//! - `replies`: the replies of the highest [`REPLY_CACHE_PER_CLIENT`] admitted
+//!   seqs (so the latest one is always kept). A slot is `Pending` from
+//!   admission until the executor reports the result.
+//!
+//! Client seqs start at 1 (0 is reserved and rejected). A client that jumps more
+//! than `max_inflight` past its lowest unexecuted seq is rejected — the same way
+//! on every replica — and may retry the request later.
+//!
+//! The number of clients is bounded by the cluster configuration: requests
+//! reach the executor only after their authenticator was checked against it.
+
+use bytes::Bytes;
+use chorus_core::{ClientId, Digest, RequestSeq};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Default bound on how far a client may run ahead of its lowest unexecuted seq.
+pub const DEFAULT_MAX_INFLIGHT_PER_CLIENT: u32 = 1024;
+/// Replies kept per client for re-sending to duplicates (the highest seqs win).
+pub const REPLY_CACHE_PER_CLIENT: usize = 64;
+/// Upper bound on `max_inflight_per_client`, so one client's entry stays small.
+pub const MAX_INFLIGHT_LIMIT: u32 = 1 << 20;
+
+/// Why a request was refused without executing it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RejectKind {
+    /// Request seq 0 is reserved: client seqs start at 1.
+    ZeroSeq,
+    /// `seq > low + max_inflight`: the client ran too far ahead.
+    TooFarAhead,
+}
+
+impl RejectKind {
+    /// Stable text, part of the (replicated, compared) error result.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::ZeroSeq => "request seq 0 is reserved",
+            RejectKind::TooFarAhead => "request seq beyond the client's in-flight window",
+        }
+    }
+}
+
+/// What a cached reply slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CachedReply {
+    /// The original has executed; re-send this.
+    Ready(Bytes),
+    /// The original was admitted but has not finished executing yet.
+    Pending,
+    /// The reply was evicted from the cache: nothing to re-send.
+    Forgotten,
+}
+
+/// The decision for one delivered request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Execute it; the table already counts it as executed.
+    Fresh,
+    /// Already executed (or admitted): do not execute again.
+    Duplicate(CachedReply),
+    /// Refused deterministically; answer with an error result.
+    Rejected(RejectKind),
+}
+
+/// Counters (not part of the replicated state or its digest).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    pub fresh: u64,
+    pub duplicates: u64,
+    pub duplicates_forgotten: u64,
+    pub rejected_zero_seq: u64,
+    pub rejected_too_far_ahead: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ClientEntry {
+    low: u64,
+    above: BTreeSet<u64>,
+    /// `None` = pending.
+    replies: BTreeMap<u64, Option<Bytes>>,
+}
+
+impl ClientEntry {
+    fn is_admitted(&self, seq: u64) -> bool {
+        seq <= self.low || self.above.contains(&seq)
+    }
+}
+
+/// The exactly-once table. Part of the executor's snapshot and state digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTable {
+    max_inflight: u32,
+    clients: BTreeMap<ClientId, ClientEntry>,
+    pending: usize,
+    stats: TableStats,
+}
+
+/// The canonical, serialisable form of the table (no pending slots).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSnapshot {
+    pub clients: Vec<ClientSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientSnapshot {
+    pub client: ClientId,
+    pub low: u64,
+    /// Strictly increasing, each in `low + 2 ..= low + max_inflight`.
+    pub above: Vec<u64>,
+    /// Strictly increasing seqs, each admitted, at most `REPLY_CACHE_PER_CLIENT`.
+    pub replies: Vec<(u64, Bytes)>,
+}
+
+impl Default for ClientTable {
+    fn default() -> Self {
+        ClientTable::new(DEFAULT_MAX_INFLIGHT_PER_CLIENT)
+    }
+}
+
+impl ClientTable {
+    /// `max_inflight_per_client` is clamped to `1..=MAX_INFLIGHT_LIMIT`; it must
+    /// be the same on every replica (it decides rejections).
+    pub fn new(max_inflight_per_client: u32) -> ClientTable {
+        ClientTable {
+            max_inflight: max_inflight_per_client.clamp(1, MAX_INFLIGHT_LIMIT),
+            clients: BTreeMap::new(),
+            pending: 0,
+            stats: TableStats::default(),
+        }
+    }
+
+    pub fn max_inflight(&self) -> u32 {
+        self.max_inflight
+    }
+
+    pub fn stats(&self) -> &TableStats {
+        &self.stats
+    }
+
+    /// Number of admitted requests whose reply slot is still pending.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub fn client_count(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Has `(client, seq)` been admitted for execution?
+    pub fn is_executed(&self, client: ClientId, seq: RequestSeq) -> bool {
+        self.clients.get(&client).is_some_and(|e| e.is_admitted(seq.0))
+    }
+
+    /// The lowest seq of `client` that has not been admitted yet minus one.
+    pub fn low(&self, client: ClientId) -> u64 {
+        self.clients.get(&client).map_or(0, |e| e.low)
+    }
+
+    /// Decide what to do with the next delivered request. Must be called in
+    /// delivery order; a `Fresh` request is from now on counted as executed.
+    pub fn admit(&mut self, client: ClientId, seq: RequestSeq) -> Admission {
+        let seq = seq.0;
+        if seq == 0 {
+            self.stats.rejected_zero_seq += 1;
+            return Admission::Rejected(RejectKind::ZeroSeq);
+        }
+        let max_inflight = u64::from(self.max_inflight);
+        if let Some(e) = self.clients.get(&client) {
+            if e.is_admitted(seq) {
+                self.stats.duplicates += 1;
+                let cached = match e.replies.get(&seq) {
+                    Some(Some(r)) => CachedReply::Ready(r.clone()),
+                    Some(None) => CachedReply::Pending,
+                    None => {
+                        self.stats.duplicates_forgotten += 1;
+                        CachedReply::Forgotten
+                    }
+                };
+                return Admission::Duplicate(cached);
+            }
+        }
+        let low = self.clients.get(&client).map_or(0, |e| e.low);
+        if seq - low > max_inflight {
+            self.stats.rejected_too_far_ahead += 1;
+            return Admission::Rejected(RejectKind::TooFarAhead);
+        }
+        let e = self.clients.entry(client).or_default();
+        if seq == e.low + 1 {
+            e.low = seq;
+            // Close the gap: seqs admitted earlier out of order become contiguous.
+            while e.above.first() == Some(&(e.low + 1)) {
+                e.above.pop_first();
+                e.low += 1;
+            }
+        } else {
+            e.above.insert(seq);
+        }
+        debug_assert!(e.above.len() < max_inflight as usize);
+        debug_assert!(e.above.first().into_iter().all(|&s| s > e.low + 1));
+        e.replies.insert(seq, None);
+        self.pending += 1;
+        if e.replies.len() > REPLY_CACHE_PER_CLIENT {
+            // Evict the lowest seq: the latest reply is always kept.
+            if let Some((_, slot)) = e.replies.pop_first() {
+                if slot.is_none() {
+                    self.pending -= 1;
+                }
+            }
+        }
+        self.stats.fresh += 1;
+        Admission::Fresh
+    }
+
+    /// Record the reply of an admitted request. Returns false (and changes
+    /// nothing) if its slot was already evicted or already filled.
+    pub fn complete(&mut self, client: ClientId, seq: RequestSeq, reply: Bytes) -> bool {
+        let Some(e) = self.clients.get_mut(&client) else {
+            return false;
+        };
+        match e.replies.get_mut(&seq.0) {
+            Some(slot @ None) => {
+                *slot = Some(reply);
+                self.pending -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The canonical form. Panics if a reply is still pending: snapshots are
+    /// only taken at a barrier, once everything submitted has executed.
+    pub fn to_snapshot(&self) -> TableSnapshot {
+        assert_eq!(self.pending, 0, "client table snapshot with pending replies");
+        let clients = self
+            .clients
+            .iter()
+            .map(|(&client, e)| ClientSnapshot {
+                client,
+                low: e.low,
+                above: e.above.iter().copied().collect(),
+                replies: e
+                    .replies
+                    .iter()
+                    .map(|(&s, r)| (s, r.clone().expect("no pending replies at a barrier")))
+                    .collect(),
+            })
+            .collect();
+        TableSnapshot { clients }
+    }
+
+    /// Rebuild a table from its canonical form, checking every invariant
+    /// (the snapshot may come from another replica).
+    pub fn from_snapshot(
+        s: &TableSnapshot,
+        max_inflight_per_client: u32,
+    ) -> Result<ClientTable, &'static str> {
+        let mut t = ClientTable::new(max_inflight_per_client);
+        let max_inflight = u64::from(t.max_inflight);
+        let mut prev: Option<ClientId> = None;
+        for c in &s.clients {
+            if prev.is_some_and(|p| p >= c.client) {
+                return Err("client entries not strictly increasing");
+            }
+            prev = Some(c.client);
+            if !strictly_increasing(c.above.iter().copied()) {
+                return Err("admitted seqs not strictly increasing");
+            }
+            let in_window = |&s: &u64| s > c.low.saturating_add(1) && s - c.low <= max_inflight;
+            if !c.above.iter().all(in_window) {
+                return Err("admitted seq outside the client's window");
+            }
+            if c.replies.len() > REPLY_CACHE_PER_CLIENT {
+                return Err("too many cached replies");
+            }
+            if !strictly_increasing(c.replies.iter().map(|r| r.0)) {
+                return Err("cached replies not strictly increasing");
+            }
+            let entry = ClientEntry {
+                low: c.low,
+                above: c.above.iter().copied().collect(),
+                replies: c.replies.iter().map(|(s, r)| (*s, Some(r.clone()))).collect(),
+            };
+            if c.replies.iter().any(|(s, _)| *s == 0 || !entry.is_admitted(*s)) {
+                return Err("cached reply for a seq never executed");
+            }
+            t.clients.insert(c.client, entry);
+        }
+        Ok(t)
+    }
+
+    /// Canonical bytes of the table.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(&self.to_snapshot()).expect("encoding a client table cannot fail")
+    }
+
+    /// Digest of the canonical bytes.
+    pub fn digest(&self) -> Digest {
+        Digest::of_parts("chorus client table v1", &[&self.encode()])
+    }
+}
+
+fn strictly_increasing(mut it: impl Iterator<Item = u64>) -> bool {
+    let Some(mut prev) = it.next() else {
+        return true;
+    };
+    for x in it {
+        if x <= prev {
+            return false;
+        }
+        prev = x;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: ClientId = ClientId(7);
+
+    fn q(s: u64) -> RequestSeq {
+        RequestSeq(s)
+    }
+
+    #[test]
+    fn in_order_requests_are_fresh_once() {
+        let mut t = ClientTable::new(4);
+        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
+        assert_eq!(t.admit(C, q(1)), Admission::Duplicate(CachedReply::Pending));
+        assert!(t.complete(C, q(1), Bytes::from_static(b"r1")));
+        assert_eq!(
+            t.admit(C, q(1)),
+            Admission::Duplicate(CachedReply::Ready(Bytes::from_static(b"r1")))
+        );
+        assert_eq!(t.low(C), 1);
+        assert!(!t.complete(C, q(1), Bytes::from_static(b"again")), "filled once");
+    }
+
+    #[test]
+    fn out_of_order_seqs_fill_the_gap() {
+        let mut t = ClientTable::new(4);
+        assert_eq!(t.admit(C, q(3)), Admission::Fresh);
+        assert_eq!(t.admit(C, q(2)), Admission::Fresh);
+        assert_eq!(t.low(C), 0);
+        assert!(t.is_executed(C, q(3)) && !t.is_executed(C, q(1)));
+        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
+        assert_eq!(t.low(C), 3);
+        assert!(matches!(t.admit(C, q(2)), Admission::Duplicate(_)));
+    }
+
+    #[test]
+    fn window_rejects_deterministically_and_allows_retry() {
+        let mut t = ClientTable::new(4);
+        assert_eq!(t.admit(C, q(4)), Admission::Fresh);
+        assert_eq!(t.admit(C, q(5)), Admission::Rejected(RejectKind::TooFarAhead));
+        assert!(!t.is_executed(C, q(5)), "a rejected request is not executed");
+        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
+        assert_eq!(t.admit(C, q(5)), Admission::Fresh, "retry once the window moved");
+        assert_eq!(t.admit(C, q(0)), Admission::Rejected(RejectKind::ZeroSeq));
+        assert_eq!(t.stats().rejected_too_far_ahead, 1);
+    }
+
+    #[test]
+    fn reply_cache_keeps_the_highest_seqs() {
+        let mut t = ClientTable::new(1024);
+        let n = REPLY_CACHE_PER_CLIENT as u64 + 10;
+        for s in 1..=n {
+            assert_eq!(t.admit(C, q(s)), Admission::Fresh);
+            t.complete(C, q(s), Bytes::from(s.to_le_bytes().to_vec()));
+        }
+        assert_eq!(t.admit(C, q(1)), Admission::Duplicate(CachedReply::Forgotten));
+        assert_eq!(
+            t.admit(C, q(n)),
+            Admission::Duplicate(CachedReply::Ready(Bytes::from(n.to_le_bytes().to_vec())))
+        );
+        assert_eq!(t.pending(), 0);
+    }
+
+    #[test]
+    fn evicting_a_pending_slot_drops_its_later_reply() {
+        let mut t = ClientTable::new(1024);
+        t.admit(C, q(1));
+        for s in 2..=(REPLY_CACHE_PER_CLIENT as u64 + 1) {
+            t.admit(C, q(s));
+        }
+        assert!(!t.complete(C, q(1), Bytes::new()));
+        assert_eq!(t.pending(), REPLY_CACHE_PER_CLIENT);
+    }
+
+    #[test]
+    fn snapshot_roundtrip_and_digest() {
+        let mut t = ClientTable::new(8);
+        for (c, s) in [(1, 1), (1, 3), (2, 1), (2, 2), (9, 5)] {
+            assert_eq!(t.admit(ClientId(c), q(s)), Admission::Fresh);
+            t.complete(ClientId(c), q(s), Bytes::from(format!("{c}/{s}")));
+        }
+        let snap = t.to_snapshot();
+        let back = ClientTable::from_snapshot(&snap, 8).unwrap();
+        assert_eq!(back.encode(), t.encode());
+        assert_eq!(back.digest(), t.digest());
+        let mut other = back.clone();
+        other.admit(ClientId(3), q(1));
+        other.complete(ClientId(3), q(1), Bytes::new());
+        assert_ne!(other.digest(), t.digest());
+    }
+
+    #[test]
+    fn bad_snapshots_are_rejected() {
+        let good = ClientSnapshot {
+            client: C,
+            low: 5,
+            above: vec![7],
+            replies: vec![(5, Bytes::new()), (7, Bytes::new())],
+        };
+        let ok = TableSnapshot {
+            clients: vec![good.clone()],
+        };
+        assert!(ClientTable::from_snapshot(&ok, 4).is_ok());
+        let cases = [
+            ClientSnapshot {
+                above: vec![6],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                above: vec![10],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                above: vec![8, 7],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                replies: vec![(8, Bytes::new())],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                replies: vec![(0, Bytes::new())],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                replies: vec![(7, Bytes::new()), (5, Bytes::new())],
+                ..good.clone()
+            },
+        ];
+        for c in cases {
+            let s = TableSnapshot {
+                clients: vec![c.clone()],
+            };
+            assert!(ClientTable::from_snapshot(&s, 4).is_err(), "{c:?}");
+        }
+        let dup = TableSnapshot {
+            clients: vec![good.clone(), good],
+        };
+        assert!(ClientTable::from_snapshot(&dup, 4).is_err());
+    }
+}

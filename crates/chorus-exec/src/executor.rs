@@ -1,0 +1,141 @@
+//! The executor contract the runtime and the simulator drive (DESIGN §1
+//! "EXECUTOR"), and the pieces every implementation shares: the result of a
+//! request, the checkpoint, the snapshot format and the state digest.
+
+use crate::client_table::{ClientTable, RejectKind, TableSnapshot};
+use crate::service::Service;
+use bytes::Bytes;
+use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The outcome of one delivered request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecResult {
+    pub client: ClientId,
+    pub request_seq: RequestSeq,
+    /// The position of the batch that carried this copy of the request.
+    pub delivered_at: Seq,
+    pub result: Bytes,
+    /// True when this copy was not executed and `result` is the cached reply of
+    /// the first execution.
+    pub duplicate: bool,
+}
+
+impl ExecResult {
+    /// Was the request refused without executing it (see [`rejected_result`])?
+    pub fn is_rejected(&self) -> bool {
+        !self.duplicate && self.result.starts_with(REJECTED_PREFIX)
+    }
+}
+
+/// A checkpoint of the executor: everything below `next_seq` has executed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecCheckpoint {
+    pub next_seq: Seq,
+    pub state_digest: Digest,
+    pub snapshot: Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error("malformed snapshot: {0}")]
+    Malformed(String),
+    #[error("invalid snapshot: {0}")]
+    Invalid(&'static str),
+    #[error("the service refused the snapshot: {0}")]
+    Service(String),
+}
+
+/// Runs delivered batches against a [`Service`] (CBASE §4: the execution stage,
+/// with or without a parallelizer in front of it).
+pub trait Executor: Send {
+    /// Next delivered batch; `seq` must equal `self.next_seq()` (assert). May block when full (back-pressure).
+    fn submit(&mut self, seq: Seq, batch: Arc<Batch>);
+    /// Results completed so far (order across non-conflicting requests unspecified). Duplicate requests
+    /// yield their cached reply with duplicate=true; rejected ones yield an error result.
+    fn drain_results(&mut self, out: &mut Vec<ExecResult>);
+    /// CBASE sync: wait until everything submitted has executed, then snapshot (client table + service state).
+    fn checkpoint(&mut self) -> ExecCheckpoint;
+    /// Replace all state by a snapshot taken at `next_seq`; returns its state digest.
+    fn restore(&mut self, next_seq: Seq, snapshot: &[u8]) -> Result<Digest, ExecError>;
+    /// Read-only fast path: run a read-only op against current state without ordering (None if the op is not read-only).
+    fn execute_read_only(&self, op: &[u8]) -> Option<Bytes>;
+    fn next_seq(&self) -> Seq;
+    /// Current state digest (client table + service), after everything submitted has executed.
+    fn state_digest(&mut self) -> Digest;
+}
+
+/// Every rejected request's result starts with these bytes.
+pub const REJECTED_PREFIX: &[u8] = b"\0chorus/rejected: ";
+
+/// The error result of a rejected request: the same bytes on every replica,
+/// so the client collects `f+1` matching rejections like any other reply.
+pub fn rejected_result(kind: RejectKind) -> Bytes {
+    let mut v = REJECTED_PREFIX.to_vec();
+    v.extend_from_slice(kind.as_str().as_bytes());
+    Bytes::from(v)
+}
+
+/// The executor snapshot: client table + service state, postcard-encoded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct ExecSnapshot {
+    version: u8,
+    table: TableSnapshot,
+    service: Bytes,
+}
+
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// Encode the snapshot of a quiescent executor (nothing pending).
+pub fn encode_snapshot(table: &ClientTable, service: &dyn Service) -> Bytes {
+    let s = ExecSnapshot {
+        version: SNAPSHOT_VERSION,
+        table: table.to_snapshot(),
+        service: service.snapshot(),
+    };
+    Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"))
+}
+
+/// Decode and check a snapshot; nothing is changed.
+pub fn decode_snapshot(
+    bytes: &[u8],
+    max_inflight_per_client: u32,
+) -> Result<(ClientTable, Bytes), ExecError> {
+    let (s, rest): (ExecSnapshot, &[u8]) =
+        postcard::take_from_bytes(bytes).map_err(|e| ExecError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(ExecError::Malformed(format!("{} trailing bytes", rest.len())));
+    }
+    if s.version != SNAPSHOT_VERSION {
+        return Err(ExecError::Invalid("unknown snapshot version"));
+    }
+    let table = ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
+    Ok((table, s.service))
+}
+
+/// The state digest replicas compare: position, client table and service state.
+pub fn state_digest(next_seq: Seq, table: &ClientTable, service: &dyn Service) -> Digest {
+    Digest::of_parts(
+        "chorus exec state v1",
+        &[
+            &next_seq.0.to_le_bytes(),
+            table.digest().as_bytes(),
+            service.state_digest().as_bytes(),
+        ],
+    )
+}
+
+/// Decode `snapshot`, install it into `service`, and return the new table and
+/// the state digest. The table is only built if the service accepted its part.
+pub fn restore_snapshot(
+    service: &dyn Service,
+    next_seq: Seq,
+    snapshot: &[u8],
+    max_inflight_per_client: u32,
+) -> Result<(ClientTable, Digest), ExecError> {
+    let (table, service_state) = decode_snapshot(snapshot, max_inflight_per_client)?;
+    service.restore(&service_state).map_err(ExecError::Service)?;
+    let digest = state_digest(next_seq, &table, service);
+    Ok((table, digest))
+}

@@ -1,0 +1,243 @@
+//! The sequential executor: exactly-once, cached replies for duplicates,
+//! deterministic rejections, checkpoint and restore.
+
+use bytes::Bytes;
+use chorus_core::{Authenticator, Batch, ClientId, Request, RequestSeq, Seq};
+use chorus_exec::{
+    Access, ExecContext, ExecError, ExecResult, Executor, SequentialExecutor, Service, REPLY_CACHE_PER_CLIENT,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Registers `0..=255`. op = [0, k] read k; [1, k, v] add v to k, reply the
+/// new value; anything else: an error reply that touches nothing. Replies also
+/// carry the context so a test sees what the executor passed.
+#[derive(Default)]
+struct Registers(Mutex<BTreeMap<u8, u64>>);
+
+impl Service for Registers {
+    fn execute(&self, op: &[u8], ctx: &ExecContext) -> Bytes {
+        let mut m = self.0.lock().unwrap();
+        let v = match op {
+            [0, k] => m.get(k).copied().unwrap_or(0),
+            [1, k, v] => {
+                let e = m.entry(*k).or_insert(0);
+                *e += u64::from(*v);
+                *e
+            }
+            _ => return Bytes::from_static(b"bad op"),
+        };
+        Bytes::from(format!("{v}@{}.{}", ctx.seq.0, ctx.index))
+    }
+    fn access(&self, op: &[u8]) -> Access {
+        match op {
+            [0, k] => Access::Keys {
+                reads: vec![Bytes::from(vec![*k])],
+                writes: vec![],
+            },
+            [1, k, _] => Access::Keys {
+                reads: vec![],
+                writes: vec![Bytes::from(vec![*k])],
+            },
+            _ => Access::Keys {
+                reads: vec![],
+                writes: vec![],
+            },
+        }
+    }
+    fn is_read_only(&self, op: &[u8]) -> bool {
+        matches!(op, [0, _])
+    }
+    fn snapshot(&self) -> Bytes {
+        let m = self.0.lock().unwrap();
+        Bytes::from(
+            m.iter()
+                .flat_map(|(k, v)| std::iter::once(*k).chain(v.to_le_bytes()))
+                .collect::<Vec<u8>>(),
+        )
+    }
+    fn restore(&self, s: &[u8]) -> Result<(), String> {
+        if !s.len().is_multiple_of(9) {
+            return Err("bad length".into());
+        }
+        let mut m = self.0.lock().unwrap();
+        m.clear();
+        for c in s.chunks(9) {
+            m.insert(c[0], u64::from_le_bytes(c[1..].try_into().unwrap()));
+        }
+        Ok(())
+    }
+}
+
+fn req(client: u64, seq: u64, op: &[u8]) -> Request {
+    Request {
+        client: ClientId(client),
+        seq: RequestSeq(seq),
+        flags: 0,
+        op: Bytes::copy_from_slice(op),
+        auth: Authenticator::Macs(vec![]),
+    }
+}
+
+fn batch(reqs: Vec<Request>) -> Arc<Batch> {
+    Arc::new(Batch { requests: reqs })
+}
+
+fn exec(max_inflight: u32) -> SequentialExecutor {
+    SequentialExecutor::new(Arc::new(Registers::default()), max_inflight)
+}
+
+fn drain(e: &mut impl Executor) -> Vec<ExecResult> {
+    let mut out = Vec::new();
+    e.drain_results(&mut out);
+    out
+}
+
+#[test]
+fn executes_in_order_with_context() {
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(1, 1, &[1, 5, 2]), req(2, 1, &[1, 5, 3])]));
+    e.submit(Seq(1), batch(vec![]));
+    e.submit(Seq(2), batch(vec![req(1, 2, &[0, 5])]));
+    let r: Vec<_> = drain(&mut e)
+        .into_iter()
+        .map(|r| (r.result, r.delivered_at, r.duplicate))
+        .collect();
+    assert_eq!(
+        r,
+        vec![
+            (Bytes::from("2@0.0"), Seq(0), false),
+            (Bytes::from("5@0.1"), Seq(0), false),
+            (Bytes::from("5@2.0"), Seq(2), false),
+        ]
+    );
+    assert_eq!(e.next_seq(), Seq(3));
+}
+
+#[test]
+fn duplicates_are_not_executed_and_get_the_cached_reply() {
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(1, 1, &[1, 0, 1]), req(1, 1, &[1, 0, 1])]));
+    e.submit(Seq(1), batch(vec![req(1, 1, &[1, 0, 1])]));
+    let r = drain(&mut e);
+    assert_eq!(r.len(), 3);
+    assert!(!r[0].duplicate && r[1].duplicate && r[2].duplicate);
+    assert!(r.iter().all(|x| x.result == "1@0.0"));
+    assert_eq!(r[2].delivered_at, Seq(1));
+    // Executed once: the register holds 1.
+    assert_eq!(e.execute_read_only(&[0, 0]).unwrap(), "1@2.0");
+}
+
+#[test]
+fn forgotten_duplicates_yield_nothing() {
+    let mut e = exec(1024);
+    let n = REPLY_CACHE_PER_CLIENT as u64 + 1;
+    let reqs = (1..=n).map(|s| req(1, s, &[1, 0, 1])).collect();
+    e.submit(Seq(0), batch(reqs));
+    drain(&mut e);
+    e.submit(Seq(1), batch(vec![req(1, 1, &[1, 0, 1]), req(1, n, &[1, 0, 1])]));
+    let r = drain(&mut e);
+    assert_eq!(r.len(), 1, "seq 1 fell out of the cache; seq n is still there");
+    assert_eq!(r[0].request_seq, RequestSeq(n));
+    assert!(r[0].duplicate);
+}
+
+#[test]
+fn too_far_ahead_is_rejected_with_an_error_result() {
+    let mut e = exec(2);
+    e.submit(
+        Seq(0),
+        batch(vec![
+            req(1, 3, &[1, 0, 1]),
+            req(1, 0, &[1, 0, 1]),
+            req(1, 2, &[1, 0, 1]),
+        ]),
+    );
+    let r = drain(&mut e);
+    assert!(r[0].is_rejected() && r[1].is_rejected() && !r[2].is_rejected());
+    assert_ne!(r[0].result, r[1].result, "the reason is part of the result");
+    // After seq 1 the window has moved and seq 3 is accepted.
+    e.submit(Seq(1), batch(vec![req(1, 1, &[1, 0, 1]), req(1, 3, &[1, 0, 1])]));
+    let r = drain(&mut e);
+    assert!(r.iter().all(|x| !x.is_rejected() && !x.duplicate));
+    assert_eq!(e.stats().rejected_too_far_ahead, 1);
+}
+
+#[test]
+#[should_panic(expected = "delivery order")]
+fn submitting_out_of_order_is_a_bug() {
+    let mut e = exec(8);
+    e.submit(Seq(1), batch(vec![]));
+}
+
+#[test]
+fn checkpoint_restore_reproduces_state_and_future_behaviour() {
+    let mut a = exec(8);
+    a.submit(Seq(0), batch(vec![req(1, 1, &[1, 7, 4]), req(2, 2, &[1, 8, 1])]));
+    let cp = a.checkpoint();
+    assert_eq!(cp.next_seq, Seq(1));
+    assert_eq!(cp.state_digest, a.state_digest());
+
+    let mut b = exec(8);
+    assert_eq!(b.restore(cp.next_seq, &cp.snapshot), Ok(cp.state_digest));
+    assert_eq!(b.next_seq(), Seq(1));
+    assert_eq!(b.checkpoint(), cp);
+
+    // Same future: a duplicate gets the cached reply, new requests the same results.
+    drain(&mut a);
+    let next = batch(vec![
+        req(1, 1, &[1, 7, 4]),
+        req(2, 1, &[1, 8, 1]),
+        req(2, 11, &[0, 0]),
+    ]);
+    a.submit(Seq(1), next.clone());
+    b.submit(Seq(1), next);
+    let ra = drain(&mut a);
+    let rb = drain(&mut b);
+    assert_eq!(ra, rb);
+    assert_eq!(rb.len(), 3);
+    assert!(rb[0].duplicate && rb[0].result == "4@0.0");
+    assert!(rb[2].is_rejected());
+    assert_eq!(a.state_digest(), b.state_digest());
+}
+
+#[test]
+fn digest_covers_the_client_table() {
+    let mut a = exec(8);
+    let mut b = exec(8);
+    a.submit(Seq(0), batch(vec![req(1, 1, b"x")]));
+    b.submit(Seq(0), batch(vec![req(1, 2, b"x")]));
+    // Same (untouched) service state, different client tables.
+    assert_ne!(a.state_digest(), b.state_digest());
+}
+
+#[test]
+fn bad_snapshots_are_refused_and_change_nothing() {
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(1, 1, &[1, 1, 1])]));
+    let before = e.checkpoint();
+    assert!(matches!(
+        e.restore(Seq(9), b"\x07garbage"),
+        Err(ExecError::Invalid(_) | ExecError::Malformed(_))
+    ));
+    let mut trailing = before.snapshot.to_vec();
+    trailing.push(0);
+    assert!(matches!(
+        e.restore(Seq(9), &trailing),
+        Err(ExecError::Malformed(_))
+    ));
+    assert_eq!(e.checkpoint(), before);
+}
+
+#[test]
+fn read_only_fast_path_only_for_read_only_ops() {
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(1, 1, &[1, 3, 9])]));
+    assert_eq!(e.execute_read_only(&[0, 3]).unwrap(), "9@1.0");
+    assert_eq!(e.execute_read_only(&[1, 3, 1]), None);
+    assert_eq!(
+        e.execute_read_only(&[0, 3]).unwrap(),
+        "9@1.0",
+        "the fast path changed nothing"
+    );
+}

@@ -1,0 +1,317 @@
+//! The CBASE parallel executor (CBASE §4–§5): the front that the runtime and
+//! the simulator drive through [`Executor`], a dependency graph, and a pool of
+//! worker threads.
+//!
+//! Determinism. Everything that decides a result is done on the front, in
+//! delivery order: the client table admits each request when it is submitted
+//! (fresh, duplicate or rejected), and the graph orders every pair of
+//! conflicting requests as the delivery order does (CBASE's partial-order
+//! property, §4.1). Requests that do not conflict commute (CBASE §4.1 safety
+//! proof), so results, replies and the state digest equal those of
+//! [`chorus_exec::SequentialExecutor`] on the same delivery order; only the
+//! order in which results come out differs.
+//!
+//! A duplicate of a request that is still executing waits for the original's
+//! reply (it is what sequential execution would have cached by then).
+//!
+//! Bounds and back-pressure: the graph holds at most `graph_capacity` pending
+//! requests, and duplicates waiting for their original count against the same
+//! budget; `submit` blocks until there is room. `checkpoint`, `restore` and
+//! `state_digest` first wait until everything submitted has executed — a
+//! barrier exactly at `next_seq`, since only the front submits (CBASE's
+//! `sync()`).
+//!
+//! The caller must drain results regularly: they are kept until drained.
+
+use crate::scheduler::{worker, Done, Sched, Shared, Task};
+use crate::sync::{Builder, JoinHandle, MutexGuard};
+use bytes::Bytes;
+use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
+use chorus_exec::{
+    encode_snapshot, read_only_context, rejected_result, restore_snapshot, state_digest, Access, Admission,
+    CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor, Service,
+    TableStats,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct ParallelExecutor {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    table: ClientTable,
+    next_seq: Seq,
+    results: Vec<ExecResult>,
+    /// Duplicates of still-executing requests: the positions they were delivered at.
+    waiters: BTreeMap<(ClientId, RequestSeq), Vec<Seq>>,
+    waiting: usize,
+    capacity: usize,
+}
+
+impl ParallelExecutor {
+    /// `workers` threads (at least 1), a graph of `graph_capacity` pending
+    /// requests (at least 1), and the client table's in-flight window.
+    pub fn new(
+        service: Arc<dyn Service>,
+        workers: usize,
+        graph_capacity: usize,
+        max_inflight_per_client: u32,
+    ) -> ParallelExecutor {
+        let capacity = graph_capacity.max(1);
+        let shared = Arc::new(Shared::new(service, capacity));
+        let workers = (0..workers.max(1))
+            .map(|i| {
+                let s = shared.clone();
+                Builder::new()
+                    .name(format!("chorus-exec-{i}"))
+                    .spawn(move || worker(s))
+                    .expect("spawning an executor worker thread")
+            })
+            .collect();
+        ParallelExecutor {
+            shared,
+            workers,
+            table: ClientTable::new(max_inflight_per_client),
+            next_seq: Seq(0),
+            results: Vec::new(),
+            waiters: BTreeMap::new(),
+            waiting: 0,
+            capacity,
+        }
+    }
+
+    /// Start at `next_seq` instead of 0.
+    pub fn starting_at(mut self, next_seq: Seq) -> ParallelExecutor {
+        self.next_seq = next_seq;
+        self
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Requests submitted and not yet executed (graph nodes).
+    pub fn pending(&self) -> usize {
+        self.shared.lock().graph.len()
+    }
+
+    pub fn client_table(&self) -> &ClientTable {
+        &self.table
+    }
+
+    pub fn stats(&self) -> &TableStats {
+        self.table.stats()
+    }
+
+    fn check_failure(g: &Sched) {
+        if let Some(msg) = &g.failure {
+            panic!("a service call panicked in an executor worker: {msg}");
+        }
+    }
+
+    /// Fold completions reported by the workers into the table and results.
+    fn absorb(&mut self, done: Vec<Done>) {
+        for d in done {
+            self.table.complete(d.client, d.request_seq, d.result.clone());
+            if let Some(at) = self.waiters.remove(&(d.client, d.request_seq)) {
+                self.waiting -= at.len();
+                for delivered_at in at {
+                    self.results.push(ExecResult {
+                        client: d.client,
+                        request_seq: d.request_seq,
+                        delivered_at,
+                        result: d.result.clone(),
+                        duplicate: true,
+                    });
+                }
+            }
+            self.results.push(ExecResult {
+                client: d.client,
+                request_seq: d.request_seq,
+                delivered_at: d.delivered_at,
+                result: d.result,
+                duplicate: false,
+            });
+        }
+    }
+
+    /// Wait, absorbing completions, until `ok(graph pending, waiting)` holds.
+    /// Returns the guard so the caller can act under the same lock.
+    fn wait_until<'a>(
+        &mut self,
+        shared: &'a Shared,
+        ok: impl Fn(usize, usize) -> bool,
+    ) -> MutexGuard<'a, Sched> {
+        let mut g = shared.lock();
+        loop {
+            Self::check_failure(&g);
+            let done = std::mem::take(&mut g.done);
+            self.absorb(done);
+            if ok(g.graph.len(), self.waiting) {
+                return g;
+            }
+            g = shared.wait_progress(g);
+        }
+    }
+
+    /// CBASE `sync()`: wait until everything submitted has executed.
+    fn barrier(&mut self) {
+        let shared = self.shared.clone();
+        let g = self.wait_until(&shared, |pending, waiting| pending == 0 && waiting == 0);
+        debug_assert!(g.done.is_empty());
+        drop(g);
+        assert!(self.waiters.is_empty(), "duplicates outlived their originals");
+        assert_eq!(self.table.pending(), 0, "a reply slot is pending at a barrier");
+    }
+
+    fn enqueue(&mut self, op: Bytes, ctx: ExecContext, access: Access) {
+        let shared = self.shared.clone();
+        let capacity = self.capacity;
+        let mut g = self.wait_until(&shared, |pending, waiting| pending + waiting < capacity);
+        let inserted = g.graph.insert(Task::Ordered { op, ctx }, &access);
+        assert!(inserted.is_ok(), "room was checked under the same lock");
+        shared.wake_worker(&g);
+    }
+
+    fn push(&mut self, client: ClientId, request_seq: RequestSeq, at: Seq, result: Bytes, duplicate: bool) {
+        self.results.push(ExecResult {
+            client,
+            request_seq,
+            delivered_at: at,
+            result,
+            duplicate,
+        });
+    }
+}
+
+impl Executor for ParallelExecutor {
+    fn submit(&mut self, seq: Seq, batch: Arc<Batch>) {
+        assert_eq!(
+            seq, self.next_seq,
+            "batches must be submitted in delivery order without gaps"
+        );
+        for (index, req) in batch.requests.iter().enumerate() {
+            match self.table.admit(req.client, req.seq) {
+                Admission::Fresh => {
+                    let ctx = ExecContext {
+                        seq,
+                        index: index as u32,
+                        client: req.client,
+                        request_seq: req.seq,
+                    };
+                    let access = self.shared.service.access(&req.op);
+                    self.enqueue(req.op.clone(), ctx, access);
+                }
+                Admission::Duplicate(CachedReply::Ready(reply)) => {
+                    self.push(req.client, req.seq, seq, reply, true)
+                }
+                Admission::Duplicate(CachedReply::Pending) => {
+                    // The original is in the graph or in `done`; only `absorb`
+                    // (on this thread) resolves waiters, so none is missed.
+                    self.waiters.entry((req.client, req.seq)).or_default().push(seq);
+                    self.waiting += 1;
+                    let shared = self.shared.clone();
+                    let capacity = self.capacity;
+                    drop(self.wait_until(&shared, |pending, waiting| pending + waiting <= capacity));
+                }
+                Admission::Duplicate(CachedReply::Forgotten) => {}
+                Admission::Rejected(kind) => {
+                    self.push(req.client, req.seq, seq, rejected_result(kind), false)
+                }
+            }
+        }
+        self.next_seq = seq.next();
+    }
+
+    fn drain_results(&mut self, out: &mut Vec<ExecResult>) {
+        let done = {
+            let mut g = self.shared.lock();
+            Self::check_failure(&g);
+            std::mem::take(&mut g.done)
+        };
+        self.absorb(done);
+        out.append(&mut self.results);
+    }
+
+    fn checkpoint(&mut self) -> ExecCheckpoint {
+        self.barrier();
+        let service = &*self.shared.service;
+        ExecCheckpoint {
+            next_seq: self.next_seq,
+            state_digest: state_digest(self.next_seq, &self.table, service),
+            snapshot: encode_snapshot(&self.table, service),
+        }
+    }
+
+    fn restore(&mut self, next_seq: Seq, snapshot: &[u8]) -> Result<Digest, ExecError> {
+        self.barrier();
+        let (table, digest) = restore_snapshot(
+            &*self.shared.service,
+            next_seq,
+            snapshot,
+            self.table.max_inflight(),
+        )?;
+        self.table = table;
+        self.next_seq = next_seq;
+        Ok(digest)
+    }
+
+    /// Runs through the graph like an ordered request (but without a place
+    /// in the order), so it never overlaps a conflicting write: the service's
+    /// "never two conflicting operations at once" promise holds here too.
+    fn execute_read_only(&self, op: &[u8]) -> Option<Bytes> {
+        let service = &*self.shared.service;
+        if !service.is_read_only(op) {
+            return None;
+        }
+        let access = service.access(op);
+        let ctx = read_only_context(self.next_seq);
+        let shared = &*self.shared;
+        let mut g = shared.lock();
+        while g.graph.is_full() {
+            Self::check_failure(&g);
+            g = shared.wait_progress(g);
+        }
+        let token = g.next_token;
+        g.next_token += 1;
+        let task = Task::ReadOnly {
+            op: Bytes::copy_from_slice(op),
+            ctx,
+            token,
+        };
+        assert!(
+            g.graph.insert(task, &access).is_ok(),
+            "room was checked under the same lock"
+        );
+        shared.wake_worker(&g);
+        loop {
+            Self::check_failure(&g);
+            if let Some(r) = g.read_only.remove(&token) {
+                return Some(r);
+            }
+            g = shared.wait_progress(g);
+        }
+    }
+
+    fn next_seq(&self) -> Seq {
+        self.next_seq
+    }
+
+    fn state_digest(&mut self) -> Digest {
+        self.barrier();
+        state_digest(self.next_seq, &self.table, &*self.shared.service)
+    }
+}
+
+impl Drop for ParallelExecutor {
+    fn drop(&mut self) {
+        {
+            let mut g = self.shared.lock();
+            g.shutdown = true;
+            self.shared.work.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            // A worker that panicked outside the service call has nothing to tell us.
+            let _ = w.join();
+        }
+    }
+}

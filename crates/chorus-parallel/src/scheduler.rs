@@ -1,0 +1,169 @@
+//! The shared half of the parallel executor: CBASE's parallelizer (the
+//! dependency graph) behind one lock, and the worker threads that draw ready
+//! requests from it (CBASE §5: "a pool of worker threads each draws a request
+//! out of the parallelizer, executes it on the application state machine, and
+//! informs the parallelizer of request completion").
+//!
+//! Workers never touch the client table or the result list: they report
+//! completions in `done`, and the executor front (the thread that submits)
+//! folds them in. So every exactly-once decision stays on the front, in
+//! delivery order.
+
+use crate::sync::{Condvar, Mutex, MutexGuard};
+use bytes::Bytes;
+use chorus_core::{ClientId, RequestSeq, Seq};
+use chorus_exec::{DependencyGraph, ExecContext, Service};
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// What a worker runs.
+pub(crate) enum Task {
+    /// A delivered request admitted as fresh by the client table.
+    Ordered { op: Bytes, ctx: ExecContext },
+    /// A read-only fast-path operation; its result goes to `read_only[token]`.
+    ReadOnly { op: Bytes, ctx: ExecContext, token: u64 },
+}
+
+/// A completed ordered request, waiting for the front to fold it in.
+pub(crate) struct Done {
+    pub client: ClientId,
+    pub request_seq: RequestSeq,
+    pub delivered_at: Seq,
+    pub result: Bytes,
+}
+
+pub(crate) struct Sched {
+    pub graph: DependencyGraph<Task>,
+    pub done: Vec<Done>,
+    pub read_only: BTreeMap<u64, Bytes>,
+    pub next_token: u64,
+    pub shutdown: bool,
+    /// A service call panicked: the state is unknown, the executor stops.
+    pub failure: Option<String>,
+    /// Workers blocked on `work`, and front calls blocked on `progress`:
+    /// a condvar is only signalled when someone waits (a signal is a syscall).
+    pub idle_workers: usize,
+    pub front_waiting: usize,
+}
+
+pub(crate) struct Shared {
+    pub sched: Mutex<Sched>,
+    /// Workers wait here for a ready request.
+    pub work: Condvar,
+    /// The front waits here for completions (room in the graph, a barrier,
+    /// a read-only result).
+    pub progress: Condvar,
+    pub service: Arc<dyn Service>,
+}
+
+impl Shared {
+    pub fn new(service: Arc<dyn Service>, capacity: usize) -> Shared {
+        Shared {
+            sched: Mutex::new(Sched {
+                graph: DependencyGraph::new(capacity),
+                done: Vec::new(),
+                read_only: BTreeMap::new(),
+                next_token: 0,
+                shutdown: false,
+                failure: None,
+                idle_workers: 0,
+                front_waiting: 0,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            service,
+        }
+    }
+
+    /// Poisoning is ignored: a panic under the lock is either the front
+    /// reporting `failure` (already recorded) or a worker's broken invariant,
+    /// which `worker` records as `failure` before it exits.
+    pub fn lock(&self) -> MutexGuard<'_, Sched> {
+        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn wait_progress<'a>(&self, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
+        g.front_waiting += 1;
+        let mut g = self.progress.wait(g).unwrap_or_else(|e| e.into_inner());
+        g.front_waiting -= 1;
+        g
+    }
+
+    fn wait_work<'a>(&self, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
+        g.idle_workers += 1;
+        let mut g = self.work.wait(g).unwrap_or_else(|e| e.into_inner());
+        g.idle_workers -= 1;
+        g
+    }
+
+    fn signal_progress(&self, g: &Sched) {
+        if g.front_waiting > 0 {
+            self.progress.notify_all();
+        }
+    }
+
+    fn fail(&self, msg: String) {
+        let mut g = self.lock();
+        g.failure.get_or_insert(msg);
+        self.work.notify_all();
+        self.progress.notify_all();
+    }
+
+    /// After inserting: wake one worker if something can run.
+    pub fn wake_worker(&self, g: &Sched) {
+        if g.idle_workers > 0 && g.graph.has_ready() {
+            self.work.notify_one();
+        }
+    }
+}
+
+/// A worker thread: run the loop; if anything panics (the service, or a
+/// broken invariant), record it so the front stops instead of waiting forever.
+pub(crate) fn worker(shared: Arc<Shared>) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| worker_loop(&shared))) {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic".into());
+        shared.fail(msg);
+    }
+}
+
+fn worker_loop(shared: &Shared) {
+    let mut g = shared.lock();
+    loop {
+        if g.shutdown || g.failure.is_some() {
+            return;
+        }
+        let Some((id, task)) = g.graph.next_ready() else {
+            g = shared.wait_work(g);
+            continue;
+        };
+        // Chain the wake-up: another worker takes the next ready request.
+        shared.wake_worker(&g);
+        drop(g);
+
+        let result = match &task {
+            Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => shared.service.execute(op, ctx),
+        };
+
+        g = shared.lock();
+        g.graph
+            .remove(id)
+            .expect("a handed-out request is removed once, by its worker");
+        match task {
+            Task::Ordered { ctx, .. } => g.done.push(Done {
+                client: ctx.client,
+                request_seq: ctx.request_seq,
+                delivered_at: ctx.seq,
+                result,
+            }),
+            Task::ReadOnly { token, .. } => {
+                g.read_only.insert(token, result);
+            }
+        }
+        shared.signal_progress(&g);
+    }
+}

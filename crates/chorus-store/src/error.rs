@@ -1,0 +1,77 @@
+//! Every way the store can fail, typed. Decoding never panics: a value that does
+//! not decode is reported as `Corrupt`, naming the table and key, so an
+//! operator knows which entry to inspect (DESIGN §6: decoding is total).
+
+use chorus_core::Digest;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("i/o on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Boxed: redb's error is large and most results here are small.
+    #[error("database: {0}")]
+    Db(Box<redb::Error>),
+    /// A stored value does not decode, or contradicts another stored value.
+    #[error("corrupt entry {table}[{key}]: {reason}")]
+    Corrupt {
+        table: &'static str,
+        key: String,
+        reason: String,
+    },
+    #[error("store format version {found} is not the supported version {expected}")]
+    FormatVersion { found: u32, expected: u32 },
+    /// The lane count fixes the cell ↔ global sequence mapping of every stored
+    /// key; reopening with another count would misread the ledger.
+    #[error("store was created for {stored} lanes, opened with {requested}")]
+    LanesMismatch { stored: u32, requested: u32 },
+    #[error("lane count must be between 1 and {max}, got {got}")]
+    InvalidLanes { got: u32, max: u32 },
+    /// A record names a lane the store was not opened for (a caller bug): the
+    /// whole append is rejected, nothing of it is written.
+    #[error("record names lane {lane} but the store has {lanes} lanes")]
+    LaneOutOfRange { lane: u32, lanes: u32 },
+    #[error("slot {slot} of lane {lane} overflows the global sequence")]
+    SeqOverflow { lane: u32, slot: u64 },
+    /// Two different digests decided for one position: agreement is broken
+    /// locally (a bug). The append is rejected, the ledger keeps the first.
+    #[error("position #{seq} already decided with {stored}, refusing {new}")]
+    LedgerConflict { seq: u64, stored: Digest, new: Digest },
+    /// `verify_ledger` found an entry that does not match its hash chain.
+    #[error("ledger tampered at #{seq}: {reason}")]
+    LedgerTampered { seq: u64, reason: String },
+    /// Pruning above the stable checkpoint would drop decided cells that
+    /// recovery still needs.
+    #[error("cannot prune the ledger below #{requested}: the stable checkpoint is #{stable}")]
+    PruneAboveStable { requested: u64, stable: u64 },
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Db(Box::new(redb::Error::from(e)))
+            }
+        }
+    )*};
+}
+
+impl From<redb::Error> for StoreError {
+    fn from(e: redb::Error) -> Self {
+        StoreError::Db(Box::new(e))
+    }
+}
+
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
