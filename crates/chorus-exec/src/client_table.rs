@@ -41,8 +41,6 @@ pub const MAX_INFLIGHT_LIMIT: u32 = 1 << 20;
 pub enum RejectKind {
     /// Request seq 0 is reserved: client seqs start at 1.
     ZeroSeq,
-    /// `seq > low + max_inflight`: the client ran too far ahead.
-    TooFarAhead,
 }
 
 impl RejectKind {
@@ -50,7 +48,6 @@ impl RejectKind {
     pub fn as_str(self) -> &'static str {
         match self {
             RejectKind::ZeroSeq => "request seq 0 is reserved",
-            RejectKind::TooFarAhead => "request seq beyond the client's in-flight window",
         }
     }
 }
@@ -84,7 +81,8 @@ pub struct TableStats {
     pub duplicates: u64,
     pub duplicates_forgotten: u64,
     pub rejected_zero_seq: u64,
-    pub rejected_too_far_ahead: u64,
+    /// Times a client jumped past its window and the window slid forward.
+    pub window_slides: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -194,12 +192,21 @@ impl ClientTable {
                 return Admission::Duplicate(cached);
             }
         }
-        let low = self.clients.get(&client).map_or(0, |e| e.low);
-        if seq - low > max_inflight {
-            self.stats.rejected_too_far_ahead += 1;
-            return Admission::Rejected(RejectKind::TooFarAhead);
-        }
         let e = self.clients.entry(client).or_default();
+        if seq - e.low > max_inflight {
+            // The client moved past its window: it starts its sequence numbers
+            // anywhere (a restarted client continues from the clock) and never
+            // has more than `max_inflight` requests outstanding, so everything
+            // at or below `seq - max_inflight` is abandoned. Slide the window
+            // deterministically; those old seqs now count as executed, which
+            // keeps exactly-once and keeps the table bounded.
+            self.stats.window_slides += 1;
+            e.low = seq - max_inflight;
+            while e.above.first().is_some_and(|&s| s <= e.low + 1) {
+                let s = e.above.pop_first().unwrap_or_default();
+                e.low = e.low.max(s);
+            }
+        }
         if seq == e.low + 1 {
             e.low = seq;
             // Close the gap: seqs admitted earlier out of order become contiguous.
@@ -364,15 +371,18 @@ mod tests {
     }
 
     #[test]
-    fn window_rejects_deterministically_and_allows_retry() {
+    fn window_slides_when_a_client_jumps_ahead() {
         let mut t = ClientTable::new(4);
         assert_eq!(t.admit(C, q(4)), Admission::Fresh);
-        assert_eq!(t.admit(C, q(5)), Admission::Rejected(RejectKind::TooFarAhead));
-        assert!(!t.is_executed(C, q(5)), "a rejected request is not executed");
-        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
-        assert_eq!(t.admit(C, q(5)), Admission::Fresh, "retry once the window moved");
+        // 10 is more than 4 above low = 0: everything at or below 6 is abandoned.
+        assert_eq!(t.admit(C, q(10)), Admission::Fresh);
+        assert_eq!(t.low(C), 6);
+        assert!(matches!(t.admit(C, q(5)), Admission::Duplicate(_)), "abandoned seqs never execute later");
+        assert_eq!(t.admit(C, q(7)), Admission::Fresh);
         assert_eq!(t.admit(C, q(0)), Admission::Rejected(RejectKind::ZeroSeq));
-        assert_eq!(t.stats().rejected_too_far_ahead, 1);
+        assert_eq!(t.stats().window_slides, 1);
+        // A restarted client whose seqs start from the clock is accepted at once.
+        assert_eq!(t.admit(ClientId(9), q(1_700_000_000_000_000)), Admission::Fresh);
     }
 
     #[test]

@@ -136,6 +136,7 @@ fn workload() -> Vec<Arc<Batch>> {
             req(2, 2, &[0, 0]),
             req(3, 2, &[1, 0]),
             req(2, 9, &[1, 2]),
+            req(3, 0, &[1, 1]),
         ]),
         b(vec![]),
         b(vec![
