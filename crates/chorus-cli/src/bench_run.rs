@@ -291,7 +291,7 @@ async fn closed_loop(
     seed: u64,
     ordered_reads: bool,
 ) {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     while !stats.stop.load(Ordering::Relaxed) {
         let op = g.next(&mut rng);
         let started = Instant::now();
@@ -318,7 +318,7 @@ async fn open_loop(
     ordered_reads: bool,
     shed: Arc<AtomicU64>,
 ) {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let interval = Duration::from_secs_f64(1.0 / rate_per_s.max(0.001));
     let outstanding = Arc::new(AtomicU64::new(0));
     let mut next = Instant::now();

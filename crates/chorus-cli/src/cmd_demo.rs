@@ -8,7 +8,7 @@ use crate::status_query::{query, wait_ready};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use chorus_apps::kv_op::{KvOp, KvReply};
-use chorus_core::{ClientId, ClusterConfig, Identity, OrderingMode, ProtocolParams, ReplicaId};
+use chorus_core::{ClientId, ClusterConfig, Identity, OrderingMode, ProtocolParams};
 use chorus_node::keygen::{keygen, KeygenOptions};
 use std::io::Write;
 use std::path::PathBuf;

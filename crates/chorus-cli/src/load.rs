@@ -40,7 +40,6 @@ impl Default for LoadStats {
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Percentiles {
-    pub count: u64,
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
@@ -50,7 +49,6 @@ pub struct Percentiles {
 fn percentiles(h: &Histogram<u64>) -> Percentiles {
     let ms = |v: u64| v as f64 / 1000.0;
     Percentiles {
-        count: h.len(),
         p50_ms: ms(h.value_at_quantile(0.50)),
         p95_ms: ms(h.value_at_quantile(0.95)),
         p99_ms: ms(h.value_at_quantile(0.99)),

@@ -16,8 +16,15 @@ pub async fn query(config: &ClusterConfig, client: ClientId, identity: &Identity
     let fut = async {
         let stream = tokio::net::TcpStream::connect(&addr).await?;
         let (_, mut reader, mut writer) =
-            chorus_net::connect(stream, identity, PeerRole::Client { id: client }, expected, &NetLimits::from_config(config))
-                .await
+            chorus_net::connect(
+                stream,
+                identity,
+                PeerRole::Client { id: client },
+                &expected,
+                &NetLimits::from_config(config),
+                &std::sync::Arc::new(chorus_net::Counters::default()),
+            )
+            .await
                 .map_err(|e| anyhow!("{e}"))?;
         writer.send(&encode(&ClientMsg::StatusQuery)).await.map_err(|e| anyhow!("{e}"))?;
         let limits = Limits::from_config(config);

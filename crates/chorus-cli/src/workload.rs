@@ -52,7 +52,7 @@ pub struct Op {
 
 pub struct Generator {
     spec: WorkloadSpec,
-    zipf: Option<zipf::ZipfDistribution>,
+    zipf: Option<rand_distr::Zipf<f64>>,
     inserted: u64,
     payload: Bytes,
 }
@@ -60,7 +60,7 @@ pub struct Generator {
 impl Generator {
     pub fn new(spec: WorkloadSpec, client: u64) -> Generator {
         let zipf = match spec.dist {
-            KeyDist::Zipfian => zipf::ZipfDistribution::new(spec.records.max(1) as usize, 0.99).ok(),
+            KeyDist::Zipfian => rand_distr::Zipf::new(spec.records.max(1), 0.99).ok(),
             KeyDist::Uniform => None,
         };
         let payload = Bytes::from(vec![b'x'; spec.request_bytes]);
@@ -81,7 +81,7 @@ impl Generator {
             return 0;
         }
         match &self.zipf {
-            Some(z) => (z.sample(rng) as u64 - 1) % self.spec.records.max(1),
+            Some(z) => (z.sample(rng) as u64).saturating_sub(1) % self.spec.records.max(1),
             None => rng.gen_range(0..self.spec.records.max(1)),
         }
     }

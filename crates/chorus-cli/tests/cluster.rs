@@ -112,8 +112,9 @@ fn a_peer_with_the_wrong_key_is_refused_and_random_bytes_close_only_that_connect
             stream,
             &impostor,
             chorus_net::PeerRole::Replica { id: chorus_core::ReplicaId(1), pillar: 0 },
-            expected,
+            &expected,
             &chorus_net::NetLimits::from_config(&c.config),
+            &Arc::new(chorus_net::Counters::default()),
         )
         .await;
         if let Ok((_, mut reader, _)) = r {
@@ -128,8 +129,9 @@ fn a_peer_with_the_wrong_key_is_refused_and_random_bytes_close_only_that_connect
             stream,
             &impostor,
             chorus_net::PeerRole::Client { id: ClientId(0) },
-            expected,
+            &expected,
             &chorus_net::NetLimits::from_config(&c.config),
+            &Arc::new(chorus_net::Counters::default()),
         )
         .await;
         if let Ok((_, mut reader, _)) = r {

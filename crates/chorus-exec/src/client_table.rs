@@ -160,6 +160,12 @@ impl ClientTable {
     }
 
     /// Has `(client, seq)` been admitted for execution?
+    /// The cached reply of an executed request, if still cached (PBFT §4.1:
+    /// a retransmitted request is answered with the reply it already got).
+    pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
+        self.clients.get(&client)?.replies.get(&seq.0)?.clone()
+    }
+
     pub fn is_executed(&self, client: ClientId, seq: RequestSeq) -> bool {
         self.clients.get(&client).is_some_and(|e| e.is_admitted(seq.0))
     }

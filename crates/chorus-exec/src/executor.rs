@@ -50,6 +50,9 @@ pub enum ExecError {
 /// Runs delivered batches against a [`Service`] (CBASE §4: the execution stage,
 /// with or without a parallelizer in front of it).
 pub trait Executor: Send {
+    /// The reply an already executed request got, if still cached; answers
+    /// client retransmissions without ordering them again.
+    fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes>;
     /// Next delivered batch; `seq` must equal `self.next_seq()` (assert). May block when full (back-pressure).
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>);
     /// Results completed so far (order across non-conflicting requests unspecified). Duplicate requests

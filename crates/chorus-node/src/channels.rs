@@ -44,4 +44,6 @@ pub enum ExecInput {
     ClientAt { client: ClientId, pillar: usize },
     ClientGone { client: ClientId, pillar: usize },
     StatusQuery { client: ClientId },
+    /// The client sent `(client, seq)` again: answer in full if it already executed.
+    Retransmit { client: ClientId, seq: RequestSeq },
 }

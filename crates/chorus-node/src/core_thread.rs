@@ -30,7 +30,6 @@ pub struct CoreThread {
 }
 
 struct Driver {
-    config: Arc<ClusterConfig>,
     store: Store,
     pillars: Vec<mpsc::Sender<PillarInput>>,
     exec: crossbeam_channel::Sender<ExecInput>,
@@ -49,7 +48,6 @@ impl CoreThread {
     async fn run_async(mut self) -> Result<()> {
         let start = Instant::now();
         let mut driver = Driver {
-            config: self.config.clone(),
             store: self.store,
             pillars: self.pillars,
             exec: self.exec,

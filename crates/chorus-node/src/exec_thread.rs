@@ -32,7 +32,8 @@ pub struct ExecThread {
 
 impl ExecThread {
     pub fn run(mut self) {
-        let mut clients: HashMap<ClientId, usize> = HashMap::new();
+        // Pillars a client is connected to (one entry per connection; newest last).
+        let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
         let mut results: Vec<ExecResult> = Vec::new();
         loop {
@@ -85,11 +86,26 @@ impl ExecThread {
                         self.reply(&clients, client, seq, false, body);
                     }
                     ExecInput::ClientAt { client, pillar } => {
-                        clients.insert(client, pillar);
+                        let conns = clients.entry(client).or_default();
+                        // Bounded by the pillars' connection limits; keep it small anyway.
+                        if conns.len() >= 64 {
+                            conns.remove(0);
+                        }
+                        conns.push(pillar);
                     }
                     ExecInput::ClientGone { client, pillar } => {
-                        if clients.get(&client) == Some(&pillar) {
-                            clients.remove(&client);
+                        if let Some(conns) = clients.get_mut(&client) {
+                            if let Some(i) = conns.iter().rposition(|p| *p == pillar) {
+                                conns.remove(i);
+                            }
+                            if conns.is_empty() {
+                                clients.remove(&client);
+                            }
+                        }
+                    }
+                    ExecInput::Retransmit { client, seq } => {
+                        if let Some(result) = self.executor.cached_reply(client, seq) {
+                            self.reply(&clients, client, seq, false, ReplyBody::Full(result));
                         }
                     }
                     ExecInput::StatusQuery { client } => {
@@ -140,7 +156,7 @@ impl ExecThread {
         }
     }
 
-    fn reply(&self, clients: &HashMap<ClientId, usize>, client: ClientId, seq: RequestSeq, read_only: bool, body: ReplyBody) {
+    fn reply(&self, clients: &HashMap<ClientId, Vec<usize>>, client: ClientId, seq: RequestSeq, read_only: bool, body: ReplyBody) {
         let reply = Reply {
             client,
             seq,
@@ -153,8 +169,8 @@ impl ExecThread {
         }
     }
 
-    fn send_client(&self, clients: &HashMap<ClientId, usize>, client: ClientId, msg: &ClientMsg) -> bool {
-        let Some(&pillar) = clients.get(&client) else {
+    fn send_client(&self, clients: &HashMap<ClientId, Vec<usize>>, client: ClientId, msg: &ClientMsg) -> bool {
+        let Some(&pillar) = clients.get(&client).and_then(|c| c.last()) else {
             // Not connected here: the client gets its answer from the others,
             // or from our cached reply when it retransmits.
             return false;

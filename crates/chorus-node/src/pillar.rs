@@ -38,6 +38,7 @@ pub struct PillarThread {
     pub client_listener: Option<std::net::TcpListener>,
     pub all_pillars: Vec<mpsc::Sender<PillarInput>>,
     pub shutdown: watch::Receiver<bool>,
+    pub counters: Arc<chorus_net::Counters>,
 }
 
 struct Shared {
@@ -50,9 +51,18 @@ struct Shared {
     core: mpsc::Sender<CoreInput>,
     exec: crossbeam_channel::Sender<ExecInput>,
     metrics: Arc<Metrics>,
-    clients: RefCell<HashMap<ClientId, (u64, mpsc::Sender<Bytes>)>>,
+    /// Live connections per client (newest last); replies use the newest.
+    clients: RefCell<HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>)>>>,
     next_conn: RefCell<u64>,
+    counters: Arc<chorus_net::Counters>,
+    /// Handshakes cost a signature and a DH before the peer is known: bound them.
+    handshakes: tokio::sync::Semaphore,
 }
+
+/// Concurrent unauthenticated handshakes per pillar.
+const HANDSHAKES_MAX: usize = 64;
+/// Request seqs remembered per client connection to spot retransmissions.
+const SEEN_SEQS_MAX: usize = 4_096;
 
 impl PillarThread {
     pub fn run(self) -> anyhow::Result<()> {
@@ -74,6 +84,8 @@ impl PillarThread {
             metrics: self.metrics.clone(),
             clients: RefCell::new(HashMap::new()),
             next_conn: RefCell::new(0),
+            counters: self.counters.clone(),
+            handshakes: tokio::sync::Semaphore::new(HANDSHAKES_MAX),
         });
         // Outbound private links to pillar `index` of every other replica.
         let mut links: HashMap<ReplicaId, mpsc::Sender<Bytes>> = HashMap::new();
@@ -111,7 +123,11 @@ impl PillarThread {
                             }
                         }
                         PillarInput::ToClient { client, frame } => {
-                            let tx = shared.clients.borrow().get(&client).map(|(_, tx)| tx.clone());
+                            let tx = shared
+                                .clients
+                                .borrow()
+                                .get(&client)
+                                .and_then(|conns| conns.last().map(|(_, tx)| tx.clone()));
                             if let Some(tx) = tx {
                                 if tx.try_send(frame).is_err() {
                                     self.metrics.drop_frame("client-queue-full");
@@ -145,7 +161,7 @@ async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<B
         let conn = async {
             let stream = tokio::net::TcpStream::connect(&addr).await.map_err(chorus_net::NetError::from)?;
             let _ = stream.set_nodelay(true);
-            chorus_net::connect(stream, &shared.identity, my_role, expected, &shared.net).await
+            chorus_net::connect(stream, &shared.identity, my_role, &expected, &shared.net, &shared.counters).await
         };
         let (_role, _reader, mut writer) = match tokio::time::timeout(Duration::from_secs(5), conn).await {
             Ok(Ok(c)) => c,
@@ -197,7 +213,15 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
         id: shared.me,
         pillar: shared.index as u32,
     };
-    let (role, mut reader, _writer) = match chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net).await {
+    let permit = shared.handshakes.try_acquire();
+    let Ok(permit) = permit else {
+        shared.metrics.drop_frame("handshakes-saturated");
+        return;
+    };
+    let accepted =
+        chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net, &shared.counters).await;
+    drop(permit);
+    let (role, mut reader, _writer) = match accepted {
         Ok(c) => c,
         Err(e) => {
             shared.metrics.drop_frame("peer-handshake-failed");
@@ -279,8 +303,14 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
         id: shared.me,
         pillar: shared.index as u32,
     };
-    let (role, mut reader, mut writer) =
-        match chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net).await {
+    let Ok(permit) = shared.handshakes.try_acquire() else {
+        shared.metrics.drop_frame("handshakes-saturated");
+        return;
+    };
+    let accepted =
+        chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net, &shared.counters).await;
+    drop(permit);
+    let (role, mut reader, mut writer) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 shared.metrics.drop_frame("client-handshake-failed");
@@ -300,7 +330,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
         *n
     };
     let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_QUEUE);
-    shared.clients.borrow_mut().insert(client, (conn_id, tx));
+    shared.clients.borrow_mut().entry(client).or_default().push((conn_id, tx));
     shared.metrics.client_connections.inc();
     let _ = shared.exec.try_send(ExecInput::ClientAt {
         client,
@@ -321,6 +351,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
             }
         }
     });
+    let mut seen: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
     loop {
         let frame = match reader.next().await {
             Ok(Some(f)) => f,
@@ -355,8 +386,22 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
                     if shared.exec.try_send(ExecInput::ReadOnly { request: req }).is_err() {
                         shared.metrics.reject("exec-queue-full");
                     }
-                } else if shared.core.send(CoreInput::Request(req)).await.is_err() {
-                    break;
+                } else {
+                    if !seen.insert(req.seq.0) {
+                        // A retransmission: every replica answers it in full from
+                        // its reply cache, so a faulty designated replica cannot
+                        // stall the client (PBFT §4.1).
+                        let _ = shared.exec.try_send(ExecInput::Retransmit {
+                            client,
+                            seq: req.seq,
+                        });
+                    }
+                    while seen.len() > SEEN_SEQS_MAX {
+                        seen.pop_first();
+                    }
+                    if shared.core.send(CoreInput::Request(req)).await.is_err() {
+                        break;
+                    }
                 }
             }
             ClientMsg::StatusQuery => {
@@ -369,12 +414,16 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     }
     writer_task.abort();
     shared.metrics.client_connections.dec();
-    let mine = shared.clients.borrow().get(&client).map(|(c, _)| *c) == Some(conn_id);
-    if mine {
-        shared.clients.borrow_mut().remove(&client);
-        let _ = shared.exec.try_send(ExecInput::ClientGone {
-            client,
-            pillar: shared.index,
-        });
+    let mut clients = shared.clients.borrow_mut();
+    if let Some(conns) = clients.get_mut(&client) {
+        conns.retain(|(c, _)| *c != conn_id);
+        if conns.is_empty() {
+            clients.remove(&client);
+        }
     }
+    drop(clients);
+    let _ = shared.exec.try_send(ExecInput::ClientGone {
+        client,
+        pillar: shared.index,
+    });
 }

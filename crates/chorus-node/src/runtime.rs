@@ -52,6 +52,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     let store = chorus_store::Store::open(&data_dir, fsync, config.lanes()).context("opening storage")?;
     let executor = build_executor(&node, config.params.pool_max_per_client)?;
     let metrics = Arc::new(Metrics::default());
+    let net_counters = Arc::new(chorus_net::Counters::default());
 
     // Bind everything first so a port clash fails fast with a clear message.
     let peer_listeners: Vec<_> = (0..pillars)
@@ -116,6 +117,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             client_listener: if p == 0 { client_listener.take() } else { None },
             all_pillars: pillar_txs.clone(),
             shutdown: shutdown_rx.clone(),
+            counters: net_counters.clone(),
         };
         std::thread::Builder::new()
             .name(format!("chorus-pillar-{p}"))

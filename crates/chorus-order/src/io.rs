@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClientId, Digest, LaneId, Millis, ReplicaId, ReplicaMsg, Request, RequestSeq, Seq,
-    Slot, View,
+    Batch, Cell, CheckpointCert, ClientId, Digest, LaneId, Millis, ReplicaId, ReplicaMsg, Request,
+    RequestSeq, Seq, Slot, View,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -23,18 +23,28 @@ pub enum TimerId {
 }
 
 /// What the replica state machine consumes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A message from `from`, as identified by the authenticated channel.
-    Message { from: ReplicaId, msg: ReplicaMsg },
+    Message {
+        from: ReplicaId,
+        msg: ReplicaMsg,
+    },
     /// A client request as received from the network (not yet verified).
     Request(Request),
     Timer(TimerId),
     /// The executor has executed every position below `seq` and nothing else;
     /// `snapshot` is the state at that point (answer to `Action::TakeCheckpoint`).
-    Checkpointed { seq: Seq, state_digest: Digest, snapshot: Bytes },
+    Checkpointed {
+        seq: Seq,
+        state_digest: Digest,
+        snapshot: Bytes,
+    },
     /// The runtime installed the snapshot of `Action::InstallState`.
-    StateInstalled { seq: Seq, state_digest: Digest },
+    StateInstalled {
+        seq: Seq,
+        state_digest: Digest,
+    },
 }
 
 /// Why a client request was not taken into the pool.
@@ -54,35 +64,71 @@ pub enum PersistRecord {
     /// The lane entered `view`.
     View { lane: LaneId, view: View },
     /// We accepted a pre-prepare (and are about to send our prepare for it).
-    Accepted { lane: LaneId, view: View, slot: Slot, digest: Digest, batch: Batch },
+    Accepted {
+        lane: LaneId,
+        view: View,
+        slot: Slot,
+        digest: Digest,
+        batch: Batch,
+    },
     /// We collected a prepared certificate (and are about to send our commit).
     Prepared { cert: chorus_core::PreparedCert },
     /// The cell is decided (the ledger).
-    Decided { cell: Cell, digest: Digest, batch: Batch },
+    Decided {
+        cell: Cell,
+        digest: Digest,
+        batch: Batch,
+    },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },
 }
 
 /// What the replica state machine asks its driver to do.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    Send { to: ReplicaId, msg: ReplicaMsg },
+    Send {
+        to: ReplicaId,
+        msg: ReplicaMsg,
+    },
     /// To every replica except ourselves.
-    Broadcast { msg: ReplicaMsg },
+    Broadcast {
+        msg: ReplicaMsg,
+    },
     /// Execute this batch at global position `seq`. Emitted exactly once per
     /// position, in strictly increasing order without gaps.
-    Deliver { seq: Seq, cell: Cell, batch: Arc<Batch> },
-    SetTimer { id: TimerId, at: Millis },
-    CancelTimer { id: TimerId },
+    Deliver {
+        seq: Seq,
+        cell: Cell,
+        batch: Arc<Batch>,
+    },
+    /// Fire `Event::Timer(id)` at `at`, replacing any earlier deadline of the
+    /// same id. (The state machine also ignores a firing whose deadline it
+    /// has since moved, so a driver that does not replace is safe too.)
+    SetTimer {
+        id: TimerId,
+        at: Millis,
+    },
+    CancelTimer {
+        id: TimerId,
+    },
     Persist(PersistRecord),
     /// Once every position below `seq` has executed, snapshot the state and
     /// answer with `Event::Checkpointed`.
-    TakeCheckpoint { seq: Seq },
+    TakeCheckpoint {
+        seq: Seq,
+    },
     /// Replace the application state by this snapshot (state transfer); answer
     /// with `Event::StateInstalled`. Delivery resumes at `cert.seq`.
-    InstallState { cert: CheckpointCert, snapshot: Bytes },
+    InstallState {
+        cert: CheckpointCert,
+        snapshot: Bytes,
+    },
     /// Tell the client its request was not accepted.
-    Reject { client: ClientId, seq: RequestSeq, reason: RejectReason },
+    Reject {
+        client: ClientId,
+        seq: RequestSeq,
+        reason: RejectReason,
+    },
 }
 
 /// Collects actions; never performs them.

@@ -184,6 +184,10 @@ impl ParallelExecutor {
 }
 
 impl Executor for ParallelExecutor {
+    fn cached_reply(&self, client: chorus_core::ClientId, seq: chorus_core::RequestSeq) -> Option<bytes::Bytes> {
+        self.table.cached_reply(client, seq)
+    }
+
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>) {
         assert_eq!(
             seq, self.next_seq,

@@ -1,0 +1,359 @@
+//! The client's background task: owns every pending request, its reply
+//! quorum and its timers; the public `Client` talks to it through channels.
+//!
+//! Timers per request: the overall deadline, the next retransmission
+//! (exponential back-off, PBFT §4.1: "if the client does not receive replies
+//! soon enough, it broadcasts the request to all replicas"), and for the
+//! read-only fast path the moment it gives up and falls back to ordering
+//! (PBFT §5.1.3).
+
+use crate::auth::RequestAuth;
+use crate::error::ClientError;
+use crate::options::ClientOptions;
+use crate::quorum::{Decision, Path, ReplyQuorum};
+use crate::stats::Stats;
+use bytes::Bytes;
+use chorus_core::{decode, encode, ClientId, ClientMsg, ClusterConfig, Limits, ReplicaId, Reply, RequestSeq};
+use chorus_net::{Backoff, Counters, Inbound, PeerLink};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+/// Status queries waiting per replica; more are refused.
+const MAX_STATUS_WAITERS: usize = 8;
+
+pub(crate) type ResultSender = oneshot::Sender<Result<Bytes, ClientError>>;
+
+pub(crate) enum Command {
+    Invoke {
+        op: Bytes,
+        read_only: bool,
+        reply: ResultSender,
+        permit: OwnedSemaphorePermit,
+    },
+    Status {
+        replica: ReplicaId,
+        reply: oneshot::Sender<String>,
+    },
+}
+
+struct Pending {
+    started: Instant,
+    deadline: Instant,
+    op: Bytes,
+    /// The encoded request, resent verbatim on retransmission.
+    frame: Bytes,
+    quorum: ReplyQuorum,
+    retransmit_every: Duration,
+    next_send: Instant,
+    /// Read-only fast path only: when to give up and fall back.
+    fast_path_until: Option<Instant>,
+    busy_backoff: Duration,
+    /// Whether this path already advanced its retransmission for a missing full result.
+    asked_full: bool,
+    /// The key of this request in `Driver::timers`.
+    wake: Instant,
+    reply: ResultSender,
+    /// Held while the request is in flight (bounds in-flight requests).
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Pending {
+    fn next_wake(&self) -> Instant {
+        let w = self.deadline.min(self.next_send);
+        self.fast_path_until.map_or(w, |t| w.min(t))
+    }
+}
+
+pub(crate) struct Driver {
+    config: Arc<ClusterConfig>,
+    id: ClientId,
+    opts: ClientOptions,
+    auth: RequestAuth,
+    limits: Limits,
+    links: Arc<Vec<PeerLink>>,
+    net: Arc<Counters>,
+    stats: Arc<Stats>,
+    next_seq: u64,
+    pending: HashMap<RequestSeq, Pending>,
+    timers: BTreeSet<(Instant, RequestSeq)>,
+    status_waiters: Vec<VecDeque<oneshot::Sender<String>>>,
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: Arc<ClusterConfig>,
+        id: ClientId,
+        opts: ClientOptions,
+        auth: RequestAuth,
+        links: Arc<Vec<PeerLink>>,
+        net: Arc<Counters>,
+        stats: Arc<Stats>,
+        first_seq: u64,
+    ) -> Driver {
+        let limits = Limits::from_config(&config);
+        let n = config.n();
+        Driver {
+            config,
+            id,
+            opts,
+            auth,
+            limits,
+            links,
+            net,
+            stats,
+            next_seq: first_seq,
+            pending: HashMap::new(),
+            timers: BTreeSet::new(),
+            status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
+        }
+    }
+
+    pub(crate) async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Command>,
+        mut inbound: mpsc::Receiver<Inbound>,
+    ) {
+        loop {
+            let wake = self.timers.first().map(|(t, _)| *t);
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    Some(c) => self.on_command(c),
+                    // The `Client` is gone; pending callers see `Closed`.
+                    None => return,
+                },
+                Some(msg) = inbound.recv() => self.on_inbound(msg),
+                () = sleep_until(wake) => self.on_timers(Instant::now()),
+            }
+        }
+    }
+
+    /// Sequence numbers are strictly increasing per client, in the order
+    /// requests are sent (replicas execute each `(client, seq)` once).
+    fn take_seq(&mut self) -> RequestSeq {
+        let s = self.next_seq;
+        self.next_seq = s.checked_add(1).expect("request sequence numbers exhausted");
+        RequestSeq(s)
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Invoke {
+                op,
+                read_only,
+                reply,
+                permit,
+            } => {
+                Stats::bump(&self.stats.invoked);
+                let now = Instant::now();
+                let path = if read_only { Path::ReadOnly } else { Path::Ordered };
+                let p = Pending {
+                    started: now,
+                    deadline: now + self.opts.request_timeout,
+                    op,
+                    frame: Bytes::new(),
+                    quorum: ReplyQuorum::for_config(&self.config, path),
+                    retransmit_every: self.opts.retransmit_initial,
+                    next_send: now,
+                    fast_path_until: read_only.then(|| now + self.opts.read_only_timeout),
+                    busy_backoff: self.opts.busy_backoff_initial,
+                    asked_full: false,
+                    wake: now,
+                    reply,
+                    _permit: permit,
+                };
+                self.start(p, path, now);
+            }
+            Command::Status { replica, reply } => {
+                let (Some(link), Some(waiters)) = (
+                    self.links.get(replica.index()),
+                    self.status_waiters.get_mut(replica.index()),
+                ) else {
+                    return; // dropping `reply` tells the caller
+                };
+                waiters.retain(|w| !w.is_closed());
+                if waiters.len() < MAX_STATUS_WAITERS {
+                    waiters.push_back(reply);
+                    link.try_send(Bytes::from(encode(&ClientMsg::StatusQuery)));
+                }
+            }
+        }
+    }
+
+    /// Give `p` a fresh sequence number on `path`, send it to every replica
+    /// and schedule it.
+    fn start(&mut self, mut p: Pending, path: Path, now: Instant) {
+        let seq = self.take_seq();
+        let req = self.auth.request(seq, path == Path::ReadOnly, p.op.clone());
+        p.frame = Bytes::from(encode(&ClientMsg::Request(req)));
+        p.quorum = ReplyQuorum::for_config(&self.config, path);
+        p.retransmit_every = self.opts.retransmit_initial;
+        p.next_send = now + p.retransmit_every;
+        p.asked_full = false;
+        for link in self.links.iter() {
+            link.try_send(p.frame.clone());
+        }
+        p.wake = p.next_wake();
+        self.timers.insert((p.wake, seq));
+        let old = self.pending.insert(seq, p);
+        assert!(old.is_none(), "sequence number {seq} reused");
+    }
+
+    fn on_inbound(&mut self, msg: Inbound) {
+        let Some(from) = msg.from.replica() else {
+            Stats::bump(&self.stats.bad_replies);
+            return;
+        };
+        match decode::<ClientMsg>(&msg.frame, &self.limits) {
+            Ok(ClientMsg::Reply(r)) => self.on_reply(from, r),
+            Ok(ClientMsg::StatusReport(s)) => {
+                if let Some(w) = self
+                    .status_waiters
+                    .get_mut(from.index())
+                    .and_then(|q| q.pop_front())
+                {
+                    let _ = w.send(s);
+                }
+            }
+            Ok(ClientMsg::Request(_) | ClientMsg::StatusQuery) => Stats::bump(&self.stats.bad_replies),
+            Err(e) => {
+                tracing::debug!(replica = %from, error = %e, "undecodable frame from replica");
+                self.net.record_decode_error();
+                Stats::bump(&self.stats.bad_replies);
+            }
+        }
+    }
+
+    fn on_reply(&mut self, from: ReplicaId, r: Reply) {
+        // The channel authenticated `from`; a reply naming another replica or
+        // client is Byzantine (or misrouted) and never counts.
+        if r.client != self.id || r.replica != from {
+            Stats::bump(&self.stats.bad_replies);
+            return;
+        }
+        let seq = r.seq;
+        let Some(p) = self.pending.get_mut(&seq) else {
+            Stats::bump(&self.stats.stale_replies);
+            return;
+        };
+        let now = Instant::now();
+        match p.quorum.on_reply(from, r.read_only, r.body) {
+            Err(_) => Stats::bump(&self.stats.ignored_replies),
+            Ok(Decision::Pending) => {
+                // Enough matching digests but no full result: the designated
+                // replica's reply is usually just behind the digests, so give it
+                // a short grace, then retransmit (replicas answer a retransmission
+                // in full) instead of waiting for the regular timer.
+                if !p.asked_full && p.quorum.missing_full_result() {
+                    p.asked_full = true;
+                    p.next_send = p.next_send.min(now + self.opts.full_reply_grace);
+                    self.reschedule(seq);
+                }
+            }
+            Ok(Decision::Accepted(bytes)) => {
+                if p.quorum.path() == Path::ReadOnly {
+                    Stats::bump(&self.stats.fast_path_completed);
+                }
+                self.finish(seq, Ok(bytes));
+            }
+            Ok(Decision::Rejected(why)) => self.finish(seq, Err(ClientError::Rejected(why))),
+            Ok(Decision::Busy) => {
+                Stats::bump(&self.stats.busy_backoffs);
+                p.quorum.clear_busy();
+                p.next_send = now + Backoff::jitter(p.busy_backoff);
+                p.busy_backoff = (p.busy_backoff * 2).min(self.opts.busy_backoff_max);
+                self.reschedule(seq);
+            }
+            Ok(Decision::FallBack) => self.fall_back(seq, now),
+        }
+    }
+
+    fn on_timers(&mut self, now: Instant) {
+        while let Some(&(t, seq)) = self.timers.first() {
+            if t > now {
+                break;
+            }
+            self.timers.pop_first();
+            let Some(p) = self.pending.get_mut(&seq) else {
+                continue;
+            };
+            debug_assert_eq!(p.wake, t);
+            if p.reply.is_closed() {
+                Stats::bump(&self.stats.abandoned);
+                self.pending.remove(&seq);
+            } else if now >= p.deadline {
+                let e = ClientError::Timeout {
+                    seq,
+                    elapsed: now - p.started,
+                    progress: p.quorum.progress(),
+                };
+                self.finish(seq, Err(e));
+            } else if p.fast_path_until.is_some_and(|t| now >= t) {
+                self.fall_back(seq, now);
+            } else {
+                if now >= p.next_send {
+                    // To every replica, including those that already answered:
+                    // replicas answer a retransmitted request with the full
+                    // result, which is how a digest-only quorum gets its bytes
+                    // when the designated replica is faulty.
+                    Stats::bump(&self.stats.retransmissions);
+                    for link in self.links.iter() {
+                        link.try_send(p.frame.clone());
+                    }
+                    p.retransmit_every = (p.retransmit_every * 2).min(self.opts.retransmit_max);
+                    p.next_send = now + p.retransmit_every;
+                }
+                p.wake = p.next_wake();
+                self.timers.insert((p.wake, seq));
+            }
+        }
+    }
+
+    fn reschedule(&mut self, seq: RequestSeq) {
+        let p = self
+            .pending
+            .get_mut(&seq)
+            .expect("rescheduling a pending request");
+        self.timers.remove(&(p.wake, seq));
+        p.wake = p.next_wake();
+        self.timers.insert((p.wake, seq));
+    }
+
+    /// The fast path failed (conflicting or missing read-only replies, or its
+    /// timer): order the same operation under a new sequence number, keeping
+    /// the original deadline.
+    fn fall_back(&mut self, seq: RequestSeq, now: Instant) {
+        let mut p = self.remove(seq).expect("falling back a pending request");
+        Stats::bump(&self.stats.fallbacks);
+        tracing::debug!(%seq, progress = %p.quorum.progress(), "read-only fast path failed, ordering");
+        p.fast_path_until = None;
+        self.start(p, Path::Ordered, now);
+    }
+
+    fn remove(&mut self, seq: RequestSeq) -> Option<Pending> {
+        let p = self.pending.remove(&seq)?;
+        self.timers.remove(&(p.wake, seq));
+        Some(p)
+    }
+
+    fn finish(&mut self, seq: RequestSeq, result: Result<Bytes, ClientError>) {
+        let p = self.remove(seq).expect("finishing a pending request");
+        let counter = match &result {
+            Ok(_) => &self.stats.completed,
+            Err(ClientError::Timeout { .. }) => &self.stats.timeouts,
+            Err(_) => &self.stats.rejected,
+        };
+        Stats::bump(counter);
+        let _ = p.reply.send(result);
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

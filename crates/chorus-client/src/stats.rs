@@ -1,0 +1,57 @@
+//! Client-side counters (relaxed atomics, read with `Client::stats`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! stats {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+        #[derive(Debug, Default)]
+        pub(crate) struct Stats {
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        /// A snapshot of the client's counters.
+        #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+        pub struct ClientStats {
+            $($(#[$m])* pub $name: u64,)*
+        }
+
+        impl Stats {
+            pub(crate) fn snapshot(&self) -> ClientStats {
+                ClientStats { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+stats!(
+    /// Invocations started (a read-only fallback is not counted again).
+    invoked,
+    /// Invocations that returned a result.
+    completed,
+    /// Read-only invocations answered by the fast path.
+    fast_path_completed,
+    /// Invocations that hit their deadline.
+    timeouts,
+    /// Invocations rejected by f+1 replicas.
+    rejected,
+    /// Invocations whose caller stopped waiting (future dropped).
+    abandoned,
+    /// Retransmission rounds (one round resends to every replica).
+    retransmissions,
+    /// Back-offs after f+1 busy answers.
+    busy_backoffs,
+    /// Read-only requests re-sent as ordered requests.
+    fallbacks,
+    /// Replies for requests no longer pending (late or duplicate).
+    stale_replies,
+    /// Replies that did not count (wrong path, second vote from a replica).
+    ignored_replies,
+    /// Frames from replicas that did not decode, or named another client or replica.
+    bad_replies,
+);
+
+impl Stats {
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,241 @@
+//! A tiny fake cluster: each "replica" is a few tokio tasks that accept client
+//! connections through chorus-net, check the request authenticator like a
+//! real replica, and answer `ok:<op>` unless told to misbehave. The first
+//! answer to a request is full from the designated replica (`seq mod n`) and a
+//! digest from the others; a retransmitted request is answered in full by
+//! everyone (PBFT §4.1: replicas re-send the reply), so a faulty designated
+//! replica cannot stall the client.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use chorus_client::{Client, ClientOptions};
+use chorus_core::{
+    decode, encode, ClientAuthKind, ClientId, ClientMsg, ClusterConfig, Digest, Identity, Limits,
+    ProtocolParams, ReplicaId, Reply, ReplyBody, Request,
+};
+use chorus_net::{accept, Counters, NetLimits, PeerRole};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Behavior {
+    Honest,
+    /// Answers every request with a full, wrong result.
+    Byzantine,
+    /// Accepts connections and reads, never answers.
+    Silent,
+    /// Answers `Busy` the first `n` times it sees each request, then honestly.
+    BusyFirst(u32),
+    /// Rejects everything.
+    RejectAll,
+    /// Rejects the read-only fast path, orders everything else honestly.
+    NoFastPath,
+    /// Answers read-only requests from a stale state ("old:<op>").
+    StaleReads,
+    /// Closes the first connection on its first request, honest afterwards.
+    DropFirstConnection,
+    /// Answers only with digests, never with the full result.
+    DigestOnly,
+}
+
+pub struct Fake {
+    pub config: Arc<ClusterConfig>,
+    pub clients: Vec<Identity>,
+    /// Every authentic request each replica received, in arrival order.
+    pub seen: Arc<Mutex<Vec<(ReplicaId, Request)>>>,
+}
+
+pub fn result_for(op: &[u8]) -> Vec<u8> {
+    [b"ok:".as_slice(), op].concat()
+}
+
+pub async fn start(behaviors: &[Behavior], auth: ClientAuthKind) -> Fake {
+    let params = ProtocolParams {
+        client_auth: auth,
+        ..ProtocolParams::default()
+    };
+    let (mut config, replicas, clients) = ClusterConfig::for_testing(behaviors.len(), 2, params, 11);
+    let mut listeners = vec![];
+    for r in config.replicas.iter_mut() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        r.client_port = l.local_addr().unwrap().port();
+        listeners.push(l);
+    }
+    let config = Arc::new(config);
+    let seen = Arc::new(Mutex::new(vec![]));
+    for (i, (l, b)) in listeners.into_iter().zip(behaviors).enumerate() {
+        let replica = FakeReplica {
+            id: ReplicaId(i as u32),
+            key: replicas[i].clone(),
+            config: config.clone(),
+            behavior: *b,
+            seen: seen.clone(),
+            busy_counts: Arc::new(Mutex::new(HashMap::new())),
+            dropped_once: Arc::new(AtomicBool::new(false)),
+            answered: Arc::new(Mutex::new(HashSet::new())),
+        };
+        tokio::spawn(replica.serve(l));
+    }
+    Fake {
+        config,
+        clients,
+        seen,
+    }
+}
+
+impl Fake {
+    pub fn opts() -> ClientOptions {
+        ClientOptions {
+            request_timeout: Duration::from_secs(5),
+            retransmit_initial: Duration::from_millis(50),
+            retransmit_max: Duration::from_millis(200),
+            full_reply_grace: Duration::from_millis(10),
+            busy_backoff_initial: Duration::from_millis(10),
+            busy_backoff_max: Duration::from_millis(40),
+            read_only_timeout: Duration::from_millis(300),
+            connect_timeout: Some(Duration::from_secs(5)),
+            reconnect: chorus_net::Backoff {
+                min: Duration::from_millis(5),
+                max: Duration::from_millis(50),
+            },
+            ..ClientOptions::default()
+        }
+    }
+
+    pub async fn client(&self, id: u64, opts: ClientOptions) -> Client {
+        Client::connect(
+            self.config.clone(),
+            ClientId(id),
+            self.clients[id as usize].clone(),
+            opts,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Requests seen by `replica`, in arrival order.
+    pub fn seen_by(&self, replica: u32) -> Vec<Request> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, _)| r.0 == replica)
+            .map(|(_, q)| q.clone())
+            .collect()
+    }
+}
+
+#[derive(Clone)]
+struct FakeReplica {
+    id: ReplicaId,
+    key: Identity,
+    config: Arc<ClusterConfig>,
+    behavior: Behavior,
+    seen: Arc<Mutex<Vec<(ReplicaId, Request)>>>,
+    busy_counts: Arc<Mutex<HashMap<(ClientId, u64), u32>>>,
+    dropped_once: Arc<AtomicBool>,
+    answered: Arc<Mutex<HashSet<(ClientId, u64)>>>,
+}
+
+impl FakeReplica {
+    async fn serve(self, l: TcpListener) {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            tokio::spawn(self.clone().connection(s));
+        }
+    }
+
+    async fn connection(self, s: tokio::net::TcpStream) {
+        let role = PeerRole::Replica {
+            id: self.id,
+            pillar: 0,
+        };
+        let limits = NetLimits::from_config(&self.config);
+        let counters = Arc::new(Counters::default());
+        let Ok((peer, mut rd, mut wr)) = accept(s, &self.key, role, &self.config, &limits, &counters).await
+        else {
+            return;
+        };
+        let Some(client) = peer.client() else { return };
+        let client_pk = self.config.client(client).unwrap().identity;
+        let mac_key = self.key.pairwise_key(&client_pk);
+        let codec = Limits::from_config(&self.config);
+        while let Ok(Some(frame)) = rd.next().await {
+            let req = match decode::<ClientMsg>(&frame, &codec) {
+                Ok(ClientMsg::Request(r)) => r,
+                Ok(ClientMsg::StatusQuery) => {
+                    let s = format!("{{\"replica\":{}}}", self.id.0);
+                    let _ = wr.send(&encode(&ClientMsg::StatusReport(s))).await;
+                    continue;
+                }
+                _ => return,
+            };
+            // What a real replica does: the channel says who the client is and
+            // the authenticator must verify for this replica.
+            let authentic = req.client == client && req.verify(self.id, &mac_key, &client_pk);
+            if authentic {
+                self.seen.lock().unwrap().push((self.id, req.clone()));
+            }
+            if self.behavior == Behavior::DropFirstConnection
+                && !self.dropped_once.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            let Some(body) = self.answer(&req, authentic) else {
+                continue;
+            };
+            let reply = Reply {
+                client,
+                seq: req.seq,
+                replica: self.id,
+                read_only: req.is_read_only(),
+                body,
+            };
+            if wr.send(&encode(&ClientMsg::Reply(reply))).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn answer(&self, req: &Request, authentic: bool) -> Option<ReplyBody> {
+        if !authentic {
+            return Some(ReplyBody::Rejected("bad authenticator".into()));
+        }
+        let n = self.config.n() as u64;
+        let repeat = !self.answered.lock().unwrap().insert((req.client, req.seq.0));
+        let designated = req.seq.0 % n == self.id.0 as u64;
+        let honest = |result: Vec<u8>| {
+            if designated || repeat {
+                ReplyBody::Full(Bytes::from(result))
+            } else {
+                ReplyBody::Digest(Digest::of(&result))
+            }
+        };
+        match self.behavior {
+            Behavior::Honest | Behavior::DropFirstConnection => Some(honest(result_for(&req.op))),
+            Behavior::Byzantine => Some(ReplyBody::Full(Bytes::from_static(b"evil"))),
+            Behavior::Silent => None,
+            Behavior::BusyFirst(k) => {
+                let mut counts = self.busy_counts.lock().unwrap();
+                let c = counts.entry((req.client, req.seq.0)).or_insert(0);
+                *c += 1;
+                Some(if *c <= k {
+                    ReplyBody::Busy
+                } else {
+                    honest(result_for(&req.op))
+                })
+            }
+            Behavior::RejectAll => Some(ReplyBody::Rejected("nope".into())),
+            Behavior::NoFastPath if req.is_read_only() => Some(ReplyBody::Rejected("not read-only".into())),
+            Behavior::NoFastPath => Some(honest(result_for(&req.op))),
+            Behavior::StaleReads if req.is_read_only() => {
+                Some(honest([b"old:".as_slice(), &req.op].concat()))
+            }
+            Behavior::StaleReads => Some(honest(result_for(&req.op))),
+            Behavior::DigestOnly => Some(ReplyBody::Digest(Digest::of(&result_for(&req.op)))),
+        }
+    }
+}

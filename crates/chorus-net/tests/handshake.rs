@@ -1,0 +1,341 @@
+//! Handshake: success in both directions, refusal of wrong keys, unknown or
+//! unexpected roles, garbage and silence.
+
+mod common;
+
+use chorus_core::{ClientId, Identity, ReplicaId};
+use chorus_net::{accept, connect, Expected, NetError, PeerRole};
+use common::*;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn replica(id: u32, pillar: u32) -> PeerRole {
+    PeerRole::Replica {
+        id: ReplicaId(id),
+        pillar,
+    }
+}
+
+#[tokio::test]
+async fn replica_pillars_authenticate_each_other_and_exchange_frames_both_ways() {
+    let c = cluster();
+    let (l, port) = listener().await;
+    let (cfg, r1, lim) = (c.config.clone(), c.replicas[1].clone(), limits());
+    let server_counters = counters();
+    let sc = server_counters.clone();
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let (peer, mut rd, mut wr) = accept(s, &r1, replica(1, 1), &cfg, &lim, &sc).await.unwrap();
+        assert_eq!(peer, replica(0, 1));
+        assert_eq!(&rd.next().await.unwrap().unwrap()[..], b"ping");
+        wr.send(b"pong").await.unwrap();
+        // Several frames in one flush arrive separately and in order.
+        for i in 0..10u8 {
+            wr.feed(&[i; 3]).await.unwrap();
+        }
+        wr.flush().await.unwrap();
+        assert!(
+            rd.next().await.unwrap().is_none(),
+            "clean EOF after the peer shuts down"
+        );
+    });
+    let cc = counters();
+    let expected = Expected::replica_pillar(&c.config, ReplicaId(1), 1).unwrap();
+    let (peer, mut rd, mut wr) = connect(
+        dial(port).await,
+        &c.replicas[0],
+        replica(0, 1),
+        &expected,
+        &limits(),
+        &cc,
+    )
+    .await
+    .unwrap();
+    assert_eq!(peer, replica(1, 1));
+    assert_eq!(rd.peer(), peer);
+    wr.send(b"ping").await.unwrap();
+    assert_eq!(&rd.next().await.unwrap().unwrap()[..], b"pong");
+    for i in 0..10u8 {
+        assert_eq!(&rd.next().await.unwrap().unwrap()[..], &[i; 3]);
+    }
+    wr.shutdown().await.unwrap();
+    server.await.unwrap();
+    let (s, k) = (server_counters.snapshot(), cc.snapshot());
+    assert_eq!((s.handshakes_ok, k.handshakes_ok), (1, 1));
+    assert_eq!(
+        (s.frames_in, s.frames_out, k.frames_in, k.frames_out),
+        (1, 11, 11, 1)
+    );
+    assert_eq!(s.handshake_failures + k.handshake_failures, 0);
+}
+
+#[tokio::test]
+async fn client_reaches_any_pillar_of_a_replica_and_the_replica_learns_the_client_id() {
+    let c = cluster();
+    let (l, port) = listener().await;
+    let (cfg, r2, lim) = (c.config.clone(), c.replicas[2].clone(), limits());
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let (peer, mut rd, mut wr) = accept(s, &r2, replica(2, 0), &cfg, &lim, &counters())
+            .await
+            .unwrap();
+        let frame = rd.next().await.unwrap().unwrap();
+        wr.send(&frame).await.unwrap();
+        peer
+    });
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(2)).unwrap();
+    let role = PeerRole::Client { id: ClientId(1) };
+    let (peer, mut rd, mut wr) = connect(
+        dial(port).await,
+        &c.clients[1],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(peer, replica(2, 0));
+    wr.send(b"echo").await.unwrap();
+    assert_eq!(&rd.next().await.unwrap().unwrap()[..], b"echo");
+    assert_eq!(server.await.unwrap(), role);
+}
+
+/// Runs one handshake where either side may fail; returns both results.
+async fn attempt(
+    acceptor_key: Identity,
+    acceptor_role: PeerRole,
+    dialer_key: Identity,
+    dialer_role: PeerRole,
+    expected: Expected,
+) -> (
+    Result<PeerRole, NetError>,
+    Result<PeerRole, NetError>,
+    chorus_net::CountersSnapshot,
+) {
+    let c = cluster();
+    let (l, port) = listener().await;
+    let sc = counters();
+    let sc2 = sc.clone();
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        accept(s, &acceptor_key, acceptor_role, &c.config, &limits(), &sc2)
+            .await
+            .map(|r| r.0)
+    });
+    let client = connect(
+        dial(port).await,
+        &dialer_key,
+        dialer_role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await
+    .map(|r| r.0);
+    let server = server.await.unwrap();
+    (server, client, sc.snapshot())
+}
+
+#[tokio::test]
+async fn a_replica_holding_another_key_than_configured_is_refused_by_the_dialer() {
+    let c = cluster();
+    let expected = Expected::replica_pillar(&c.config, ReplicaId(1), 0).unwrap();
+    let impostor = Identity::from_seed(b"not replica 1");
+    let (_, client, _) = attempt(
+        impostor,
+        replica(1, 0),
+        c.replicas[0].clone(),
+        replica(0, 0),
+        expected,
+    )
+    .await;
+    assert!(
+        matches!(client, Err(NetError::BadSignature(r)) if r == replica(1, 0)),
+        "{client:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_holding_another_key_than_configured_is_refused_by_the_acceptor() {
+    let c = cluster();
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+    let role = PeerRole::Client { id: ClientId(0) };
+    // Client 1's key, claiming to be client 0.
+    let (server, _, s) = attempt(
+        c.replicas[0].clone(),
+        replica(0, 0),
+        c.clients[1].clone(),
+        role,
+        expected,
+    )
+    .await;
+    assert!(
+        matches!(server, Err(NetError::BadSignature(r)) if r == role),
+        "{server:?}"
+    );
+    assert_eq!(
+        (s.bad_signatures, s.handshake_failures, s.handshakes_ok),
+        (1, 1, 0)
+    );
+}
+
+#[tokio::test]
+async fn unknown_ids_and_pillars_are_refused_before_any_signature() {
+    let c = cluster();
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+    for role in [
+        PeerRole::Client { id: ClientId(99) },
+        replica(9, 0),
+        replica(1, 2),
+    ] {
+        let (server, client, s) = attempt(
+            c.replicas[0].clone(),
+            replica(0, 0),
+            c.replicas[1].clone(),
+            role,
+            expected,
+        )
+        .await;
+        assert!(
+            matches!(server, Err(NetError::UnknownPeer(r)) if r == role),
+            "{server:?}"
+        );
+        assert!(client.is_err());
+        assert_eq!(s.unknown_peers, 1);
+    }
+}
+
+#[tokio::test]
+async fn reaching_another_replica_than_dialled_is_refused() {
+    let c = cluster();
+    let expected = Expected::replica_pillar(&c.config, ReplicaId(1), 0).unwrap();
+    // Replica 2 answers with its own (valid) key where replica 1 was expected.
+    let (_, client, _) = attempt(
+        c.replicas[2].clone(),
+        replica(2, 0),
+        c.replicas[0].clone(),
+        replica(0, 0),
+        expected,
+    )
+    .await;
+    assert!(
+        matches!(client, Err(NetError::UnexpectedPeer { got, .. }) if got == replica(2, 0)),
+        "{client:?}"
+    );
+    // Same replica, wrong pillar.
+    let (_, client, _) = attempt(
+        c.replicas[1].clone(),
+        replica(1, 1),
+        c.replicas[0].clone(),
+        replica(0, 0),
+        expected,
+    )
+    .await;
+    assert!(
+        matches!(client, Err(NetError::UnexpectedPeer { .. })),
+        "{client:?}"
+    );
+}
+
+/// An accept loop like the replica's: one task per connection.
+async fn accept_loop(
+    c: &Cluster,
+) -> (
+    u16,
+    std::sync::Arc<chorus_net::Counters>,
+    tokio::sync::mpsc::Receiver<Result<PeerRole, NetError>>,
+) {
+    let (l, port) = listener().await;
+    let sc = counters();
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let (cfg, key, sc2) = (c.config.clone(), c.replicas[0].clone(), sc.clone());
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let (cfg, key, sc, tx) = (cfg.clone(), key.clone(), sc2.clone(), tx.clone());
+            let mut lim = limits();
+            lim.handshake_timeout = Duration::from_millis(300);
+            tokio::spawn(async move {
+                match accept(s, &key, replica(0, 0), &cfg, &lim, &sc).await {
+                    Ok((peer, mut rd, mut wr)) => {
+                        let _ = tx.send(Ok(peer)).await;
+                        while let Ok(Some(f)) = rd.next().await {
+                            if wr.send(&f).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                    }
+                }
+            });
+        }
+    });
+    (port, sc, rx)
+}
+
+#[tokio::test]
+async fn garbage_and_silence_close_only_their_own_connection() {
+    use rand::{Rng, SeedableRng};
+    let c = cluster();
+    let (port, sc, mut results) = accept_loop(&c).await;
+
+    // A legitimate client connects first and stays connected throughout.
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+    let role = PeerRole::Client { id: ClientId(0) };
+    let (_, mut rd, mut wr) = connect(
+        dial(port).await,
+        &c.clients[0],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(results.recv().await.unwrap().unwrap(), role);
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut garbage: Vec<Vec<u8>> = (0..6)
+        .map(|i| {
+            let len = rng.gen_range(1..2048);
+            let mut v: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            if i % 2 == 0 {
+                // A small, plausible length so the body reaches the hello parser.
+                v[..4].copy_from_slice(&(60u32).to_be_bytes());
+                v.resize(v.len().max(64), 0);
+            }
+            v
+        })
+        .collect();
+    garbage.push(vec![0xff; 8]); // a 4 GiB length header
+    for g in &garbage {
+        let mut s = dial(port).await;
+        s.write_all(g).await.unwrap();
+        let r = results.recv().await.unwrap();
+        assert!(matches!(r, Err(ref e) if e.is_protocol_violation()), "{r:?}");
+        // The acceptor closed this connection.
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    }
+    // A connection that says nothing is dropped at the handshake timeout.
+    let mut silent = dial(port).await;
+    let r = results.recv().await.unwrap();
+    assert!(matches!(r, Err(NetError::HandshakeTimeout(_))), "{r:?}");
+    let mut buf = [0u8; 8];
+    assert!(matches!(silent.read(&mut buf).await, Ok(0) | Err(_)));
+
+    // The legitimate connection is unaffected.
+    wr.send(b"still here").await.unwrap();
+    assert_eq!(&rd.next().await.unwrap().unwrap()[..], b"still here");
+    let s = sc.snapshot();
+    assert_eq!(s.handshake_failures, garbage.len() as u64 + 1);
+    assert_eq!(s.handshake_timeouts, 1);
+    assert!(s.oversize >= 1 && s.malformed >= 1, "{s:?}");
+    assert_eq!(s.handshakes_ok, 1);
+}

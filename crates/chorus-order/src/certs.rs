@@ -1,0 +1,163 @@
+//! Validation of everything that is forwarded as evidence (DESIGN §6):
+//! prepared certificates, checkpoint certificates and view changes. Pure
+//! functions of the configuration and the message; each failure has a reason.
+
+use crate::roles::{new_view_primary, prepares_needed, slot_leader};
+use chorus_core::{
+    CheckpointCert, CheckpointVote, ClusterConfig, Digest, LaneId, PrePrepare, Prepare, PreparedCert,
+    PublicIdentity, ReplicaId, Signature, Slot, View, ViewChange,
+};
+use std::collections::BTreeSet;
+
+pub type CertResult = Result<(), &'static str>;
+
+/// The first slot of every lane above a stable checkpoint (genesis: 0).
+/// Checkpoints sit at multiples of K, and K is a multiple of the lane count, so
+/// `seq / lanes` is exact and the same for every lane.
+pub fn low_slot_of(cfg: &ClusterConfig, stable: Option<&CheckpointCert>) -> Slot {
+    Slot(stable.map_or(0, |c| c.seq.0 / cfg.lanes() as u64))
+}
+
+fn key(cfg: &ClusterConfig, r: ReplicaId) -> Option<&PublicIdentity> {
+    cfg.replica(r).map(|i| &i.identity)
+}
+
+/// Who signed a pre-prepare for `(lane, view, slot, digest)`: the slot's leader
+/// in that view, or, for slots re-proposed by a NEW-VIEW, the lane's new-view
+/// primary. Accepting either is safe: correct replicas accept exactly one
+/// pre-prepare per (lane, view, slot) and a correct primary re-proposes only
+/// slots no correct leader proposes in that view, so two certificates for
+/// different digests would still need a correct replica to vouch twice.
+pub fn pre_prepare_signer(
+    cfg: &ClusterConfig,
+    lane: LaneId,
+    view: View,
+    slot: Slot,
+    digest: &Digest,
+    sig: &Signature,
+) -> Option<ReplicaId> {
+    let sd = PrePrepare::signing_digest(lane, view, slot, digest);
+    let leader = slot_leader(cfg, lane, slot, view);
+    let primary = new_view_primary(cfg, lane, view);
+    let mut candidates = vec![leader];
+    if view.0 > 0 && primary != leader {
+        candidates.push(primary);
+    }
+    candidates
+        .into_iter()
+        .find(|r| key(cfg, *r).is_some_and(|k| k.verify(sd.as_bytes(), sig)))
+}
+
+/// PBFT §4.4: a prepared certificate is a pre-prepare plus 2f matching
+/// prepares from distinct replicas other than its signer.
+pub fn verify_prepared_cert(cfg: &ClusterConfig, c: &PreparedCert) -> CertResult {
+    if c.lane.0 >= cfg.lanes() {
+        return Err("cert-bad-lane");
+    }
+    if c.prepares.len() > cfg.n() {
+        return Err("cert-too-many-prepares");
+    }
+    if c.prepares.len() < prepares_needed(cfg) {
+        return Err("cert-too-few-prepares");
+    }
+    let signer = pre_prepare_signer(cfg, c.lane, c.view, c.slot, &c.digest, &c.pre_prepare_sig)
+        .ok_or("cert-bad-pre-prepare-sig")?;
+    let mut seen = BTreeSet::new();
+    for p in &c.prepares {
+        if (p.lane, p.view, p.slot, p.digest) != (c.lane, c.view, c.slot, c.digest) {
+            return Err("cert-prepare-mismatch");
+        }
+        if p.replica == signer {
+            return Err("cert-prepare-from-leader");
+        }
+        if !seen.insert(p.replica) {
+            return Err("cert-duplicate-prepare");
+        }
+        let k = key(cfg, p.replica).ok_or("cert-unknown-replica")?;
+        let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
+        if !k.verify(sd.as_bytes(), &p.sig) {
+            return Err("cert-bad-prepare-sig");
+        }
+    }
+    Ok(())
+}
+
+/// PBFT §4.3: 2f+1 matching signed checkpoint votes from distinct replicas.
+pub fn verify_checkpoint_cert(cfg: &ClusterConfig, c: &CheckpointCert) -> CertResult {
+    let k = cfg.params.checkpoint_interval;
+    if c.seq.0 == 0 || k == 0 || !c.seq.0.is_multiple_of(k) {
+        return Err("cert-bad-seq");
+    }
+    if c.votes.len() < cfg.quorum() || c.votes.len() > cfg.n() {
+        return Err("cert-vote-count");
+    }
+    let mut seen = BTreeSet::new();
+    for v in &c.votes {
+        if v.seq != c.seq || v.state_digest != c.state_digest {
+            return Err("cert-vote-mismatch");
+        }
+        if !seen.insert(v.replica) {
+            return Err("cert-duplicate-vote");
+        }
+        verify_vote_sig(cfg, v)?;
+    }
+    Ok(())
+}
+
+pub fn verify_vote_sig(cfg: &ClusterConfig, v: &CheckpointVote) -> CertResult {
+    let k = key(cfg, v.replica).ok_or("cert-unknown-replica")?;
+    let sd = CheckpointVote::signing_digest(v.seq, &v.state_digest, v.replica);
+    if k.verify(sd.as_bytes(), &v.sig) {
+        Ok(())
+    } else {
+        Err("bad-vote-signature")
+    }
+}
+
+/// The cheap part: the view change is signed by the replica it names.
+pub fn verify_view_change_sig(cfg: &ClusterConfig, vc: &ViewChange) -> CertResult {
+    if vc.lane.0 >= cfg.lanes() {
+        return Err("bad-lane");
+    }
+    let k = key(cfg, vc.replica).ok_or("bad-replica")?;
+    if k.verify(vc.signing_digest().as_bytes(), &vc.sig) {
+        Ok(())
+    } else {
+        Err("bad-signature")
+    }
+}
+
+/// Everything: signature, checkpoint certificate, and one valid prepared
+/// certificate per slot inside the sender's window, each from an earlier view.
+pub fn verify_view_change(cfg: &ClusterConfig, vc: &ViewChange) -> CertResult {
+    verify_view_change_sig(cfg, vc)?;
+    if vc.new_view.0 == 0 {
+        return Err("vc-view-zero");
+    }
+    if let Some(c) = &vc.stable {
+        verify_checkpoint_cert(cfg, c)?;
+    }
+    let low = low_slot_of(cfg, vc.stable.as_ref());
+    let window = cfg.params.window_slots;
+    if vc.prepared.len() as u64 > window {
+        return Err("vc-too-many-certs");
+    }
+    let mut last: Option<Slot> = None;
+    for c in &vc.prepared {
+        if last.is_some_and(|s| c.slot <= s) {
+            return Err("vc-certs-unordered");
+        }
+        last = Some(c.slot);
+        if c.lane != vc.lane {
+            return Err("vc-cert-wrong-lane");
+        }
+        if c.view >= vc.new_view {
+            return Err("vc-cert-future-view");
+        }
+        if c.slot < low || c.slot.0 >= low.0.saturating_add(window) {
+            return Err("vc-cert-out-of-window");
+        }
+        verify_prepared_cert(cfg, c)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! Checkpoints (PBFT §4.3, COP §4.2.2).
+//!
+//! Every K = `checkpoint_interval` global positions the replica asks its
+//! executor for a snapshot (`Action::TakeCheckpoint`), signs a vote over the
+//! state digest it gets back, and broadcasts it. 2f+1 matching votes make the
+//! checkpoint stable: the certificate plus our own snapshot are persisted,
+//! every lane's low watermark moves to `seq / P`, and the logs below are
+//! dropped. A certificate for a checkpoint we have not reached (or reached
+//! with a different digest) tells state transfer where to go.
+//!
+//! Duty rotation (COP §4.2.2): see `roles::checkpoint_duty_lane`.
+
+use crate::certs::verify_vote_sig;
+use crate::counters::Cx;
+use bytes::Bytes;
+use chorus_core::{
+    CheckpointCert, CheckpointVote, ClusterConfig, Digest, Identity, ReplicaId, ReplicaMsg, Seq, Signature,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A stable checkpoint with the state it certifies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StableCheckpoint {
+    pub cert: CheckpointCert,
+    pub snapshot: Bytes,
+}
+
+/// What a vote (ours or a peer's) led to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VoteOutcome {
+    Nothing,
+    /// A new stable checkpoint whose state we hold.
+    Stable(StableCheckpoint),
+    /// A valid certificate for a state we do not hold: fetch it.
+    CertWithoutState(CheckpointCert),
+}
+
+pub struct Checkpointer {
+    cfg: Arc<ClusterConfig>,
+    me: ReplicaId,
+    identity: Identity,
+    stable: Option<StableCheckpoint>,
+    /// Our own snapshots above the stable checkpoint, awaiting their quorum.
+    own: BTreeMap<Seq, (Digest, Bytes)>,
+    /// Our own votes (kept for retransmission), the stable one included.
+    own_votes: BTreeMap<Seq, CheckpointVote>,
+    votes: BTreeMap<Seq, BTreeMap<ReplicaId, CheckpointVote>>,
+    /// `TakeCheckpoint` emitted, `Checkpointed` not yet received.
+    awaiting: BTreeSet<Seq>,
+}
+
+impl Checkpointer {
+    pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Checkpointer {
+        Checkpointer {
+            cfg,
+            me,
+            identity,
+            stable: None,
+            own: BTreeMap::new(),
+            own_votes: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            awaiting: BTreeSet::new(),
+        }
+    }
+
+    fn interval(&self) -> u64 {
+        self.cfg.params.checkpoint_interval
+    }
+
+    pub fn stable_seq(&self) -> Seq {
+        self.stable.as_ref().map_or(Seq(0), |s| s.cert.seq)
+    }
+
+    pub fn stable_cert(&self) -> Option<&CheckpointCert> {
+        self.stable.as_ref().map(|s| &s.cert)
+    }
+
+    pub fn stable_state(&self) -> Option<(&CheckpointCert, &Bytes)> {
+        self.stable.as_ref().map(|s| (&s.cert, &s.snapshot))
+    }
+
+    /// Checkpoints further ahead than every lane's window can reach are not
+    /// kept: a replica that far behind uses state transfer instead.
+    fn horizon(&self) -> Seq {
+        let reach = self.cfg.lanes() as u64 * self.cfg.params.window_slots + self.interval();
+        Seq(self.stable_seq().0.saturating_add(reach))
+    }
+
+    /// Position `seq` was delivered. Returns the checkpoint to take when
+    /// `seq + 1` is a multiple of K.
+    pub fn on_delivered(&mut self, seq: Seq) -> Option<Seq> {
+        let c = seq.next();
+        if !c.0.is_multiple_of(self.interval()) || c <= self.stable_seq() {
+            return None;
+        }
+        self.awaiting.insert(c);
+        Some(c)
+    }
+
+    /// The executor's snapshot at `seq`: vote for it.
+    pub fn on_checkpointed(
+        &mut self,
+        cx: &mut Cx,
+        seq: Seq,
+        state_digest: Digest,
+        snapshot: Bytes,
+    ) -> VoteOutcome {
+        if !self.awaiting.remove(&seq) {
+            cx.reject("unexpected-checkpoint");
+            return VoteOutcome::Nothing;
+        }
+        let mut vote = CheckpointVote {
+            seq,
+            state_digest,
+            replica: self.me,
+            sig: Signature([0; 64]),
+        };
+        vote.sig = self
+            .identity
+            .sign(CheckpointVote::signing_digest(seq, &state_digest, self.me).as_bytes());
+        self.own.insert(seq, (state_digest, snapshot));
+        self.own_votes.insert(seq, vote.clone());
+        self.votes.entry(seq).or_default().insert(self.me, vote.clone());
+        cx.out.broadcast(ReplicaMsg::Checkpoint(vote));
+        self.check(cx, seq)
+    }
+
+    /// A peer's vote (PBFT §4.3).
+    pub fn on_vote(&mut self, cx: &mut Cx, from: ReplicaId, vote: CheckpointVote) -> VoteOutcome {
+        if vote.replica != from {
+            cx.reject("replica-mismatch");
+            return VoteOutcome::Nothing;
+        }
+        if vote.seq.0 == 0 || !vote.seq.0.is_multiple_of(self.interval()) {
+            cx.reject("bad-checkpoint-seq");
+            return VoteOutcome::Nothing;
+        }
+        if vote.seq <= self.stable_seq() {
+            cx.counters.stale += 1;
+            return VoteOutcome::Nothing;
+        }
+        if vote.seq > self.horizon() {
+            cx.reject("checkpoint-beyond-horizon");
+            return VoteOutcome::Nothing;
+        }
+        if let Some(old) = self.votes.get(&vote.seq).and_then(|v| v.get(&from)) {
+            if old.state_digest != vote.state_digest {
+                cx.reject("equivocation");
+            }
+            return VoteOutcome::Nothing;
+        }
+        if let Err(reason) = verify_vote_sig(&self.cfg, &vote) {
+            cx.reject(reason);
+            return VoteOutcome::Nothing;
+        }
+        let seq = vote.seq;
+        self.votes.entry(seq).or_default().insert(from, vote);
+        self.check(cx, seq)
+    }
+
+    fn check(&mut self, cx: &mut Cx, seq: Seq) -> VoteOutcome {
+        let Some(votes) = self.votes.get(&seq) else {
+            return VoteOutcome::Nothing;
+        };
+        let mut by_digest: BTreeMap<Digest, Vec<&CheckpointVote>> = BTreeMap::new();
+        for v in votes.values() {
+            by_digest.entry(v.state_digest).or_default().push(v);
+        }
+        let Some((digest, quorum)) = by_digest.into_iter().find(|(_, v)| v.len() >= self.cfg.quorum()) else {
+            return VoteOutcome::Nothing;
+        };
+        let cert = CheckpointCert {
+            seq,
+            state_digest: digest,
+            votes: quorum.into_iter().cloned().collect(),
+        };
+        match self.own.get(&seq) {
+            Some((mine, _)) if *mine == digest => {
+                let (_, snapshot) = self.own.remove(&seq).unwrap_or_default();
+                let stable = StableCheckpoint { cert, snapshot };
+                self.adopt(stable.clone());
+                VoteOutcome::Stable(stable)
+            }
+            Some(_) => {
+                // 2f+1 replicas agree on a state we do not have: our executor
+                // diverged. Only state transfer can repair it.
+                cx.reject("state-divergence");
+                VoteOutcome::CertWithoutState(cert)
+            }
+            None => VoteOutcome::CertWithoutState(cert),
+        }
+    }
+
+    fn adopt(&mut self, stable: StableCheckpoint) {
+        let seq = stable.cert.seq;
+        debug_assert!(seq > self.stable_seq(), "stable checkpoints only move forward");
+        self.own = self.own.split_off(&seq.next());
+        self.own_votes = self.own_votes.split_off(&seq);
+        self.votes = self.votes.split_off(&seq.next());
+        self.awaiting = self.awaiting.split_off(&seq.next());
+        self.stable = Some(stable);
+    }
+
+    /// Adopt a checkpoint whose state was installed (state transfer, recovery).
+    pub fn install(&mut self, cert: CheckpointCert, snapshot: Bytes) {
+        if cert.seq <= self.stable_seq() {
+            return;
+        }
+        self.adopt(StableCheckpoint { cert, snapshot });
+    }
+
+    /// Our votes above the stable checkpoint, re-sent on every status tick so
+    /// a lost vote does not stall the window.
+    pub fn pending_votes(&self) -> Vec<CheckpointVote> {
+        self.own_votes
+            .range(self.stable_seq().next()..)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Our vote for our stable checkpoint, for a peer that reports an older one.
+    pub fn vote_for_peer(&self, peer_stable: Seq) -> Option<CheckpointVote> {
+        if peer_stable >= self.stable_seq() {
+            return None;
+        }
+        self.own_votes.get(&self.stable_seq()).cloned()
+    }
+}

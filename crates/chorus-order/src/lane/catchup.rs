@@ -1,0 +1,295 @@
+//! Catch-up: periodic status, retransmission to lagging peers, `Decided`
+//! notices (f+1 matching = at least one correct replica decided), and
+//! fetching batches by digest. The simulator loses messages; these paths are
+//! what turns "eventually delivered" back into "delivered".
+
+use super::{Lane, LaneEnv, LaneOutput, Want, WantReason, DECIDED_PER_STATUS, RETRANSMIT_SLOTS};
+use crate::counters::Cx;
+use chorus_core::{
+    Batch, BatchReply, Commit, Decided, Digest, FetchBatch, PrePrepare, ReplicaId, ReplicaMsg, Slot, Status,
+};
+use std::sync::Arc;
+
+impl Lane {
+    /// Status tick: announce where we are, re-send our VIEW-CHANGE while the
+    /// view change lasts, and retry batch fetches.
+    pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) {
+        cx.out.broadcast(ReplicaMsg::Status(Status {
+            lane: self.id,
+            view: self.view,
+            next_undecided: self.next_undecided,
+            stable_seq: env.stable_seq,
+        }));
+        if !self.active {
+            if let Some(vc) = &self.own_vc {
+                cx.counters.retransmissions += 1;
+                cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+            }
+        }
+        self.retry_wants(cx);
+    }
+
+    pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
+        if st.view < self.view && self.active {
+            self.resend_new_view(cx, from);
+        }
+        let start = st.next_undecided.max(self.low);
+        if start < self.next_undecided {
+            for (slot, s) in self
+                .slots
+                .range(start..self.next_undecided)
+                .take(DECIDED_PER_STATUS)
+            {
+                if let Some(digest) = s.decided {
+                    cx.out.send(
+                        from,
+                        ReplicaMsg::Decided(Decided {
+                            lane: self.id,
+                            slot: *slot,
+                            digest,
+                        }),
+                    );
+                }
+            }
+        }
+        if st.view == self.view && self.active {
+            self.retransmit(cx, from, start);
+        }
+    }
+
+    /// Re-send our own pre-prepare / prepare / commit of the current view for
+    /// slots the peer has not decided, if they have been out for at least one
+    /// status interval (a fresher message may simply still be in flight).
+    fn retransmit(&mut self, cx: &mut Cx, to: ReplicaId, start: Slot) {
+        let interval = self.cfg.params.status_interval_ms;
+        let (view, me, lane) = (self.view, self.me, self.id);
+        for (slot, s) in self.slots.range(start..).take(RETRANSMIT_SLOTS) {
+            let Some(pp) = s.accepted_in(view) else {
+                continue;
+            };
+            if cx.now.0.saturating_sub(pp.at.0) < interval {
+                continue;
+            }
+            let mut sent = false;
+            if pp.proposer == Some(me) {
+                if let (Some(sig), Some(batch)) = (pp.sig, s.batch(&pp.digest)) {
+                    cx.out.send(
+                        to,
+                        ReplicaMsg::PrePrepare(PrePrepare {
+                            lane,
+                            view,
+                            slot: *slot,
+                            digest: pp.digest,
+                            batch: (**batch).clone(),
+                            sig,
+                        }),
+                    );
+                    sent = true;
+                }
+            }
+            if let Some(p) = s.prepares.get(&me) {
+                cx.out.send(to, ReplicaMsg::Prepare(p.clone()));
+                sent = true;
+            }
+            if let Some(d) = s.commits.get(&me) {
+                cx.out.send(
+                    to,
+                    ReplicaMsg::Commit(Commit {
+                        lane,
+                        view,
+                        slot: *slot,
+                        digest: *d,
+                        replica: me,
+                    }),
+                );
+                sent = true;
+            }
+            if sent {
+                cx.counters.retransmissions += 1;
+            }
+        }
+    }
+
+    pub(crate) fn on_decided_notice(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        d: Decided,
+        lo: &mut LaneOutput,
+    ) {
+        if d.slot < self.low {
+            return cx.counters.stale += 1;
+        }
+        if d.slot >= self.high() {
+            return cx.counters.stale += 1;
+        }
+        if self.slots.get(&d.slot).is_some_and(|s| s.decided.is_some()) {
+            return;
+        }
+        let notices = self.notices.entry(d.slot).or_default();
+        if notices.contains_key(&from) {
+            return;
+        }
+        notices.insert(from, d.digest);
+        let senders: Vec<ReplicaId> = notices
+            .iter()
+            .filter(|(_, dg)| **dg == d.digest)
+            .map(|(r, _)| *r)
+            .collect();
+        // f+1 matching notices include one from a correct replica that decided.
+        if senders.len() <= self.cfg.f() {
+            return;
+        }
+        if d.digest == Batch::noop_digest() {
+            self.slot_mut(d.slot)
+                .store_batch(d.digest, Arc::new(Batch::noop()));
+        }
+        if self
+            .slots
+            .get(&d.slot)
+            .is_some_and(|s| s.batch(&d.digest).is_some())
+        {
+            return self.decide(cx, d.slot, d.digest, lo);
+        }
+        if self.wants.get(&d.slot).is_some_and(|w| w.digest == d.digest) {
+            return;
+        }
+        self.want(cx, d.slot, d.digest, WantReason::Decided, senders);
+    }
+
+    /// Start fetching the batch behind `digest` for `slot`.
+    pub(crate) fn want(
+        &mut self,
+        cx: &mut Cx,
+        slot: Slot,
+        digest: Digest,
+        reason: WantReason,
+        candidates: Vec<ReplicaId>,
+    ) {
+        let mut w = Want {
+            digest,
+            reason,
+            candidates,
+            tries: 0,
+            last: cx.now,
+        };
+        let to = self.fetch_target(&w);
+        w.tries = 1;
+        self.wants.insert(slot, w);
+        if let Some(to) = to {
+            cx.out.send(
+                to,
+                ReplicaMsg::FetchBatch(FetchBatch {
+                    lane: self.id,
+                    slot,
+                    digest,
+                }),
+            );
+        }
+    }
+
+    /// Round-robin over the replicas known to hold the batch, else over all.
+    fn fetch_target(&self, w: &Want) -> Option<ReplicaId> {
+        let others: Vec<ReplicaId> = self.cfg.replica_ids().filter(|r| *r != self.me).collect();
+        let pool = if w.candidates.is_empty() {
+            &others
+        } else {
+            &w.candidates
+        };
+        (!pool.is_empty()).then(|| pool[w.tries as usize % pool.len()])
+    }
+
+    fn retry_wants(&mut self, cx: &mut Cx) {
+        let interval = self.cfg.params.status_interval_ms;
+        let due: Vec<Slot> = self
+            .wants
+            .iter()
+            .filter(|(_, w)| cx.now.0.saturating_sub(w.last.0) >= interval)
+            .map(|(s, _)| *s)
+            .collect();
+        for slot in due {
+            let Some(w) = self.wants.get(&slot) else {
+                continue;
+            };
+            let to = self.fetch_target(w);
+            let digest = w.digest;
+            if let Some(w) = self.wants.get_mut(&slot) {
+                w.tries = w.tries.saturating_add(1);
+                w.last = cx.now;
+            }
+            if let Some(to) = to {
+                cx.out.send(
+                    to,
+                    ReplicaMsg::FetchBatch(FetchBatch {
+                        lane: self.id,
+                        slot,
+                        digest,
+                    }),
+                );
+            }
+        }
+    }
+
+    pub(crate) fn on_fetch(&mut self, cx: &mut Cx, from: ReplicaId, f: FetchBatch) {
+        if f.slot < self.low || f.slot >= self.high() {
+            return;
+        }
+        let batch = self.slots.get(&f.slot).and_then(|s| s.batch(&f.digest)).cloned();
+        if let Some(b) = batch {
+            cx.out.send(
+                from,
+                ReplicaMsg::BatchReply(BatchReply {
+                    lane: self.id,
+                    slot: f.slot,
+                    batch: (*b).clone(),
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn on_batch_reply(
+        &mut self,
+        cx: &mut Cx,
+        _from: ReplicaId,
+        r: BatchReply,
+        lo: &mut LaneOutput,
+    ) {
+        if r.slot < self.low {
+            return cx.counters.stale += 1;
+        }
+        let Some(w) = self.wants.get(&r.slot) else {
+            return cx.reject("unsolicited-batch");
+        };
+        let digest = r.batch.digest();
+        if digest != w.digest {
+            return cx.reject("bad-digest");
+        }
+        let reason = w.reason;
+        self.wants.remove(&r.slot);
+        let slot = r.slot;
+        self.slot_mut(slot).store_batch(digest, Arc::new(r.batch));
+        match reason {
+            WantReason::Decided => self.decide(cx, slot, digest, lo),
+            WantReason::Reproposal => {
+                let still_ours = self.active
+                    && self.proposer_of(slot) == Some(self.me)
+                    && self.reproposal_digest(slot) == Some(digest)
+                    && self
+                        .slots
+                        .get(&slot)
+                        .is_some_and(|s| s.accepted_in(self.view).is_none());
+                if still_ours {
+                    let batch = self.slots.get(&slot).and_then(|s| s.batch(&digest)).cloned();
+                    if let Some(b) = batch {
+                        self.send_pre_prepare(cx, slot, digest, b, lo);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Exposed for the composite's tests and metrics: batches being fetched.
+    pub fn fetches_in_progress(&self) -> usize {
+        self.wants.len()
+    }
+}

@@ -1,0 +1,458 @@
+//! Normal-case operation (PBFT §4.2): pre-prepare, prepare, commit.
+
+use super::slot::Accepted;
+use super::{Admit, Decision, Lane, LaneEnv, LaneOutput};
+use crate::counters::Cx;
+use crate::io::{PersistRecord, RejectReason};
+use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader};
+use crate::verify::VerifiedHint;
+use chorus_core::{
+    Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg, Signature, Slot,
+};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+impl Lane {
+    /// Who may pre-prepare `slot` in the current view: the new-view primary
+    /// inside the re-proposal range, the slot's leader above it, nobody below
+    /// the new view's checkpoint (those slots are covered by a stable one).
+    pub(crate) fn proposer_of(&self, slot: Slot) -> Option<ReplicaId> {
+        if let Some(nv) = &self.nv {
+            if slot < nv.low {
+                return None;
+            }
+            if slot < nv.end() {
+                return Some(new_view_primary(&self.cfg, self.id, self.view));
+            }
+        }
+        Some(slot_leader(&self.cfg, self.id, slot, self.view))
+    }
+
+    pub(crate) fn reproposal_digest(&self, slot: Slot) -> Option<Digest> {
+        self.nv.as_ref().and_then(|nv| nv.digest(slot))
+    }
+
+    /// The first slot fresh proposals of the current view may use.
+    pub(crate) fn fresh_start(&self) -> Slot {
+        self.nv.as_ref().map_or(self.low, |nv| nv.end().max(self.low))
+    }
+
+    /// The lowest slot at or above `fresh_start` that has neither a
+    /// pre-prepare in the current view nor a decision.
+    pub fn next_free_slot(&self) -> Slot {
+        let mut s = self.fresh_start();
+        let high = self.high();
+        while s < high {
+            match self.slots.get(&s) {
+                Some(st) if st.decided.is_some() || st.accepted_in(self.view).is_some() => s = s.next(),
+                _ => break,
+            }
+        }
+        s
+    }
+
+    /// The slot this replica should pre-prepare next, if it leads it and it is
+    /// below `limit` (window and lane drift, COP §4.2.2).
+    ///
+    /// Proposals of a lane are serialised: the leader of slot `s` waits until
+    /// it has seen the pre-prepare of `s - 1` (or its decision). With
+    /// block-wise rotation consecutive slots have different leaders, and this
+    /// is what lets a leader see which requests its predecessor already
+    /// proposed (they are in flight), so the same requests are not proposed
+    /// twice; the pipeline is still as deep as the window allows, because
+    /// each pre-prepare only costs one message delay.
+    ///
+    /// `eager`: a request has waited long enough that the leaders before us
+    /// evidently do not have it (lost on the way, or censored). Then we may
+    /// propose at the next slot we lead even though earlier slots are still
+    /// empty; their leaders fill them (with no-ops if they have nothing),
+    /// because their slots are now behind the frontier. No view change needed.
+    pub fn proposal_slot(&self, limit: Slot, eager: bool) -> Option<Slot> {
+        if !self.active {
+            return None;
+        }
+        let end = limit.min(self.high());
+        let mut s = self.next_free_slot();
+        while s < end {
+            if slot_leader(&self.cfg, self.id, s, self.view) == self.me {
+                return Some(s);
+            }
+            if !eager {
+                return None;
+            }
+            s = s.next();
+            while s < end
+                && self
+                    .slots
+                    .get(&s)
+                    .is_some_and(|st| st.decided.is_some() || st.accepted_in(self.view).is_some())
+            {
+                s = s.next();
+            }
+        }
+        None
+    }
+
+    fn may_propose_at(&self, slot: Slot) -> bool {
+        self.active
+            && slot >= self.fresh_start()
+            && slot < self.high()
+            && slot_leader(&self.cfg, self.id, slot, self.view) == self.me
+            && self
+                .slots
+                .get(&slot)
+                .is_none_or(|st| st.decided.is_none() && st.accepted_in(self.view).is_none())
+    }
+
+    /// Pre-prepare `batch` at `slot` (which must be `proposal_slot`).
+    pub fn propose(&mut self, cx: &mut Cx, slot: Slot, batch: Batch) -> LaneOutput {
+        let mut lo = LaneOutput::default();
+        if !self.may_propose_at(slot) {
+            debug_assert!(false, "propose at {slot:?} which is not ours to propose");
+            cx.reject("bad-proposal");
+            return lo;
+        }
+        cx.counters.proposals += 1;
+        if batch.is_noop() {
+            cx.counters.noop_proposals += 1;
+        }
+        let digest = batch.digest();
+        self.send_pre_prepare(cx, slot, digest, Arc::new(batch), &mut lo);
+        lo
+    }
+
+    /// Sign, persist and broadcast our pre-prepare (fresh or re-proposal).
+    /// Persist first: after a crash we must know what we proposed.
+    pub(crate) fn send_pre_prepare(
+        &mut self,
+        cx: &mut Cx,
+        slot: Slot,
+        digest: Digest,
+        batch: Arc<Batch>,
+        lo: &mut LaneOutput,
+    ) {
+        let (lane, view, me) = (self.id, self.view, self.me);
+        debug_assert!(self.active, "pre-prepare while changing view");
+        let sig = self
+            .identity
+            .sign(PrePrepare::signing_digest(lane, view, slot, &digest).as_bytes());
+        let st = self.slot_mut(slot);
+        debug_assert!(
+            st.accepted_in(view).is_none(),
+            "second pre-prepare for {slot:?} in {view:?}"
+        );
+        st.store_batch(digest, batch.clone());
+        st.pp = Some(Accepted {
+            view,
+            digest,
+            proposer: Some(me),
+            sig: Some(sig),
+            at: cx.now,
+        });
+        cx.out.persist(PersistRecord::Accepted {
+            lane,
+            view,
+            slot,
+            digest,
+            batch: (*batch).clone(),
+        });
+        cx.out.broadcast(ReplicaMsg::PrePrepare(PrePrepare {
+            lane,
+            view,
+            slot,
+            digest,
+            batch: (*batch).clone(),
+            sig,
+        }));
+        self.note_seen(slot);
+        lo.pre_prepared.push((slot, batch));
+        self.check_prepared(cx, slot, lo);
+    }
+
+    pub(crate) fn sign_prepare(&self, slot: Slot, digest: Digest) -> Prepare {
+        let sd = Prepare::signing_digest(self.id, self.view, slot, &digest, self.me);
+        Prepare {
+            lane: self.id,
+            view: self.view,
+            slot,
+            digest,
+            replica: self.me,
+            sig: self.identity.sign(sd.as_bytes()),
+        }
+    }
+
+    pub(crate) fn on_pre_prepare(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        pp: PrePrepare,
+        env: &LaneEnv,
+        lo: &mut LaneOutput,
+    ) {
+        match self.classify(pp.view, pp.slot) {
+            Admit::Stale => return cx.counters.stale += 1,
+            Admit::Buffer => return self.park(cx, from, ReplicaMsg::PrePrepare(pp)),
+            Admit::Now => {}
+        }
+        let Some(proposer) = self.proposer_of(pp.slot) else {
+            return cx.reject("below-new-view");
+        };
+        if from != proposer {
+            return cx.reject("wrong-leader");
+        }
+        let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
+        if !self.key(from).is_some_and(|k| k.verify(sd.as_bytes(), &pp.sig)) {
+            return cx.reject("bad-signature");
+        }
+        if pp.batch.digest() != pp.digest {
+            return cx.reject("bad-digest");
+        }
+        let reproposal = self.reproposal_digest(pp.slot);
+        if reproposal.is_some_and(|d| d != pp.digest) {
+            return cx.reject("reproposal-mismatch");
+        }
+        if let Some(acc) = self.slots.get_mut(&pp.slot).and_then(|s| s.pp.as_mut()) {
+            if acc.view == pp.view {
+                if acc.digest != pp.digest {
+                    return cx.reject("equivocation");
+                }
+                // A retransmission. After recovery it brings back the
+                // proposer's signature we could not persist.
+                if acc.sig.is_none() {
+                    acc.sig = Some(pp.sig);
+                    self.check_prepared(cx, pp.slot, lo);
+                }
+                return;
+            }
+        }
+        // A re-proposed digest was prepared by 2f+1 replicas, f+1 of them
+        // correct, who verified its requests; fresh batches are verified here.
+        if reproposal.is_none() {
+            if let Err(reason) = self.verify_batch(&pp.batch, env.hint) {
+                return cx.reject(reason);
+            }
+        }
+        self.accept_pre_prepare(cx, from, pp, lo);
+    }
+
+    /// Every request of a proposed batch must be authentic (DESIGN §6), the
+    /// batch within limits, and no request twice.
+    fn verify_batch(&mut self, batch: &Batch, hint: &dyn VerifiedHint) -> Result<(), &'static str> {
+        let p = &self.cfg.params;
+        if batch.requests.len() > p.batch_max_requests as usize
+            || batch.op_bytes() > p.batch_max_bytes as usize + p.max_op_bytes as usize
+        {
+            return Err("batch-too-large");
+        }
+        let mut seen = BTreeSet::new();
+        for r in &batch.requests {
+            if !seen.insert((r.client, r.seq)) {
+                return Err("duplicate-request");
+            }
+            if hint.already_verified(r) {
+                continue;
+            }
+            match self.verifier.check(r) {
+                Ok(()) => {}
+                Err(RejectReason::UnknownClient) => return Err("unknown-client"),
+                Err(RejectReason::Oversized) => return Err("oversized-request"),
+                Err(_) => return Err("bad-request-auth"),
+            }
+        }
+        Ok(())
+    }
+
+    /// PBFT §4.2: accept, persist, then broadcast our prepare.
+    fn accept_pre_prepare(&mut self, cx: &mut Cx, from: ReplicaId, pp: PrePrepare, lo: &mut LaneOutput) {
+        let (lane, view, slot, digest) = (pp.lane, pp.view, pp.slot, pp.digest);
+        let batch = Arc::new(pp.batch);
+        let prepare = self.sign_prepare(slot, digest);
+        let me = self.me;
+        let st = self.slot_mut(slot);
+        st.store_batch(digest, batch.clone());
+        st.pp = Some(Accepted {
+            view,
+            digest,
+            proposer: Some(from),
+            sig: Some(pp.sig),
+            at: cx.now,
+        });
+        st.prepares.insert(me, prepare.clone());
+        cx.out.persist(PersistRecord::Accepted {
+            lane,
+            view,
+            slot,
+            digest,
+            batch: (*batch).clone(),
+        });
+        cx.out.broadcast(ReplicaMsg::Prepare(prepare));
+        self.note_seen(slot);
+        lo.pre_prepared.push((slot, batch));
+        self.check_prepared(cx, slot, lo);
+    }
+
+    pub(crate) fn on_prepare(&mut self, cx: &mut Cx, from: ReplicaId, p: Prepare, lo: &mut LaneOutput) {
+        if p.replica != from {
+            return cx.reject("replica-mismatch");
+        }
+        match self.classify(p.view, p.slot) {
+            Admit::Stale => return cx.counters.stale += 1,
+            Admit::Buffer => return self.park(cx, from, ReplicaMsg::Prepare(p)),
+            Admit::Now => {}
+        }
+        let Some(proposer) = self.proposer_of(p.slot) else {
+            return cx.reject("below-new-view");
+        };
+        if from == proposer {
+            return cx.reject("prepare-from-leader");
+        }
+        if let Some(old) = self.slots.get(&p.slot).and_then(|s| s.prepares.get(&from)) {
+            if old.digest != p.digest {
+                cx.reject("equivocation");
+            }
+            return;
+        }
+        let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
+        if !self.key(from).is_some_and(|k| k.verify(sd.as_bytes(), &p.sig)) {
+            return cx.reject("bad-signature");
+        }
+        let slot = p.slot;
+        self.slot_mut(slot).prepares.insert(from, p);
+        self.check_prepared(cx, slot, lo);
+    }
+
+    pub(crate) fn on_commit(&mut self, cx: &mut Cx, from: ReplicaId, c: Commit, lo: &mut LaneOutput) {
+        // Commits are channel-authenticated only: trust `from`, and refuse a
+        // commit that claims to be someone else's.
+        if c.replica != from {
+            return cx.reject("replica-mismatch");
+        }
+        match self.classify(c.view, c.slot) {
+            Admit::Stale => return cx.counters.stale += 1,
+            Admit::Buffer => return self.park(cx, from, ReplicaMsg::Commit(c)),
+            Admit::Now => {}
+        }
+        if self.proposer_of(c.slot).is_none() {
+            return cx.reject("below-new-view");
+        }
+        if let Some(old) = self.slots.get(&c.slot).and_then(|s| s.commits.get(&from)) {
+            if *old != c.digest {
+                cx.reject("equivocation");
+            }
+            return;
+        }
+        self.slot_mut(c.slot).commits.insert(from, c.digest);
+        self.check_commit_quorum(cx, c.slot, lo);
+    }
+
+    /// PBFT §4.2: prepared(m, v, n, i) = pre-prepare + 2f matching prepares
+    /// from distinct replicas other than the proposer. Then persist the
+    /// certificate and broadcast our commit.
+    pub(crate) fn check_prepared(&mut self, cx: &mut Cx, slot: Slot, lo: &mut LaneOutput) {
+        let (view, me, lane) = (self.view, self.me, self.id);
+        let needed = prepares_needed(&self.cfg);
+        let Some(st) = self.slots.get_mut(&slot) else {
+            return;
+        };
+        if st.cert.as_ref().is_some_and(|c| c.view == view) {
+            return;
+        }
+        let Some(acc) = st.accepted_in(view) else {
+            return;
+        };
+        let (Some(sig), Some(proposer)) = (acc.sig, acc.proposer) else {
+            return;
+        };
+        let digest = acc.digest;
+        if st.batch(&digest).is_none() {
+            return;
+        }
+        let prepares: Vec<Prepare> = st
+            .prepares
+            .values()
+            .filter(|p| p.digest == digest && p.replica != proposer)
+            .cloned()
+            .collect();
+        if prepares.len() < needed {
+            return;
+        }
+        let cert = PreparedCert {
+            lane,
+            view,
+            slot,
+            digest,
+            pre_prepare_sig: sig,
+            prepares,
+        };
+        debug_assert!(cert.prepares.len() <= self.cfg.n());
+        cx.out.persist(PersistRecord::Prepared { cert: cert.clone() });
+        st.cert = Some(cert);
+        st.commits.insert(me, digest);
+        cx.out.broadcast(ReplicaMsg::Commit(Commit {
+            lane,
+            view,
+            slot,
+            digest,
+            replica: me,
+        }));
+        self.check_commit_quorum(cx, slot, lo);
+    }
+
+    /// PBFT §4.2: committed-local = prepared + 2f+1 matching commits.
+    fn check_commit_quorum(&mut self, cx: &mut Cx, slot: Slot, lo: &mut LaneOutput) {
+        let view = self.view;
+        let quorum = lane_quorum(&self.cfg);
+        let Some(st) = self.slots.get(&slot) else {
+            return;
+        };
+        if st.decided.is_some() {
+            return;
+        }
+        let Some(cert) = st.cert.as_ref().filter(|c| c.view == view) else {
+            return;
+        };
+        let digest = cert.digest;
+        let matching = st.commits.values().filter(|d| **d == digest).count();
+        if matching >= quorum {
+            self.decide(cx, slot, digest, lo);
+        }
+    }
+
+    /// The slot is decided: persist the ledger entry and hand it on.
+    pub(crate) fn decide(&mut self, cx: &mut Cx, slot: Slot, digest: Digest, lo: &mut LaneOutput) {
+        let cell = self.cell(slot);
+        let Some(st) = self.slots.get_mut(&slot) else {
+            return;
+        };
+        if st.decided.is_some() {
+            return;
+        }
+        let Some(batch) = st.batch(&digest).cloned() else {
+            debug_assert!(false, "deciding {slot:?} without its batch");
+            return;
+        };
+        st.decided = Some(digest);
+        cx.out.persist(PersistRecord::Decided {
+            cell,
+            digest,
+            batch: (*batch).clone(),
+        });
+        self.wants.remove(&slot);
+        self.notices.remove(&slot);
+        self.advance_next_undecided();
+        if self.active {
+            self.timer.failures = 0;
+        }
+        self.progressed = true;
+        self.note_seen(slot);
+        cx.counters.decided += 1;
+        lo.decided.push(Decision { slot, digest, batch });
+    }
+
+    /// Sign a pre-prepare again (Ed25519 is deterministic: the same bytes as
+    /// the one sent before a crash).
+    pub(crate) fn resign_pre_prepare(&self, slot: Slot, digest: &Digest) -> Signature {
+        self.identity
+            .sign(PrePrepare::signing_digest(self.id, self.view, slot, digest).as_bytes())
+    }
+}

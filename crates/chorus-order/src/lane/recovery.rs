@@ -1,0 +1,115 @@
+//! Rebuilding a lane from its persisted records (in the order emitted).
+//!
+//! Recovery must never make a correct replica contradict itself: every
+//! pre-prepare and prepare it sent was preceded by an `Accepted` record, every
+//! commit by a `Prepared` record, every view change by a `View` record. So
+//! after recovery the lane knows, for each (view, slot), what it sent, and the
+//! normal handlers refuse anything else. Signatures are re-created on demand;
+//! Ed25519 is deterministic, so they are byte-identical to the originals.
+//!
+//! A lane that recovers into a view `v > 0` does not know whether it had
+//! already installed `v` (NEW-VIEW is not persisted), so it behaves as if its
+//! view change to `v` were still in progress: it re-sends its VIEW-CHANGE
+//! (built from certificates of views below `v`, exactly as before) and waits
+//! for the NEW-VIEW that peers already in `v` send back. It never assembles a
+//! NEW-VIEW for `v` itself: it may have sent one before the crash.
+
+use super::slot::Accepted;
+use super::{Lane, LaneEnv, LaneOutput, StoredVc};
+use crate::counters::Cx;
+use crate::io::PersistRecord;
+use chorus_core::{Batch, Digest, Millis, PreparedCert, ReplicaMsg, Slot, View};
+use std::sync::Arc;
+
+impl Lane {
+    fn in_window(&self, slot: Slot) -> bool {
+        slot >= self.low && slot < self.high()
+    }
+
+    pub(crate) fn restore_view(&mut self, view: View) {
+        if view.0 < super::MAX_VIEW && view > self.view {
+            self.view = view;
+        }
+    }
+
+    pub(crate) fn restore_accepted(
+        &mut self,
+        now: Millis,
+        view: View,
+        slot: Slot,
+        digest: Digest,
+        batch: Batch,
+    ) {
+        if !self.in_window(slot) || batch.digest() != digest {
+            return;
+        }
+        self.restore_view(view);
+        let st = self.slot_mut(slot);
+        if st.pp.as_ref().is_some_and(|p| p.view > view) {
+            return;
+        }
+        st.store_batch(digest, Arc::new(batch));
+        st.pp = Some(Accepted {
+            view,
+            digest,
+            proposer: None,
+            sig: None,
+            at: now,
+        });
+        self.note_seen(slot);
+    }
+
+    pub(crate) fn restore_prepared(&mut self, cert: PreparedCert) {
+        if !self.in_window(cert.slot) {
+            return;
+        }
+        self.restore_view(cert.view);
+        let st = self.slot_mut(cert.slot);
+        if st.cert.as_ref().is_none_or(|c| c.view < cert.view) {
+            st.cert = Some(cert);
+        }
+    }
+
+    /// Returns the batch for the merger.
+    pub(crate) fn restore_decided(&mut self, slot: Slot, digest: Digest, batch: Batch) -> Option<Arc<Batch>> {
+        if !self.in_window(slot) || batch.digest() != digest {
+            return None;
+        }
+        let batch = Arc::new(batch);
+        let st = self.slot_mut(slot);
+        st.store_batch(digest, batch.clone());
+        st.decided = Some(digest);
+        self.note_seen(slot);
+        self.advance_next_undecided();
+        Some(batch)
+    }
+
+    /// All records applied: resume in view 0, or re-join the recovered view.
+    pub(crate) fn finish_recovery(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
+        let lo = LaneOutput::default();
+        self.advance_next_undecided();
+        self.view_started = cx.now;
+        if self.view.0 == 0 {
+            self.active = true;
+            self.resolve_roles();
+            return lo;
+        }
+        self.active = false;
+        self.nv_forbidden = Some(self.view);
+        let vc = self.build_view_change(env);
+        cx.out.persist(PersistRecord::View {
+            lane: self.id,
+            view: self.view,
+        });
+        cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+        self.vcs.insert(
+            self.me,
+            StoredVc {
+                vc: vc.clone(),
+                valid: Some(true),
+            },
+        );
+        self.own_vc = Some(vc);
+        lo
+    }
+}

@@ -1,0 +1,73 @@
+//! Per-slot PBFT state of one lane.
+
+use chorus_core::{Batch, Digest, Millis, Prepare, PreparedCert, ReplicaId, Signature, View};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Batches kept per slot: the accepted one, the decided one and a few from
+/// earlier views (needed to re-propose a prepared digest after a view change).
+const BATCHES_PER_SLOT: usize = 4;
+
+/// The pre-prepare accepted for a slot in its latest view.
+#[derive(Clone, Debug)]
+pub(crate) struct Accepted {
+    pub view: View,
+    pub digest: Digest,
+    /// Who pre-prepared it. `None` only after recovery, until the view's
+    /// NEW-VIEW tells whether the slot was a re-proposal.
+    pub proposer: Option<ReplicaId>,
+    /// The proposer's signature (needed for a prepared certificate). `None`
+    /// after recovery for a peer's pre-prepare, until it is retransmitted.
+    pub sig: Option<Signature>,
+    /// When we accepted it (retransmission waits at least one status interval).
+    pub at: Millis,
+}
+
+#[derive(Default, Debug)]
+pub(crate) struct SlotState {
+    pub pp: Option<Accepted>,
+    pub batches: Vec<(Digest, Arc<Batch>)>,
+    /// Prepares of the current view, one per replica.
+    pub prepares: BTreeMap<ReplicaId, Prepare>,
+    /// Commits of the current view, one per replica.
+    pub commits: BTreeMap<ReplicaId, Digest>,
+    /// Our prepared certificate with the highest view.
+    pub cert: Option<PreparedCert>,
+    pub decided: Option<Digest>,
+}
+
+impl SlotState {
+    pub fn batch(&self, digest: &Digest) -> Option<&Arc<Batch>> {
+        self.batches.iter().find(|(d, _)| d == digest).map(|(_, b)| b)
+    }
+
+    pub fn store_batch(&mut self, digest: Digest, batch: Arc<Batch>) {
+        if self.batch(&digest).is_some() {
+            return;
+        }
+        if self.batches.len() >= BATCHES_PER_SLOT {
+            // Evict the oldest batch that is neither accepted, prepared nor decided.
+            let keep = |d: &Digest| {
+                self.pp.as_ref().is_some_and(|p| p.digest == *d)
+                    || self.cert.as_ref().is_some_and(|c| c.digest == *d)
+                    || self.decided == Some(*d)
+            };
+            if let Some(i) = self.batches.iter().position(|(d, _)| !keep(d)) {
+                self.batches.remove(i);
+            } else {
+                return;
+            }
+        }
+        self.batches.push((digest, batch));
+    }
+
+    /// A view change discards the votes of the view left behind.
+    pub fn clear_votes(&mut self) {
+        self.prepares.clear();
+        self.commits.clear();
+    }
+
+    pub fn accepted_in(&self, view: View) -> Option<&Accepted> {
+        self.pp.as_ref().filter(|p| p.view == view)
+    }
+}

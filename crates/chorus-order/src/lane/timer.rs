@@ -1,0 +1,124 @@
+//! The lane's progress timer (PBFT §4.4, §4.5.2).
+//!
+//! While the lane is active the timer runs whenever the lane has work that is
+//! not getting done: pre-prepared slots not yet decided, another lane ahead of
+//! it (the merger waits for this one), or requests waiting to be proposed.
+//! A decision re-arms it, but never past "oldest waiting request + timeout":
+//! like PBFT's per-request timer, this catches a leader that keeps deciding
+//! other requests while censoring one.
+//!
+//! During a view change to `v` the timer runs only once 2f+1 replicas asked
+//! for `v` (PBFT §4.5.2), so a replica that timed out alone does not run off
+//! to ever higher views; when it expires the lane goes to `v + 1`. Every view
+//! that ends without a decision doubles the timeout (exponential back-off, so
+//! that eventually a correct primary gets enough time); a decision resets it.
+
+use super::{Lane, LaneEnv, LaneOutput};
+use crate::counters::Cx;
+use crate::io::{Action, TimerId};
+use chorus_core::{Millis, Seq};
+
+/// Back-off stops doubling after 2^6 = 64 × the base timeout.
+const MAX_BACKOFF_SHIFT: u32 = 6;
+
+#[derive(Default, Debug)]
+pub(crate) struct ProgressTimer {
+    pub deadline: Option<Millis>,
+    /// View changes in a row without a decision in between.
+    pub failures: u32,
+}
+
+impl ProgressTimer {
+    pub fn timeout_ms(&self, base: u64) -> u64 {
+        base.saturating_mul(1 << self.failures.min(MAX_BACKOFF_SHIFT))
+    }
+}
+
+impl Lane {
+    fn set_deadline(&mut self, cx: &mut Cx, at: Option<Millis>) {
+        if self.timer.deadline == at {
+            return;
+        }
+        let id = TimerId::ViewChange(self.id);
+        match at {
+            Some(at) => cx.out.set_timer(id, at),
+            None => cx.out.push(Action::CancelTimer { id }),
+        }
+        self.timer.deadline = at;
+    }
+
+    /// Stop the timer (a view change starts; `refresh_timer` re-arms it).
+    pub(crate) fn stop_timer(&mut self, cx: &mut Cx) {
+        self.set_deadline(cx, None);
+    }
+
+    /// Is there a slot of the current view still to decide?
+    pub fn has_open_slots(&self) -> bool {
+        let view = self.view;
+        if self.nv.as_ref().is_some_and(|nv| nv.end() > self.next_undecided) {
+            return true;
+        }
+        self.slots
+            .range(self.next_undecided..)
+            .any(|(_, st)| st.decided.is_none() && st.accepted_in(view).is_some())
+    }
+
+    /// Another lane has pre-prepared a later position: the merger waits for us.
+    fn behind(&self, frontier: Option<Seq>) -> bool {
+        frontier.is_some_and(|f| self.seq_of(self.next_undecided) < f)
+    }
+
+    fn view_change_quorum(&self) -> bool {
+        self.vcs.values().filter(|s| s.vc.new_view == self.view).count() >= self.cfg.quorum()
+    }
+
+    /// Re-evaluate the timer after an event. `oldest_pending`: since when the
+    /// oldest proposable request of this lane has waited (`None` if there is
+    /// none, or the lane may not propose because of the window or the drift
+    /// bound). `frontier`: the highest global position pre-prepared or decided
+    /// in any lane.
+    pub fn refresh_timer(&mut self, cx: &mut Cx, oldest_pending: Option<Millis>, frontier: Option<Seq>) {
+        let progressed = std::mem::take(&mut self.progressed);
+        let timeout = self.timer.timeout_ms(self.cfg.params.view_change_timeout_ms);
+        if !self.active {
+            if self.timer.deadline.is_none() && self.view_change_quorum() {
+                self.set_deadline(cx, Some(cx.now.plus(timeout)));
+            }
+            return;
+        }
+        let needs = oldest_pending.is_some() || self.has_open_slots() || self.behind(frontier);
+        if !needs {
+            return self.set_deadline(cx, None);
+        }
+        let mut at = match self.timer.deadline {
+            Some(d) if !progressed => d,
+            _ => cx.now.plus(timeout),
+        };
+        if let Some(since) = oldest_pending {
+            let since = since.max(self.view_started);
+            at = at.min(since.plus(timeout).max(cx.now));
+        }
+        self.set_deadline(cx, Some(at));
+    }
+
+    /// `TimerId::ViewChange(lane)` fired. Stale firings (the deadline moved)
+    /// are ignored, so drivers may or may not replace timers with the same id.
+    pub fn on_timer(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
+        let mut lo = LaneOutput::default();
+        match self.timer.deadline {
+            Some(d) if cx.now >= d => {}
+            _ => return lo,
+        }
+        self.timer.deadline = None;
+        // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
+        let target = self.view.next();
+        self.start_view_change(cx, target, env, &mut lo);
+        self.replay(cx, env, &mut lo);
+        lo
+    }
+
+    /// The timer's deadline, for tests and status.
+    pub fn timer_deadline(&self) -> Option<Millis> {
+        self.timer.deadline
+    }
+}

@@ -1,0 +1,516 @@
+//! The request pool (DESIGN §4): verified client requests waiting to be
+//! ordered, one queue per owner lane.
+//!
+//! * Admission verifies the authenticator, so a request that failed
+//!   authentication is never proposed; a full pool answers `Busy`.
+//! * A request seen in a pre-prepare is *in flight* at that cell: the next
+//!   leader does not propose it again. It leaves the pool when its cell is
+//!   decided, and becomes proposable again if the cell ends as something else
+//!   (a no-op, or another batch after a view change).
+//! * The pool does not decide exactly-once; the executor's client table does.
+//!   It only avoids proposing what it knows is ordered already.
+
+use crate::io::RejectReason;
+use crate::verify::{RequestVerifier, VerifiedHint};
+use chorus_core::{
+    Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request, RequestSeq, Slot,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+type Key = (ClientId, RequestSeq);
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum State {
+    Pending,
+    InFlight(Cell),
+}
+
+struct Entry {
+    req: Request,
+    lane: LaneId,
+    arrived: Millis,
+    state: State,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Load {
+    count: usize,
+    bytes: usize,
+}
+
+/// Whether a leader should cut a batch now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Nothing pending for the lane.
+    Empty,
+    /// A full batch is waiting, or the oldest request waited `batch_delay_ms`.
+    Ready,
+    /// A partial batch becomes ready at this time.
+    WaitUntil(Millis),
+}
+
+/// What admission did with a request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    New,
+    /// Already pending, in flight, or recently ordered: nothing to do.
+    Duplicate,
+}
+
+pub struct Pool {
+    cfg: Arc<ClusterConfig>,
+    verifier: RequestVerifier,
+    entries: BTreeMap<Key, Entry>,
+    /// Pending keys per lane in arrival order. May hold stale keys (entries
+    /// that left `Pending`); they are skipped when met.
+    queues: Vec<VecDeque<Key>>,
+    load: Vec<Load>,
+    per_client: BTreeMap<ClientId, u32>,
+    in_flight: BTreeMap<Cell, Vec<Key>>,
+    /// Keys ordered recently, so a late retransmission is not proposed again
+    /// (bounded FIFO of `pool_max_requests`).
+    ordered: BTreeSet<Key>,
+    ordered_fifo: VecDeque<Key>,
+}
+
+impl Pool {
+    pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Pool {
+        let lanes = cfg.lanes() as usize;
+        Pool {
+            verifier: RequestVerifier::new(cfg.clone(), me, identity),
+            cfg,
+            entries: BTreeMap::new(),
+            queues: (0..lanes).map(|_| VecDeque::new()).collect(),
+            load: vec![Load::default(); lanes],
+            per_client: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            ordered: BTreeSet::new(),
+            ordered_fifo: VecDeque::new(),
+        }
+    }
+
+    /// Requests held (pending and in flight).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Requests of `lane` that may be proposed.
+    pub fn pending_len(&self, lane: LaneId) -> usize {
+        self.load.get(lane.index()).map_or(0, |l| l.count)
+    }
+
+    /// Take a client request into the pool (DESIGN §4, §6).
+    pub fn admit(&mut self, now: Millis, req: Request) -> Result<Admitted, RejectReason> {
+        let p = &self.cfg.params;
+        if req.op.len() > p.max_op_bytes as usize {
+            return Err(RejectReason::Oversized);
+        }
+        if self.cfg.client(req.client).is_none() {
+            return Err(RejectReason::UnknownClient);
+        }
+        let key = (req.client, req.seq);
+        if self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            return Ok(Admitted::Duplicate);
+        }
+        if self.entries.len() >= p.pool_max_requests as usize {
+            return Err(RejectReason::Busy);
+        }
+        if self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client {
+            return Err(RejectReason::Busy);
+        }
+        self.verifier.check(&req)?;
+        let lane = self.cfg.owner_lane(req.client);
+        self.insert(key, req, lane, now, State::Pending);
+        Ok(Admitted::New)
+    }
+
+    fn insert(&mut self, key: Key, req: Request, lane: LaneId, now: Millis, state: State) {
+        *self.per_client.entry(key.0).or_insert(0) += 1;
+        if state == State::Pending {
+            self.add_load(lane, req.op.len());
+            self.queues[lane.index()].push_back(key);
+        }
+        self.entries.insert(
+            key,
+            Entry {
+                req,
+                lane,
+                arrived: now,
+                state,
+            },
+        );
+    }
+
+    fn add_load(&mut self, lane: LaneId, bytes: usize) {
+        let l = &mut self.load[lane.index()];
+        l.count += 1;
+        l.bytes += bytes;
+    }
+
+    fn sub_load(&mut self, lane: LaneId, bytes: usize) {
+        let l = &mut self.load[lane.index()];
+        debug_assert!(l.count > 0 && l.bytes >= bytes, "pool load underflow");
+        l.count = l.count.saturating_sub(1);
+        l.bytes = l.bytes.saturating_sub(bytes);
+    }
+
+    /// Since when the oldest proposable request of `lane` has waited (drops
+    /// stale keys at the front of the queue on the way).
+    pub fn oldest_pending(&mut self, lane: LaneId) -> Option<Millis> {
+        let q = &mut self.queues[lane.index()];
+        while let Some(k) = q.front() {
+            match self.entries.get(k) {
+                Some(e) if e.state == State::Pending => return Some(e.arrived),
+                _ => {
+                    q.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// Should the leader of `lane` cut a batch at `now`?
+    pub fn readiness(&mut self, lane: LaneId, now: Millis) -> Readiness {
+        let Some(oldest) = self.oldest_pending(lane) else {
+            debug_assert_eq!(self.load[lane.index()].count, 0);
+            return Readiness::Empty;
+        };
+        let p = &self.cfg.params;
+        let l = self.load[lane.index()];
+        let due = oldest.plus(p.batch_delay_ms);
+        if l.count >= p.batch_max_requests as usize || l.bytes >= p.batch_max_bytes as usize || due <= now {
+            Readiness::Ready
+        } else {
+            Readiness::WaitUntil(due)
+        }
+    }
+
+    /// Cut a batch for `cell` from its lane's pending requests, oldest first,
+    /// up to `batch_max_requests` and `batch_max_bytes` (the last request may
+    /// cross the byte bound, as `Limits` allows). The requests become in flight.
+    pub fn cut(&mut self, cell: Cell) -> Batch {
+        let lane = cell.lane;
+        let max_requests = self.cfg.params.batch_max_requests as usize;
+        let max_bytes = self.cfg.params.batch_max_bytes as usize;
+        let mut requests = Vec::new();
+        let mut bytes = 0usize;
+        let mut keys = Vec::new();
+        while requests.len() < max_requests && bytes < max_bytes {
+            let Some(k) = self.queues[lane.index()].pop_front() else {
+                break;
+            };
+            let Some(e) = self.entries.get_mut(&k) else {
+                continue;
+            };
+            if e.state != State::Pending {
+                continue;
+            }
+            e.state = State::InFlight(cell);
+            let len = e.req.op.len();
+            bytes += len;
+            requests.push(e.req.clone());
+            keys.push(k);
+            self.sub_load(lane, len);
+        }
+        if !keys.is_empty() {
+            self.in_flight.entry(cell).or_default().extend(keys);
+        }
+        Batch { requests }
+    }
+
+    /// A pre-prepare for `cell` carrying `batch` was accepted (ours or a
+    /// leader's): its requests are in flight there. Requests we did not have
+    /// are added (they were verified by the lane), space permitting. Requests
+    /// in flight at `cell` under an earlier proposal become pending again.
+    pub fn mark_in_flight(&mut self, now: Millis, cell: Cell, batch: &Batch) {
+        let old = self.in_flight.remove(&cell).unwrap_or_default();
+        let mut keys = Vec::with_capacity(batch.requests.len());
+        for r in &batch.requests {
+            let key = (r.client, r.seq);
+            if self.ordered.contains(&key) {
+                continue;
+            }
+            match self.entries.get_mut(&key) {
+                Some(e) => {
+                    if e.state == State::Pending {
+                        let (lane, len) = (e.lane, e.req.op.len());
+                        e.state = State::InFlight(cell);
+                        self.sub_load(lane, len);
+                    } else {
+                        e.state = State::InFlight(cell);
+                    }
+                }
+                None => {
+                    if self.entries.len() >= self.cfg.params.pool_max_requests as usize {
+                        continue;
+                    }
+                    let lane = self.cfg.owner_lane(r.client);
+                    self.insert(key, r.clone(), lane, now, State::InFlight(cell));
+                }
+            }
+            keys.push(key);
+        }
+        // In reverse, so pushing each to the front keeps their order.
+        for k in old.into_iter().rev() {
+            if !keys.contains(&k) {
+                self.release_key(k, cell, now);
+            }
+        }
+        if !keys.is_empty() {
+            self.in_flight.insert(cell, keys);
+        }
+    }
+
+    /// A request in flight at `cell` goes back to pending (front of its queue:
+    /// it is older than what arrived since). Its waiting time restarts: the
+    /// progress timer must not count time it spent in flight.
+    fn release_key(&mut self, key: Key, cell: Cell, now: Millis) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if e.state != State::InFlight(cell) {
+            return;
+        }
+        e.state = State::Pending;
+        e.arrived = now;
+        let (lane, len) = (e.lane, e.req.op.len());
+        self.add_load(lane, len);
+        self.queues[lane.index()].push_front(key);
+        self.compact_queue(lane);
+    }
+
+    /// Keep a queue from filling with stale keys.
+    fn compact_queue(&mut self, lane: LaneId) {
+        let q = &self.queues[lane.index()];
+        if q.len() <= 2 * self.load[lane.index()].count + 64 {
+            return;
+        }
+        let mut seen = BTreeSet::new();
+        let entries = &self.entries;
+        self.queues[lane.index()]
+            .retain(|k| entries.get(k).is_some_and(|e| e.state == State::Pending) && seen.insert(*k));
+    }
+
+    /// `cell` was decided to `batch`: its requests are ordered and leave the
+    /// pool; other requests that were in flight there are proposable again.
+    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
+        for r in &batch.requests {
+            let key = (r.client, r.seq);
+            if let Some(e) = self.entries.remove(&key) {
+                if e.state == State::Pending {
+                    self.sub_load(e.lane, e.req.op.len());
+                }
+                if let Some(c) = self.per_client.get_mut(&key.0) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.per_client.remove(&key.0);
+                    }
+                }
+            }
+            self.remember_ordered(key);
+        }
+        for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
+            self.release_key(k, cell, now);
+        }
+    }
+
+    fn remember_ordered(&mut self, key: Key) {
+        if !self.ordered.insert(key) {
+            return;
+        }
+        self.ordered_fifo.push_back(key);
+        while self.ordered_fifo.len() > self.cfg.params.pool_max_requests as usize {
+            if let Some(old) = self.ordered_fifo.pop_front() {
+                self.ordered.remove(&old);
+            }
+        }
+    }
+
+    /// A new view voided every proposal of `lane` from `slot` on: release what
+    /// was in flight there (re-proposals mark their batches again).
+    pub fn release_from(&mut self, now: Millis, lane: LaneId, slot: Slot) {
+        let from = Cell { lane, slot };
+        let to = Cell {
+            lane,
+            slot: Slot(u64::MAX),
+        };
+        let cells: Vec<Cell> = self.in_flight.range(from..=to).map(|(c, _)| *c).collect();
+        for c in cells.into_iter().rev() {
+            for k in self.in_flight.remove(&c).unwrap_or_default().into_iter().rev() {
+                self.release_key(k, c, now);
+            }
+        }
+    }
+
+    /// State transfer jumped over positions whose content we never saw: we
+    /// cannot tell which held requests were ordered there, so drop them all
+    /// (clients retransmit what is still unanswered; the memory of ordered
+    /// requests is kept).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.per_client.clear();
+        self.in_flight.clear();
+        for q in &mut self.queues {
+            q.clear();
+        }
+        for l in &mut self.load {
+            *l = Load::default();
+        }
+    }
+}
+
+impl VerifiedHint for Pool {
+    fn already_verified(&self, req: &Request) -> bool {
+        self.entries
+            .get(&(req.client, req.seq))
+            .is_some_and(|e| e.req == *req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use chorus_core::{ProtocolParams, Slot};
+
+    struct Setup {
+        cfg: Arc<ClusterConfig>,
+        replicas: Vec<Identity>,
+        clients: Vec<Identity>,
+    }
+
+    fn setup(params: ProtocolParams) -> Setup {
+        let (cfg, replicas, clients) = ClusterConfig::for_testing(4, 3, params, 7);
+        Setup {
+            cfg: Arc::new(cfg),
+            replicas,
+            clients,
+        }
+    }
+
+    fn req(s: &Setup, client: usize, seq: u64, op: &'static [u8]) -> Request {
+        let keys: Vec<_> = s
+            .replicas
+            .iter()
+            .map(|r| s.clients[client].pairwise_key(&r.public()))
+            .collect();
+        Request::with_macs(
+            ClientId(client as u64),
+            RequestSeq(seq),
+            0,
+            Bytes::from_static(op),
+            &keys,
+        )
+    }
+
+    fn params() -> ProtocolParams {
+        ProtocolParams {
+            pillars: 1,
+            checkpoint_interval: 8,
+            window_slots: 16,
+            batch_max_requests: 2,
+            batch_delay_ms: 5,
+            pool_max_requests: 4,
+            pool_max_per_client: 3,
+            ..ProtocolParams::default()
+        }
+    }
+
+    fn cell(slot: u64) -> Cell {
+        Cell {
+            lane: LaneId(0),
+            slot: Slot(slot),
+        }
+    }
+
+    #[test]
+    fn admission_rejects_bad_unknown_oversized_and_full() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        let mut bad = req(&s, 0, 1, b"x");
+        bad.op = Bytes::from_static(b"y");
+        assert_eq!(p.admit(Millis(0), bad), Err(RejectReason::BadAuthenticator));
+        let mut unknown = req(&s, 0, 1, b"x");
+        unknown.client = ClientId(99);
+        assert_eq!(p.admit(Millis(0), unknown), Err(RejectReason::UnknownClient));
+        let big: &'static [u8] = Box::leak(vec![0u8; 70_000].into_boxed_slice());
+        assert_eq!(
+            p.admit(Millis(0), req(&s, 0, 1, big)),
+            Err(RejectReason::Oversized)
+        );
+        for seq in 1..=3 {
+            assert_eq!(p.admit(Millis(0), req(&s, 0, seq, b"x")), Ok(Admitted::New));
+        }
+        assert_eq!(p.admit(Millis(0), req(&s, 0, 1, b"x")), Ok(Admitted::Duplicate));
+        assert_eq!(p.admit(Millis(0), req(&s, 0, 4, b"x")), Err(RejectReason::Busy));
+        assert_eq!(p.admit(Millis(0), req(&s, 1, 1, b"x")), Ok(Admitted::New));
+        assert_eq!(p.admit(Millis(0), req(&s, 2, 1, b"x")), Err(RejectReason::Busy));
+        assert_eq!(p.len(), 4);
+    }
+
+    #[test]
+    fn batches_are_cut_by_size_or_delay_and_released_when_the_cell_ends_differently() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        assert_eq!(p.readiness(LaneId(0), Millis(0)), Readiness::Empty);
+        p.admit(Millis(0), req(&s, 0, 1, b"a")).unwrap();
+        assert_eq!(p.readiness(LaneId(0), Millis(1)), Readiness::WaitUntil(Millis(5)));
+        assert_eq!(p.readiness(LaneId(0), Millis(5)), Readiness::Ready);
+        p.admit(Millis(2), req(&s, 0, 2, b"b")).unwrap();
+        p.admit(Millis(3), req(&s, 1, 1, b"c")).unwrap();
+        assert_eq!(p.readiness(LaneId(0), Millis(3)), Readiness::Ready);
+        let b = p.cut(cell(0));
+        assert_eq!(b.requests.len(), 2);
+        assert_eq!(p.pending_len(LaneId(0)), 1);
+        // The cell is decided as a no-op: the two requests are proposable again,
+        // first in line, and their waiting time restarts.
+        p.on_decided(Millis(4), cell(0), &Batch::noop());
+        assert_eq!(p.pending_len(LaneId(0)), 3);
+        let b2 = p.cut(cell(1));
+        assert_eq!(b2, b);
+        p.on_decided(Millis(4), cell(1), &b2);
+        assert_eq!(p.len(), 1);
+        // Ordered requests are not taken again.
+        assert_eq!(p.admit(Millis(9), req(&s, 0, 1, b"a")), Ok(Admitted::Duplicate));
+    }
+
+    #[test]
+    fn requests_seen_in_a_pre_prepare_are_not_proposed_again() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(1), s.replicas[1].clone());
+        let r1 = req(&s, 0, 1, b"a");
+        let r2 = req(&s, 0, 2, b"b");
+        p.admit(Millis(0), r1.clone()).unwrap();
+        assert!(p.already_verified(&r1));
+        assert!(!p.already_verified(&r2));
+        // A leader proposed r1 and r2 (r2 unknown to us so far) at slot 4.
+        let batch = Batch {
+            requests: vec![r1.clone(), r2.clone()],
+        };
+        p.mark_in_flight(Millis(1), cell(4), &batch);
+        assert_eq!(p.pending_len(LaneId(0)), 0);
+        assert_eq!(p.len(), 2);
+        // A view change voids slot 4: both are proposable by the next leader.
+        p.release_from(Millis(2), LaneId(0), Slot(3));
+        assert_eq!(p.pending_len(LaneId(0)), 2);
+        p.mark_in_flight(
+            Millis(2),
+            cell(5),
+            &Batch {
+                requests: vec![r2.clone()],
+            },
+        );
+        assert_eq!(p.pending_len(LaneId(0)), 1);
+        p.on_decided(Millis(3), cell(5), &Batch { requests: vec![r2] });
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.oldest_pending(LaneId(0)), Some(Millis(2)));
+        p.clear();
+        assert!(p.is_empty());
+        assert_eq!(p.pending_len(LaneId(0)), 0);
+    }
+}

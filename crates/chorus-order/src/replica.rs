@@ -1,0 +1,488 @@
+//! `Replica`: the composite the simulator and the runtime drive.
+//!
+//! It owns one `Lane` per lane, the `Pool`, the `Merger`, the `Checkpointer`
+//! and the `StateTransfer`, and wires them together with plain method calls:
+//! lanes return `LaneOutput`s (decisions, in-flight batches) that the replica
+//! hands to the pool and the merger; the merger yields deliveries that tell
+//! the checkpointer when to snapshot; stable checkpoints move every lane's
+//! watermark. No component holds a reference to another.
+//!
+//! After every event the replica *settles*: leaders propose what they may,
+//! the merger delivers what is contiguous, and the lane timers are refreshed.
+
+mod recover;
+
+use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
+use crate::counters::{Counters, Cx};
+use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
+use crate::lane::{Lane, LaneEnv, LaneOutput};
+use crate::merger::Merger;
+use crate::pool::{Admitted, Pool, Readiness};
+use crate::transfer::{Installed, StateTransfer};
+use crate::verify::reject_reason_name;
+use bytes::Bytes;
+use chorus_core::{
+    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, ReplicaId,
+    ReplicaMsg, Request, Seq, Slot, Validate, View,
+};
+use std::sync::Arc;
+
+/// A snapshot of where a replica stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    pub me: ReplicaId,
+    /// The next global position to deliver.
+    pub next_delivery: Seq,
+    /// The stable checkpoint (0 = genesis).
+    pub stable_seq: Seq,
+    /// Each lane's view (the target view while changing).
+    pub views: Vec<View>,
+    /// Each lane: is a view change in progress?
+    pub view_changing: Vec<bool>,
+    /// Each lane's first undecided slot.
+    pub next_undecided: Vec<Slot>,
+    /// Requests held by the pool.
+    pub pool_len: usize,
+    pub counters: Counters,
+}
+
+pub struct Replica {
+    pub(crate) cfg: Arc<ClusterConfig>,
+    pub(crate) me: ReplicaId,
+    pub(crate) limits: Limits,
+    pub(crate) lanes: Vec<Lane>,
+    pub(crate) pool: Pool,
+    pub(crate) merger: Merger,
+    pub(crate) checkpointer: Checkpointer,
+    pub(crate) transfer: StateTransfer,
+    pub(crate) counters: Counters,
+    pub(crate) status_deadline: Option<Millis>,
+    pub(crate) batch_deadline: Vec<Option<Millis>>,
+}
+
+impl Replica {
+    fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
+        assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
+        let lanes = cfg.lanes();
+        Replica {
+            limits: Limits::from_config(&cfg),
+            lanes: (0..lanes)
+                .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
+                .collect(),
+            pool: Pool::new(cfg.clone(), me, identity.clone()),
+            merger: Merger::new(cfg.clone()),
+            checkpointer: Checkpointer::new(cfg.clone(), me, identity),
+            transfer: StateTransfer::new(cfg.clone(), me),
+            counters: Counters::default(),
+            status_deadline: None,
+            batch_deadline: vec![None; lanes as usize],
+            cfg,
+            me,
+        }
+    }
+
+    /// A fresh replica at genesis. Emits its initial timers.
+    pub fn new(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Replica {
+        let mut r = Replica::build(config, me, identity);
+        r.arm_status(now, out);
+        r
+    }
+
+    pub fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox) {
+        match event {
+            Event::Message { from, msg } => self.on_message(now, from, msg, out),
+            Event::Request(req) => self.on_request(now, req, out),
+            Event::Timer(id) => self.on_timer(now, id, out),
+            Event::Checkpointed {
+                seq,
+                state_digest,
+                snapshot,
+            } => self.on_checkpointed(now, seq, state_digest, snapshot, out),
+            Event::StateInstalled { seq, state_digest } => {
+                self.on_state_installed(now, seq, state_digest, out)
+            }
+        }
+        self.settle(now, out);
+    }
+
+    pub fn status(&self) -> ReplicaStatus {
+        ReplicaStatus {
+            me: self.me,
+            next_delivery: self.merger.next(),
+            stable_seq: self.checkpointer.stable_seq(),
+            views: self.lanes.iter().map(|l| l.view()).collect(),
+            view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
+            next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
+            pool_len: self.pool.len(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn me(&self) -> ReplicaId {
+        self.me
+    }
+
+    pub fn config(&self) -> &Arc<ClusterConfig> {
+        &self.cfg
+    }
+
+    /// Read-only access to a lane (tests, metrics).
+    pub fn lane(&self, lane: LaneId) -> Option<&Lane> {
+        self.lanes.get(lane.index())
+    }
+
+    /// Run `f` on lane `l` with a context and the read-only environment.
+    fn with_lane<R>(
+        &mut self,
+        now: Millis,
+        l: usize,
+        out: &mut Outbox,
+        f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> R,
+    ) -> R {
+        let env = LaneEnv {
+            stable: self.checkpointer.stable_cert(),
+            stable_seq: self.checkpointer.stable_seq(),
+            hint: &self.pool,
+        };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        f(&mut self.lanes[l], &mut cx, &env)
+    }
+
+    /// Hand a lane's output to the pool, the merger and state transfer.
+    fn absorb(&mut self, now: Millis, lane: LaneId, lo: LaneOutput) {
+        if let Some(slot) = lo.release_from {
+            self.pool.release_from(now, lane, slot);
+        }
+        for (slot, batch) in &lo.pre_prepared {
+            self.pool.mark_in_flight(now, Cell { lane, slot: *slot }, batch);
+        }
+        for d in lo.decided {
+            let cell = Cell { lane, slot: d.slot };
+            self.pool.on_decided(now, cell, &d.batch);
+            self.merger.insert(cell, d.batch);
+        }
+        if let Some(c) = lo.higher_stable {
+            self.note_cert(&c);
+        }
+    }
+
+    fn note_cert(&mut self, c: &CheckpointCert) {
+        if c.seq > self.merger.next() {
+            self.transfer.note_cert(c.seq);
+        }
+    }
+
+    fn on_message(&mut self, now: Millis, from: ReplicaId, msg: ReplicaMsg, out: &mut Outbox) {
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        if from.index() >= self.cfg.n() {
+            return cx.reject("bad-sender");
+        }
+        if from == self.me {
+            return cx.reject("self-message");
+        }
+        if let Err(e) = msg.validate(&self.limits) {
+            tracing::debug!(?from, error = %e, "invalid message");
+            return cx.reject("invalid-bounds");
+        }
+        match msg {
+            ReplicaMsg::Checkpoint(vote) => {
+                let outcome = self.checkpointer.on_vote(&mut cx, from, vote);
+                self.on_vote_outcome(now, outcome, out);
+            }
+            ReplicaMsg::StateRequest(req) => {
+                self.transfer
+                    .on_request(&mut cx, from, req, self.checkpointer.stable_state());
+            }
+            ReplicaMsg::StateChunk(chunk) => {
+                if let Some((cert, snapshot)) =
+                    self.transfer.on_chunk(&mut cx, from, chunk, self.merger.next())
+                {
+                    self.begin_install(now, cert, snapshot, out);
+                }
+            }
+            other => {
+                let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {
+                    return cx.reject("bad-lane");
+                };
+                if let ReplicaMsg::Status(st) = &other {
+                    self.transfer.note_peer_stable(from, st.stable_seq);
+                    // One vote per peer per status round (lane 0's status).
+                    if st.lane.0 == 0 {
+                        if let Some(v) = self.checkpointer.vote_for_peer(st.stable_seq) {
+                            out.send(from, ReplicaMsg::Checkpoint(v));
+                        }
+                    }
+                }
+                let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {
+                    l.handle_message(cx, from, other, env)
+                });
+                self.absorb(now, lane, lo);
+            }
+        }
+    }
+
+    fn on_request(&mut self, now: Millis, req: Request, out: &mut Outbox) {
+        let (client, seq) = (req.client, req.seq);
+        match self.pool.admit(now, req) {
+            Ok(Admitted::New) => self.counters.requests_admitted += 1,
+            Ok(Admitted::Duplicate) => {}
+            Err(reason) => {
+                tracing::debug!(?client, ?seq, ?reason, "request rejected");
+                self.counters.reject_request(reject_reason_name(&reason));
+                out.push(Action::Reject { client, seq, reason });
+            }
+        }
+    }
+
+    fn on_timer(&mut self, now: Millis, id: TimerId, out: &mut Outbox) {
+        match id {
+            TimerId::ViewChange(l) if l.0 < self.cfg.lanes() => {
+                let lo = self.with_lane(now, l.index(), out, |lane, cx, env| lane.on_timer(cx, env));
+                self.absorb(now, l, lo);
+            }
+            TimerId::Batch(l) if l.0 < self.cfg.lanes() => {
+                if self.batch_deadline[l.index()].is_some_and(|d| now >= d) {
+                    self.batch_deadline[l.index()] = None;
+                }
+            }
+            TimerId::Status => {
+                if self.status_deadline.is_some_and(|d| now >= d) {
+                    self.status_tick(now, out);
+                }
+            }
+            TimerId::ViewChange(_) | TimerId::Batch(_) => self.counters.reject("bad-timer"),
+        }
+    }
+
+    fn arm_status(&mut self, now: Millis, out: &mut Outbox) {
+        let at = now.plus(self.cfg.params.status_interval_ms);
+        self.status_deadline = Some(at);
+        out.set_timer(TimerId::Status, at);
+    }
+
+    /// Every `status_interval_ms`: lanes announce their state (and retry),
+    /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
+    fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
+        for l in 0..self.lanes.len() {
+            self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
+        }
+        for v in self.checkpointer.pending_votes() {
+            out.broadcast(ReplicaMsg::Checkpoint(v));
+        }
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        self.transfer.on_tick(&mut cx, self.merger.next());
+        self.arm_status(now, out);
+    }
+
+    fn on_checkpointed(&mut self, now: Millis, seq: Seq, digest: Digest, snapshot: Bytes, out: &mut Outbox) {
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let outcome = self.checkpointer.on_checkpointed(&mut cx, seq, digest, snapshot);
+        self.on_vote_outcome(now, outcome, out);
+    }
+
+    fn on_vote_outcome(&mut self, now: Millis, outcome: VoteOutcome, out: &mut Outbox) {
+        match outcome {
+            VoteOutcome::Nothing => {}
+            VoteOutcome::Stable(s) => self.apply_stable(now, s, out),
+            VoteOutcome::CertWithoutState(cert) => self.note_cert(&cert),
+        }
+    }
+
+    /// PBFT §4.3: persist the certificate with our snapshot, then truncate
+    /// every lane below it (COP §4.2.2: the stable checkpoint is propagated to
+    /// all pillars, which also keeps them in step).
+    fn apply_stable(&mut self, now: Millis, s: StableCheckpoint, out: &mut Outbox) {
+        tracing::debug!(seq = ?s.cert.seq, "checkpoint stable");
+        let low = Slot(s.cert.seq.0 / self.cfg.lanes() as u64);
+        out.persist(PersistRecord::Stable {
+            cert: s.cert,
+            snapshot: s.snapshot,
+        });
+        self.counters.checkpoints_stable += 1;
+        self.advance_lanes(now, low, out);
+    }
+
+    fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
+        for l in 0..self.lanes.len() {
+            let lo = self.with_lane(now, l, out, |lane, cx, env| lane.advance_low(cx, low, env));
+            self.absorb(now, LaneId(l as u32), lo);
+        }
+    }
+
+    /// A complete, certified snapshot from a peer: install it and resume
+    /// delivery at `cert.seq` once the driver confirms the state digest.
+    fn begin_install(&mut self, now: Millis, cert: CheckpointCert, snapshot: Bytes, out: &mut Outbox) {
+        tracing::debug!(seq = ?cert.seq, "installing state from a peer");
+        let seq = cert.seq;
+        out.push(Action::InstallState { cert, snapshot });
+        self.counters.state_transfers += 1;
+        self.merger.jump_to(seq);
+        self.merger.pause();
+        self.pool.clear();
+        let low = Slot(seq.0 / self.cfg.lanes() as u64);
+        self.advance_lanes(now, low, out);
+    }
+
+    fn on_state_installed(&mut self, now: Millis, seq: Seq, digest: Digest, out: &mut Outbox) {
+        match self.transfer.on_installed(seq, digest) {
+            Installed::Done(cert, snapshot) => {
+                out.persist(PersistRecord::Stable {
+                    cert: cert.clone(),
+                    snapshot: snapshot.clone(),
+                });
+                self.checkpointer.install(cert, snapshot);
+                self.merger.resume();
+            }
+            Installed::Mismatch => {
+                let mut cx = Cx::new(now, out, &mut self.counters);
+                cx.reject("bad-installed-state");
+            }
+            Installed::NotOurs => {
+                let ours = self
+                    .checkpointer
+                    .stable_cert()
+                    .is_some_and(|c| c.seq == seq && c.state_digest == digest);
+                if !ours {
+                    self.counters.reject("unexpected-state-installed");
+                }
+            }
+        }
+    }
+
+    /// Highest global position pre-prepared or decided in any lane.
+    fn frontier(&self) -> Option<Seq> {
+        self.lanes
+            .iter()
+            .filter_map(|l| {
+                l.max_seen_slot().map(|s| {
+                    self.cfg.seq_of(Cell {
+                        lane: l.id(),
+                        slot: s,
+                    })
+                })
+            })
+            .max()
+    }
+
+    /// Proposals of a lane stay below its window and at most
+    /// `max_lane_drift_slots` above the delivery point (COP §4.2.2: pillars may
+    /// not drift apart; a lane ahead stops proposing).
+    fn proposal_limit(&self, l: usize) -> Slot {
+        let delivered = self.merger.next().0 / self.cfg.lanes() as u64;
+        let drift = Slot(delivered.saturating_add(self.cfg.params.max_lane_drift_slots));
+        drift.min(self.lanes[l].high())
+    }
+
+    /// A request waited a status interval while the lane sat idle: the
+    /// leaders before us evidently lack it. (Not while the lane is busy: under
+    /// a backlog every leader would then cut the same oldest requests.)
+    fn eager(&mut self, now: Millis, lane: LaneId) -> bool {
+        let wait = self.cfg.params.status_interval_ms;
+        !self.lanes[lane.index()].has_open_slots()
+            && self
+                .pool
+                .oldest_pending(lane)
+                .is_some_and(|t| now.0.saturating_sub(t.0) >= wait)
+    }
+
+    fn settle(&mut self, now: Millis, out: &mut Outbox) {
+        // Each round either proposes or delivers something; both are bounded by
+        // the windows, so this terminates long before the bound.
+        let bound = self.lanes.len() * self.cfg.params.window_slots as usize + 8;
+        for _ in 0..bound {
+            let proposed = self.propose_all(now, out);
+            let delivered = self.deliver(out);
+            if !proposed && !delivered {
+                break;
+            }
+        }
+        self.refresh_timers(now, out);
+    }
+
+    fn propose_all(&mut self, now: Millis, out: &mut Outbox) -> bool {
+        let mut any = false;
+        for l in 0..self.lanes.len() {
+            for _ in 0..self.cfg.params.window_slots {
+                if !self.propose_one(now, l, out) {
+                    break;
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// COP §4.2.1: a leader proposes a batch when one is ready, and a no-op
+    /// when it has nothing but another lane is ahead (the merger would wait).
+    fn propose_one(&mut self, now: Millis, l: usize, out: &mut Outbox) -> bool {
+        let lane = LaneId(l as u32);
+        let limit = self.proposal_limit(l);
+        let eager = self.eager(now, lane);
+        let Some(slot) = self.lanes[l].proposal_slot(limit, eager) else {
+            return false;
+        };
+        let cell = Cell { lane, slot };
+        let behind = self.frontier().is_some_and(|f| self.cfg.seq_of(cell) < f);
+        let batch = match self.pool.readiness(lane, now) {
+            Readiness::Ready => self.pool.cut(cell),
+            Readiness::WaitUntil(_) if behind => self.pool.cut(cell),
+            Readiness::WaitUntil(at) => {
+                self.arm_batch_timer(l, at, out);
+                return false;
+            }
+            Readiness::Empty if behind => Batch::noop(),
+            Readiness::Empty => return false,
+        };
+        let lo = self.with_lane(now, l, out, |ln, cx, _| ln.propose(cx, slot, batch));
+        self.absorb(now, lane, lo);
+        true
+    }
+
+    fn arm_batch_timer(&mut self, l: usize, at: Millis, out: &mut Outbox) {
+        if self.batch_deadline[l] == Some(at) {
+            return;
+        }
+        self.batch_deadline[l] = Some(at);
+        out.set_timer(TimerId::Batch(LaneId(l as u32)), at);
+    }
+
+    /// Deliver every contiguous decided position; ask for a checkpoint right
+    /// after the position that completes one (before the next delivery, so
+    /// the executor snapshots exactly there).
+    fn deliver(&mut self, out: &mut Outbox) -> bool {
+        let mut any = false;
+        while let Some((seq, cell, batch)) = self.merger.pop_next() {
+            out.push(Action::Deliver { seq, cell, batch });
+            self.counters.delivered += 1;
+            any = true;
+            if let Some(c) = self.checkpointer.on_delivered(seq) {
+                out.push(Action::TakeCheckpoint { seq: c });
+            }
+        }
+        any
+    }
+
+    fn refresh_timers(&mut self, now: Millis, out: &mut Outbox) {
+        let frontier = self.frontier();
+        for l in 0..self.lanes.len() {
+            let lane = LaneId(l as u32);
+            let may_propose = self.lanes[l].next_free_slot() < self.proposal_limit(l);
+            let oldest = if may_propose {
+                self.pool.oldest_pending(lane)
+            } else {
+                None
+            };
+            self.with_lane(now, l, out, |ln, cx, _| ln.refresh_timer(cx, oldest, frontier));
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `Replica::recover`: rebuild a replica from its persisted records.
+//!
+//! The records are replayed in the order they were emitted (a driver may
+//! have discarded records below a stable checkpoint, and older `View` records
+//! of a lane; both are fine). Then the replica emits `InstallState` for the
+//! last stable checkpoint (if any) and `Deliver` for every decided position
+//! after it, so a fresh executor catches up; lanes resume as described in
+//! `lane/recovery.rs`.
+
+use super::Replica;
+use crate::io::{Action, Outbox, PersistRecord};
+use bytes::Bytes;
+use chorus_core::{
+    Batch, Cell, CheckpointCert, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Seq, Slot,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+impl Replica {
+    pub fn recover(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        records: Vec<PersistRecord>,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Replica {
+        let mut r = Replica::build(config, me, identity);
+        let lanes = r.cfg.lanes();
+        let mut decided: BTreeMap<Seq, (Cell, Arc<Batch>)> = BTreeMap::new();
+        let mut stable: Option<(CheckpointCert, Bytes)> = None;
+        let mut ignored = 0u64;
+        for rec in records {
+            match rec {
+                PersistRecord::View { lane, view } if lane.0 < lanes => {
+                    r.lanes[lane.index()].restore_view(view)
+                }
+                PersistRecord::Accepted {
+                    lane,
+                    view,
+                    slot,
+                    digest,
+                    batch,
+                } if lane.0 < lanes => r.lanes[lane.index()].restore_accepted(now, view, slot, digest, batch),
+                PersistRecord::Prepared { cert } if cert.lane.0 < lanes => {
+                    let l = cert.lane.index();
+                    r.lanes[l].restore_prepared(cert);
+                }
+                PersistRecord::Decided { cell, digest, batch } if cell.lane.0 < lanes => {
+                    if let Some(b) = r.lanes[cell.lane.index()].restore_decided(cell.slot, digest, batch) {
+                        decided.insert(r.cfg.seq_of(cell), (cell, b));
+                    }
+                }
+                PersistRecord::Stable { cert, snapshot } => {
+                    if stable.as_ref().is_none_or(|(c, _)| cert.seq > c.seq) {
+                        let low = Slot(cert.seq.0 / lanes as u64);
+                        for lane in &mut r.lanes {
+                            lane.truncate_below(low);
+                        }
+                        decided = decided.split_off(&cert.seq);
+                        stable = Some((cert, snapshot));
+                    }
+                }
+                _ => ignored += 1,
+            }
+        }
+        if ignored > 0 {
+            tracing::warn!(
+                ignored,
+                "persisted records for lanes that do not exist were ignored"
+            );
+            *r.counters.rejected.entry("bad-persisted-record").or_insert(0) += ignored;
+        }
+        if let Some((cert, snapshot)) = stable {
+            let seq = cert.seq;
+            out.push(Action::InstallState {
+                cert: cert.clone(),
+                snapshot: snapshot.clone(),
+            });
+            r.checkpointer.install(cert, snapshot);
+            r.merger.jump_to(seq);
+        }
+        for (_, (cell, batch)) in decided {
+            r.pool.on_decided(now, cell, &batch);
+            r.merger.insert(cell, batch);
+        }
+        r.deliver(out);
+        for l in 0..r.lanes.len() {
+            let lo = r.with_lane(now, l, out, |lane, cx, env| lane.finish_recovery(cx, env));
+            r.absorb(now, LaneId(l as u32), lo);
+        }
+        r.arm_status(now, out);
+        r.settle(now, out);
+        r
+    }
+}

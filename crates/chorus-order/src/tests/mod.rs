@@ -1,0 +1,21 @@
+//! Crate tests beyond the per-module unit tests: exact actions of each PBFT
+//! step, view change, checkpoints and state transfer, a small perfect-network
+//! harness for whole clusters, and fuzzing of the message handlers.
+//!
+//! Tests that assert exact quorum behaviour are compiled out under the
+//! `weak-quorum-for-tests` feature, whose whole point is to break it.
+
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod cluster;
+mod fuzz;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod harness;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_checkpoint;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_normal;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_recovery;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_view_change;
+mod util;

@@ -1,0 +1,286 @@
+//! PBFT §4.3 checkpoints and state transfer, asserting the exact actions.
+
+use super::util::{effects, kinds, params, persists, sends, setup, Setup};
+use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
+use crate::replica::Replica;
+use bytes::Bytes;
+use chorus_core::{
+    Batch, CheckpointCert, Digest, LaneId, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot,
+    StateChunk, StateRequest, Status, View,
+};
+
+const L0: LaneId = LaneId(0);
+
+fn setup_k2() -> Setup {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.checkpoint_interval = 2;
+    p.state_chunk_bytes = 64;
+    setup(4, 2, p)
+}
+
+fn replica(s: &Setup, me: u32) -> Replica {
+    let mut out = Outbox::new();
+    Replica::new(
+        s.cfg.clone(),
+        ReplicaId(me),
+        s.keys[me as usize].clone(),
+        Millis(0),
+        &mut out,
+    )
+}
+
+fn handle(r: &mut Replica, now: u64, ev: Event) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(Millis(now), ev, &mut out);
+    effects(&mut out)
+}
+
+fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
+    handle(
+        r,
+        now,
+        Event::Message {
+            from: ReplicaId(from),
+            msg: m,
+        },
+    )
+}
+
+/// Drive `slot` to a decision at backup `me` with messages from the others.
+fn decide(s: &Setup, r: &mut Replica, me: u32, slot: u64, batch: &Batch) -> Vec<Action> {
+    let leader = (slot % 4) as u32;
+    assert_ne!(leader, me);
+    let d = batch.digest();
+    let mut all = msg(
+        r,
+        slot + 1,
+        leader,
+        ReplicaMsg::PrePrepare(s.pre_prepare(leader, 0, 0, slot, batch)),
+    );
+    let others: Vec<u32> = (0..4).filter(|x| *x != me).collect();
+    for p in others.iter().filter(|x| **x != leader).take(1) {
+        all.extend(msg(
+            r,
+            slot + 1,
+            *p,
+            ReplicaMsg::Prepare(s.prepare(*p, 0, 0, slot, d)),
+        ));
+    }
+    for c in others.iter().take(2) {
+        all.extend(msg(
+            r,
+            slot + 1,
+            *c,
+            ReplicaMsg::Commit(s.commit(*c, 0, 0, slot, d)),
+        ));
+    }
+    all
+}
+
+fn snapshot() -> Bytes {
+    Bytes::from((0..150u8).collect::<Vec<u8>>())
+}
+
+/// Replica 3 decides slots 0 and 1, checkpoints at 2 and collects votes.
+fn stable_replica(s: &Setup) -> (Replica, CheckpointCert) {
+    let mut r = replica(s, 3);
+    let e0 = decide(s, &mut r, 3, 0, &s.batch(0, 1..2));
+    assert!(kinds(&e0).ends_with(&["persist decided".to_string(), "deliver 0".to_string()]));
+    let e1 = decide(s, &mut r, 3, 1, &s.batch(1, 1..2));
+    // TakeCheckpoint right after the delivery that completes K positions.
+    assert!(kinds(&e1).ends_with(&["deliver 1".to_string(), "take checkpoint 2".to_string()]));
+    let snap = snapshot();
+    let d = Digest::of(&snap);
+    let e = handle(
+        &mut r,
+        10,
+        Event::Checkpointed {
+            seq: Seq(2),
+            state_digest: d,
+            snapshot: snap.clone(),
+        },
+    );
+    assert_eq!(
+        e,
+        vec![Action::Broadcast {
+            msg: ReplicaMsg::Checkpoint(s.vote(3, 2, d))
+        }]
+    );
+    assert!(msg(&mut r, 11, 0, ReplicaMsg::Checkpoint(s.vote(0, 2, d))).is_empty());
+    // A bad signature and a vote claiming another replica do not count.
+    let mut forged = s.vote(2, 2, d);
+    forged.sig = s.vote(1, 2, d).sig;
+    msg(&mut r, 11, 2, ReplicaMsg::Checkpoint(forged));
+    assert_eq!(r.counters().rejected("bad-vote-signature"), 1);
+    msg(&mut r, 11, 2, ReplicaMsg::Checkpoint(s.vote(1, 2, d)));
+    assert_eq!(r.counters().rejected("replica-mismatch"), 1);
+    assert_eq!(r.status().stable_seq, Seq(0));
+    // 2f+1 matching votes: stable. Persist certificate and snapshot.
+    let e = msg(&mut r, 12, 1, ReplicaMsg::Checkpoint(s.vote(1, 2, d)));
+    let cert = s.checkpoint_cert(2, d, &[0, 1, 3]);
+    assert_eq!(
+        persists(&e),
+        vec![PersistRecord::Stable {
+            cert: cert.clone(),
+            snapshot: snap
+        }]
+    );
+    (r, cert)
+}
+
+#[test]
+fn checkpoint_is_taken_at_k_and_stable_after_a_quorum_of_votes_then_logs_are_truncated() {
+    let s = setup_k2();
+    let (r, _) = stable_replica(&s);
+    let st = r.status();
+    assert_eq!(st.stable_seq, Seq(2));
+    assert_eq!(st.counters.checkpoints_stable, 1);
+    let lane = r.lane(L0).expect("lane 0");
+    assert_eq!(lane.low(), Slot(2));
+    assert_eq!(lane.high(), Slot(2 + 16));
+    assert!(
+        lane.slots.keys().all(|s| *s >= Slot(2)),
+        "slots below the checkpoint are dropped"
+    );
+}
+
+#[test]
+fn lagging_replica_fetches_state_in_chunks_and_resumes_at_the_checkpoint() {
+    let s = setup_k2();
+    let (mut serving, cert) = stable_replica(&s);
+    let snap = snapshot();
+
+    // The stable replica serves its snapshot in 64-byte chunks with the cert.
+    let e = msg(
+        &mut serving,
+        20,
+        0,
+        ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(1) }),
+    );
+    let chunks: Vec<StateChunk> = sends(&e)
+        .into_iter()
+        .map(|(to, m)| {
+            assert_eq!(to, ReplicaId(0));
+            match m {
+                ReplicaMsg::StateChunk(c) => c,
+                other => panic!("unexpected {other:?}"),
+            }
+        })
+        .collect();
+    assert_eq!(chunks.len(), 3);
+    assert!(chunks.iter().all(|c| c.cert == cert && c.count == 3));
+    assert_eq!(chunks.iter().map(|c| c.data.len()).sum::<usize>(), 150);
+    // One transfer per peer per status interval.
+    assert!(msg(
+        &mut serving,
+        21,
+        0,
+        ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(1) })
+    )
+    .is_empty());
+    assert_eq!(serving.counters().rejected("state-request-rate"), 1);
+
+    // A fresh replica 0 hears that everyone else is stable at 2.
+    let mut r = replica(&s, 0);
+    for peer in 1..4 {
+        let status = Status {
+            lane: L0,
+            view: View(0),
+            next_undecided: Slot(2),
+            stable_seq: Seq(2),
+        };
+        msg(&mut r, 1, peer, ReplicaMsg::Status(status));
+    }
+    // First tick: note where we are. Second tick without progress: ask.
+    let e = handle(&mut r, 50, Event::Timer(TimerId::Status));
+    assert!(sends(&e).is_empty());
+    let e = handle(&mut r, 100, Event::Timer(TimerId::Status));
+    assert_eq!(
+        sends(&e),
+        vec![(
+            ReplicaId(1),
+            ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(1) })
+        )]
+    );
+    // Chunks from a peer we did not ask are refused.
+    msg(&mut r, 101, 2, ReplicaMsg::StateChunk(chunks[0].clone()));
+    assert_eq!(r.counters().rejected("unsolicited-state"), 1);
+    // A certificate with too few votes is refused.
+    let mut weak = chunks[0].clone();
+    weak.cert.votes.truncate(2);
+    msg(&mut r, 101, 1, ReplicaMsg::StateChunk(weak));
+    assert_eq!(r.counters().rejected("cert-vote-count"), 1);
+    assert!(msg(&mut r, 102, 1, ReplicaMsg::StateChunk(chunks[2].clone())).is_empty());
+    assert!(msg(&mut r, 102, 1, ReplicaMsg::StateChunk(chunks[0].clone())).is_empty());
+    let e = msg(&mut r, 103, 1, ReplicaMsg::StateChunk(chunks[1].clone()));
+    assert_eq!(
+        e,
+        vec![Action::InstallState {
+            cert: cert.clone(),
+            snapshot: snap.clone()
+        }]
+    );
+    // Delivery resumes at the checkpoint once the driver confirms the digest.
+    let e = handle(
+        &mut r,
+        104,
+        Event::StateInstalled {
+            seq: Seq(2),
+            state_digest: Digest::of(&snap),
+        },
+    );
+    assert_eq!(
+        e,
+        vec![Action::Persist(PersistRecord::Stable { cert, snapshot: snap })]
+    );
+    let st = r.status();
+    assert_eq!((st.next_delivery, st.stable_seq), (Seq(2), Seq(2)));
+    assert_eq!(st.counters.state_transfers, 1);
+    assert_eq!(r.lane(L0).map(|l| l.low()), Some(Slot(2)));
+}
+
+#[test]
+fn a_snapshot_that_does_not_match_its_certificate_is_discarded_and_fetched_again() {
+    let s = setup_k2();
+    let (_, cert) = stable_replica(&s);
+    let mut r = replica(&s, 0);
+    for peer in 1..4 {
+        let status = Status {
+            lane: L0,
+            view: View(0),
+            next_undecided: Slot(2),
+            stable_seq: Seq(2),
+        };
+        msg(&mut r, 1, peer, ReplicaMsg::Status(status));
+    }
+    handle(&mut r, 50, Event::Timer(TimerId::Status));
+    handle(&mut r, 100, Event::Timer(TimerId::Status));
+    let garbage = StateChunk {
+        cert: cert.clone(),
+        index: 0,
+        count: 1,
+        data: Bytes::from_static(b"not the state"),
+    };
+    let e = msg(&mut r, 101, 1, ReplicaMsg::StateChunk(garbage));
+    assert_eq!(kinds(&e), vec!["install state 2"]);
+    let e = handle(
+        &mut r,
+        102,
+        Event::StateInstalled {
+            seq: Seq(2),
+            state_digest: Digest::of(b"not the state"),
+        },
+    );
+    assert!(e.is_empty());
+    assert_eq!(r.counters().rejected("bad-installed-state"), 1);
+    assert_eq!(r.status().stable_seq, Seq(0));
+    // The next tick asks another peer for a state at or above 2.
+    let e = handle(&mut r, 150, Event::Timer(TimerId::Status));
+    assert_eq!(
+        sends(&e),
+        vec![(
+            ReplicaId(2),
+            ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(2) })
+        )]
+    );
+}

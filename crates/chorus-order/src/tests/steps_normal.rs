@@ -1,0 +1,379 @@
+//! PBFT §4.2, step by step, asserting the exact actions emitted.
+
+use super::util::{effects, params, setup, timers, Setup};
+use crate::io::{Action, Event, Outbox, PersistRecord, RejectReason, TimerId};
+use crate::replica::Replica;
+use chorus_core::{
+    Batch, Cell, ClientId, LaneId, Millis, OrderingMode, PreparedCert, ProtocolParams, ReplicaId, ReplicaMsg,
+    RequestSeq, Seq, Slot, View,
+};
+use std::sync::Arc;
+
+fn pbft() -> ProtocolParams {
+    params(OrderingMode::Pbft, 1)
+}
+
+fn replica(s: &Setup, me: u32) -> Replica {
+    let mut out = Outbox::new();
+    let r = Replica::new(
+        s.cfg.clone(),
+        ReplicaId(me),
+        s.keys[me as usize].clone(),
+        Millis(0),
+        &mut out,
+    );
+    assert_eq!(timers(&out), vec![(TimerId::Status, Some(Millis(50)))]);
+    r
+}
+
+fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(
+        Millis(now),
+        Event::Message {
+            from: ReplicaId(from),
+            msg: m,
+        },
+        &mut out,
+    );
+    effects(&mut out)
+}
+
+const L0: LaneId = LaneId(0);
+
+#[test]
+fn backup_accepts_pre_prepare_persists_then_broadcasts_prepare() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let batch = s.batch(0, 1..3);
+    let pp = s.pre_prepare(0, 0, 0, 0, &batch);
+    let mut out = Outbox::new();
+    r.handle(
+        Millis(5),
+        Event::Message {
+            from: ReplicaId(0),
+            msg: ReplicaMsg::PrePrepare(pp.clone()),
+        },
+        &mut out,
+    );
+    // An undecided slot starts the lane's progress timer.
+    assert_eq!(timers(&out), vec![(TimerId::ViewChange(L0), Some(Millis(405)))]);
+    assert_eq!(
+        effects(&mut out),
+        vec![
+            Action::Persist(PersistRecord::Accepted {
+                lane: L0,
+                view: View(0),
+                slot: Slot(0),
+                digest: batch.digest(),
+                batch: batch.clone(),
+            }),
+            Action::Broadcast {
+                msg: ReplicaMsg::Prepare(s.prepare(1, 0, 0, 0, batch.digest())),
+            },
+        ]
+    );
+    // A retransmission changes nothing.
+    assert!(msg(&mut r, 6, 0, ReplicaMsg::PrePrepare(pp)).is_empty());
+}
+
+#[test]
+fn prepared_persists_certificate_then_broadcasts_commit_and_commit_quorum_delivers() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let batch = s.batch(0, 1..3);
+    let d = batch.digest();
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &batch)),
+    );
+    // Own prepare + replica 2's = 2f prepares from non-leaders: prepared.
+    let e = msg(&mut r, 2, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, d)));
+    let cert = PreparedCert {
+        lane: L0,
+        view: View(0),
+        slot: Slot(0),
+        digest: d,
+        pre_prepare_sig: s.pre_prepare(0, 0, 0, 0, &batch).sig,
+        prepares: vec![s.prepare(1, 0, 0, 0, d), s.prepare(2, 0, 0, 0, d)],
+    };
+    assert_eq!(
+        e,
+        vec![
+            Action::Persist(PersistRecord::Prepared { cert }),
+            Action::Broadcast {
+                msg: ReplicaMsg::Commit(s.commit(1, 0, 0, 0, d)),
+            },
+        ]
+    );
+    assert!(msg(&mut r, 3, 3, ReplicaMsg::Prepare(s.prepare(3, 0, 0, 0, d))).is_empty());
+    // Own commit + the leader's: 2 < 2f+1.
+    assert!(msg(&mut r, 4, 0, ReplicaMsg::Commit(s.commit(0, 0, 0, 0, d))).is_empty());
+    let mut out = Outbox::new();
+    r.handle(
+        Millis(5),
+        Event::Message {
+            from: ReplicaId(2),
+            msg: ReplicaMsg::Commit(s.commit(2, 0, 0, 0, d)),
+        },
+        &mut out,
+    );
+    // Nothing is left to do in the lane: the progress timer stops.
+    assert_eq!(timers(&out), vec![(TimerId::ViewChange(L0), None)]);
+    let cell = Cell {
+        lane: L0,
+        slot: Slot(0),
+    };
+    assert_eq!(
+        effects(&mut out),
+        vec![
+            Action::Persist(PersistRecord::Decided {
+                cell,
+                digest: d,
+                batch: batch.clone(),
+            }),
+            Action::Deliver {
+                seq: Seq(0),
+                cell,
+                batch: Arc::new(batch),
+            },
+        ]
+    );
+    assert_eq!(r.status().next_delivery, Seq(1));
+    assert_eq!(r.counters().decided, 1);
+}
+
+#[test]
+fn leader_cuts_a_batch_persists_then_broadcasts_pre_prepare() {
+    let mut p = pbft();
+    p.batch_max_requests = 2;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    let mut out = Outbox::new();
+    let q1 = s.request(0, 1, b"a");
+    let q2 = s.request(1, 1, b"b");
+    r.handle(Millis(1), Event::Request(q1.clone()), &mut out);
+    // One request: wait for the batch delay.
+    assert_eq!(
+        timers(&out),
+        vec![
+            (TimerId::Batch(L0), Some(Millis(2))),
+            (TimerId::ViewChange(L0), Some(Millis(401)))
+        ]
+    );
+    assert!(effects(&mut out).is_empty());
+    r.handle(Millis(1), Event::Request(q2.clone()), &mut out);
+    let batch = Batch {
+        requests: vec![q1, q2],
+    };
+    assert_eq!(
+        effects(&mut out),
+        vec![
+            Action::Persist(PersistRecord::Accepted {
+                lane: L0,
+                view: View(0),
+                slot: Slot(0),
+                digest: batch.digest(),
+                batch: batch.clone(),
+            }),
+            Action::Broadcast {
+                msg: ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &batch)),
+            },
+        ]
+    );
+    // Slot 1 belongs to replica 1 (block-wise rotation): replica 0 waits.
+    r.handle(Millis(9), Event::Request(s.request(0, 2, b"c")), &mut out);
+    assert!(effects(&mut out).is_empty());
+    assert_eq!(r.counters().proposals, 1);
+}
+
+#[test]
+fn bad_requests_are_rejected_with_a_reason() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let mut out = Outbox::new();
+    let mut bad = s.request(0, 1, b"a");
+    bad.op = bytes::Bytes::from_static(b"tampered");
+    r.handle(Millis(1), Event::Request(bad), &mut out);
+    let mut unknown = s.request(0, 2, b"a");
+    unknown.client = ClientId(77);
+    r.handle(Millis(1), Event::Request(unknown), &mut out);
+    assert_eq!(
+        effects(&mut out),
+        vec![
+            Action::Reject {
+                client: ClientId(0),
+                seq: RequestSeq(1),
+                reason: RejectReason::BadAuthenticator,
+            },
+            Action::Reject {
+                client: ClientId(77),
+                seq: RequestSeq(2),
+                reason: RejectReason::UnknownClient,
+            },
+        ]
+    );
+    assert_eq!(r.status().pool_len, 0);
+}
+
+#[test]
+fn invalid_pre_prepares_are_rejected_and_change_nothing() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let batch = s.batch(0, 1..3);
+    let before = r.status();
+    // Slot 0's leader is replica 0, not 2.
+    let e = msg(
+        &mut r,
+        1,
+        2,
+        ReplicaMsg::PrePrepare(s.pre_prepare(2, 0, 0, 0, &batch)),
+    );
+    assert!(e.is_empty());
+    assert_eq!(r.counters().rejected("wrong-leader"), 1);
+    // Signed by someone else.
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(3, 0, 0, 0, &batch)),
+    );
+    assert_eq!(r.counters().rejected("bad-signature"), 1);
+    // Digest does not match the batch.
+    let mut pp = s.pre_prepare(0, 0, 0, 0, &batch);
+    pp.batch.requests.pop();
+    msg(&mut r, 1, 0, ReplicaMsg::PrePrepare(pp));
+    assert_eq!(r.counters().rejected("bad-digest"), 1);
+    // A request whose MAC for replica 1 is wrong.
+    let mut forged = s.request(1, 5, b"x");
+    if let chorus_core::Authenticator::Macs(m) = &mut forged.auth {
+        m[1] = chorus_core::Mac([9; 16]);
+    }
+    let bad_batch = Batch {
+        requests: vec![s.request(0, 1, b"ok"), forged],
+    };
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &bad_batch)),
+    );
+    assert_eq!(r.counters().rejected("bad-request-auth"), 1);
+    // A request from a client that does not exist.
+    let mut stranger = s.request(0, 9, b"x");
+    stranger.client = ClientId(55);
+    let stranger_batch = Batch {
+        requests: vec![stranger],
+    };
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &stranger_batch)),
+    );
+    assert_eq!(r.counters().rejected("unknown-client"), 1);
+    // Commit claiming to be someone else's.
+    msg(
+        &mut r,
+        1,
+        2,
+        ReplicaMsg::Commit(s.commit(3, 0, 0, 0, batch.digest())),
+    );
+    assert_eq!(r.counters().rejected("replica-mismatch"), 1);
+    // Prepare from the slot's leader.
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::Prepare(s.prepare(0, 0, 0, 0, batch.digest())),
+    );
+    assert_eq!(r.counters().rejected("prepare-from-leader"), 1);
+    // Out-of-range sender and lane.
+    msg(
+        &mut r,
+        1,
+        9,
+        ReplicaMsg::Commit(s.commit(9, 0, 0, 0, batch.digest())),
+    );
+    assert_eq!(r.counters().rejected("bad-sender"), 1);
+    msg(
+        &mut r,
+        1,
+        2,
+        ReplicaMsg::Commit(s.commit(2, 3, 0, 0, batch.digest())),
+    );
+    assert_eq!(r.counters().rejected("bad-lane"), 1);
+    let mut after = r.status();
+    after.counters = before.counters.clone();
+    assert_eq!(after, before);
+}
+
+#[test]
+fn leader_equivocation_is_detected_and_only_one_prepare_sent() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let a = s.batch(0, 1..2);
+    let b = s.batch(1, 1..2);
+    let e = msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)),
+    );
+    assert_eq!(e.len(), 2);
+    let e = msg(
+        &mut r,
+        2,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b)),
+    );
+    assert!(e.is_empty());
+    assert_eq!(r.counters().rejected("equivocation"), 1);
+}
+
+#[test]
+fn messages_for_future_views_and_above_the_window_are_buffered_with_a_bound() {
+    let mut p = pbft();
+    p.future_msgs_per_peer = 3;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 1);
+    let d = s.batch(0, 1..2).digest();
+    for slot in 0..3 {
+        msg(&mut r, 1, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 4, slot, d)));
+    }
+    msg(&mut r, 1, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 0, 40, d)));
+    assert_eq!(r.counters().buffered, 3);
+    assert_eq!(r.counters().rejected("buffer-full"), 1);
+    assert_eq!(r.lane(L0).map(|l| l.buffered()), Some(3));
+}
+
+#[test]
+fn single_replica_orders_on_its_own() {
+    let mut p = pbft();
+    p.batch_max_requests = 1;
+    let s = setup(1, 1, p);
+    let mut out = Outbox::new();
+    let mut r = Replica::new(
+        s.cfg.clone(),
+        ReplicaId(0),
+        s.keys[0].clone(),
+        Millis(0),
+        &mut out,
+    );
+    out.drain();
+    r.handle(Millis(1), Event::Request(s.request(0, 1, b"x")), &mut out);
+    let kinds = super::util::kinds(&effects(&mut out));
+    assert_eq!(
+        kinds,
+        vec![
+            "persist accepted",
+            "broadcast pre-prepare",
+            "persist prepared",
+            "broadcast commit",
+            "persist decided",
+            "deliver 0"
+        ]
+    );
+}

@@ -1,0 +1,193 @@
+//! Recovery never makes a correct replica contradict what it sent before the
+//! crash: same prepare, same pre-prepare, no second NEW-VIEW for a view.
+
+use super::util::{broadcasts, effects, kinds, params, persists, sends, setup, Setup};
+use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
+use crate::replica::Replica;
+use chorus_core::{
+    LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Signature, Slot, Status, View,
+    ViewChange,
+};
+
+const L0: LaneId = LaneId(0);
+
+/// A replica plus every record it persisted.
+struct Node {
+    r: Replica,
+    records: Vec<PersistRecord>,
+}
+
+impl Node {
+    fn new(s: &Setup, me: u32) -> Node {
+        let mut out = Outbox::new();
+        let r = Replica::new(
+            s.cfg.clone(),
+            ReplicaId(me),
+            s.keys[me as usize].clone(),
+            Millis(0),
+            &mut out,
+        );
+        Node {
+            r,
+            records: Vec::new(),
+        }
+    }
+
+    fn recover(s: &Setup, me: u32, records: Vec<PersistRecord>, now: u64) -> (Node, Vec<Action>) {
+        let mut out = Outbox::new();
+        let r = Replica::recover(
+            s.cfg.clone(),
+            ReplicaId(me),
+            s.keys[me as usize].clone(),
+            records.clone(),
+            Millis(now),
+            &mut out,
+        );
+        let e = effects(&mut out);
+        (Node { r, records }, e)
+    }
+
+    fn handle(&mut self, now: u64, ev: Event) -> Vec<Action> {
+        let mut out = Outbox::new();
+        self.r.handle(Millis(now), ev, &mut out);
+        let e = effects(&mut out);
+        self.records.extend(persists(&e));
+        e
+    }
+
+    fn msg(&mut self, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
+        self.handle(
+            now,
+            Event::Message {
+                from: ReplicaId(from),
+                msg: m,
+            },
+        )
+    }
+}
+
+fn status(view: u64, next: u64) -> ReplicaMsg {
+    ReplicaMsg::Status(Status {
+        lane: L0,
+        view: View(view),
+        next_undecided: Slot(next),
+        stable_seq: chorus_core::Seq(0),
+    })
+}
+
+fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
+    let mut vc = ViewChange {
+        lane: L0,
+        new_view: View(view),
+        stable: None,
+        prepared,
+        replica: ReplicaId(replica),
+        sig: Signature([0; 64]),
+    };
+    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc
+}
+
+#[test]
+fn recovered_backup_resends_the_same_prepare_and_refuses_a_conflicting_pre_prepare() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let a = s.batch(0, 1..3);
+    let b = s.batch(1, 1..3);
+    let mut n1 = Node::new(&s, 1);
+    let e = n1.msg(1, 0, ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)));
+    let sent_prepare = broadcasts(&e)[0].clone();
+
+    let (mut n1, e) = Node::recover(&s, 1, n1.records, 100);
+    assert!(e.is_empty(), "nothing to install or deliver: {:?}", kinds(&e));
+    // A peer behind us: we re-send exactly the prepare we sent before.
+    let e = n1.msg(200, 2, status(0, 0));
+    assert_eq!(sends(&e), vec![(ReplicaId(2), sent_prepare)]);
+    // The leader equivocates after our crash: refused.
+    n1.msg(201, 0, ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b)));
+    assert_eq!(n1.r.counters().rejected("equivocation"), 1);
+    // Its retransmission of the original brings back the signature we could
+    // not persist; with replica 2's prepare the slot is prepared.
+    assert!(n1
+        .msg(202, 0, ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)))
+        .is_empty());
+    let e = n1.msg(203, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())));
+    assert_eq!(kinds(&e), vec!["persist prepared", "broadcast commit"]);
+}
+
+#[test]
+fn recovered_leader_does_not_propose_its_slot_again_and_resends_the_same_pre_prepare() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.batch_max_requests = 1;
+    let s = setup(4, 2, p);
+    let mut n0 = Node::new(&s, 0);
+    let e = n0.handle(1, Event::Request(s.request(0, 1, b"x")));
+    let original = broadcasts(&e)[0].clone();
+    assert!(matches!(original, ReplicaMsg::PrePrepare(_)));
+
+    let (mut n0, _) = Node::recover(&s, 0, n0.records, 100);
+    // New requests: slot 0 is taken, slot 1 is replica 1's.
+    let e = n0.handle(101, Event::Request(s.request(1, 1, b"y")));
+    assert!(broadcasts(&e).is_empty());
+    let e = n0.msg(200, 1, status(0, 0));
+    assert_eq!(sends(&e), vec![(ReplicaId(1), original)]);
+}
+
+#[test]
+fn recovered_new_view_primary_never_assembles_a_second_new_view() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let a = s.batch(0, 1..3);
+    // Replica 1 prepares `a` at slot 0, times out, and as primary of view 1
+    // sends NEW-VIEW and re-proposes `a`.
+    let mut n1 = Node::new(&s, 1);
+    n1.msg(1, 0, ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)));
+    n1.msg(2, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())));
+    let deadline = n1.r.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    n1.handle(deadline.0, Event::Timer(TimerId::ViewChange(L0)));
+    n1.msg(
+        deadline.0 + 1,
+        2,
+        ReplicaMsg::ViewChange(view_change(&s, 2, 1, vec![])),
+    );
+    let e = n1.msg(
+        deadline.0 + 2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 1, vec![])),
+    );
+    let b = broadcasts(&e);
+    let nv: NewView = b
+        .iter()
+        .find_map(|m| match m {
+            ReplicaMsg::NewView(nv) => Some(nv.clone()),
+            _ => None,
+        })
+        .expect("new view");
+    let reproposal: PrePrepare = b
+        .iter()
+        .find_map(|m| match m {
+            ReplicaMsg::PrePrepare(p) => Some(p.clone()),
+            _ => None,
+        })
+        .expect("re-proposal");
+    assert_eq!(reproposal, s.pre_prepare(1, 0, 1, 0, &a));
+
+    // Crash and recover: the lane does not know whether view 1 was installed.
+    let (mut n1, e) = Node::recover(&s, 1, n1.records, 5000);
+    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(n1.r.status().view_changing, vec![true]);
+    // Even with 2f+1 view changes for view 1 it assembles no NEW-VIEW.
+    n1.msg(5001, 2, ReplicaMsg::ViewChange(view_change(&s, 2, 1, vec![])));
+    let e = n1.msg(5002, 3, ReplicaMsg::ViewChange(view_change(&s, 3, 1, vec![])));
+    assert!(broadcasts(&e)
+        .iter()
+        .all(|m| !matches!(m, ReplicaMsg::NewView(_))));
+    // Its own NEW-VIEW, relayed by replica 2, brings it back into view 1
+    // without re-proposing anything differently.
+    let e = n1.msg(5003, 2, ReplicaMsg::NewView(nv));
+    assert_eq!(kinds(&e), vec!["persist view"]);
+    assert_eq!(n1.r.status().view_changing, vec![false]);
+    let e = n1.msg(5100, 3, status(1, 0));
+    assert_eq!(
+        sends(&e),
+        vec![(ReplicaId(3), ReplicaMsg::PrePrepare(reproposal))]
+    );
+}

@@ -1,0 +1,404 @@
+//! PBFT §4.4 per lane: view-change contents, NEW-VIEW construction with
+//! re-proposals and no-op gap filling, and acceptance by a backup.
+
+use super::util::{broadcasts, effects, kinds, params, persists, sends, setup, Setup};
+use crate::certs::verify_view_change;
+use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
+use crate::replica::Replica;
+use chorus_core::{
+    Batch, BatchReply, FetchBatch, LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg,
+    Reproposal, Signature, Slot, View, ViewChange,
+};
+
+const L0: LaneId = LaneId(0);
+
+fn replica(s: &Setup, me: u32) -> Replica {
+    let mut out = Outbox::new();
+    Replica::new(
+        s.cfg.clone(),
+        ReplicaId(me),
+        s.keys[me as usize].clone(),
+        Millis(0),
+        &mut out,
+    )
+}
+
+fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(
+        Millis(now),
+        Event::Message {
+            from: ReplicaId(from),
+            msg: m,
+        },
+        &mut out,
+    );
+    effects(&mut out)
+}
+
+fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
+    let mut vc = ViewChange {
+        lane: L0,
+        new_view: View(view),
+        stable: None,
+        prepared,
+        replica: ReplicaId(replica),
+        sig: Signature([0; 64]),
+    };
+    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc
+}
+
+struct Scenario {
+    s: Setup,
+    a: Batch,
+    b: Batch,
+    primary: Replica,
+    nv: NewView,
+}
+
+/// Replica 1 prepared batch `a` at slot 0 in view 0; its timer expires; it is
+/// the new-view primary of view 1 (`(1 + lane 0) mod 4`). Replica 2 prepared
+/// `a` too; replica 3 prepared `b` at slot 2. Nobody prepared slot 1.
+fn scenario() -> (Scenario, Vec<Action>, Vec<Action>) {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let a = s.batch(0, 1..3);
+    let b = s.batch(1, 1..2);
+    let mut r1 = replica(&s, 1);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)),
+    );
+    msg(
+        &mut r1,
+        2,
+        2,
+        ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())),
+    );
+    let deadline = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    let mut out = Outbox::new();
+    r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    let vc_effects = effects(&mut out);
+
+    let vc2 = view_change(&s, 2, 1, vec![s.prepared_cert(0, 0, 0, 0, &a, &[2, 3])]);
+    let vc3 = view_change(&s, 3, 1, vec![s.prepared_cert(2, 0, 0, 2, &b, &[0, 3])]);
+    assert!(msg(&mut r1, deadline.0 + 1, 2, ReplicaMsg::ViewChange(vc2)).is_empty());
+    let nv_effects = msg(&mut r1, deadline.0 + 2, 3, ReplicaMsg::ViewChange(vc3));
+    let nv = broadcasts(&nv_effects)
+        .into_iter()
+        .find_map(|m| match m {
+            ReplicaMsg::NewView(nv) => Some(nv),
+            _ => None,
+        })
+        .expect("new view sent");
+    (
+        Scenario {
+            s,
+            a,
+            b,
+            primary: r1,
+            nv,
+        },
+        vc_effects,
+        nv_effects,
+    )
+}
+
+#[test]
+fn view_change_carries_the_prepared_certificate_and_is_persisted_first() {
+    let (sc, vc_effects, _) = scenario();
+    let s = &sc.s;
+    assert_eq!(kinds(&vc_effects), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(
+        vc_effects[0],
+        Action::Persist(PersistRecord::View {
+            lane: L0,
+            view: View(1)
+        })
+    );
+    let ReplicaMsg::ViewChange(vc) = &broadcasts(&vc_effects)[0] else {
+        panic!("not a view change");
+    };
+    assert_eq!(vc.new_view, View(1));
+    assert_eq!(vc.replica, ReplicaId(1));
+    assert_eq!(vc.stable, None);
+    assert_eq!(vc.prepared, vec![s.prepared_cert(0, 0, 0, 0, &sc.a, &[1, 2])]);
+    assert_eq!(verify_view_change(&s.cfg, vc), Ok(()));
+    let st = sc.primary.status();
+    assert_eq!(st.views, vec![View(1)]);
+    assert_eq!(st.counters.view_changes, 1);
+}
+
+#[test]
+fn new_view_reproposes_prepared_digests_and_fills_gaps_with_noops() {
+    let (mut sc, _, nv_effects) = scenario();
+    let s = &sc.s;
+    assert_eq!(
+        sc.nv.reproposals,
+        vec![
+            Reproposal {
+                slot: Slot(0),
+                digest: sc.a.digest()
+            },
+            Reproposal {
+                slot: Slot(1),
+                digest: Batch::noop_digest()
+            },
+            Reproposal {
+                slot: Slot(2),
+                digest: sc.b.digest()
+            },
+        ]
+    );
+    assert_eq!(sc.nv.view_changes.len(), 3);
+    assert_eq!(
+        sc.nv.view_changes[0].replica,
+        ReplicaId(1),
+        "the primary's own view change comes first"
+    );
+    // Persist the view, send NEW-VIEW, then pre-prepare each re-proposal it
+    // holds (persisted first); the batch it lacks is fetched from replica 3,
+    // whose certificate names it.
+    assert_eq!(
+        kinds(&nv_effects),
+        vec![
+            "persist view",
+            "broadcast new-view",
+            "persist accepted",
+            "broadcast pre-prepare",
+            "persist accepted",
+            "broadcast pre-prepare",
+            "send fetch-batch to 3"
+        ]
+    );
+    let pps: Vec<PrePrepare> = broadcasts(&nv_effects)
+        .into_iter()
+        .filter_map(|m| match m {
+            ReplicaMsg::PrePrepare(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pps[0], s.pre_prepare(1, 0, 1, 0, &sc.a));
+    assert_eq!(pps[1], s.pre_prepare(1, 0, 1, 1, &Batch::noop()));
+    assert_eq!(
+        sends(&nv_effects),
+        vec![(
+            ReplicaId(3),
+            ReplicaMsg::FetchBatch(FetchBatch {
+                lane: L0,
+                slot: Slot(2),
+                digest: sc.b.digest()
+            })
+        )]
+    );
+    // The fetched batch must match its digest.
+    let wrong = msg(
+        &mut sc.primary,
+        2000,
+        3,
+        ReplicaMsg::BatchReply(BatchReply {
+            lane: L0,
+            slot: Slot(2),
+            batch: sc.a.clone(),
+        }),
+    );
+    assert!(wrong.is_empty());
+    assert_eq!(sc.primary.counters().rejected("bad-digest"), 1);
+    let e = msg(
+        &mut sc.primary,
+        2001,
+        3,
+        ReplicaMsg::BatchReply(BatchReply {
+            lane: L0,
+            slot: Slot(2),
+            batch: sc.b.clone(),
+        }),
+    );
+    assert_eq!(
+        e,
+        vec![
+            Action::Persist(PersistRecord::Accepted {
+                lane: L0,
+                view: View(1),
+                slot: Slot(2),
+                digest: sc.b.digest(),
+                batch: sc.b.clone()
+            }),
+            Action::Broadcast {
+                msg: ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 2, &sc.b)),
+            },
+        ]
+    );
+    assert!(sc
+        .primary
+        .lane(L0)
+        .is_some_and(|l| l.is_active() && l.view() == View(1)));
+}
+
+#[test]
+fn backup_validates_and_accepts_new_view_then_prepares_reproposals() {
+    let (sc, _, _) = scenario();
+    let s = &sc.s;
+    let mut r2 = replica(s, 2);
+    let e = msg(&mut r2, 10, 1, ReplicaMsg::NewView(sc.nv.clone()));
+    assert_eq!(
+        e,
+        vec![Action::Persist(PersistRecord::View {
+            lane: L0,
+            view: View(1)
+        })]
+    );
+    assert_eq!(r2.status().views, vec![View(1)]);
+    assert_eq!(r2.status().view_changing, vec![false]);
+    // The primary's pre-prepare of a re-proposal is accepted like any other.
+    let e = msg(
+        &mut r2,
+        11,
+        1,
+        ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 1, &Batch::noop())),
+    );
+    assert_eq!(
+        e,
+        vec![
+            Action::Persist(PersistRecord::Accepted {
+                lane: L0,
+                view: View(1),
+                slot: Slot(1),
+                digest: Batch::noop_digest(),
+                batch: Batch::noop()
+            }),
+            Action::Broadcast {
+                msg: ReplicaMsg::Prepare(s.prepare(2, 0, 1, 1, Batch::noop_digest())),
+            },
+        ]
+    );
+    // A re-proposed slot with another digest is refused, even from the primary.
+    msg(
+        &mut r2,
+        12,
+        1,
+        ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 0, &sc.b)),
+    );
+    assert_eq!(r2.counters().rejected("reproposal-mismatch"), 1);
+    // Slot 3 (above the re-proposals) belongs to its view-1 leader (3+1) mod 4 = 0.
+    msg(
+        &mut r2,
+        13,
+        1,
+        ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 3, &sc.b)),
+    );
+    assert_eq!(r2.counters().rejected("wrong-leader"), 1);
+}
+
+#[test]
+fn backup_rejects_a_new_view_whose_reproposals_do_not_follow_from_its_view_changes() {
+    let (sc, _, _) = scenario();
+    let s = &sc.s;
+    let mut r2 = replica(s, 2);
+    let before = r2.status();
+    let resign = |mut nv: NewView| {
+        nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
+        nv
+    };
+    let mut tampered = sc.nv.clone();
+    tampered.reproposals[1].digest = sc.b.digest();
+    msg(&mut r2, 10, 1, ReplicaMsg::NewView(resign(tampered)));
+    assert_eq!(r2.counters().rejected("nv-reproposal-mismatch"), 1);
+    let mut dropped = sc.nv.clone();
+    dropped.reproposals.pop();
+    msg(&mut r2, 10, 1, ReplicaMsg::NewView(resign(dropped)));
+    assert_eq!(r2.counters().rejected("nv-reproposal-mismatch"), 2);
+    let mut few = sc.nv.clone();
+    few.view_changes.pop();
+    msg(&mut r2, 10, 1, ReplicaMsg::NewView(resign(few)));
+    assert_eq!(r2.counters().rejected("nv-view-change-count"), 1);
+    let mut forged_vc = sc.nv.clone();
+    forged_vc.view_changes[1].prepared.clear();
+    msg(&mut r2, 10, 1, ReplicaMsg::NewView(resign(forged_vc)));
+    assert_eq!(r2.counters().rejected("nv-bad-view-change"), 1);
+    // Signed by a replica that is not the view's primary.
+    let mut usurped = sc.nv.clone();
+    usurped.replica = ReplicaId(3);
+    usurped.sig = s.keys[3].sign(usurped.signing_digest().as_bytes());
+    msg(&mut r2, 10, 3, ReplicaMsg::NewView(usurped));
+    assert_eq!(r2.counters().rejected("wrong-primary"), 1);
+    let mut after = r2.status();
+    after.counters = before.counters.clone();
+    assert_eq!(after, before);
+}
+
+#[test]
+fn new_view_relayed_by_another_replica_is_accepted() {
+    let (sc, _, _) = scenario();
+    let mut r2 = replica(&sc.s, 2);
+    // Replica 3, already in view 1, relays the primary's NEW-VIEW.
+    let e = msg(&mut r2, 10, 3, ReplicaMsg::NewView(sc.nv.clone()));
+    assert_eq!(kinds(&e), vec!["persist view"]);
+    assert_eq!(r2.status().views, vec![View(1)]);
+    assert_eq!(r2.status().view_changing, vec![false]);
+}
+
+#[test]
+fn f_plus_one_view_changes_make_a_replica_join() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut r0 = replica(&s, 0);
+    assert!(msg(
+        &mut r0,
+        1,
+        2,
+        ReplicaMsg::ViewChange(view_change(&s, 2, 3, vec![]))
+    )
+    .is_empty());
+    let e = msg(
+        &mut r0,
+        2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 2, vec![])),
+    );
+    // f+1 = 2 replicas ask for views 3 and 2: join the highest both reached.
+    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(
+        persists(&e),
+        vec![PersistRecord::View {
+            lane: L0,
+            view: View(2)
+        }]
+    );
+    assert_eq!(r0.status().views, vec![View(2)]);
+}
+
+#[test]
+fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut r2 = replica(&s, 2);
+    msg(
+        &mut r2,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &s.batch(0, 1..2))),
+    );
+    let t1 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    let mut out = Outbox::new();
+    r2.handle(t1, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    // Alone in view change 1: no timer (PBFT §4.5.2), no running off to view 2.
+    assert_eq!(r2.lane(L0).and_then(|l| l.timer_deadline()), None);
+    msg(
+        &mut r2,
+        t1.0 + 1,
+        0,
+        ReplicaMsg::ViewChange(view_change(&s, 0, 1, vec![])),
+    );
+    msg(
+        &mut r2,
+        t1.0 + 2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 1, vec![])),
+    );
+    // 2f+1 asked for view 1: wait 2x the base timeout for its NEW-VIEW.
+    let t2 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    assert_eq!(t2.0 - (t1.0 + 2), 2 * 400);
+    r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    assert_eq!(r2.status().views, vec![View(2)]);
+}

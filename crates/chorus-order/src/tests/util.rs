@@ -1,0 +1,221 @@
+//! Building blocks for tests: configurations, signed messages, action filters.
+
+// Under the weak-quorum feature only the fuzz tests use this module.
+#![cfg_attr(feature = "weak-quorum-for-tests", allow(dead_code))]
+
+use crate::io::{Action, Outbox, PersistRecord, TimerId};
+use bytes::Bytes;
+use chorus_core::{
+    Batch, CheckpointCert, CheckpointVote, ClientId, ClusterConfig, Commit, Digest, Identity, LaneId,
+    LeaderRotation, OrderingMode, PrePrepare, Prepare, PreparedCert, ProtocolParams, ReplicaId, ReplicaMsg,
+    Request, RequestSeq, Seq, Slot, View,
+};
+use std::sync::Arc;
+
+pub struct Setup {
+    pub cfg: Arc<ClusterConfig>,
+    pub keys: Vec<Identity>,
+    pub clients: Vec<Identity>,
+}
+
+pub fn params(mode: OrderingMode, pillars: u32) -> ProtocolParams {
+    ProtocolParams {
+        mode,
+        pillars,
+        leader_rotation: LeaderRotation::BlockWise,
+        batch_max_requests: 4,
+        batch_delay_ms: 1,
+        window_slots: 16,
+        checkpoint_interval: 4 * pillars as u64,
+        max_lane_drift_slots: 8,
+        view_change_timeout_ms: 400,
+        status_interval_ms: 50,
+        future_msgs_per_peer: 64,
+        state_chunk_bytes: 64,
+        ..ProtocolParams::default()
+    }
+}
+
+pub fn setup(n: usize, clients: usize, p: ProtocolParams) -> Setup {
+    let (cfg, keys, clients) = ClusterConfig::for_testing(n, clients, p, 42);
+    cfg.validate().expect("test config is valid");
+    Setup {
+        cfg: Arc::new(cfg),
+        keys,
+        clients,
+    }
+}
+
+impl Setup {
+    pub fn request(&self, client: usize, seq: u64, op: &[u8]) -> Request {
+        let macs: Vec<_> = self
+            .keys
+            .iter()
+            .map(|r| self.clients[client].pairwise_key(&r.public()))
+            .collect();
+        Request::with_macs(
+            ClientId(client as u64),
+            RequestSeq(seq),
+            0,
+            Bytes::copy_from_slice(op),
+            &macs,
+        )
+    }
+
+    pub fn pre_prepare(&self, signer: u32, lane: u32, view: u64, slot: u64, batch: &Batch) -> PrePrepare {
+        let digest = batch.digest();
+        let sd = PrePrepare::signing_digest(LaneId(lane), View(view), Slot(slot), &digest);
+        PrePrepare {
+            lane: LaneId(lane),
+            view: View(view),
+            slot: Slot(slot),
+            digest,
+            batch: batch.clone(),
+            sig: self.keys[signer as usize].sign(sd.as_bytes()),
+        }
+    }
+
+    pub fn prepare(&self, replica: u32, lane: u32, view: u64, slot: u64, digest: Digest) -> Prepare {
+        let sd = Prepare::signing_digest(LaneId(lane), View(view), Slot(slot), &digest, ReplicaId(replica));
+        Prepare {
+            lane: LaneId(lane),
+            view: View(view),
+            slot: Slot(slot),
+            digest,
+            replica: ReplicaId(replica),
+            sig: self.keys[replica as usize].sign(sd.as_bytes()),
+        }
+    }
+
+    pub fn commit(&self, replica: u32, lane: u32, view: u64, slot: u64, digest: Digest) -> Commit {
+        Commit {
+            lane: LaneId(lane),
+            view: View(view),
+            slot: Slot(slot),
+            digest,
+            replica: ReplicaId(replica),
+        }
+    }
+
+    pub fn vote(&self, replica: u32, seq: u64, state_digest: Digest) -> CheckpointVote {
+        let sd = CheckpointVote::signing_digest(Seq(seq), &state_digest, ReplicaId(replica));
+        CheckpointVote {
+            seq: Seq(seq),
+            state_digest,
+            replica: ReplicaId(replica),
+            sig: self.keys[replica as usize].sign(sd.as_bytes()),
+        }
+    }
+
+    pub fn checkpoint_cert(&self, seq: u64, state_digest: Digest, voters: &[u32]) -> CheckpointCert {
+        CheckpointCert {
+            seq: Seq(seq),
+            state_digest,
+            votes: voters.iter().map(|r| self.vote(*r, seq, state_digest)).collect(),
+        }
+    }
+
+    /// A prepared certificate signed by `leader` with prepares from `preparers`.
+    pub fn prepared_cert(
+        &self,
+        leader: u32,
+        lane: u32,
+        view: u64,
+        slot: u64,
+        batch: &Batch,
+        preparers: &[u32],
+    ) -> PreparedCert {
+        let pp = self.pre_prepare(leader, lane, view, slot, batch);
+        PreparedCert {
+            lane: LaneId(lane),
+            view: View(view),
+            slot: Slot(slot),
+            digest: pp.digest,
+            pre_prepare_sig: pp.sig,
+            prepares: preparers
+                .iter()
+                .map(|r| self.prepare(*r, lane, view, slot, pp.digest))
+                .collect(),
+        }
+    }
+
+    pub fn batch(&self, client: usize, seqs: std::ops::Range<u64>) -> Batch {
+        Batch {
+            requests: seqs
+                .map(|s| self.request(client, s, format!("op{s}").as_bytes()))
+                .collect(),
+        }
+    }
+}
+
+/// Actions other than timers (what goes on the wire, to storage, to the executor).
+pub fn effects(out: &mut Outbox) -> Vec<Action> {
+    out.drain()
+        .filter(|a| !matches!(a, Action::SetTimer { .. } | Action::CancelTimer { .. }))
+        .collect()
+}
+
+pub fn timers(out: &Outbox) -> Vec<(TimerId, Option<chorus_core::Millis>)> {
+    out.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetTimer { id, at } => Some((*id, Some(*at))),
+            Action::CancelTimer { id } => Some((*id, None)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn broadcasts(actions: &[Action]) -> Vec<ReplicaMsg> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Broadcast { msg } => Some(msg.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn sends(actions: &[Action]) -> Vec<(ReplicaId, ReplicaMsg)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { to, msg } => Some((*to, msg.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn persists(actions: &[Action]) -> Vec<PersistRecord> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Short names of actions, for asserting order.
+pub fn kinds(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::Send { to, msg } => format!("send {} to {}", msg.kind(), to.0),
+            Action::Broadcast { msg } => format!("broadcast {}", msg.kind()),
+            Action::Deliver { seq, .. } => format!("deliver {}", seq.0),
+            Action::SetTimer { id, .. } => format!("set {id:?}"),
+            Action::CancelTimer { id } => format!("cancel {id:?}"),
+            Action::Persist(r) => match r {
+                PersistRecord::View { .. } => "persist view".into(),
+                PersistRecord::Accepted { .. } => "persist accepted".into(),
+                PersistRecord::Prepared { .. } => "persist prepared".into(),
+                PersistRecord::Decided { .. } => "persist decided".into(),
+                PersistRecord::Stable { .. } => "persist stable".into(),
+            },
+            Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
+            Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
+            Action::Reject { reason, .. } => format!("reject {reason:?}"),
+        })
+        .collect()
+}
