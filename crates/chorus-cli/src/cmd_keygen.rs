@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     pub pillars: u32,
     /// Leader rotation: fixed | block-wise.
-    #[arg(long, value_enum, default_value = "block-wise")]
+    #[arg(long, value_enum, default_value = "fixed")]
     pub leader: LeaderArg,
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]

@@ -36,10 +36,13 @@ impl std::str::FromStr for OrderingMode {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeaderRotation {
-    /// The primary of view `v` is `v mod n` for every slot.
-    Fixed,
-    /// `l(c) = (c div P + v) mod n`: leadership rotates block-wise over slots.
+    /// The primary of view `v` is `v mod n` for every slot. The default: a
+    /// crashed backup costs nothing, a crashed primary one view change.
     #[default]
+    Fixed,
+    /// `l(c) = (c div P + v) mod n`: leadership rotates block-wise over slots
+    /// (spreads proposing work; a crashed replica still leads every n-th slot
+    /// and costs a view-change timeout each time until it recovers).
     BlockWise,
 }
 
@@ -99,7 +102,7 @@ impl Default for ProtocolParams {
         ProtocolParams {
             mode: OrderingMode::Cop,
             pillars: 2,
-            leader_rotation: LeaderRotation::BlockWise,
+            leader_rotation: LeaderRotation::Fixed,
             client_auth: ClientAuthKind::MacVector,
             batch_max_requests: 256,
             batch_max_bytes: 1 << 20,
@@ -377,7 +380,8 @@ mod tests {
 
     #[test]
     fn blockwise_leader_rotates_per_slot_and_view() {
-        let c = cop(4);
+        let mut c = cop(4);
+        c.params.leader_rotation = LeaderRotation::BlockWise;
         let cell = |l, s| Cell {
             lane: LaneId(l),
             slot: Slot(s),

@@ -70,6 +70,7 @@ mod tests {
         let mut p = ProtocolParams {
             pillars: 4,
             checkpoint_interval: 16,
+            leader_rotation: LeaderRotation::BlockWise,
             ..ProtocolParams::default()
         };
         let c = ClusterConfig::for_testing(4, 1, p.clone(), 1).0;
