@@ -118,3 +118,47 @@ fn timeline(root: &Area, title: &str, r: &RunResult) -> Result<(), Box<dyn std::
     chart.draw_series(LineSeries::new(r.timeline.clone(), BLUE.stroke_width(2)))?;
     Ok(())
 }
+
+/// CBASE Fig. 5(b)-style plot: throughput of both executors per parallelism factor.
+pub fn plot_exec(path: &Path, service: &str, sleep_us: u64, workers: usize, pts: &[(u32, f64, f64)]) -> Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let xs: Vec<f64> = pts.iter().map(|p| (p.0.max(1) as f64).log2()).collect();
+        let xmax = xs.iter().cloned().fold(1.0, f64::max) + 0.5;
+        let ymax = pts.iter().map(|p| p.2.max(p.1)).fold(1.0, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("executors alone: {service} ({sleep_us} µs/op), {workers} workers"),
+                ("sans-serif", 24),
+            )
+            .margin(20)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.5..xmax, 0.0..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc("parallelism factor (log2)")
+            .y_desc("ops/s")
+            .x_label_formatter(&|x| format!("{}", 2f64.powf(*x).round()))
+            .draw()?;
+        let seq: Vec<(f64, f64)> = xs.iter().zip(pts).map(|(x, p)| (*x, p.1)).collect();
+        let par: Vec<(f64, f64)> = xs.iter().zip(pts).map(|(x, p)| (*x, p.2)).collect();
+        chart
+            .draw_series(LineSeries::new(par.clone(), BLUE.stroke_width(2)))?
+            .label("parallel (CBASE)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        chart.draw_series(par.iter().map(|p| Circle::new(*p, 4, BLUE.filled())))?;
+        chart
+            .draw_series(LineSeries::new(seq.clone(), RED.stroke_width(2)))?
+            .label("sequential")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        chart.draw_series(seq.iter().map(|p| Circle::new(*p, 4, RED.filled())))?;
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow!("plotting: {e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

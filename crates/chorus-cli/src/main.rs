@@ -5,6 +5,7 @@ mod bench_plot;
 mod bench_run;
 mod cmd_bench;
 mod cmd_demo;
+mod cmd_exec_bench;
 mod cmd_keygen;
 mod cmd_kv;
 mod cmd_replica;
@@ -37,6 +38,8 @@ enum Cmd {
     Demo(cmd_demo::Args),
     /// Benchmark a local or running cluster; writes JSON, CSV and a PNG plot.
     Bench(cmd_bench::Args),
+    /// Benchmark the executors alone (CBASE Fig. 4 and 5(b)): sequential vs parallel.
+    ExecBench(cmd_exec_bench::Args),
 }
 
 fn main() {
@@ -51,6 +54,7 @@ fn main() {
         Cmd::Status(a) => cmd_status::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::ExecBench(a) => cmd_exec_bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
