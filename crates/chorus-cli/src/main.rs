@@ -9,6 +9,7 @@ mod cmd_exec_bench;
 mod cmd_keygen;
 mod cmd_kv;
 mod cmd_replica;
+mod cmd_sim;
 mod cmd_status;
 mod load;
 mod procs;
@@ -40,6 +41,8 @@ enum Cmd {
     Bench(cmd_bench::Args),
     /// Benchmark the executors alone (CBASE Fig. 4 and 5(b)): sequential vs parallel.
     ExecBench(cmd_exec_bench::Args),
+    /// Deterministic simulation with faults, Byzantine replicas and invariant checkers.
+    Sim(cmd_sim::Args),
 }
 
 fn main() {
@@ -55,6 +58,7 @@ fn main() {
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::ExecBench(a) => cmd_exec_bench::run(a),
+        Cmd::Sim(a) => cmd_sim::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

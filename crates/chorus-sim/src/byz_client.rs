@@ -1,0 +1,218 @@
+//! Byzantine clients (DESIGN §6: any number of them). They never wait for
+//! replies; they send, while faults are active, requests that a correct system
+//! must refuse (bad authenticators, oversized operations) or must execute at
+//! most once (the same sequence number for different operations, sent to
+//! different replicas).
+
+use crate::checker::Issue;
+use crate::client::Credentials;
+use crate::faults::FaultKind;
+use crate::queue::Micros;
+use bytes::Bytes;
+use chorus_apps::KvOp;
+use chorus_core::{flags, Authenticator, Mac, ReplicaId, Request, RequestSeq, Signature};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// Requests one Byzantine client sends at most.
+const SENDS_MAX: u32 = 24;
+const TICK_MIN_US: Micros = 50_000;
+const TICK_MAX_US: Micros = 250_000;
+
+/// One request a Byzantine client sends, to whom, and what the checker must
+/// know about it.
+#[derive(Debug)]
+pub struct ByzSend {
+    /// Recipients (replica ids).
+    pub to: Vec<ReplicaId>,
+    pub request: Request,
+    pub issue: Issue,
+}
+
+pub struct ByzClient {
+    pub creds: Credentials,
+    pub kind: FaultKind,
+    n: usize,
+    max_op_bytes: usize,
+    next_seq: u64,
+    sent: u32,
+}
+
+impl ByzClient {
+    pub fn new(creds: Credentials, kind: FaultKind, n: usize, max_op_bytes: usize) -> ByzClient {
+        assert!(kind.is_byzantine_client(), "{kind} is not a client fault");
+        ByzClient {
+            creds,
+            kind,
+            n,
+            max_op_bytes,
+            next_seq: 1,
+            sent: 0,
+        }
+    }
+
+    /// One step: the requests to send now, and when to step again (None = done).
+    pub fn tick(&mut self, rng: &mut ChaCha8Rng) -> (Vec<ByzSend>, Option<Micros>) {
+        if self.sent >= SENDS_MAX {
+            return (vec![], None);
+        }
+        self.sent += 1;
+        let all: Vec<ReplicaId> = (0..self.n as u32).map(ReplicaId).collect();
+        let sends = match self.kind {
+            FaultKind::BadAuth => vec![self.bad_auth(rng, all)],
+            FaultKind::Oversized => vec![self.oversized(rng, all)],
+            FaultKind::DupSeq => self.dup_seq(rng, all),
+            other => unreachable!("{other} is not a client fault"),
+        };
+        (sends, Some(rng.gen_range(TICK_MIN_US..=TICK_MAX_US)))
+    }
+
+    fn fresh_seq(&mut self) -> RequestSeq {
+        let s = RequestSeq(self.next_seq);
+        self.next_seq += 1;
+        s
+    }
+
+    fn bad_auth(&mut self, rng: &mut ChaCha8Rng, to: Vec<ReplicaId>) -> ByzSend {
+        let seq = self.fresh_seq();
+        let op = KvOp::put("byz", format!("bad-auth c{} q{}", self.creds.id.0, seq.0));
+        let mut request = self.creds.request(seq, op.clone());
+        match rng.gen_range(0..4) {
+            // Garbage MACs for every replica.
+            0 => request.auth = Authenticator::Macs((0..self.n).map(|_| Mac(rng.gen())).collect()),
+            // A garbage signature.
+            1 => {
+                let mut sig = [0u8; 64];
+                rng.fill(&mut sig[..]);
+                request.auth = Authenticator::Signature(Signature(sig));
+            }
+            // Authenticated, then the operation is changed.
+            2 => request.op = KvOp::put("byz", format!("tampered c{} q{}", self.creds.id.0, seq.0)),
+            // Authenticated with a flag bit no version understands set afterwards.
+            _ => request.flags |= !flags::KNOWN,
+        }
+        ByzSend {
+            to,
+            request,
+            issue: Issue::Forbidden("bad authenticator"),
+        }
+    }
+
+    fn oversized(&mut self, rng: &mut ChaCha8Rng, to: Vec<ReplicaId>) -> ByzSend {
+        let seq = self.fresh_seq();
+        let len = self.max_op_bytes + rng.gen_range(1..=256);
+        let mut op = vec![0u8; len];
+        rng.fill(&mut op[..]);
+        ByzSend {
+            to,
+            request: self.creds.request(seq, Bytes::from(op)),
+            issue: Issue::Forbidden("over the operation size limit"),
+        }
+    }
+
+    /// The same sequence number for two different, validly authenticated
+    /// operations, each sent to a different part of the replicas; sometimes an
+    /// old sequence number is reused.
+    fn dup_seq(&mut self, rng: &mut ChaCha8Rng, all: Vec<ReplicaId>) -> Vec<ByzSend> {
+        let seq = if self.next_seq > 1 && rng.gen_bool(0.3) {
+            RequestSeq(rng.gen_range(1..self.next_seq))
+        } else {
+            self.fresh_seq()
+        };
+        let a = KvOp::put(
+            "byz",
+            format!("dup-a c{} q{} #{}", self.creds.id.0, seq.0, self.sent),
+        );
+        let b = if rng.gen_bool(0.5) {
+            KvOp::put(
+                "byz",
+                format!("dup-b c{} q{} #{}", self.creds.id.0, seq.0, self.sent),
+            )
+        } else {
+            // Not a decodable operation at all: the service must answer an error.
+            let mut junk = vec![0u8; rng.gen_range(1..32)];
+            rng.fill(&mut junk[..]);
+            Bytes::from(junk)
+        };
+        let split = rng.gen_range(0..=all.len());
+        let (first, second) = all.split_at(split);
+        [(first.to_vec(), a), (second.to_vec(), b)]
+            .into_iter()
+            .filter(|(to, _)| !to.is_empty())
+            .map(|(to, op)| ByzSend {
+                to,
+                request: self.creds.request(seq, op),
+                issue: Issue::Valid,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{ClientId, ClusterConfig, ProtocolParams};
+    use rand::SeedableRng;
+
+    fn setup(kind: FaultKind) -> (ByzClient, ClusterConfig, Vec<chorus_core::Identity>) {
+        let (config, replicas, clients) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 5);
+        let creds = Credentials::new(&config, ClientId(0), clients[0].clone());
+        (ByzClient::new(creds, kind, 4, 512), config, replicas)
+    }
+
+    fn verifies_anywhere(r: &Request, config: &ClusterConfig, replicas: &[chorus_core::Identity]) -> bool {
+        replicas.iter().enumerate().any(|(i, id)| {
+            let key = id.pairwise_key(&config.clients[0].identity);
+            r.verify(ReplicaId(i as u32), &key, &config.clients[0].identity)
+        })
+    }
+
+    #[test]
+    fn bad_auth_never_verifies_and_is_forbidden() {
+        let (mut c, config, replicas) = setup(FaultKind::BadAuth);
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        for _ in 0..SENDS_MAX {
+            let (sends, next) = c.tick(&mut rng);
+            assert!(next.is_some());
+            for s in sends {
+                assert!(!verifies_anywhere(&s.request, &config, &replicas));
+                assert!(matches!(s.issue, Issue::Forbidden(_)));
+            }
+        }
+        let (sends, next) = c.tick(&mut rng);
+        assert!(
+            sends.is_empty() && next.is_none(),
+            "a Byzantine client's sends are bounded"
+        );
+    }
+
+    #[test]
+    fn oversized_requests_verify_but_exceed_the_limit() {
+        let (mut c, config, replicas) = setup(FaultKind::Oversized);
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let (sends, _) = c.tick(&mut rng);
+        assert!(sends[0].request.op.len() > 512);
+        assert!(verifies_anywhere(&sends[0].request, &config, &replicas));
+    }
+
+    #[test]
+    fn dup_seq_sends_different_valid_ops_under_one_seq() {
+        let (mut c, config, replicas) = setup(FaultKind::DupSeq);
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let mut saw_split = false;
+        for _ in 0..10 {
+            let (sends, _) = c.tick(&mut rng);
+            let total: usize = sends.iter().map(|s| s.to.len()).sum();
+            assert_eq!(total, 4);
+            for s in &sends {
+                assert!(verifies_anywhere(&s.request, &config, &replicas));
+            }
+            if sends.len() == 2 {
+                saw_split = true;
+                assert_eq!(sends[0].request.seq, sends[1].request.seq);
+                assert_ne!(sends[0].request.op, sends[1].request.op);
+            }
+        }
+        assert!(saw_split);
+    }
+}

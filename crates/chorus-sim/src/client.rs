@@ -1,0 +1,411 @@
+//! Simulated clients. A correct client keeps a few requests in flight, sends
+//! each to every replica (DESIGN §4), accepts a result once f+1 distinct
+//! replicas returned the same one (PBFT §4.1: one of them is correct) and
+//! retransmits with back-off until then. Every replica sends the full result
+//! (the simulator's choice: it keeps the client simple and is what the
+//! designated-replica scheme degrades to on retransmission).
+
+use crate::queue::Micros;
+use bytes::Bytes;
+use chorus_apps::KvOp;
+use chorus_core::{
+    ClientAuthKind, ClientId, ClusterConfig, Digest, Identity, MacKey, ReplicaId, Reply, ReplyBody, Request,
+    RequestSeq,
+};
+use chorus_exec::REJECTED_PREFIX;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// First retransmission after this long; doubles per attempt up to the cap.
+pub const RETRY_FIRST_US: Micros = 400_000;
+pub const RETRY_MAX_US: Micros = 3_200_000;
+/// Think time between a completion and the next request.
+pub const THINK_MAX_US: Micros = 20_000;
+/// Keys the workload touches: few, so requests conflict.
+const KEYS: u32 = 8;
+
+/// How a client authenticates, with the keys it needs.
+#[derive(Clone)]
+pub struct Credentials {
+    pub id: ClientId,
+    pub identity: Identity,
+    /// Pairwise MAC key with each replica, index = replica id.
+    pub keys: Vec<MacKey>,
+    pub auth: ClientAuthKind,
+}
+
+impl Credentials {
+    pub fn new(config: &ClusterConfig, id: ClientId, identity: Identity) -> Credentials {
+        let keys = config
+            .replicas
+            .iter()
+            .map(|r| identity.pairwise_key(&r.identity))
+            .collect();
+        Credentials {
+            id,
+            identity,
+            keys,
+            auth: config.params.client_auth,
+        }
+    }
+
+    /// A properly authenticated request.
+    pub fn request(&self, seq: RequestSeq, op: Bytes) -> Request {
+        match self.auth {
+            ClientAuthKind::MacVector => Request::with_macs(self.id, seq, 0, op, &self.keys),
+            ClientAuthKind::Signature => Request::with_signature(self.id, seq, 0, op, &self.identity),
+        }
+    }
+}
+
+struct Pending {
+    request: Request,
+    issued_at_us: Micros,
+    attempt: u32,
+    /// Replicas that returned each result, and the result itself.
+    votes: BTreeMap<Digest, (BTreeSet<ReplicaId>, Bytes)>,
+}
+
+/// What the world must do after a client step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Send this request to every replica.
+    Broadcast(Request),
+    /// Schedule a retransmission check for `seq` after `after_us`.
+    RetryTimer {
+        seq: RequestSeq,
+        attempt: u32,
+        after_us: Micros,
+    },
+    /// Schedule the next issue after `after_us`.
+    IssueTimer { after_us: Micros },
+    /// A result was accepted.
+    Accepted {
+        seq: RequestSeq,
+        result: Digest,
+        latency_us: Micros,
+    },
+}
+
+pub struct SimClient {
+    pub creds: Credentials,
+    quorum: usize,
+    total: u32,
+    window: u32,
+    next_seq: u64,
+    pending: BTreeMap<RequestSeq, Pending>,
+    completed: u32,
+    /// An issue timer is outstanding (at most one).
+    issue_armed: bool,
+    /// Requests are spread out: at most one per `pacing_us` (0 = closed loop).
+    pacing_us: Micros,
+    next_issue_us: Micros,
+}
+
+impl SimClient {
+    /// `reply_quorum` = f+1 matching replies. Requests are issued at most one
+    /// per `pacing_us` (so they spread over the fault window), at most
+    /// `window` at a time.
+    pub fn new(
+        creds: Credentials,
+        reply_quorum: usize,
+        total: u32,
+        window: u32,
+        pacing_us: Micros,
+    ) -> SimClient {
+        assert!(reply_quorum >= 1 && window >= 1);
+        SimClient {
+            creds,
+            quorum: reply_quorum,
+            total,
+            window,
+            next_seq: 1,
+            pending: BTreeMap::new(),
+            completed: 0,
+            issue_armed: false,
+            pacing_us,
+            next_issue_us: 0,
+        }
+    }
+
+    pub fn id(&self) -> ClientId {
+        self.creds.id
+    }
+
+    pub fn issued(&self) -> u32 {
+        (self.next_seq - 1) as u32
+    }
+
+    pub fn completed(&self) -> u32 {
+        self.completed
+    }
+
+    pub fn total(&self) -> u32 {
+        self.total
+    }
+
+    pub fn done(&self) -> bool {
+        self.completed == self.total
+    }
+
+    /// Requests still waiting for a result, with their issue times.
+    pub fn outstanding(&self) -> impl Iterator<Item = (RequestSeq, Micros)> + '_ {
+        self.pending.iter().map(|(s, p)| (*s, p.issued_at_us))
+    }
+
+    /// The kv workload: puts, gets and read-modify-writes over a few keys, each
+    /// value naming its writer so results differ per request.
+    fn op(&self, rng: &mut ChaCha8Rng, seq: u64) -> Bytes {
+        let key = format!("k{}", rng.gen_range(0..KEYS));
+        let value = format!("c{}-q{seq}", self.creds.id.0);
+        match rng.gen_range(0..3) {
+            0 => KvOp::put(key, value),
+            1 => KvOp::get(key),
+            _ => KvOp::ReadModifyWrite {
+                key: key.into(),
+                value: value.into(),
+            }
+            .encode(),
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.pending.len() < self.window as usize && self.issued() < self.total
+    }
+
+    /// Arm the issue timer for the next paced slot (plus think time).
+    fn arm(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, out: &mut Vec<ClientAction>) {
+        if self.issue_armed || !self.has_room() {
+            return;
+        }
+        self.issue_armed = true;
+        let wait_us = self.next_issue_us.saturating_sub(now_us);
+        out.push(ClientAction::IssueTimer {
+            after_us: wait_us + rng.gen_range(0..=THINK_MAX_US),
+        });
+    }
+
+    /// The issue timer fired (or the run starts): issue what pacing and the
+    /// window allow, and arm the timer for the rest.
+    pub fn issue(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, out: &mut Vec<ClientAction>) {
+        self.issue_armed = false;
+        while self.has_room() && now_us >= self.next_issue_us {
+            if self.pacing_us > 0 {
+                self.next_issue_us = now_us + rng.gen_range(self.pacing_us / 2..=self.pacing_us);
+            }
+            let seq = RequestSeq(self.next_seq);
+            self.next_seq += 1;
+            let op = self.op(rng, seq.0);
+            let request = self.creds.request(seq, op);
+            out.push(ClientAction::Broadcast(request.clone()));
+            out.push(ClientAction::RetryTimer {
+                seq,
+                attempt: 0,
+                after_us: RETRY_FIRST_US,
+            });
+            self.pending.insert(
+                seq,
+                Pending {
+                    request,
+                    issued_at_us: now_us,
+                    attempt: 0,
+                    votes: BTreeMap::new(),
+                },
+            );
+        }
+        self.arm(rng, now_us, out);
+    }
+
+    /// A retransmission timer fired.
+    pub fn retry(&mut self, seq: RequestSeq, attempt: u32, out: &mut Vec<ClientAction>) {
+        let Some(p) = self.pending.get_mut(&seq) else {
+            return;
+        };
+        if p.attempt != attempt {
+            return;
+        }
+        p.attempt += 1;
+        out.push(ClientAction::Broadcast(p.request.clone()));
+        let after_us = (RETRY_FIRST_US << p.attempt.min(8)).min(RETRY_MAX_US);
+        out.push(ClientAction::RetryTimer {
+            seq,
+            attempt: p.attempt,
+            after_us,
+        });
+    }
+
+    /// A reply arrived (over the channel from `reply.replica`).
+    pub fn reply(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, reply: Reply, out: &mut Vec<ClientAction>) {
+        if reply.client != self.creds.id {
+            return;
+        }
+        // Busy, rejections and error results are retried by the retransmission timer.
+        let ReplyBody::Full(result) = reply.body else {
+            return;
+        };
+        if result.starts_with(REJECTED_PREFIX) {
+            return;
+        }
+        let Some(p) = self.pending.get_mut(&reply.seq) else {
+            return;
+        };
+        let d = Digest::of(&result);
+        let (voters, _) = p.votes.entry(d).or_insert_with(|| (BTreeSet::new(), result));
+        voters.insert(reply.replica);
+        if voters.len() < self.quorum {
+            return;
+        }
+        let latency_us = now_us - p.issued_at_us;
+        self.pending.remove(&reply.seq);
+        self.completed += 1;
+        out.push(ClientAction::Accepted {
+            seq: reply.seq,
+            result: d,
+            latency_us,
+        });
+        self.arm(rng, now_us, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::ProtocolParams;
+    use rand::SeedableRng;
+
+    fn client(window: u32, total: u32) -> (SimClient, ClusterConfig) {
+        let (config, _, ids) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 3);
+        let creds = Credentials::new(&config, ClientId(0), ids[0].clone());
+        (SimClient::new(creds, 2, total, window, 0), config)
+    }
+
+    fn reply(seq: u64, replica: u32, result: &'static [u8]) -> Reply {
+        Reply {
+            client: ClientId(0),
+            seq: RequestSeq(seq),
+            replica: ReplicaId(replica),
+            read_only: false,
+            body: ReplyBody::Full(Bytes::from_static(result)),
+        }
+    }
+
+    #[test]
+    fn keeps_window_full_and_requests_verify_at_every_replica() {
+        let (mut c, config) = client(2, 5);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        let reqs: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                ClientAction::Broadcast(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].seq, RequestSeq(1));
+        let (_, replica_ids, client_ids) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 3);
+        for (i, r) in replica_ids.iter().enumerate() {
+            let key = r.pairwise_key(&client_ids[0].public());
+            assert!(reqs[1].verify(ReplicaId(i as u32), &key, &config.clients[0].identity));
+        }
+    }
+
+    #[test]
+    fn accepts_on_f_plus_one_matching_from_distinct_replicas() {
+        let (mut c, _) = client(1, 2);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        out.clear();
+        c.reply(&mut rng, 10, reply(1, 0, b"a"), &mut out);
+        c.reply(&mut rng, 11, reply(1, 0, b"a"), &mut out); // same replica twice
+        c.reply(&mut rng, 12, reply(1, 1, b"b"), &mut out); // a different result
+        assert!(out.is_empty());
+        c.reply(&mut rng, 13, reply(1, 2, b"a"), &mut out);
+        assert!(matches!(
+            out[0],
+            ClientAction::Accepted {
+                seq: RequestSeq(1),
+                latency_us: 13,
+                ..
+            }
+        ));
+        assert!(matches!(out[1], ClientAction::IssueTimer { .. }));
+        assert_eq!(out.len(), 2);
+        assert_eq!(c.completed(), 1);
+        // Late replies for a completed request change nothing.
+        out.clear();
+        c.reply(&mut rng, 14, reply(1, 3, b"a"), &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn rejected_results_and_busy_do_not_count() {
+        let (mut c, _) = client(1, 1);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        out.clear();
+        let mut rejected = REJECTED_PREFIX.to_vec();
+        rejected.extend_from_slice(b"x");
+        for r in 0..4 {
+            let mut rep = reply(1, r, b"");
+            rep.body = ReplyBody::Full(Bytes::from(rejected.clone()));
+            c.reply(&mut rng, 1, rep.clone(), &mut out);
+            rep.body = ReplyBody::Busy;
+            c.reply(&mut rng, 1, rep, &mut out);
+        }
+        assert!(out.is_empty());
+        assert!(!c.done());
+    }
+
+    #[test]
+    fn pacing_spreads_requests_out() {
+        let (config, _, ids) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 3);
+        let creds = Credentials::new(&config, ClientId(0), ids[0].clone());
+        let mut c = SimClient::new(creds, 2, 4, 3, 100_000);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        assert_eq!(c.issued(), 1, "one request per pacing interval");
+        let Some(ClientAction::IssueTimer { after_us }) = out.last() else {
+            panic!("{out:?}")
+        };
+        assert!(*after_us >= 50_000 && *after_us <= 100_000 + THINK_MAX_US);
+        out.clear();
+        c.issue(&mut rng, 10_000, &mut out);
+        assert_eq!(c.issued(), 1, "too early");
+        c.issue(&mut rng, 200_000, &mut out);
+        assert_eq!(c.issued(), 2);
+    }
+
+    #[test]
+    fn retransmits_with_backoff_until_done() {
+        let (mut c, _) = client(1, 1);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        out.clear();
+        c.retry(RequestSeq(1), 0, &mut out);
+        assert!(matches!(out[0], ClientAction::Broadcast(_)));
+        assert_eq!(
+            out[1],
+            ClientAction::RetryTimer {
+                seq: RequestSeq(1),
+                attempt: 1,
+                after_us: 2 * RETRY_FIRST_US
+            }
+        );
+        out.clear();
+        c.retry(RequestSeq(1), 0, &mut out); // stale timer
+        assert!(out.is_empty());
+        c.reply(&mut rng, 5, reply(1, 0, b"r"), &mut out);
+        c.reply(&mut rng, 5, reply(1, 1, b"r"), &mut out);
+        assert!(c.done());
+        out.clear();
+        c.retry(RequestSeq(1), 1, &mut out);
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,313 @@
+//! The fault vocabulary: every kind of fault the simulator can inject, and the
+//! set a run is allowed to draw from (`--faults none|all|kind,kind,...`).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One kind of fault. Network kinds act on links, `Crash` and `Skew` on
+/// replicas, the Byzantine replica kinds are middleware around a correct
+/// replica's outputs (named after the fault model), and the client kinds are
+/// Byzantine clients.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// Slow links and heavy-tailed latency spikes.
+    Delay,
+    /// Messages dropped.
+    Loss,
+    /// Messages delivered twice.
+    Duplicate,
+    /// Messages overtaking each other (extra random delay on some).
+    Reorder,
+    /// A group of replicas cut off in both directions, healed later.
+    Partition,
+    /// A group of replicas that can send but not receive, or the reverse.
+    AsymPartition,
+    /// A replica crashes (possibly in the middle of performing its actions)
+    /// and restarts from its persisted records.
+    Crash,
+    /// Replica clocks with offsets and drifting rates.
+    Skew,
+    /// Byzantine replica that sends nothing at all.
+    Silent,
+    /// Byzantine primary that proposes different batches to different replicas.
+    Equivocate,
+    /// Byzantine replica that votes for different digests towards different replicas.
+    ConflictingVotes,
+    /// Byzantine replica that sends bad signatures, corrupted digests and tampered requests.
+    Corrupt,
+    /// Byzantine replica that replays old messages.
+    Replay,
+    /// Byzantine replica that floods future views and far slots.
+    Flood,
+    /// Two copies of a replica with the same identity and keys, each talking
+    /// to a different subset of the replicas (Diem's Twins).
+    Twins,
+    /// Byzantine client with authenticators that do not verify.
+    BadAuth,
+    /// Byzantine client that reuses request sequence numbers for different operations.
+    DupSeq,
+    /// Byzantine client that sends operations larger than the limit.
+    Oversized,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 18] = [
+        FaultKind::Delay,
+        FaultKind::Loss,
+        FaultKind::Duplicate,
+        FaultKind::Reorder,
+        FaultKind::Partition,
+        FaultKind::AsymPartition,
+        FaultKind::Crash,
+        FaultKind::Skew,
+        FaultKind::Silent,
+        FaultKind::Equivocate,
+        FaultKind::ConflictingVotes,
+        FaultKind::Corrupt,
+        FaultKind::Replay,
+        FaultKind::Flood,
+        FaultKind::Twins,
+        FaultKind::BadAuth,
+        FaultKind::DupSeq,
+        FaultKind::Oversized,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Delay => "delay",
+            FaultKind::Loss => "loss",
+            FaultKind::Duplicate => "dup",
+            FaultKind::Reorder => "reorder",
+            FaultKind::Partition => "partition",
+            FaultKind::AsymPartition => "asym-partition",
+            FaultKind::Crash => "crash",
+            FaultKind::Skew => "skew",
+            FaultKind::Silent => "silent",
+            FaultKind::Equivocate => "equivocate",
+            FaultKind::ConflictingVotes => "conflicting-votes",
+            FaultKind::Corrupt => "corrupt",
+            FaultKind::Replay => "replay",
+            FaultKind::Flood => "flood",
+            FaultKind::Twins => "twins",
+            FaultKind::BadAuth => "bad-auth",
+            FaultKind::DupSeq => "dup-seq",
+            FaultKind::Oversized => "oversized",
+        }
+    }
+
+    /// Kinds that make a replica Byzantine (count against f).
+    pub fn is_byzantine_replica(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Silent
+                | FaultKind::Equivocate
+                | FaultKind::ConflictingVotes
+                | FaultKind::Corrupt
+                | FaultKind::Replay
+                | FaultKind::Flood
+                | FaultKind::Twins
+        )
+    }
+
+    pub fn is_byzantine_client(self) -> bool {
+        matches!(
+            self,
+            FaultKind::BadAuth | FaultKind::DupSeq | FaultKind::Oversized
+        )
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FaultKind, String> {
+        FaultKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown fault kind {s:?}; expected none, all, network, byzantine, clients or one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// A set of fault kinds.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Default)]
+pub struct FaultSet(u32);
+
+impl FaultSet {
+    pub fn none() -> FaultSet {
+        FaultSet(0)
+    }
+
+    pub fn all() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL)
+    }
+
+    pub fn from_kinds(kinds: &[FaultKind]) -> FaultSet {
+        FaultSet(kinds.iter().fold(0, |acc, k| acc | k.bit()))
+    }
+
+    /// Delay, loss, duplication, reordering, partitions, crashes and clock skew.
+    pub fn network() -> FaultSet {
+        FaultSet::from_kinds(
+            &FaultKind::ALL
+                .iter()
+                .copied()
+                .filter(|k| !k.is_byzantine_replica() && !k.is_byzantine_client())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    pub fn byzantine_replicas() -> FaultSet {
+        FaultSet::from_kinds(
+            &FaultKind::ALL
+                .iter()
+                .copied()
+                .filter(|k| k.is_byzantine_replica())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    pub fn byzantine_clients() -> FaultSet {
+        FaultSet::from_kinds(
+            &FaultKind::ALL
+                .iter()
+                .copied()
+                .filter(|k| k.is_byzantine_client())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    pub fn contains(self, k: FaultKind) -> bool {
+        self.0 & k.bit() != 0
+    }
+
+    pub fn insert(&mut self, k: FaultKind) {
+        self.0 |= k.bit();
+    }
+
+    pub fn remove(&mut self, k: FaultKind) {
+        self.0 &= !k.bit();
+    }
+
+    pub fn union(self, other: FaultSet) -> FaultSet {
+        FaultSet(self.0 | other.0)
+    }
+
+    pub fn intersect(self, other: FaultSet) -> FaultSet {
+        FaultSet(self.0 & other.0)
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = FaultKind> {
+        FaultKind::ALL.into_iter().filter(move |k| self.contains(*k))
+    }
+}
+
+impl fmt::Debug for FaultSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Prints the shortest spelling that `FromStr` reads back to the same set.
+impl fmt::Display for FaultSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        if *self == FaultSet::all() {
+            return f.write_str("all");
+        }
+        let names: Vec<_> = self.iter().map(|k| k.name()).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl FromStr for FaultSet {
+    type Err = String;
+    /// `none`, `all`, or a comma-separated list of kinds and groups
+    /// (`network`, `byzantine`, `clients`).
+    fn from_str(s: &str) -> Result<FaultSet, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("empty fault set (use none)".into());
+        }
+        let mut set = FaultSet::none();
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "none" => {}
+                "all" => set = set.union(FaultSet::all()),
+                "network" => set = set.union(FaultSet::network()),
+                "byzantine" => set = set.union(FaultSet::byzantine_replicas()),
+                "clients" => set = set.union(FaultSet::byzantine_clients()),
+                kind => set.insert(kind.parse()?),
+            }
+        }
+        Ok(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_none_all_groups_and_lists() {
+        assert_eq!("none".parse::<FaultSet>().unwrap(), FaultSet::none());
+        assert_eq!("all".parse::<FaultSet>().unwrap().len(), FaultKind::ALL.len());
+        let s: FaultSet = "loss, crash,twins".parse().unwrap();
+        assert_eq!(
+            s.iter().collect::<Vec<_>>(),
+            vec![FaultKind::Loss, FaultKind::Crash, FaultKind::Twins]
+        );
+        let g: FaultSet = "byzantine".parse().unwrap();
+        assert!(
+            g.contains(FaultKind::Flood) && !g.contains(FaultKind::Loss) && !g.contains(FaultKind::BadAuth)
+        );
+        assert!("loss,gremlins".parse::<FaultSet>().is_err());
+        assert!("".parse::<FaultSet>().is_err());
+    }
+
+    #[test]
+    fn display_roundtrips() {
+        for s in ["none", "all", "loss,crash", "silent,twins,oversized"] {
+            let set: FaultSet = s.parse().unwrap();
+            assert_eq!(set.to_string(), s);
+            assert_eq!(set.to_string().parse::<FaultSet>().unwrap(), set);
+        }
+        for k in FaultKind::ALL {
+            assert_eq!(k.name().parse::<FaultKind>().unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn groups_partition_all_kinds() {
+        let n = FaultSet::network();
+        let b = FaultSet::byzantine_replicas();
+        let c = FaultSet::byzantine_clients();
+        assert!(n.intersect(b).is_empty() && n.intersect(c).is_empty() && b.intersect(c).is_empty());
+        assert_eq!(n.union(b).union(c), FaultSet::all());
+    }
+}

@@ -1,0 +1,102 @@
+//! One simulated replica instance: the sans-IO `Replica`, its executor, its
+//! timers and reply cache (all lost in a crash), and what survives a crash:
+//! its identity, clock and persisted records.
+
+use crate::byzantine::Adversary;
+use crate::clock::Clock;
+use crate::store::Store;
+use bytes::Bytes;
+use chorus_core::{ClientId, ClusterConfig, Identity, Millis, ReplicaId, RequestSeq, Seq};
+use chorus_exec::Executor;
+use chorus_order::{Event, Outbox, PersistRecord, TimerId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The replica state machine the simulator drives: `chorus_order::Replica`,
+/// or a stand-in used to test the simulator itself (`toy::Sequencer`).
+pub trait SimReplica: Sized {
+    fn start(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Self;
+    /// Rebuild from persisted records after a crash.
+    fn recover(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        records: Vec<PersistRecord>,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Self;
+    fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox);
+    /// One line on where the replica stands, for liveness reports.
+    fn describe(&self) -> String {
+        String::new()
+    }
+}
+
+/// Replies a replica keeps to answer retransmitted requests.
+const REPLY_CACHE_MAX: usize = 4_096;
+
+/// The volatile part of a replica.
+pub struct Live<R> {
+    pub replica: R,
+    pub executor: Box<dyn Executor>,
+    /// The generation of each armed timer; a timer event with another
+    /// generation was cancelled or re-armed.
+    pub timers: BTreeMap<TimerId, u64>,
+    /// `TakeCheckpoint` positions the executor has not reached yet.
+    pub pending_checkpoints: BTreeSet<Seq>,
+    reply_cache: BTreeMap<(ClientId, RequestSeq), Bytes>,
+}
+
+impl<R> Live<R> {
+    pub fn new(replica: R, executor: Box<dyn Executor>) -> Live<R> {
+        Live {
+            replica,
+            executor,
+            timers: BTreeMap::new(),
+            pending_checkpoints: BTreeSet::new(),
+            reply_cache: BTreeMap::new(),
+        }
+    }
+
+    pub fn cache_reply(&mut self, client: ClientId, seq: RequestSeq, result: Bytes) {
+        if self.reply_cache.len() >= REPLY_CACHE_MAX {
+            self.reply_cache.pop_first();
+        }
+        self.reply_cache.insert((client, seq), result);
+    }
+
+    pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
+        self.reply_cache.get(&(client, seq)).cloned()
+    }
+}
+
+pub struct SimNode<R> {
+    pub replica_id: ReplicaId,
+    pub identity: Identity,
+    /// Held to the invariants (not Byzantine, not a twin).
+    pub correct: bool,
+    /// One of two copies of a twinned replica.
+    pub twin: bool,
+    /// Which half of the network a twin copy (or a correct replica) is on.
+    pub side: u8,
+    pub adversary: Option<Adversary>,
+    pub clock: Clock,
+    pub store: Store,
+    pub live: Option<Live<R>>,
+    /// Bumped on every crash, so timers of an earlier life never fire.
+    pub incarnation: u64,
+    /// A torn crash is pending: crash after this many of the next actions.
+    pub torn_after: Option<u32>,
+}
+
+impl<R> SimNode<R> {
+    pub fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+}

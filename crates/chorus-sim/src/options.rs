@@ -1,0 +1,457 @@
+//! What to simulate: `SimOptions` (what the `chorus sim` command line sets)
+//! and the protocol parameters derived from it.
+
+use crate::faults::{FaultKind, FaultSet};
+use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ProtocolParams};
+use chorus_exec::{Executor, Service};
+use std::fmt;
+use std::sync::Arc;
+
+/// Builds one replica's executor around its own service instance, with the
+/// client table's in-flight window (`EXEC_MAX_INFLIGHT_PER_CLIENT`).
+pub type ExecutorFactory = Arc<dyn Fn(Arc<dyn Service>, u32) -> Box<dyn Executor> + Send + Sync>;
+
+/// Which executor every replica runs.
+#[derive(Clone)]
+pub enum ExecutorChoice {
+    /// `chorus_exec::SequentialExecutor`.
+    Sequential,
+    /// Any other executor (e.g. the parallel one); `name` goes into replay commands
+    /// as `--executor NAME`. The simulator waits for it after every batch
+    /// (`state_digest` is a barrier) and sorts its results, so worker threads
+    /// cannot make a run depend on scheduling.
+    Custom { name: String, factory: ExecutorFactory },
+}
+
+impl ExecutorChoice {
+    pub fn name(&self) -> &str {
+        match self {
+            ExecutorChoice::Sequential => "sequential",
+            ExecutorChoice::Custom { name, .. } => name,
+        }
+    }
+}
+
+impl fmt::Debug for ExecutorChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The in-flight window of the executor's client table: must exceed what a
+/// simulated client keeps in flight so correct clients are never rejected.
+pub const EXEC_MAX_INFLIGHT_PER_CLIENT: u32 = 64;
+
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub mode: OrderingMode,
+    /// Lanes in `cop` mode; must be 1 in `pbft` mode.
+    pub pillars: u32,
+    /// Replicas.
+    pub n: usize,
+    /// How many seeds `run_many` runs, starting at `first_seed`.
+    pub seeds: u64,
+    pub first_seed: u64,
+    /// The fault kinds a seed may draw from.
+    pub faults: FaultSet,
+    /// When set, each seed enables a random non-empty subset of `faults`
+    /// (swarm testing: fewer simultaneous faults reach deeper states); when
+    /// clear, every kind in `faults` is active in every seed.
+    pub swarm: bool,
+    /// Correct clients.
+    pub clients: u32,
+    pub requests_per_client: u32,
+    /// Requests a correct client keeps in flight.
+    pub client_window: u32,
+    /// Byzantine replicas when a Byzantine replica kind is drawn; `None` = f.
+    pub byzantine: Option<usize>,
+    /// Byzantine clients when a Byzantine client kind is drawn.
+    pub byzantine_clients: u32,
+    /// Faults are injected in `[0, fault_window_ms)`; then the network heals,
+    /// crashed replicas are back and no new fault starts.
+    pub fault_window_ms: u64,
+    /// Every request of a correct client must complete within this long after
+    /// the later of its issue time and the end of the fault window.
+    pub liveness_timeout_ms: u64,
+    /// The application every replica runs (`kv` or `null`).
+    pub service: String,
+    pub executor: ExecutorChoice,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            mode: OrderingMode::Cop,
+            pillars: 4,
+            n: 4,
+            seeds: 1,
+            first_seed: 0,
+            faults: FaultSet::all(),
+            swarm: true,
+            clients: 3,
+            requests_per_client: 12,
+            client_window: 3,
+            byzantine: None,
+            byzantine_clients: 2,
+            fault_window_ms: 3_000,
+            liveness_timeout_ms: 30_000,
+            service: "kv".into(),
+            executor: ExecutorChoice::Sequential,
+        }
+    }
+}
+
+impl SimOptions {
+    /// Options for `mode` with its usual lane count (pbft: 1, cop: `pillars`).
+    pub fn new(mode: OrderingMode, pillars: u32, n: usize) -> SimOptions {
+        SimOptions {
+            mode,
+            pillars: if mode == OrderingMode::Pbft { 1 } else { pillars },
+            n,
+            ..SimOptions::default()
+        }
+    }
+
+    pub fn with_faults(mut self, faults: FaultSet) -> SimOptions {
+        self.faults = faults;
+        self
+    }
+
+    pub fn with_seeds(mut self, first_seed: u64, seeds: u64) -> SimOptions {
+        self.first_seed = first_seed;
+        self.seeds = seeds;
+        self
+    }
+
+    pub fn f(&self) -> usize {
+        chorus_core::quorum::max_faulty(self.n)
+    }
+
+    /// Byzantine replicas a seed gets when it draws a Byzantine replica kind.
+    pub fn byzantine_replicas(&self) -> usize {
+        self.byzantine.unwrap_or(self.f()).min(self.n)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.n != 1 && self.n < 4 {
+            return Err(format!("n must be 1 or at least 4, got {}", self.n));
+        }
+        if self.n > 64 {
+            return Err(format!("n must be at most 64, got {}", self.n));
+        }
+        if self.mode == OrderingMode::Pbft && self.pillars != 1 {
+            return Err("pbft mode runs exactly 1 pillar".into());
+        }
+        if self.pillars == 0 || self.pillars > 16 {
+            return Err(format!("pillars must be 1..=16, got {}", self.pillars));
+        }
+        if self.clients == 0 || self.clients > 64 {
+            return Err(format!("clients must be 1..=64, got {}", self.clients));
+        }
+        if self.requests_per_client == 0 || self.requests_per_client > 10_000 {
+            return Err("requests per client must be 1..=10000".into());
+        }
+        if self.client_window == 0 || self.client_window >= EXEC_MAX_INFLIGHT_PER_CLIENT {
+            return Err(format!("client window must be 1..{EXEC_MAX_INFLIGHT_PER_CLIENT}"));
+        }
+        if self.byzantine_clients > 16 {
+            return Err("at most 16 Byzantine clients".into());
+        }
+        if self.byzantine_replicas() > self.n.saturating_sub(2) {
+            return Err("at least two replicas must stay correct".into());
+        }
+        if self.fault_window_ms > 600_000
+            || self.liveness_timeout_ms == 0
+            || self.liveness_timeout_ms > 600_000
+        {
+            return Err(
+                "fault window and liveness timeout must be at most 600 s (and the timeout positive)".into(),
+            );
+        }
+        if self.service != "kv" && self.service != "null" {
+            return Err(format!("unknown service {:?} (kv or null)", self.service));
+        }
+        Ok(())
+    }
+
+    /// `mode=cop pillars=4 n=4 f=1 faults=all ...`: what a summary was run with.
+    pub fn describe(&self) -> String {
+        format!(
+            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} byzantine={} executor={}",
+            mode_name(self.mode),
+            self.pillars,
+            self.n,
+            self.f(),
+            self.faults,
+            if self.swarm { "" } else { " (no swarm)" },
+            self.clients,
+            self.requests_per_client,
+            if self.allows_byzantine_replicas() {
+                self.byzantine_replicas()
+            } else {
+                0
+            },
+            self.executor.name(),
+        )
+    }
+
+    /// The one-line command that replays `seed` exactly.
+    pub fn replay_command(&self, seed: u64) -> String {
+        let d = SimOptions::default();
+        let mut cmd = format!(
+            "chorus sim --mode {} --pillars {} --n {} --faults {} --seed {seed} --seeds 1",
+            mode_name(self.mode),
+            self.pillars,
+            self.n,
+            self.faults
+        );
+        let mut flag = |name: &str, value: String, default: String| {
+            if value != default {
+                cmd.push_str(&format!(" --{name} {value}"));
+            }
+        };
+        flag("clients", self.clients.to_string(), d.clients.to_string());
+        flag(
+            "requests",
+            self.requests_per_client.to_string(),
+            d.requests_per_client.to_string(),
+        );
+        flag(
+            "window",
+            self.client_window.to_string(),
+            d.client_window.to_string(),
+        );
+        flag(
+            "byzantine",
+            self.byzantine.map_or("f".into(), |b| b.to_string()),
+            "f".into(),
+        );
+        flag(
+            "byzantine-clients",
+            self.byzantine_clients.to_string(),
+            d.byzantine_clients.to_string(),
+        );
+        flag(
+            "fault-window-ms",
+            self.fault_window_ms.to_string(),
+            d.fault_window_ms.to_string(),
+        );
+        flag(
+            "liveness-ms",
+            self.liveness_timeout_ms.to_string(),
+            d.liveness_timeout_ms.to_string(),
+        );
+        flag("service", self.service.clone(), d.service.clone());
+        flag(
+            "executor",
+            self.executor.name().to_string(),
+            d.executor.name().to_string(),
+        );
+        if !self.swarm {
+            cmd.push_str(" --no-swarm");
+        }
+        if cfg!(feature = "weak-quorum") {
+            cmd.push_str("   # build with --features chorus-sim/weak-quorum");
+        }
+        cmd
+    }
+
+    /// Set one option from its command-line flag (without the `--`), as
+    /// `replay_command` writes them: `mode`, `pillars`, `n`, `faults`, `seed`
+    /// (the first seed), `seeds`, `clients`, `requests`, `window`,
+    /// `byzantine` (a number or `f`), `byzantine-clients`, `fault-window-ms`,
+    /// `liveness-ms`, `service`, `executor` (`sequential`, or the name of the
+    /// custom executor already set), `no-swarm` (no value).
+    pub fn set(&mut self, flag: &str, value: &str) -> Result<(), String> {
+        fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+            v.parse().map_err(|_| format!("--{flag}: not a number: {v:?}"))
+        }
+        match flag {
+            "mode" => self.mode = value.parse()?,
+            "pillars" => self.pillars = num(flag, value)?,
+            "n" => self.n = num(flag, value)?,
+            "faults" => self.faults = value.parse()?,
+            "seed" => self.first_seed = num(flag, value)?,
+            "seeds" => self.seeds = num(flag, value)?,
+            "clients" => self.clients = num(flag, value)?,
+            "requests" => self.requests_per_client = num(flag, value)?,
+            "window" => self.client_window = num(flag, value)?,
+            "byzantine" if value == "f" => self.byzantine = None,
+            "byzantine" => self.byzantine = Some(num(flag, value)?),
+            "byzantine-clients" => self.byzantine_clients = num(flag, value)?,
+            "fault-window-ms" => self.fault_window_ms = num(flag, value)?,
+            "liveness-ms" => self.liveness_timeout_ms = num(flag, value)?,
+            "service" => self.service = value.to_string(),
+            "executor" if value == "sequential" => self.executor = ExecutorChoice::Sequential,
+            "executor" if value == self.executor.name() => {}
+            "executor" => {
+                return Err(format!(
+                    "--executor {value}: the simulator library only knows sequential; the CLI sets others"
+                ))
+            }
+            "no-swarm" => self.swarm = false,
+            other => return Err(format!("unknown option --{other}")),
+        }
+        Ok(())
+    }
+
+    /// Parse `--flag value ...` (what follows `chorus sim` in a replay
+    /// command) on top of the defaults.
+    pub fn parse_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SimOptions, String> {
+        let mut o = SimOptions::default();
+        let mut args = args.into_iter().peekable();
+        while let Some(arg) = args.next() {
+            if arg == "#" {
+                break; // A comment follows (the weak-quorum build note).
+            }
+            let flag = arg
+                .strip_prefix("--")
+                .ok_or_else(|| format!("expected --flag, got {arg:?}"))?;
+            if flag == "no-swarm" {
+                o.set(flag, "")?;
+                continue;
+            }
+            let value = args.next().ok_or_else(|| format!("--{flag} needs a value"))?;
+            o.set(flag, value)?;
+        }
+        if o.mode == OrderingMode::Pbft && o.pillars != 1 {
+            return Err("pbft mode runs exactly 1 pillar (--pillars 1)".into());
+        }
+        o.validate()?;
+        Ok(o)
+    }
+
+    /// Protocol parameters for a simulated cluster: small batches, windows and
+    /// checkpoint intervals so a short run crosses several checkpoints, view
+    /// changes and state transfers. Client authentication and (in cop) the
+    /// leader rotation are drawn per seed.
+    pub fn params(&self, client_auth: ClientAuthKind, leader_rotation: LeaderRotation) -> ProtocolParams {
+        let lanes = self.pillars as u64;
+        let per_lane_checkpoint = 4;
+        ProtocolParams {
+            mode: self.mode,
+            pillars: self.pillars,
+            leader_rotation,
+            client_auth,
+            batch_max_requests: 4,
+            batch_max_bytes: 4 * 1024,
+            batch_delay_ms: 2,
+            window_slots: 3 * per_lane_checkpoint,
+            checkpoint_interval: per_lane_checkpoint * lanes,
+            max_lane_drift_slots: 2 * per_lane_checkpoint,
+            view_change_timeout_ms: 500,
+            status_interval_ms: 250,
+            max_op_bytes: 512,
+            max_frame_bytes: 64 * 1024,
+            pool_max_requests: 512,
+            pool_max_per_client: 32,
+            future_msgs_per_peer: 64,
+            state_chunk_bytes: 1024,
+        }
+    }
+
+    /// Does this option set allow any Byzantine replica kind?
+    pub fn allows_byzantine_replicas(&self) -> bool {
+        self.faults.iter().any(FaultKind::is_byzantine_replica)
+    }
+}
+
+pub fn mode_name(mode: OrderingMode) -> &'static str {
+    match mode {
+        OrderingMode::Pbft => "pbft",
+        OrderingMode::Cop => "cop",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::ClusterConfig;
+
+    #[test]
+    fn default_replay_command_is_minimal() {
+        let o = SimOptions::new(OrderingMode::Cop, 4, 4);
+        let cmd = o.replay_command(1234);
+        assert!(
+            cmd.starts_with("chorus sim --mode cop --pillars 4 --n 4 --faults all --seed 1234 --seeds 1"),
+            "{cmd}"
+        );
+    }
+
+    #[test]
+    fn replay_command_names_every_non_default_option() {
+        let mut o = SimOptions::new(OrderingMode::Pbft, 4, 7).with_faults("twins".parse().unwrap());
+        o.byzantine = Some(3);
+        o.clients = 5;
+        o.swarm = false;
+        let cmd = o.replay_command(9);
+        for part in [
+            "--mode pbft",
+            "--pillars 1",
+            "--n 7",
+            "--faults twins",
+            "--byzantine 3",
+            "--clients 5",
+            "--no-swarm",
+        ] {
+            assert!(cmd.contains(part), "{cmd} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn replay_commands_parse_back_to_the_same_options() {
+        let mut o = SimOptions::new(OrderingMode::Cop, 2, 7).with_faults("loss,twins".parse().unwrap());
+        o.byzantine = Some(2);
+        o.requests_per_client = 8;
+        o.swarm = false;
+        o.fault_window_ms = 1_500;
+        for opts in [
+            o,
+            SimOptions::default(),
+            SimOptions::new(OrderingMode::Pbft, 1, 4),
+        ] {
+            let cmd = opts.replay_command(99);
+            let args: Vec<&str> = cmd.split_whitespace().skip(2).collect();
+            let back = SimOptions::parse_args(args).unwrap();
+            assert_eq!(back.replay_command(99), cmd);
+            assert_eq!((back.first_seed, back.seeds), (99, 1));
+            assert_eq!(back.describe(), opts.describe());
+        }
+        assert!(SimOptions::parse_args(["--mode", "raft"]).is_err());
+        assert!(SimOptions::parse_args(["--n"]).is_err());
+        assert!(SimOptions::parse_args(["--gremlins", "1"]).is_err());
+        assert!(
+            SimOptions::parse_args(["--mode", "pbft"]).is_err(),
+            "pbft with the default 4 pillars"
+        );
+    }
+
+    #[test]
+    fn derived_params_validate_for_both_modes() {
+        for (mode, p, n) in [
+            (OrderingMode::Pbft, 1, 4),
+            (OrderingMode::Cop, 4, 4),
+            (OrderingMode::Cop, 2, 7),
+        ] {
+            let o = SimOptions::new(mode, p, n);
+            assert_eq!(o.validate(), Ok(()));
+            for auth in [ClientAuthKind::MacVector, ClientAuthKind::Signature] {
+                let (c, _, _) =
+                    ClusterConfig::for_testing(n, 2, o.params(auth, LeaderRotation::BlockWise), 1);
+                assert_eq!(c.validate(), Ok(()), "{mode:?} {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn validate_rejects_nonsense() {
+        let mut o = SimOptions::new(OrderingMode::Cop, 4, 3);
+        assert!(o.validate().is_err());
+        o.n = 4;
+        o.mode = OrderingMode::Pbft;
+        assert!(o.validate().is_err());
+        o.pillars = 1;
+        o.byzantine = Some(3);
+        assert!(o.validate().is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! The replica under test: `chorus_order::Replica` behind `SimReplica`, and
+//! the entry points the CLI calls.
+
+use crate::node::SimReplica;
+use crate::options::SimOptions;
+use crate::report::{RunReport, SimSummary};
+use crate::run::{run_many_with, run_one_with};
+use chorus_core::{ClusterConfig, Identity, Millis, ReplicaId};
+use chorus_order::{Event, Outbox, PersistRecord, Replica};
+use std::sync::Arc;
+
+impl SimReplica for Replica {
+    fn start(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Self {
+        Replica::new(config, me, identity, now, out)
+    }
+
+    fn recover(
+        config: Arc<ClusterConfig>,
+        me: ReplicaId,
+        identity: Identity,
+        records: Vec<PersistRecord>,
+        now: Millis,
+        out: &mut Outbox,
+    ) -> Self {
+        Replica::recover(config, me, identity, records, now, out)
+    }
+
+    fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox) {
+        Replica::handle(self, now, event, out)
+    }
+
+    fn describe(&self) -> String {
+        let s = self.status();
+        format!(
+            "next {:?} stable {:?} views {:?} changing {:?} undecided {:?} pool {}",
+            s.next_delivery, s.stable_seq, s.views, s.view_changing, s.next_undecided, s.pool_len
+        )
+    }
+}
+
+/// Run one seed. A panic in the code under test is reported as a violation
+/// (with its replay command), not propagated.
+pub fn run_one(opts: &SimOptions, seed: u64) -> RunReport {
+    run_one_with::<Replica>(opts, seed)
+}
+
+/// Run `opts.seeds` seeds from `opts.first_seed`, one after the other
+/// (results never depend on how seeds are scheduled).
+pub fn run_many(opts: &SimOptions) -> SimSummary {
+    run_many_with::<Replica>(opts, |_| {})
+}
+
+/// `run_many`, calling `progress` after every seed (the CLI prints failures
+/// as they happen).
+pub fn run_many_progress(opts: &SimOptions, progress: impl FnMut(&RunReport)) -> SimSummary {
+    run_many_with::<Replica>(opts, progress)
+}

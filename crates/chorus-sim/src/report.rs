@@ -1,0 +1,259 @@
+//! What one run and many runs report: violations with the command that replays
+//! them, counters, and a trace digest that proves a replay is exact.
+
+use crate::faults::{FaultKind, FaultSet};
+use crate::queue::Micros;
+use crate::stats::Counters;
+use chorus_core::Digest;
+use std::fmt;
+
+/// The property a violation breaks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// Two correct replicas delivered different batches at one position.
+    Agreement,
+    /// A delivered request was never issued, or was issued with a bad
+    /// authenticator or over the size limit.
+    Validity,
+    /// A request executed twice (not as a duplicate) at one replica, or at
+    /// different positions on different replicas.
+    ExactlyOnce,
+    /// Different state (or results) at the same position.
+    StateDigest,
+    /// A correct client's request did not complete in time after faults stopped.
+    Liveness,
+    /// A client accepted a result that no correct replica computed.
+    ClientResult,
+    /// The delivery contract was broken (gaps, wrong cell, executor mismatch).
+    Delivery,
+    /// The code under test panicked.
+    Panic,
+}
+
+impl ViolationKind {
+    /// Safety properties: once broken, no later step can repair them.
+    pub fn is_safety(self) -> bool {
+        !matches!(self, ViolationKind::Liveness | ViolationKind::Panic)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::Agreement => "agreement",
+            ViolationKind::Validity => "validity",
+            ViolationKind::ExactlyOnce => "exactly-once",
+            ViolationKind::StateDigest => "state-digest",
+            ViolationKind::Liveness => "liveness",
+            ViolationKind::ClientResult => "client-result",
+            ViolationKind::Delivery => "delivery",
+            ViolationKind::Panic => "panic",
+        }
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    /// Virtual time at which it was detected.
+    pub at_us: Micros,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{} at {:.3}s] {}",
+            self.kind,
+            self.at_us as f64 / 1e6,
+            self.detail
+        )
+    }
+}
+
+/// The outcome of one seed.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    /// The fault kinds this seed drew (a subset of the options' set: swarm testing).
+    pub faults_drawn: FaultSet,
+    /// The rest of what the seed drew (client auth, leader rotation, storage).
+    pub setup: String,
+    /// Byzantine replicas and their behaviour, e.g. `r1=equivocate`.
+    pub byzantine: Vec<String>,
+    pub virtual_us: Micros,
+    pub counters: Counters,
+    /// Requests issued and completed by correct clients.
+    pub requests_issued: u64,
+    pub requests_committed: u64,
+    /// Highest position delivered by any correct replica.
+    pub delivered_positions: u64,
+    pub violations: Vec<Violation>,
+    /// Violations beyond the per-run cap, counted only.
+    pub violations_dropped: u64,
+    /// The command line that replays exactly this run.
+    pub replay: String,
+    /// Digest over every event the run processed: equal digests = identical runs.
+    pub trace: Digest,
+}
+
+impl RunReport {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.violations_dropped == 0
+    }
+
+    pub fn has(&self, kind: ViolationKind) -> bool {
+        self.violations.iter().any(|v| v.kind == kind)
+    }
+
+    /// Did a safety property break (anything but liveness and panics)?
+    pub fn safety_violated(&self) -> bool {
+        self.violations.iter().any(|v| v.kind.is_safety())
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "seed {}: {} (faults drawn: {}; byzantine: {}; {}; {:.3}s simulated, {} positions, {}/{} requests)",
+            self.seed,
+            if self.ok() { "ok" } else { "FAILED" },
+            self.faults_drawn,
+            if self.byzantine.is_empty() {
+                "none".to_string()
+            } else {
+                self.byzantine.join(" ")
+            },
+            self.setup,
+            self.virtual_us as f64 / 1e6,
+            self.delivered_positions,
+            self.requests_committed,
+            self.requests_issued,
+        )?;
+        for v in &self.violations {
+            writeln!(f, "  {v}")?;
+        }
+        if self.violations_dropped > 0 {
+            writeln!(f, "  … and {} more violations", self.violations_dropped)?;
+        }
+        if !self.ok() {
+            writeln!(f, "  replay: {}", self.replay)?;
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of `run_many`.
+#[derive(Clone, Debug, Default)]
+pub struct SimSummary {
+    /// What was run, e.g. `mode=cop pillars=4 n=4 f=1 faults=all`.
+    pub setup: String,
+    pub seeds_run: u64,
+    pub virtual_us: Micros,
+    pub counters: Counters,
+    pub requests_issued: u64,
+    pub requests_committed: u64,
+    /// In how many seeds each fault kind was drawn.
+    pub drawn: std::collections::BTreeMap<FaultKind, u64>,
+    /// Reports of the seeds that failed, in seed order.
+    pub failures: Vec<RunReport>,
+}
+
+impl SimSummary {
+    pub fn ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    pub fn add(&mut self, r: RunReport) {
+        self.seeds_run += 1;
+        self.virtual_us += r.virtual_us;
+        self.counters.merge(&r.counters);
+        self.requests_issued += r.requests_issued;
+        self.requests_committed += r.requests_committed;
+        for k in r.faults_drawn.iter() {
+            *self.drawn.entry(k).or_insert(0) += 1;
+        }
+        if !r.ok() {
+            self.failures.push(r);
+        }
+    }
+
+    pub fn violations(&self) -> usize {
+        self.failures.iter().map(|r| r.violations.len()).sum()
+    }
+}
+
+impl fmt::Display for SimSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "chorus sim: {}", self.setup)?;
+        writeln!(
+            f,
+            "  seeds run          {} ({} ok, {} failed)",
+            self.seeds_run,
+            self.seeds_run - self.failures.len() as u64,
+            self.failures.len()
+        )?;
+        writeln!(f, "  simulated time     {:.1} s", self.virtual_us as f64 / 1e6)?;
+        writeln!(
+            f,
+            "  messages           {} sent, {} delivered",
+            self.counters.messages_sent, self.counters.messages_delivered
+        )?;
+        if !self.counters.by_kind.is_empty() {
+            let kinds: Vec<String> = self
+                .counters
+                .by_kind
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            writeln!(f, "    by kind          {}", kinds.join(" "))?;
+        }
+        writeln!(
+            f,
+            "  requests committed {} of {} issued by correct clients",
+            self.requests_committed, self.requests_issued
+        )?;
+        if !self.drawn.is_empty() {
+            let kinds: Vec<String> = self.drawn.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            writeln!(f, "  seeds per fault    {}", kinds.join(" "))?;
+        }
+        if self.counters.faults.is_empty() {
+            writeln!(f, "  faults injected    none")?;
+        } else {
+            writeln!(
+                f,
+                "  faults injected    {} in total",
+                self.counters.total_faults()
+            )?;
+            for (k, v) in &self.counters.faults {
+                writeln!(f, "    {k:<24} {v}")?;
+            }
+        }
+        if !self.counters.notes.is_empty() {
+            writeln!(f, "  other events")?;
+            for (k, v) in &self.counters.notes {
+                writeln!(f, "    {k:<24} {v}")?;
+            }
+        }
+        if self.failures.is_empty() {
+            writeln!(f, "  violations         none")?;
+        } else {
+            writeln!(
+                f,
+                "  violations         {} in {} seeds",
+                self.violations(),
+                self.failures.len()
+            )?;
+            for r in &self.failures {
+                write!(f, "  {r}")?;
+            }
+        }
+        Ok(())
+    }
+}

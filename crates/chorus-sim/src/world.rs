@@ -1,0 +1,506 @@
+//! The simulated world: replicas, clients and the network around one event
+//! heap and one seeded RNG (mysticeti's simulator shape). No threads, no wall
+//! clock: a run is a pure function of (options, seed).
+
+use crate::byz_client::ByzClient;
+use crate::byzantine::Adversary;
+use crate::checker::Checker;
+use crate::client::{Credentials, SimClient};
+use crate::faults::FaultKind;
+use crate::net::{Endpoint, Fate, Network, PartitionKind};
+use crate::node::{SimNode, SimReplica};
+use crate::options::{ExecutorChoice, SimOptions, EXEC_MAX_INFLIGHT_PER_CLIENT};
+use crate::plan::Plan;
+use crate::queue::{EventQueue, Micros};
+use crate::report::{RunReport, ViolationKind};
+use crate::stats::Counters;
+use crate::store::Store;
+use chorus_apps::{service_by_name, ServiceOptions};
+use chorus_core::{
+    ClientId, ClusterConfig, Digest, Identity, Limits, ReplicaId, ReplicaMsg, Reply, Request, RequestSeq,
+};
+use chorus_exec::{Executor, SequentialExecutor};
+use chorus_order::TimerId;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// Pending events at most (a bound, not a target).
+const QUEUE_CAPACITY: usize = 2_000_000;
+/// Events one run may process before it is declared a runaway.
+const EVENTS_MAX: u64 = 4_000_000;
+/// After the network healed and every request completed, keep running this
+/// long so restarted or partitioned replicas catch up under the checkers' eyes.
+const SETTLE_US: Micros = 1_000_000;
+/// Incomplete requests named in a liveness violation, at most.
+const LIVENESS_REPORTS: usize = 3;
+
+thread_local! {
+    /// Virtual time of the event being processed, so a panic can be reported
+    /// with the time it happened at.
+    pub(crate) static NOW_US: std::cell::Cell<Micros> = const { std::cell::Cell::new(0) };
+}
+
+pub(crate) enum Ev {
+    Message {
+        to: usize,
+        from: ReplicaId,
+        msg: ReplicaMsg,
+    },
+    Request {
+        to: usize,
+        request: Request,
+    },
+    Reply {
+        client: usize,
+        reply: Reply,
+    },
+    Timer {
+        node: usize,
+        incarnation: u64,
+        id: TimerId,
+        generation: u64,
+    },
+    ClientIssue {
+        client: usize,
+    },
+    ClientRetry {
+        client: usize,
+        seq: RequestSeq,
+        attempt: u32,
+    },
+    ByzClientTick {
+        client: usize,
+    },
+    Crash {
+        node: usize,
+        torn_after: Option<u32>,
+    },
+    Restart {
+        node: usize,
+    },
+}
+
+impl Ev {
+    fn tag(&self) -> (u8, u64) {
+        match self {
+            Ev::Message { to, .. } => (0, *to as u64),
+            Ev::Request { to, .. } => (1, *to as u64),
+            Ev::Reply { client, .. } => (2, *client as u64),
+            Ev::Timer { node, .. } => (3, *node as u64),
+            Ev::ClientIssue { client } => (4, *client as u64),
+            Ev::ClientRetry { client, .. } => (5, *client as u64),
+            Ev::ByzClientTick { client } => (6, *client as u64),
+            Ev::Crash { node, .. } => (7, *node as u64),
+            Ev::Restart { node } => (8, *node as u64),
+        }
+    }
+}
+
+pub struct World<R: SimReplica> {
+    pub(crate) opts: SimOptions,
+    pub(crate) seed: u64,
+    pub(crate) config: Arc<ClusterConfig>,
+    /// The wire codec's bounds, for messages between replicas.
+    pub(crate) limits: Limits,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) queue: EventQueue<Ev>,
+    pub(crate) net: Network,
+    pub(crate) plan: Plan,
+    pub(crate) nodes: Vec<SimNode<R>>,
+    /// Node indices of each replica id (two for a twin).
+    pub(crate) by_replica: Vec<Vec<usize>>,
+    pub(crate) clients: Vec<SimClient>,
+    pub(crate) byz_clients: Vec<ByzClient>,
+    pub(crate) checker: Checker,
+    pub(crate) counters: Counters,
+    pub(crate) trace: blake3::Hasher,
+    pub(crate) next_timer_generation: u64,
+    /// Replica whose events and actions are printed (`CHORUS_SIM_LOG=r1`).
+    pub(crate) log_replica: Option<ReplicaId>,
+    events: u64,
+}
+
+impl<R: SimReplica> World<R> {
+    pub fn new(opts: &SimOptions, seed: u64) -> World<R> {
+        opts.validate().expect("options were validated by the caller");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let plan = Plan::draw(opts, &mut rng);
+        let total_clients = opts.clients as usize + plan.byz_clients.len();
+        let (config, replica_keys, client_keys) = ClusterConfig::for_testing(
+            opts.n,
+            total_clients,
+            opts.params(plan.client_auth, plan.leader_rotation),
+            seed,
+        );
+        config.validate().expect("simulator parameters are valid");
+        let config = Arc::new(config);
+        let nodes = build_nodes(&config, &plan, &replica_keys, &mut rng);
+        let mut by_replica = vec![Vec::new(); opts.n];
+        for (i, nd) in nodes.iter().enumerate() {
+            by_replica[nd.replica_id.index()].push(i);
+        }
+        let net = Network::new(
+            &mut rng,
+            nodes.iter().map(|nd| nd.replica_id.0).collect(),
+            total_clients,
+            plan.link_faults.clone(),
+            plan.partitions.clone(),
+            plan.heal_at_us,
+        );
+        let correct = (0..opts.n as u32).map(|r| plan.is_byzantine(ReplicaId(r)).is_none());
+        let checker = Checker::new(&config, correct.collect());
+        let (clients, byz_clients) = build_clients(opts, &config, &plan, &client_keys);
+        World {
+            opts: opts.clone(),
+            seed,
+            limits: Limits::from_config(&config),
+            config,
+            rng,
+            queue: EventQueue::new(QUEUE_CAPACITY),
+            net,
+            counters: planned_fault_counters(&plan),
+            plan,
+            nodes,
+            by_replica,
+            clients,
+            byz_clients,
+            checker,
+            trace: blake3::Hasher::new(),
+            next_timer_generation: 0,
+            log_replica: log_replica_from_env(),
+            events: 0,
+        }
+    }
+
+    pub(crate) fn now_us(&self) -> Micros {
+        self.queue.now_us()
+    }
+
+    pub(crate) fn schedule(&mut self, at_us: Micros, ev: Ev) {
+        if !self.queue.schedule(at_us, ev) {
+            self.counters.fault("queue-full-drop");
+        }
+    }
+
+    pub(crate) fn trace_words(&mut self, words: &[u64]) {
+        for w in words {
+            self.trace.update(&w.to_le_bytes());
+        }
+    }
+
+    pub(crate) fn make_executor(&self) -> Box<dyn Executor> {
+        let service = service_by_name(&self.opts.service, &ServiceOptions::default())
+            .expect("the service name was validated");
+        match &self.opts.executor {
+            ExecutorChoice::Sequential => {
+                Box::new(SequentialExecutor::new(service, EXEC_MAX_INFLIGHT_PER_CLIENT))
+            }
+            ExecutorChoice::Custom { factory, .. } => factory(service, EXEC_MAX_INFLIGHT_PER_CLIENT),
+        }
+    }
+
+    /// May nodes `a` and `b` talk? Twin copies only reach their own side.
+    pub(crate) fn linked(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.nodes[a], &self.nodes[b]);
+        !(x.twin || y.twin) || x.side == y.side
+    }
+
+    /// May client `c` and node `j` talk? Clients are split over the sides too.
+    pub(crate) fn client_linked(&self, c: usize, j: usize) -> bool {
+        !self.nodes[j].twin || self.nodes[j].side == (c % 2) as u8
+    }
+
+    /// Hand a message to the network; `make` builds the event for one arrival.
+    pub(crate) fn transmit(&mut self, from: Endpoint, to: Endpoint, make: impl Fn() -> Ev) {
+        self.counters.messages_sent += 1;
+        let now = self.now_us();
+        match self.net.route(&mut self.rng, now, from, to, &mut self.counters) {
+            Fate::Dropped => {}
+            Fate::Arrive(times) => {
+                for t in times {
+                    self.schedule(t, make());
+                }
+            }
+        }
+    }
+
+    fn schedule_plan(&mut self) {
+        for c in 0..self.clients.len() {
+            let t = self.rng.gen_range(0..50_000);
+            self.schedule(t, Ev::ClientIssue { client: c });
+        }
+        for b in 0..self.byz_clients.len() {
+            let t = self.rng.gen_range(0..200_000);
+            self.schedule(t, Ev::ByzClientTick { client: b });
+        }
+        for c in self.plan.crashes.clone() {
+            let node = self.by_replica[c.replica.index()][0];
+            self.schedule(
+                c.at_us,
+                Ev::Crash {
+                    node,
+                    torn_after: c.torn_after,
+                },
+            );
+            self.schedule(c.restart_us, Ev::Restart { node });
+        }
+    }
+
+    fn all_clients_done(&self) -> bool {
+        self.clients.iter().all(|c| c.done())
+    }
+
+    /// Run to completion and check every invariant.
+    pub fn run(mut self) -> RunReport {
+        NOW_US.with(|c| c.set(0));
+        for i in 0..self.nodes.len() {
+            self.start_node(i);
+        }
+        self.schedule_plan();
+        let heal = self.plan.heal_at_us;
+        let deadline = heal + self.opts.liveness_timeout_ms * 1_000;
+        let mut cut_short = false;
+        while let Some((t, ev)) = self.queue.pop() {
+            if t > deadline {
+                break;
+            }
+            self.events += 1;
+            if self.events > EVENTS_MAX {
+                self.checker.violate(
+                    ViolationKind::Liveness,
+                    t,
+                    format!("runaway: more than {EVENTS_MAX} events (message storm?)"),
+                );
+                cut_short = true;
+                break;
+            }
+            NOW_US.with(|c| c.set(t));
+            let (tag, who) = ev.tag();
+            self.trace_words(&[t, tag as u64, who]);
+            self.dispatch(ev);
+            if self.checker.violation_count() > 0 {
+                // A safety violation: the seed is what matters, not what follows.
+                cut_short = true;
+                break;
+            }
+            if t >= heal + SETTLE_US && self.all_clients_done() {
+                break;
+            }
+        }
+        self.finish(cut_short)
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Message { to, from, msg } => self.on_message(to, from, msg),
+            Ev::Request { to, request } => self.on_request(to, request),
+            Ev::Reply { client, reply } => self.on_reply(client, reply),
+            Ev::Timer {
+                node,
+                incarnation,
+                id,
+                generation,
+            } => self.on_timer(node, incarnation, id, generation),
+            Ev::ClientIssue { client } => self.on_client_issue(client),
+            Ev::ClientRetry { client, seq, attempt } => self.on_client_retry(client, seq, attempt),
+            Ev::ByzClientTick { client } => self.on_byz_client_tick(client),
+            Ev::Crash { node, torn_after } => self.on_crash(node, torn_after),
+            Ev::Restart { node } => self.on_restart(node),
+        }
+    }
+
+    fn finish(mut self, cut_short: bool) -> RunReport {
+        let now = self.now_us();
+        if !cut_short {
+            self.check_liveness(now);
+        }
+        // Equal positions, equal state (end-of-run check of every live correct replica).
+        for i in 0..self.nodes.len() {
+            let id = self.nodes[i].replica_id;
+            if let Some(live) = self.nodes[i].live.as_mut() {
+                let seq = live.executor.next_seq();
+                let d = live.executor.state_digest();
+                self.checker.state_at(now, id, seq, d);
+            }
+        }
+        let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
+        let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
+        let delivered_positions = self.checker.delivered_positions();
+        self.trace_words(&[delivered_positions, requests_committed]);
+        let (violations, violations_dropped) = self.checker.finish();
+        RunReport {
+            seed: self.seed,
+            faults_drawn: self.plan.drawn,
+            setup: self.plan.setup(),
+            byzantine: self.plan.byzantine_names(),
+            virtual_us: now,
+            counters: self.counters,
+            requests_issued,
+            requests_committed,
+            delivered_positions,
+            violations,
+            violations_dropped,
+            replay: self.opts.replay_command(self.seed),
+            trace: Digest(*self.trace.finalize().as_bytes()),
+        }
+    }
+
+    /// Every request of every correct client must have completed by now.
+    fn check_liveness(&mut self, now: Micros) {
+        if self.all_clients_done() {
+            return;
+        }
+        let deadline = self.plan.heal_at_us + self.opts.liveness_timeout_ms * 1_000;
+        let mut oldest: Vec<(Micros, ClientId, RequestSeq)> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.outstanding().map(move |(seq, at)| (at, c.id(), seq)))
+            .collect();
+        oldest.sort();
+        let incomplete: u64 = self
+            .clients
+            .iter()
+            .map(|c| (c.total() - c.completed()) as u64)
+            .sum();
+        let total: u64 = self.clients.iter().map(|c| c.total() as u64).sum();
+        self.checker.violate(
+            ViolationKind::Liveness,
+            now,
+            format!(
+                "{incomplete} of {total} requests of correct clients incomplete {} ms after the network healed (at {:.3}s)",
+                self.opts.liveness_timeout_ms,
+                deadline as f64 / 1e6
+            ),
+        );
+        for node in self.nodes.iter().filter(|nd| nd.correct) {
+            let state = match &node.live {
+                Some(live) => live.replica.describe(),
+                None => "down".into(),
+            };
+            self.checker.violate(
+                ViolationKind::Liveness,
+                now,
+                format!("{:?} at the end: {state}", node.replica_id),
+            );
+        }
+        for (at, id, seq) in oldest.into_iter().take(LIVENESS_REPORTS) {
+            self.checker.violate(
+                ViolationKind::Liveness,
+                now,
+                format!(
+                    "{id:?} request {seq:?} issued at {:.3}s never completed",
+                    at as f64 / 1e6
+                ),
+            );
+        }
+    }
+}
+
+/// The counter name for a Byzantine replica of this kind.
+fn byzantine_counter(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Silent => "byzantine-replica-silent",
+        FaultKind::Equivocate => "byzantine-replica-equivocate",
+        FaultKind::ConflictingVotes => "byzantine-replica-conflicting-votes",
+        FaultKind::Corrupt => "byzantine-replica-corrupt",
+        FaultKind::Replay => "byzantine-replica-replay",
+        FaultKind::Flood => "byzantine-replica-flood",
+        FaultKind::Twins => "byzantine-replica-twins",
+        other => unreachable!("{other} is not a replica fault"),
+    }
+}
+
+/// `CHORUS_SIM_LOG=r3` (or `3`) prints every event replica 3 handles and every
+/// action it emits to stderr, for debugging a replayed seed. It only prints:
+/// the run itself does not change.
+fn log_replica_from_env() -> Option<ReplicaId> {
+    let v = std::env::var("CHORUS_SIM_LOG").ok()?;
+    v.trim_start_matches('r').parse().ok().map(ReplicaId)
+}
+
+/// One node per replica id, then the second copy of every twin. Correct
+/// replicas are split in two halves; a twin copy only talks to its own half
+/// (and to the twin copies on it).
+fn build_nodes<R: SimReplica>(
+    config: &ClusterConfig,
+    plan: &Plan,
+    keys: &[Identity],
+    rng: &mut ChaCha8Rng,
+) -> Vec<SimNode<R>> {
+    let n = config.n();
+    let mut halves: Vec<u32> = (0..n as u32).collect();
+    halves.shuffle(rng);
+    let side_of = |r: u32| halves.iter().position(|x| *x == r).map_or(0, |p| (p % 2) as u8);
+    let node = |r: u32, side: u8| {
+        let id = ReplicaId(r);
+        let kind = plan.is_byzantine(id);
+        SimNode {
+            replica_id: id,
+            identity: keys[r as usize].clone(),
+            correct: kind.is_none(),
+            twin: kind == Some(FaultKind::Twins),
+            side,
+            adversary: kind
+                .filter(|k| *k != FaultKind::Twins)
+                .map(|k| Adversary::new(k, id, keys[r as usize].clone(), n, config.lanes())),
+            clock: plan.clocks[r as usize],
+            store: Store::new(plan.compact_store),
+            live: None,
+            incarnation: 0,
+            torn_after: None,
+        }
+    };
+    let is_twin = |r: u32| plan.is_byzantine(ReplicaId(r)) == Some(FaultKind::Twins);
+    let mut nodes: Vec<SimNode<R>> = (0..n as u32)
+        .map(|r| node(r, if is_twin(r) { 0 } else { side_of(r) }))
+        .collect();
+    nodes.extend((0..n as u32).filter(|r| is_twin(*r)).map(|r| node(r, 1)));
+    nodes
+}
+
+/// Correct clients first (ids `0..clients`), then the Byzantine ones.
+fn build_clients(
+    opts: &SimOptions,
+    config: &ClusterConfig,
+    plan: &Plan,
+    keys: &[Identity],
+) -> (Vec<SimClient>, Vec<ByzClient>) {
+    let creds = |i: usize| Credentials::new(config, ClientId(i as u64), keys[i].clone());
+    // Spread each client's requests over the fault window.
+    let pacing_us = plan.heal_at_us / opts.requests_per_client as u64;
+    let clients = (0..opts.clients as usize)
+        .map(|i| {
+            let (total, window) = (opts.requests_per_client, opts.client_window);
+            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+        })
+        .collect();
+    let max_op_bytes = config.params.max_op_bytes as usize;
+    let byz_clients = plan
+        .byz_clients
+        .iter()
+        .enumerate()
+        .map(|(j, kind)| ByzClient::new(creds(opts.clients as usize + j), *kind, config.n(), max_op_bytes))
+        .collect();
+    (clients, byz_clients)
+}
+
+/// Faults fixed by the plan, counted once per run.
+fn planned_fault_counters(plan: &Plan) -> Counters {
+    let mut counters = Counters::default();
+    for (_, kind) in &plan.byzantine {
+        counters.fault(byzantine_counter(*kind));
+    }
+    for p in &plan.partitions {
+        counters.fault(match p.kind {
+            PartitionKind::Symmetric => "partition",
+            PartitionKind::OutboundBlocked | PartitionKind::InboundBlocked => "asym-partition",
+        });
+    }
+    counters.fault_n(
+        "clock-skew",
+        plan.clocks.iter().filter(|c| !c.is_exact()).count() as u64,
+    );
+    counters
+}

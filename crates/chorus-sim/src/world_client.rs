@@ -1,0 +1,112 @@
+//! The world's client side: correct clients' requests, retransmissions and
+//! replies, and Byzantine clients' ticks.
+
+use crate::checker::Issue;
+use crate::client::ClientAction;
+use crate::net::Endpoint;
+use crate::node::SimReplica;
+use crate::world::{Ev, World};
+use chorus_core::{ClientId, ReplicaId, Reply, Request, RequestSeq};
+
+impl<R: SimReplica> World<R> {
+    pub(crate) fn on_client_issue(&mut self, c: usize) {
+        let now = self.now_us();
+        let mut out = Vec::new();
+        self.clients[c].issue(&mut self.rng, now, &mut out);
+        self.client_actions(c, out);
+    }
+
+    pub(crate) fn on_client_retry(&mut self, c: usize, seq: RequestSeq, attempt: u32) {
+        let mut out = Vec::new();
+        self.clients[c].retry(seq, attempt, &mut out);
+        if !out.is_empty() {
+            self.counters.note("client-retransmission");
+        }
+        self.client_actions(c, out);
+    }
+
+    pub(crate) fn on_reply(&mut self, c: usize, reply: Reply) {
+        self.counters.messages_delivered += 1;
+        if c >= self.clients.len() {
+            return; // Byzantine clients do not listen.
+        }
+        let now = self.now_us();
+        let mut out = Vec::new();
+        self.clients[c].reply(&mut self.rng, now, reply, &mut out);
+        self.client_actions(c, out);
+    }
+
+    fn client_actions(&mut self, c: usize, out: Vec<ClientAction>) {
+        let now = self.now_us();
+        let id = self.clients[c].id();
+        for a in out {
+            match a {
+                ClientAction::Broadcast(request) => {
+                    self.checker.issue(request.digest(), Issue::Valid);
+                    for r in 0..self.config.n() as u32 {
+                        self.send_request(c, ReplicaId(r), &request);
+                    }
+                }
+                ClientAction::RetryTimer {
+                    seq,
+                    attempt,
+                    after_us,
+                } => self.schedule(
+                    now + after_us,
+                    Ev::ClientRetry {
+                        client: c,
+                        seq,
+                        attempt,
+                    },
+                ),
+                ClientAction::IssueTimer { after_us } => {
+                    self.schedule(now + after_us, Ev::ClientIssue { client: c })
+                }
+                ClientAction::Accepted { seq, result, .. } => {
+                    self.trace_words(&[0xacc, c as u64, seq.0]);
+                    self.checker.accepted(now, (id, seq), result);
+                }
+            }
+        }
+    }
+
+    /// To every instance of replica `r` the client is linked with.
+    fn send_request(&mut self, c: usize, r: ReplicaId, request: &Request) {
+        let targets: Vec<usize> = self.by_replica[r.index()]
+            .iter()
+            .copied()
+            .filter(|&j| self.client_linked(c, j))
+            .collect();
+        for j in targets {
+            self.transmit(Endpoint::Client(c), Endpoint::Node(j), || Ev::Request {
+                to: j,
+                request: request.clone(),
+            });
+        }
+    }
+
+    pub(crate) fn on_byz_client_tick(&mut self, b: usize) {
+        if self.now_us() >= self.plan.heal_at_us {
+            return; // Faults stop when the network heals.
+        }
+        let (sends, next) = self.byz_clients[b].tick(&mut self.rng);
+        let c = self.clients.len() + b;
+        debug_assert_eq!(self.byz_clients[b].creds.id, ClientId(c as u64));
+        let kind = self.byz_clients[b].kind.name();
+        for s in sends {
+            self.counters.fault(match kind {
+                "bad-auth" => "byz-client-bad-auth",
+                "oversized" => "byz-client-oversized",
+                _ => "byz-client-dup-seq",
+            });
+            self.checker.issue(s.request.digest(), s.issue);
+            for r in s.to {
+                self.send_request(c, r, &s.request);
+            }
+        }
+        if let Some(after_us) = next {
+            let now = self.now_us();
+            self.schedule(now + after_us, Ev::ByzClientTick { client: b });
+        }
+    }
+}

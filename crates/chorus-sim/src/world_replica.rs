@@ -1,0 +1,460 @@
+//! The world's replica side: feeding events to a `Replica` and performing the
+//! actions it emits, in order (io.rs: every `Persist` is durable before any
+//! later send of the same outbox leaves), plus the driver duties of the
+//! contract: executing deliveries, taking checkpoints when the executor
+//! reaches them, installing transferred state, and answering clients.
+
+use crate::net::Endpoint;
+use crate::node::Live;
+use crate::node::SimReplica;
+use crate::options::ExecutorChoice;
+use crate::report::ViolationKind;
+use crate::world::{Ev, World};
+use bytes::Bytes;
+use chorus_core::{
+    decode, encode, Batch, Cell, ClientId, Digest, ReplicaId, ReplicaMsg, Reply, ReplyBody, Request,
+    RequestSeq, Seq,
+};
+use chorus_exec::ExecResult;
+use chorus_order::{Action, Event, Outbox, RejectReason, TimerId};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Follow-up events (checkpoints taken, state installed) one step may chain.
+const FOLLOW_UPS_MAX: usize = 10_000;
+
+impl<R: SimReplica> World<R> {
+    /// Boot a replica at the start of the run.
+    pub(crate) fn start_node(&mut self, i: usize) {
+        let now = self.nodes[i].clock.local_ms(self.now_us());
+        let node = &self.nodes[i];
+        let mut out = Outbox::new();
+        let replica = R::start(
+            self.config.clone(),
+            node.replica_id,
+            node.identity.clone(),
+            now,
+            &mut out,
+        );
+        let executor = self.make_executor();
+        self.nodes[i].live = Some(Live::new(replica, executor));
+        self.perform(i, out);
+    }
+
+    pub(crate) fn on_crash(&mut self, i: usize, torn_after: Option<u32>) {
+        if !self.nodes[i].is_live() {
+            return;
+        }
+        match torn_after {
+            Some(k) => self.nodes[i].torn_after = Some(k),
+            None => self.crash_now(i),
+        }
+    }
+
+    fn crash_now(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        node.live = None;
+        node.torn_after = None;
+        node.incarnation += 1;
+        self.counters.fault("crash");
+        self.trace_words(&[0xc4a5, i as u64]);
+    }
+
+    /// Restart from the persisted records only; the executor starts empty.
+    pub(crate) fn on_restart(&mut self, i: usize) {
+        if self.nodes[i].torn_after.is_some() {
+            // The torn crash never found a step to tear: crash now.
+            self.crash_now(i);
+        }
+        if self.nodes[i].is_live() {
+            return;
+        }
+        let now = self.nodes[i].clock.local_ms(self.now_us());
+        let node = &self.nodes[i];
+        let records = node.store.records();
+        let mut out = Outbox::new();
+        let replica = R::recover(
+            self.config.clone(),
+            node.replica_id,
+            node.identity.clone(),
+            records,
+            now,
+            &mut out,
+        );
+        let executor = self.make_executor();
+        self.nodes[i].live = Some(Live::new(replica, executor));
+        self.checker.restarted(self.nodes[i].replica_id);
+        self.counters.note("restart");
+        self.perform(i, out);
+    }
+
+    pub(crate) fn on_message(&mut self, i: usize, from: ReplicaId, msg: ReplicaMsg) {
+        if !self.nodes[i].is_live() {
+            return;
+        }
+        self.counters.messages_delivered += 1;
+        if let Some(adv) = self.nodes[i].adversary.as_mut() {
+            adv.observe(&msg);
+        }
+        self.handle(i, Event::Message { from, msg });
+    }
+
+    pub(crate) fn on_request(&mut self, i: usize, request: Request) {
+        let Some(live) = self.nodes[i].live.as_ref() else {
+            return;
+        };
+        self.counters.messages_delivered += 1;
+        // A retransmission of an executed request: answer from the cache.
+        if let Some(result) = live.cached_reply(request.client, request.seq) {
+            self.send_reply(i, request.client, request.seq, ReplyBody::Full(result));
+        }
+        self.handle(i, Event::Request(request));
+    }
+
+    pub(crate) fn on_timer(&mut self, i: usize, incarnation: u64, id: TimerId, generation: u64) {
+        let node = &mut self.nodes[i];
+        if node.incarnation != incarnation {
+            return;
+        }
+        let Some(live) = node.live.as_mut() else { return };
+        if live.timers.get(&id) != Some(&generation) {
+            return;
+        }
+        live.timers.remove(&id);
+        self.handle(i, Event::Timer(id));
+    }
+
+    fn handle(&mut self, i: usize, event: Event) {
+        let now = self.nodes[i].clock.local_ms(self.now_us());
+        if self.log_replica == Some(self.nodes[i].replica_id) {
+            eprintln!("{:>10}us node{i} <- {event:?}", self.queue.now_us());
+        }
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let mut out = Outbox::new();
+        live.replica.handle(now, event, &mut out);
+        self.perform(i, out);
+    }
+
+    /// Perform the actions in order, then feed the follow-up events they
+    /// produced (each with its own actions), until nothing is left.
+    fn perform(&mut self, i: usize, out: Outbox) {
+        let mut actions: VecDeque<Action> = out.actions.into();
+        let mut follow_ups: VecDeque<Event> = VecDeque::new();
+        let mut chained = 0;
+        loop {
+            while let Some(action) = actions.pop_front() {
+                if let Some(k) = self.nodes[i].torn_after.as_mut() {
+                    if *k == 0 {
+                        // Crash in the middle of the outbox: later actions never happen.
+                        self.counters.fault("torn-crash");
+                        self.crash_now(i);
+                        return;
+                    }
+                    *k -= 1;
+                }
+                self.perform_one(i, action, &mut follow_ups);
+                if !self.nodes[i].is_live() {
+                    return;
+                }
+            }
+            let Some(event) = follow_ups.pop_front() else {
+                return;
+            };
+            chained += 1;
+            if chained > FOLLOW_UPS_MAX {
+                let id = self.nodes[i].replica_id;
+                self.checker.violate(
+                    ViolationKind::Delivery,
+                    self.now_us(),
+                    format!("{id:?} chained more than {FOLLOW_UPS_MAX} follow-up events in one step"),
+                );
+                return;
+            }
+            let now = self.nodes[i].clock.local_ms(self.now_us());
+            let Some(live) = self.nodes[i].live.as_mut() else {
+                return;
+            };
+            let mut out = Outbox::new();
+            live.replica.handle(now, event, &mut out);
+            actions.extend(out.actions);
+        }
+    }
+
+    fn perform_one(&mut self, i: usize, action: Action, follow_ups: &mut VecDeque<Event>) {
+        if self.log_replica == Some(self.nodes[i].replica_id) {
+            eprintln!("{:>10}us node{i} -> {action:?}", self.queue.now_us());
+        }
+        match action {
+            Action::Persist(record) => {
+                let config = self.config.clone();
+                self.nodes[i].store.append(record, &config);
+            }
+            Action::Send { to, msg } => self.send_replica(i, to, msg),
+            Action::Broadcast { msg } => {
+                let me = self.nodes[i].replica_id;
+                for r in 0..self.config.n() as u32 {
+                    if ReplicaId(r) != me {
+                        self.send_replica(i, ReplicaId(r), msg.clone());
+                    }
+                }
+            }
+            Action::Deliver { seq, cell, batch } => self.deliver(i, seq, cell, batch, follow_ups),
+            Action::SetTimer { id, at } => {
+                let node = &mut self.nodes[i];
+                let Some(live) = node.live.as_mut() else { return };
+                self.next_timer_generation += 1;
+                let generation = self.next_timer_generation;
+                live.timers.insert(id, generation);
+                let at_us = node.clock.global_us_at(at);
+                let incarnation = node.incarnation;
+                self.schedule(
+                    at_us,
+                    Ev::Timer {
+                        node: i,
+                        incarnation,
+                        id,
+                        generation,
+                    },
+                );
+            }
+            Action::CancelTimer { id } => {
+                if let Some(live) = self.nodes[i].live.as_mut() {
+                    live.timers.remove(&id);
+                }
+            }
+            Action::TakeCheckpoint { seq } => self.request_checkpoint(i, seq, follow_ups),
+            Action::InstallState { cert, snapshot } => self.install_state(i, cert, snapshot, follow_ups),
+            Action::Reject { client, seq, reason } => {
+                let body = match reason {
+                    RejectReason::Busy => ReplyBody::Busy,
+                    other => ReplyBody::Rejected(format!("{other:?}")),
+                };
+                self.send_reply(i, client, seq, body);
+            }
+        }
+    }
+
+    /// To every instance of replica `to` this node is linked with, through the
+    /// adversary when this node is Byzantine, and through the wire codec: a
+    /// message the codec refuses would be dropped by the real transport, so a
+    /// correct replica emitting one is a bug.
+    fn send_replica(&mut self, i: usize, to: ReplicaId, msg: ReplicaMsg) {
+        let from = self.nodes[i].replica_id;
+        let now = self.now_us();
+        let msgs = match self.nodes[i].adversary.as_mut() {
+            Some(adv) => adv.outgoing(&mut self.rng, now, to, msg, &mut self.counters),
+            None => vec![msg],
+        };
+        let targets: Vec<usize> = self.by_replica[to.index()]
+            .iter()
+            .copied()
+            .filter(|&j| j != i && self.linked(i, j))
+            .collect();
+        for m in msgs {
+            let m = match decode::<ReplicaMsg>(&encode(&m), &self.limits) {
+                Ok(m) => m,
+                Err(e) => {
+                    if self.nodes[i].correct {
+                        self.checker.violate(
+                            ViolationKind::Delivery,
+                            now,
+                            format!("{from:?} sent a {} the wire codec refuses: {e}", m.kind()),
+                        );
+                    }
+                    self.counters.fault("codec-reject");
+                    continue;
+                }
+            };
+            *self.counters.by_kind.entry(m.kind()).or_insert(0) += targets.len() as u64;
+            for &j in &targets {
+                self.transmit(Endpoint::Node(i), Endpoint::Node(j), || Ev::Message {
+                    to: j,
+                    from,
+                    msg: m.clone(),
+                });
+            }
+        }
+    }
+
+    pub(crate) fn send_reply(&mut self, i: usize, client: ClientId, seq: RequestSeq, body: ReplyBody) {
+        let c = client.0 as usize;
+        if c >= self.clients.len() + self.byz_clients.len() || !self.client_linked(c, i) {
+            return;
+        }
+        let body = match (body, self.nodes[i].adversary.as_mut()) {
+            (ReplyBody::Full(result), Some(adv)) => {
+                match adv.reply(&mut self.rng, result, &mut self.counters) {
+                    Some(r) => ReplyBody::Full(r),
+                    None => return,
+                }
+            }
+            (body, _) => body,
+        };
+        let reply = Reply {
+            client,
+            seq,
+            replica: self.nodes[i].replica_id,
+            read_only: false,
+            body,
+        };
+        self.transmit(Endpoint::Node(i), Endpoint::Client(c), || Ev::Reply {
+            client: c,
+            reply: reply.clone(),
+        });
+    }
+
+    fn deliver(
+        &mut self,
+        i: usize,
+        seq: Seq,
+        cell: Cell,
+        batch: Arc<Batch>,
+        follow_ups: &mut VecDeque<Event>,
+    ) {
+        let now = self.now_us();
+        let id = self.nodes[i].replica_id;
+        let digest = batch.digest();
+        self.trace_words(&[0xde11, i as u64, seq.0]);
+        self.trace.update(digest.as_bytes());
+        self.checker.delivered(now, &self.config, id, seq, cell, &batch);
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let next = live.executor.next_seq();
+        if seq != next {
+            if self.nodes[i].correct {
+                self.checker.violate(
+                    ViolationKind::Delivery,
+                    now,
+                    format!("{id:?} delivered {seq:?} but its executor is at {next:?}"),
+                );
+            }
+            return;
+        }
+        live.executor.submit(seq, batch);
+        if matches!(self.opts.executor, ExecutorChoice::Custom { .. }) {
+            // Barrier: every result of this batch is ready before the next event.
+            live.executor.state_digest();
+        }
+        self.drain_results(i);
+        self.checkpoint_if_due(i, seq.next(), follow_ups);
+    }
+
+    fn drain_results(&mut self, i: usize) {
+        let now = self.now_us();
+        let id = self.nodes[i].replica_id;
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let mut results: Vec<ExecResult> = Vec::new();
+        live.executor.drain_results(&mut results);
+        // Non-conflicting requests may finish in any order: fix one.
+        results.sort_by_key(|r| (r.delivered_at, r.client, r.request_seq, r.duplicate));
+        for r in &results {
+            live.cache_reply(r.client, r.request_seq, r.result.clone());
+        }
+        for r in results {
+            let result_digest = Digest::of(&r.result);
+            self.trace.update(result_digest.as_bytes());
+            if !r.is_rejected() {
+                self.checker.executed(
+                    now,
+                    id,
+                    (r.client, r.request_seq),
+                    r.delivered_at,
+                    result_digest,
+                    r.duplicate,
+                );
+            }
+            self.send_reply(i, r.client, r.request_seq, ReplyBody::Full(r.result));
+        }
+    }
+
+    fn request_checkpoint(&mut self, i: usize, seq: Seq, follow_ups: &mut VecDeque<Event>) {
+        let now = self.now_us();
+        let id = self.nodes[i].replica_id;
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let next = live.executor.next_seq();
+        if next < seq {
+            live.pending_checkpoints.insert(seq);
+        } else if next == seq {
+            self.take_checkpoint(i, seq, follow_ups);
+        } else if self.nodes[i].correct {
+            self.checker.violate(
+                ViolationKind::Delivery,
+                now,
+                format!(
+                    "{id:?} asked for a checkpoint at {seq:?} after its executor passed it (at {next:?})"
+                ),
+            );
+        }
+    }
+
+    fn checkpoint_if_due(&mut self, i: usize, seq: Seq, follow_ups: &mut VecDeque<Event>) {
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        if live.executor.next_seq() == seq && live.pending_checkpoints.remove(&seq) {
+            self.take_checkpoint(i, seq, follow_ups);
+        }
+    }
+
+    fn take_checkpoint(&mut self, i: usize, seq: Seq, follow_ups: &mut VecDeque<Event>) {
+        let now = self.now_us();
+        let id = self.nodes[i].replica_id;
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let cp = live.executor.checkpoint();
+        // Everything submitted has executed now (CBASE sync): flush the results.
+        self.drain_results(i);
+        assert_eq!(cp.next_seq, seq, "the executor checkpoints where it stands");
+        self.checker.state_at(now, id, seq, cp.state_digest);
+        follow_ups.push_back(Event::Checkpointed {
+            seq,
+            state_digest: cp.state_digest,
+            snapshot: cp.snapshot,
+        });
+    }
+
+    fn install_state(
+        &mut self,
+        i: usize,
+        cert: chorus_core::CheckpointCert,
+        snapshot: Bytes,
+        follow_ups: &mut VecDeque<Event>,
+    ) {
+        let now = self.now_us();
+        let id = self.nodes[i].replica_id;
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        self.counters.note("state-install");
+        live.pending_checkpoints.retain(|s| *s > cert.seq);
+        let digest = match live.executor.restore(cert.seq, &snapshot) {
+            Ok(digest) => {
+                self.checker
+                    .installed(now, id, cert.seq, digest, cert.state_digest);
+                if digest != cert.state_digest {
+                    self.counters.note("snapshot-mismatch");
+                }
+                digest
+            }
+            Err(_) => {
+                // The contract has no failure event: report a digest that can
+                // never match the certificate, so the replica fetches again.
+                self.checker.install_failed(id);
+                self.counters.note("snapshot-restore-failed");
+                Digest::of_parts("chorus-sim restore failed", &[cert.state_digest.as_bytes()])
+            }
+        };
+        follow_ups.push_back(Event::StateInstalled {
+            seq: cert.seq,
+            state_digest: digest,
+        });
+    }
+}

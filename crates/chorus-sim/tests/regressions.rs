@@ -1,0 +1,102 @@
+//! Seeds that once failed, kept as tests (DESIGN §7: a failing seed is a
+//! reproducible test). Each names what went wrong when it was found; the
+//! replay command of each is in its failure message.
+//!
+//! To add one: copy the replay command's options into a `regression!` line,
+//! with `Expect::Pass("what it was")` for a bug that must stay fixed, or
+//! `Expect::Safety` for a configuration outside the fault model that must
+//! keep being caught.
+
+use chorus_core::OrderingMode::{self, Cop, Pbft};
+use chorus_sim::{run_one, RunReport, SimOptions};
+
+enum Expect {
+    /// Every checker passes (the bug named here must stay fixed).
+    Pass(&'static str),
+    /// A safety violation is reported (the fault model is exceeded on purpose).
+    Safety,
+}
+
+fn options(mode: OrderingMode, pillars: u32, n: usize, faults: &str) -> SimOptions {
+    SimOptions::new(mode, pillars, n).with_faults(faults.parse().expect("fault set"))
+}
+
+fn check(opts: SimOptions, seed: u64, expect: Expect) {
+    let r: RunReport = run_one(&opts, seed);
+    match expect {
+        Expect::Pass(bug) => assert!(r.ok(), "{bug} (regression):\n{r}"),
+        Expect::Safety => assert!(r.safety_violated(), "the checkers no longer catch it:\n{r}"),
+    }
+}
+
+macro_rules! regression {
+    ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $expect:expr) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            check($opts, $seed, $expect);
+        }
+    };
+}
+
+/// The view-change stall found by the first sweeps: with one replica silent
+/// and an asymmetric partition, correct replicas end up split between views
+/// v and v+1 (the ones in v+1 having timed out on v, the others never having
+/// collected 2f+1 view changes for v because some were lost), nobody's
+/// view-change timer runs, and no new view ever forms (PBFT §4.5.2's
+/// liveness rules: join on f+1 higher view changes; retransmit view changes).
+const VIEW_CHANGE_STALL: &str = "view-change stall";
+
+/// `debug_assert!(false, "deciding {slot:?} without its batch")` in
+/// chorus-order lane/normal.rs: a slot reaches its commit quorum while the
+/// lane holds no batch for the prepared digest (seen with conflicting votes
+/// and crashes, around the time crashed replicas are back).
+const DECIDE_WITHOUT_BATCH: &str = "decided without its batch";
+
+regression!(
+    /// pbft n=4: r0 silent; r1 and r2 changing to v1, r3 to v2; nothing delivered.
+    pbft_n4_all_seed_100_view_change_stall: options(Pbft, 1, 4, "all"), seed 100, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4, block-wise rotation: r1 silent; r0 in v2, r2 and r3 in v1.
+    cop_n4_all_seed_44_view_change_stall: options(Cop, 4, 4, "all"), seed 44, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4, fixed rotation: r0 silent; lane 0 stuck with r1 and r2
+    /// changing to v2 and r3 to v3, the merger waiting for it.
+    cop_n4_all_seed_80_one_lane_stalls: options(Cop, 4, 4, "all"), seed 80, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4, fixed rotation: r0 silent; lanes 0-2 split between v1 and v2.
+    cop_n4_all_seed_130_view_change_stall: options(Cop, 4, 4, "all"), seed 130, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=7, block-wise rotation: r1 silent, r0 replaying; every correct
+    /// replica changing to v1 in lanes 0, 1 and 3 (whose new-view primary is
+    /// the silent r1 for lane 0) and nobody moving on to v2.
+    cop_n7_all_seed_169_silent_new_view_primary: {
+        let mut o = options(Cop, 4, 7, "all");
+        o.requests_per_client = 8;
+        o
+    }, seed 169, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4: r1 sends conflicting votes, crashes, partitions. Panicked at
+    /// 3.16 s with the chorus-order of the first sweeps (passes since its
+    /// lane/normal.rs changed; kept as a guard).
+    cop_n4_all_seed_159_decides_without_batch: options(Cop, 4, 4, "all"), seed 159, Expect::Pass(DECIDE_WITHOUT_BATCH)
+);
+
+regression!(
+    /// f+1 twins at n=4 (outside the fault model) fork pbft at position 0.
+    pbft_n4_f_plus_one_twins_seed_0_forks: {
+        let mut o = options(Pbft, 1, 4, "twins");
+        o.byzantine = Some(2);
+        o
+    }, seed 0, Expect::Safety
+);
