@@ -10,7 +10,6 @@ for c in chorus-core chorus-order chorus-exec; do
     exit 1
   fi
 done
-cargo build --release -p chorus-cli
 cargo test --workspace "$@"
 # The checkers must bite when a quorum is weakened behind a test-only switch.
 cargo test -p chorus-sim --features weak-quorum --test checkers_bite "$@"

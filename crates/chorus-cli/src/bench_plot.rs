@@ -29,7 +29,9 @@ pub fn plot(path: &Path, results: &[RunResult], sweep: Option<&str>) -> Result<(
         Some(s) => format!("chorus bench — sweep {s}"),
         None => "chorus bench — throughput over time".to_string(),
     };
-    let param = sweep.and_then(|s| s.split_once('=')).map(|(k, _)| k.trim().to_string());
+    let param = sweep
+        .and_then(|s| s.split_once('='))
+        .map(|(k, _)| k.trim().to_string());
     match (param.as_deref(), results.len()) {
         (Some("rate"), _) => curve(&root, &title, results),
         (Some(_), _) => bars(&root, &title, results),
@@ -51,7 +53,11 @@ fn curve(root: &Area, title: &str, rs: &[RunResult]) -> Result<(), Box<dyn std::
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
-    chart.configure_mesh().x_desc("throughput (ops/s)").y_desc("latency (ms)").draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("throughput (ops/s)")
+        .y_desc("latency (ms)")
+        .draw()?;
     let p50: Vec<(f64, f64)> = rs.iter().map(|r| (r.throughput_ops, r.p50_ms)).collect();
     let p99: Vec<(f64, f64)> = rs.iter().map(|r| (r.throughput_ops, r.p99_ms)).collect();
     chart
@@ -64,7 +70,11 @@ fn curve(root: &Area, title: &str, rs: &[RunResult]) -> Result<(), Box<dyn std::
         .label("p99")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     chart.draw_series(p99.iter().map(|p| Circle::new(*p, 4, RED.filled())))?;
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
     Ok(())
 }
 
@@ -93,7 +103,10 @@ fn bars(root: &Area, title: &str, rs: &[RunResult]) -> Result<(), Box<dyn std::e
         .y_desc("throughput (ops/s)")
         .draw()?;
     chart.draw_series(rs.iter().enumerate().map(|(i, r)| {
-        Rectangle::new([(i as f64 + 0.15, 0.0), (i as f64 + 0.85, r.throughput_ops)], BLUE.mix(0.7).filled())
+        Rectangle::new(
+            [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, r.throughput_ops)],
+            BLUE.mix(0.7).filled(),
+        )
     }))?;
     chart.draw_series(rs.iter().enumerate().map(|(i, r)| {
         Text::new(
@@ -120,7 +133,13 @@ fn timeline(root: &Area, title: &str, r: &RunResult) -> Result<(), Box<dyn std::
 }
 
 /// CBASE Fig. 5(b)-style plot: throughput of both executors per parallelism factor.
-pub fn plot_exec(path: &Path, service: &str, sleep_us: u64, workers: usize, pts: &[(u32, f64, f64)]) -> Result<()> {
+pub fn plot_exec(
+    path: &Path,
+    service: &str,
+    sleep_us: u64,
+    workers: usize,
+    pts: &[(u32, f64, f64)],
+) -> Result<()> {
     register_font();
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
@@ -155,7 +174,11 @@ pub fn plot_exec(path: &Path, service: &str, sleep_us: u64, workers: usize, pts:
             .label("sequential")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
         chart.draw_series(seq.iter().map(|p| Circle::new(*p, 4, RED.filled())))?;
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
         Ok(())
     };
     draw().map_err(|e| anyhow!("plotting: {e}"))?;

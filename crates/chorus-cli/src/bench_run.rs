@@ -83,7 +83,11 @@ fn read_identity(dir: &Path, i: usize) -> Result<Identity> {
 }
 
 pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
-    let pillars = if a.mode == OrderingMode::Pbft { 1 } else { a.pillars };
+    let pillars = if a.mode == OrderingMode::Pbft {
+        1
+    } else {
+        a.pillars
+    };
     let mut _tmp = None;
     let mut cluster_procs: Option<Cluster> = None;
     let (dir, config): (PathBuf, ClusterConfig) = match &a.target {
@@ -130,12 +134,25 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         }
     };
     if config.clients.len() < a.clients {
-        bail!("the cluster lists {} clients, --clients asks for {}", config.clients.len(), a.clients);
+        bail!(
+            "the cluster lists {} clients, --clients asks for {}",
+            config.clients.len(),
+            a.clients
+        );
     }
     let config = Arc::new(config);
     let probe = read_identity(&dir, 0)?;
     match cluster_procs.as_mut() {
-        Some(c) => wait_ready(&config, ClientId(0), &probe, c, &(0..a.n as u32).collect::<Vec<_>>()).await?,
+        Some(c) => {
+            wait_ready(
+                &config,
+                ClientId(0),
+                &probe,
+                c,
+                &(0..a.n as u32).collect::<Vec<_>>(),
+            )
+            .await?
+        }
         None => {
             for r in config.replica_ids() {
                 crate::status_query::query(&config, ClientId(0), &probe, r)
@@ -178,16 +195,33 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         if a.rate == 0 {
             for s in 0..a.in_flight {
                 let g = Generator::new(spec.clone(), i as u64);
-                tasks.push(tokio::spawn(closed_loop(c.clone(), g, stats.clone(), (i * 1000 + s) as u64, a.ordered_reads)));
+                tasks.push(tokio::spawn(closed_loop(
+                    c.clone(),
+                    g,
+                    stats.clone(),
+                    (i * 1000 + s) as u64,
+                    a.ordered_reads,
+                )));
             }
         } else {
             let g = Generator::new(spec.clone(), i as u64);
             let per_client = a.rate as f64 / a.clients as f64;
-            tasks.push(tokio::spawn(open_loop(c.clone(), g, stats.clone(), per_client, i as u64, a.ordered_reads, shed.clone())));
+            tasks.push(tokio::spawn(open_loop(
+                c.clone(),
+                g,
+                stats.clone(),
+                per_client,
+                i as u64,
+                a.ordered_reads,
+                shed.clone(),
+            )));
         }
     }
     tokio::time::sleep(Duration::from_secs(a.warmup)).await;
-    let pids: Vec<u32> = cluster_procs.as_ref().map(|c| (0..a.n).filter_map(|i| c.pid(i)).collect()).unwrap_or_default();
+    let pids: Vec<u32> = cluster_procs
+        .as_ref()
+        .map(|c| (0..a.n).filter_map(|i| c.pid(i)).collect())
+        .unwrap_or_default();
     let cpu0: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let _ = stats.take_phase();
     let errors0 = stats.errors.load(Ordering::Relaxed);
@@ -200,13 +234,23 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     while start.elapsed() < Duration::from_secs(a.duration) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now = stats.committed.load(Ordering::Relaxed);
-        timeline.push((start.elapsed().as_secs_f64(), (now - last) as f64 / last_t.elapsed().as_secs_f64()));
-        eprint!("\r  {:>4.0}s  {:>9.0} ops/s   ", start.elapsed().as_secs_f64(), timeline.last().map(|t| t.1).unwrap_or(0.0));
+        timeline.push((
+            start.elapsed().as_secs_f64(),
+            (now - last) as f64 / last_t.elapsed().as_secs_f64(),
+        ));
+        eprint!(
+            "\r  {:>4.0}s  {:>9.0} ops/s   ",
+            start.elapsed().as_secs_f64(),
+            timeline.last().map(|t| t.1).unwrap_or(0.0)
+        );
         last = now;
         last_t = Instant::now();
         if let Some(c) = cluster_procs.as_mut() {
             if let Some((i, st)) = c.exited() {
-                bail!("replica {i} exited during the run ({st}):\n{}", crate::procs::tail(&c.log_path(i), 30));
+                bail!(
+                    "replica {i} exited during the run ({st}):\n{}",
+                    crate::procs::tail(&c.log_path(i), 30)
+                );
             }
         }
     }
@@ -224,7 +268,10 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     Ok(RunResult {
         name: name.to_string(),
         label: a.label.clone(),
-        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        unix_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n: config.n(),
         mode: format!("{:?}", config.params.mode).to_lowercase(),

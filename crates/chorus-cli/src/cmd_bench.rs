@@ -99,7 +99,10 @@ pub struct Args {
 
 impl Args {
     fn set(&mut self, key: &str, v: &str) -> Result<()> {
-        let num = || -> Result<u64> { v.parse::<u64>().with_context(|| format!("{key}={v} is not a number")) };
+        let num = || -> Result<u64> {
+            v.parse::<u64>()
+                .with_context(|| format!("{key}={v} is not a number"))
+        };
         match key {
             "pillars" => self.pillars = num()? as u32,
             "workers" => self.workers = num()? as usize,
@@ -127,7 +130,10 @@ impl Args {
             bail!("--service must be kv, null or sleep, not {:?}", self.service);
         }
         if !["sequential", "parallel"].contains(&self.executor.as_str()) {
-            bail!("--executor must be sequential or parallel, not {:?}", self.executor);
+            bail!(
+                "--executor must be sequential or parallel, not {:?}",
+                self.executor
+            );
         }
         if !["always", "batch", "off"].contains(&self.fsync.as_str()) {
             bail!("--fsync must be always, batch or off");
@@ -167,7 +173,10 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let mut results: Vec<RunResult> = Vec::new();
     for (name, r) in &runs {
         eprintln!("== run {}", if name.is_empty() { "(single)" } else { name });
@@ -184,10 +193,18 @@ pub fn run(a: Args) -> Result<()> {
     crate::bench_out::write_json(&a.out.join("results.json"), &results)?;
     let plot = a.out.join("plot.png");
     crate::bench_plot::plot(&plot, &results, a.sweep.as_deref())?;
-    println!("\nwrote {}, {} and {}", a.out.join("results.json").display(), a.out.join("results.csv").display(), plot.display());
+    println!(
+        "\nwrote {}, {} and {}",
+        a.out.join("results.json").display(),
+        a.out.join("results.csv").display(),
+        plot.display()
+    );
     if results.len() > 1 {
         let base = results[0].throughput_ops;
-        println!("\n{:<24} {:>12} {:>8} {:>9} {:>9}", "run", "ops/s", "ratio", "p50 ms", "p99 ms");
+        println!(
+            "\n{:<24} {:>12} {:>8} {:>9} {:>9}",
+            "run", "ops/s", "ratio", "p50 ms", "p99 ms"
+        );
         for r in &results {
             println!(
                 "{:<24} {:>12.0} {:>8.2} {:>9.2} {:>9.2}",

@@ -52,7 +52,10 @@ struct PhaseRow {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         tokio::select! {
             r = demo(&a) => r,
@@ -69,7 +72,11 @@ async fn demo(a: &Args) -> Result<()> {
     if a.victim as usize >= n {
         bail!("--victim must be below {n}");
     }
-    let pillars = if a.mode == OrderingMode::Pbft { 1 } else { a.pillars };
+    let pillars = if a.mode == OrderingMode::Pbft {
+        1
+    } else {
+        a.pillars
+    };
     let (dir, _tmp) = match &a.dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -124,11 +131,11 @@ async fn demo(a: &Args) -> Result<()> {
 
     let stats = load::shared();
     let mut workers = Vec::new();
-    for c in 0..a.clients {
+    for (c, key) in keys.iter().enumerate().take(a.clients) {
         let client = chorus_client::Client::connect(
             config.clone(),
             ClientId(c as u64),
-            keys[c].clone(),
+            key.clone(),
             chorus_client::ClientOptions::default(),
         )
         .await
@@ -171,7 +178,10 @@ async fn demo(a: &Args) -> Result<()> {
     let sample: Vec<_> = latest.iter().rev().take(200).collect();
     let mut lost = 0;
     for (k, v) in &sample {
-        let r = probe.invoke(KvOp::get((*k).clone())).await.map_err(|e| anyhow!("read-back: {e}"))?;
+        let r = probe
+            .invoke(KvOp::get((*k).clone()))
+            .await
+            .map_err(|e| anyhow!("read-back: {e}"))?;
         if KvReply::decode(&r).ok() != Some(KvReply::Value(Some((*v).clone()))) {
             lost += 1;
         }
@@ -194,7 +204,10 @@ async fn demo(a: &Args) -> Result<()> {
             r.lat.max_ms
         );
     }
-    println!("\n{:<8} {:>10} {:>10} {:>10}  state digest", "replica", "executed", "stable", "views");
+    println!(
+        "\n{:<8} {:>10} {:>10} {:>10}  state digest",
+        "replica", "executed", "stable", "views"
+    );
     let mut digests = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         match r {
@@ -221,10 +234,17 @@ async fn demo(a: &Args) -> Result<()> {
     println!(
         "replica {} killed with SIGKILL, restarted, caught up: {}",
         a.victim,
-        if all_equal { "yes — all 4 state digests equal" } else { "NO — digests differ" }
+        if all_equal {
+            "yes — all 4 state digests equal"
+        } else {
+            "NO — digests differ"
+        }
     );
     if let Some((i, st)) = cluster.exited() {
-        println!("replica {i} exited on its own ({st}); last log lines:\n{}", tail(&cluster.log_path(i), 20));
+        println!(
+            "replica {i} exited on its own ({st}); last log lines:\n{}",
+            tail(&cluster.log_path(i), 20)
+        );
     }
     drop(cluster);
     if a.keep {
@@ -266,7 +286,7 @@ async fn worker(client: Arc<chorus_client::Client>, c: usize, slot: usize, stats
         // Each (client, slot) writes its own 64 keys; a fifth of the operations read.
         let key = Bytes::from(format!("user{c:03}-{slot:02}-{:02}", i % 64));
         let started = Instant::now();
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             match client.invoke_read_only(KvOp::get(key)).await {
                 Ok(_) => stats.record(started),
                 Err(_) => {
@@ -288,7 +308,12 @@ async fn worker(client: Arc<chorus_client::Client>, c: usize, slot: usize, stats
     }
 }
 
-async fn run_phase(name: &'static str, len: Duration, stats: &LoadStats, cluster: &mut Cluster) -> Result<PhaseRow> {
+async fn run_phase(
+    name: &'static str,
+    len: Duration,
+    stats: &LoadStats,
+    cluster: &mut Cluster,
+) -> Result<PhaseRow> {
     let start = Instant::now();
     let start_ops = stats.committed.load(Ordering::Relaxed);
     let mut last_ops = start_ops;
@@ -313,7 +338,10 @@ async fn run_phase(name: &'static str, len: Duration, stats: &LoadStats, cluster
         let _ = std::io::stderr().flush();
         if let Some((i, st)) = cluster.exited() {
             eprintln!();
-            bail!("replica {i} exited unexpectedly ({st}); log:\n{}", tail(&cluster.log_path(i), 30));
+            bail!(
+                "replica {i} exited unexpectedly ({st}); log:\n{}",
+                tail(&cluster.log_path(i), 30)
+            );
         }
     }
     eprintln!();

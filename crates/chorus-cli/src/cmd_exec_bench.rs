@@ -105,7 +105,11 @@ pub fn run(a: Args) -> Result<()> {
     if a.ops == 0 || a.batch == 0 || a.workers == 0 || a.factors.is_empty() {
         bail!("--ops, --batch, --workers and --factors must be positive");
     }
-    let factors = if a.service == "null" { vec![0] } else { a.factors.clone() };
+    let factors = if a.service == "null" {
+        vec![0]
+    } else {
+        a.factors.clone()
+    };
     let mut points = Vec::new();
     println!(
         "{:>8} {:>14} {:>14} {:>10}",
@@ -158,7 +162,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     std::fs::write(&csv, text)?;
     let png = a.out.join("exec-bench.png");
-    let series: Vec<(u32, f64, f64)> = points.iter().map(|p| (p.factor, p.sequential, p.parallel)).collect();
+    let series: Vec<(u32, f64, f64)> = points
+        .iter()
+        .map(|p| (p.factor, p.sequential, p.parallel))
+        .collect();
     crate::bench_plot::plot_exec(&png, &a.service, a.sleep_us, a.workers, &series)?;
     println!("\nwrote {} and {}", csv.display(), png.display());
     Ok(())

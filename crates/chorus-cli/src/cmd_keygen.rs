@@ -56,7 +56,11 @@ pub enum LeaderArg {
 }
 
 pub fn params_from(a: &Args) -> ProtocolParams {
-    let pillars = if a.mode == OrderingMode::Pbft { 1 } else { a.pillars };
+    let pillars = if a.mode == OrderingMode::Pbft {
+        1
+    } else {
+        a.pillars
+    };
     ProtocolParams {
         mode: a.mode,
         pillars,

@@ -61,12 +61,19 @@ pub fn run(a: Args) -> Result<()> {
         "parallel" => ExecutorChoice::Custom {
             name: "parallel".into(),
             factory: Arc::new(|service, max_inflight| {
-                Box::new(chorus_parallel::ParallelExecutor::new(service, 2, 256, max_inflight))
+                Box::new(chorus_parallel::ParallelExecutor::new(
+                    service,
+                    2,
+                    256,
+                    max_inflight,
+                ))
             }),
         },
         other => bail!("unknown executor {other:?}"),
     };
-    let mut opts = SimOptions::new(a.mode, a.pillars, a.n).with_faults(faults).with_seeds(a.seed, a.seeds);
+    let mut opts = SimOptions::new(a.mode, a.pillars, a.n)
+        .with_faults(faults)
+        .with_seeds(a.seed, a.seeds);
     opts.swarm = !a.no_swarm;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;
@@ -82,7 +89,7 @@ pub fn run(a: Args) -> Result<()> {
         done += 1;
         if a.verbose {
             eprintln!("{r}");
-        } else if done % 10 == 0 || done == total {
+        } else if done.is_multiple_of(10) || done == total {
             eprint!("\r  {done}/{total} seeds");
             let _ = std::io::stderr().flush();
         }

@@ -14,7 +14,9 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let c = chorus_node::node_config::load_client(&a.config)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         if !a.json {
             println!(

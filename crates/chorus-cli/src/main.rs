@@ -19,7 +19,11 @@ mod workload;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "chorus", version, about = "Chorus: Byzantine fault-tolerant state machine replication with parallel consensus and parallel execution")]
+#[command(
+    name = "chorus",
+    version,
+    about = "Chorus: Byzantine fault-tolerant state machine replication with parallel consensus and parallel execution"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -49,7 +53,10 @@ fn main() {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHORUS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.cmd {
         Cmd::Keygen(a) => cmd_keygen::run(a),
         Cmd::Replica(a) => cmd_replica::run(a),

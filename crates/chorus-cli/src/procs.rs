@@ -87,7 +87,9 @@ pub fn free_base_port(n: usize, pillars: u32) -> Result<u16> {
             let b = base + 100 * i;
             (0..pillars as u16).map(move |p| b + p).chain([b + 90, b + 91])
         });
-        let free = ports.into_iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+        let free = ports
+            .into_iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
         if free && base as usize + 100 * n < 65_000 {
             return Ok(base);
         }

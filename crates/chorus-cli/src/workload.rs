@@ -97,11 +97,12 @@ impl Generator {
                 read_only: false,
             },
             "sleep" => {
-                let bucket = if self.spec.conflict_rate > 0.0 && rng.gen_bool(self.spec.conflict_rate.min(1.0)) {
-                    0
-                } else {
-                    rng.gen_range(0..self.spec.buckets.max(1))
-                };
+                let bucket =
+                    if self.spec.conflict_rate > 0.0 && rng.gen_bool(self.spec.conflict_rate.min(1.0)) {
+                        0
+                    } else {
+                        rng.gen_range(0..self.spec.buckets.max(1))
+                    };
                 Op {
                     bytes: chorus_apps::SleepService::op(bucket),
                     read_only: false,
@@ -116,13 +117,30 @@ impl Generator {
         let key = Self::key(self.pick(rng));
         let (op, ro) = match self.spec.ycsb {
             Ycsb::A if r < 0.5 => (KvOp::Read { key }, true),
-            Ycsb::A => (KvOp::Update { key, value: self.value() }, false),
+            Ycsb::A => (
+                KvOp::Update {
+                    key,
+                    value: self.value(),
+                },
+                false,
+            ),
             Ycsb::B if r < 0.95 => (KvOp::Read { key }, true),
-            Ycsb::B => (KvOp::Update { key, value: self.value() }, false),
+            Ycsb::B => (
+                KvOp::Update {
+                    key,
+                    value: self.value(),
+                },
+                false,
+            ),
             Ycsb::C => (KvOp::Read { key }, true),
             Ycsb::D if r < 0.95 => {
                 let latest = self.inserted.saturating_sub(rng.gen_range(0..16));
-                (KvOp::Read { key: Self::key(latest) }, true)
+                (
+                    KvOp::Read {
+                        key: Self::key(latest),
+                    },
+                    true,
+                )
             }
             Ycsb::E if r < 0.95 => (
                 KvOp::Scan {
@@ -142,8 +160,20 @@ impl Generator {
                 )
             }
             Ycsb::F if r < 0.5 => (KvOp::Read { key }, true),
-            Ycsb::F => (KvOp::ReadModifyWrite { key, value: self.value() }, false),
-            Ycsb::U => (KvOp::Update { key, value: self.value() }, false),
+            Ycsb::F => (
+                KvOp::ReadModifyWrite {
+                    key,
+                    value: self.value(),
+                },
+                false,
+            ),
+            Ycsb::U => (
+                KvOp::Update {
+                    key,
+                    value: self.value(),
+                },
+                false,
+            ),
         };
         Op {
             bytes: op.encode(),

@@ -12,7 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Write `count` keys from `clients` concurrent clients; return what was acknowledged.
@@ -56,7 +60,11 @@ async fn check_readable(c: &TestCluster, acked: &HashMap<Bytes, Bytes>) {
     let client = c.client(0).await;
     for (k, v) in acked {
         let r = client.invoke(KvOp::get(k.clone())).await.expect("read back");
-        assert_eq!(KvReply::decode(&r).unwrap(), KvReply::Value(Some(v.clone())), "acknowledged write {k:?} lost");
+        assert_eq!(
+            KvReply::decode(&r).unwrap(),
+            KvReply::Value(Some(v.clone())),
+            "acknowledged write {k:?} lost"
+        );
     }
 }
 
@@ -66,7 +74,11 @@ fn four_replicas_serve_thousands_of_operations_and_agree() {
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
     let rt = rt();
     let acked = rt.block_on(write_keys(&c, 4, 2_000, "bulk"));
-    assert_eq!(acked.len(), 2_000, "every write must be acknowledged on a healthy cluster");
+    assert_eq!(
+        acked.len(),
+        2_000,
+        "every write must be acknowledged on a healthy cluster"
+    );
     rt.block_on(check_readable(&c, &acked));
     let (executed, _) = c.wait_converged(Duration::from_secs(20));
     assert!(executed > 0);
@@ -79,7 +91,11 @@ fn kill_restart(victim: usize) {
     let mut acked = rt.block_on(write_keys(&c, 2, 400, "before"));
     c.kill(victim);
     acked.extend(rt.block_on(write_keys(&c, 2, 400, "during")));
-    assert!(acked.len() >= 700, "the cluster must keep serving with one replica down, got {}", acked.len());
+    assert!(
+        acked.len() >= 700,
+        "the cluster must keep serving with one replica down, got {}",
+        acked.len()
+    );
     c.start(victim);
     c.wait_up(&[victim], Duration::from_secs(20));
     acked.extend(rt.block_on(write_keys(&c, 2, 200, "after")));
@@ -106,12 +122,17 @@ fn a_peer_with_the_wrong_key_is_refused_and_random_bytes_close_only_that_connect
     rt.block_on(async {
         // An impostor claiming to be replica 1 with a key the configuration does not list.
         let impostor = Identity::from_seed(b"impostor");
-        let stream = tokio::net::TcpStream::connect(c.replica_addr(0, 0)).await.unwrap();
+        let stream = tokio::net::TcpStream::connect(c.replica_addr(0, 0))
+            .await
+            .unwrap();
         let expected = chorus_net::Expected::replica_pillar(&c.config, chorus_core::ReplicaId(0), 0).unwrap();
         let r = chorus_net::connect(
             stream,
             &impostor,
-            chorus_net::PeerRole::Replica { id: chorus_core::ReplicaId(1), pillar: 0 },
+            chorus_net::PeerRole::Replica {
+                id: chorus_core::ReplicaId(1),
+                pillar: 0,
+            },
             &expected,
             &chorus_net::NetLimits::from_config(&c.config),
             &Arc::new(chorus_net::Counters::default()),
@@ -120,11 +141,15 @@ fn a_peer_with_the_wrong_key_is_refused_and_random_bytes_close_only_that_connect
         if let Ok((_, mut reader, _)) = r {
             // The dialler may finish its half; the acceptor must then close the connection.
             let next = tokio::time::timeout(Duration::from_secs(5), reader.next()).await;
-            assert!(!matches!(next, Ok(Ok(Some(_)))), "an impostor must not receive frames");
+            assert!(
+                !matches!(next, Ok(Ok(Some(_)))),
+                "an impostor must not receive frames"
+            );
         }
         // A client with a key not in the config.
         let stream = tokio::net::TcpStream::connect(c.client_addr(1)).await.unwrap();
-        let expected = chorus_net::Expected::replica_any_pillar(&c.config, chorus_core::ReplicaId(1)).unwrap();
+        let expected =
+            chorus_net::Expected::replica_any_pillar(&c.config, chorus_core::ReplicaId(1)).unwrap();
         let r = chorus_net::connect(
             stream,
             &impostor,

@@ -107,7 +107,10 @@ impl Validate for Request {
 
 impl Validate for Batch {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
-        check(self.requests.len() <= l.max_batch_requests, "batch has too many requests")?;
+        check(
+            self.requests.len() <= l.max_batch_requests,
+            "batch has too many requests",
+        )?;
         check(self.op_bytes() <= l.max_batch_bytes, "batch too large")?;
         self.requests.iter().try_for_each(|r| r.validate(l))
     }
@@ -137,7 +140,10 @@ impl Validate for PreparedCert {
 
 impl Validate for ViewChange {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
-        check(self.prepared.len() <= l.window_slots, "too many prepared certificates")?;
+        check(
+            self.prepared.len() <= l.window_slots,
+            "too many prepared certificates",
+        )?;
         if let Some(c) = &self.stable {
             c.validate(l)?;
         }
@@ -203,8 +209,16 @@ mod tests {
 
     fn sample_msgs() -> Vec<ReplicaMsg> {
         let id = Identity::from_seed(b"x");
-        let keys: Vec<_> = (0..4u8).map(|i| id.pairwise_key(&Identity::from_seed(&[i]).public())).collect();
-        let req = Request::with_macs(ClientId(1), RequestSeq(1), 0, Bytes::from_static(b"put k v"), &keys);
+        let keys: Vec<_> = (0..4u8)
+            .map(|i| id.pairwise_key(&Identity::from_seed(&[i]).public()))
+            .collect();
+        let req = Request::with_macs(
+            ClientId(1),
+            RequestSeq(1),
+            0,
+            Bytes::from_static(b"put k v"),
+            &keys,
+        );
         let batch = Batch { requests: vec![req] };
         let d = batch.digest();
         let sig = id.sign(b"m");
@@ -257,12 +271,21 @@ mod tests {
         }
         let mut extra = bytes.clone();
         extra.push(0);
-        assert_eq!(decode::<ReplicaMsg>(&extra, &l), Err(CodecError::TrailingBytes(1)));
+        assert_eq!(
+            decode::<ReplicaMsg>(&extra, &l),
+            Err(CodecError::TrailingBytes(1))
+        );
         assert_eq!(decode::<ReplicaMsg>(&[], &l), Err(CodecError::Empty));
         let big = vec![0u8; l.max_frame_bytes + 1];
-        assert!(matches!(decode::<ReplicaMsg>(&big, &l), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(
+            decode::<ReplicaMsg>(&big, &l),
+            Err(CodecError::TooLarge { .. })
+        ));
         // Unknown enum variant.
-        assert!(matches!(decode::<ReplicaMsg>(&[200], &l), Err(CodecError::Malformed(_))));
+        assert!(matches!(
+            decode::<ReplicaMsg>(&[200], &l),
+            Err(CodecError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -270,10 +293,16 @@ mod tests {
         let mut l = limits();
         let bytes = encode(&sample_msgs()[0]);
         l.n = 3; // MAC vector now has the wrong length
-        assert!(matches!(decode::<ReplicaMsg>(&bytes, &l), Err(CodecError::Invalid(_))));
+        assert!(matches!(
+            decode::<ReplicaMsg>(&bytes, &l),
+            Err(CodecError::Invalid(_))
+        ));
         let mut l = limits();
         l.max_op_bytes = 3;
-        assert!(matches!(decode::<ReplicaMsg>(&bytes, &l), Err(CodecError::Invalid(_))));
+        assert!(matches!(
+            decode::<ReplicaMsg>(&bytes, &l),
+            Err(CodecError::Invalid(_))
+        ));
     }
 
     proptest! {

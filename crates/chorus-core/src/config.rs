@@ -25,9 +25,7 @@ impl std::str::FromStr for OrderingMode {
         match s {
             "pbft" => Ok(OrderingMode::Pbft),
             "cop" => Ok(OrderingMode::Cop),
-            other => Err(format!(
-                "unknown ordering mode {other:?} (expected pbft or cop)"
-            )),
+            other => Err(format!("unknown ordering mode {other:?} (expected pbft or cop)")),
         }
     }
 }
@@ -310,7 +308,11 @@ impl ClusterConfig {
         clients: usize,
         params: ProtocolParams,
         seed: u64,
-    ) -> (ClusterConfig, Vec<crate::crypto::Identity>, Vec<crate::crypto::Identity>) {
+    ) -> (
+        ClusterConfig,
+        Vec<crate::crypto::Identity>,
+        Vec<crate::crypto::Identity>,
+    ) {
         use crate::crypto::Identity;
         let replica_keys: Vec<Identity> = (0..n)
             .map(|i| Identity::from_seed(format!("replica/{seed}/{i}").as_bytes()))

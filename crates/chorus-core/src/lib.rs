@@ -10,7 +10,8 @@ pub mod request;
 
 pub use codec::{decode, encode, CodecError, Limits, Validate};
 pub use config::{
-    ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams, ReplicaInfo,
+    ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams,
+    ReplicaInfo,
 };
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use ids::*;

@@ -28,7 +28,12 @@ impl PrePrepare {
     pub fn signing_digest(lane: LaneId, view: View, slot: Slot, digest: &Digest) -> Digest {
         Digest::of_parts(
             "chorus pre-prepare v1",
-            &[&lane.0.to_le_bytes(), &view.0.to_le_bytes(), &slot.0.to_le_bytes(), digest.as_bytes()],
+            &[
+                &lane.0.to_le_bytes(),
+                &view.0.to_le_bytes(),
+                &slot.0.to_le_bytes(),
+                digest.as_bytes(),
+            ],
         )
     }
 }
@@ -45,7 +50,13 @@ pub struct Prepare {
 }
 
 impl Prepare {
-    pub fn signing_digest(lane: LaneId, view: View, slot: Slot, digest: &Digest, replica: ReplicaId) -> Digest {
+    pub fn signing_digest(
+        lane: LaneId,
+        view: View,
+        slot: Slot,
+        digest: &Digest,
+        replica: ReplicaId,
+    ) -> Digest {
         Digest::of_parts(
             "chorus prepare v1",
             &[
@@ -83,7 +94,11 @@ impl CheckpointVote {
     pub fn signing_digest(seq: Seq, state_digest: &Digest, replica: ReplicaId) -> Digest {
         Digest::of_parts(
             "chorus checkpoint v1",
-            &[&seq.0.to_le_bytes(), state_digest.as_bytes(), &replica.0.to_le_bytes()],
+            &[
+                &seq.0.to_le_bytes(),
+                state_digest.as_bytes(),
+                &replica.0.to_le_bytes(),
+            ],
         )
     }
 }
@@ -124,7 +139,13 @@ pub struct ViewChange {
 impl ViewChange {
     /// Signature covers the whole message except the signature itself.
     pub fn signing_digest(&self) -> Digest {
-        let body = (self.lane, self.new_view, &self.stable, &self.prepared, self.replica);
+        let body = (
+            self.lane,
+            self.new_view,
+            &self.stable,
+            &self.prepared,
+            self.replica,
+        );
         let bytes = postcard::to_allocvec(&body).unwrap_or_default();
         Digest::of_parts("chorus view-change v1", &[&bytes])
     }
@@ -150,7 +171,13 @@ pub struct NewView {
 
 impl NewView {
     pub fn signing_digest(&self) -> Digest {
-        let body = (self.lane, self.view, &self.view_changes, &self.reproposals, self.replica);
+        let body = (
+            self.lane,
+            self.view,
+            &self.view_changes,
+            &self.reproposals,
+            self.replica,
+        );
         let bytes = postcard::to_allocvec(&body).unwrap_or_default();
         Digest::of_parts("chorus new-view v1", &[&bytes])
     }

@@ -81,9 +81,7 @@ impl Request {
         }
         let d = self.digest();
         match &self.auth {
-            Authenticator::Macs(macs) => macs
-                .get(me.index())
-                .is_some_and(|m| key.verify(d.as_bytes(), m)),
+            Authenticator::Macs(macs) => macs.get(me.index()).is_some_and(|m| key.verify(d.as_bytes(), m)),
             Authenticator::Signature(sig) => client_pk.verify(d.as_bytes(), sig),
         }
     }
@@ -200,7 +198,13 @@ mod tests {
     #[test]
     fn signature_auth_verifies() {
         let (c, rs) = setup();
-        let req = Request::with_signature(ClientId(1), RequestSeq(3), flags::READ_ONLY, Bytes::from_static(b"x"), &c);
+        let req = Request::with_signature(
+            ClientId(1),
+            RequestSeq(3),
+            flags::READ_ONLY,
+            Bytes::from_static(b"x"),
+            &c,
+        );
         let k = rs[0].pairwise_key(&c.public());
         assert!(req.verify(ReplicaId(0), &k, &c.public()));
         assert!(!req.verify(ReplicaId(0), &k, &rs[1].public()));
@@ -213,8 +217,12 @@ mod tests {
     fn batch_digest_depends_on_every_request() {
         let (c, _) = setup();
         let r = |s| Request::with_signature(ClientId(1), RequestSeq(s), 0, Bytes::from_static(b"x"), &c);
-        let a = Batch { requests: vec![r(1), r(2)] };
-        let b = Batch { requests: vec![r(2), r(1)] };
+        let a = Batch {
+            requests: vec![r(1), r(2)],
+        };
+        let b = Batch {
+            requests: vec![r(2), r(1)],
+        };
         assert_ne!(a.digest(), b.digest());
         assert_ne!(a.digest(), Batch::noop_digest());
         assert_eq!(a.digest(), a.clone().digest());

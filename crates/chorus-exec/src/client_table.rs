@@ -383,7 +383,10 @@ mod tests {
         // 10 is more than 4 above low = 0: everything at or below 6 is abandoned.
         assert_eq!(t.admit(C, q(10)), Admission::Fresh);
         assert_eq!(t.low(C), 6);
-        assert!(matches!(t.admit(C, q(5)), Admission::Duplicate(_)), "abandoned seqs never execute later");
+        assert!(
+            matches!(t.admit(C, q(5)), Admission::Duplicate(_)),
+            "abandoned seqs never execute later"
+        );
         assert_eq!(t.admit(C, q(7)), Admission::Fresh);
         assert_eq!(t.admit(C, q(0)), Admission::Rejected(RejectKind::ZeroSeq));
         assert_eq!(t.stats().window_slides, 1);

@@ -55,7 +55,11 @@ impl SequentialExecutor {
 }
 
 impl Executor for SequentialExecutor {
-    fn cached_reply(&self, client: chorus_core::ClientId, seq: chorus_core::RequestSeq) -> Option<bytes::Bytes> {
+    fn cached_reply(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> Option<bytes::Bytes> {
         self.table.cached_reply(client, seq)
     }
 

@@ -163,7 +163,9 @@ fn zero_seq_is_rejected_and_a_jump_slides_the_window() {
         r.iter().all(|x| x.request_seq != RequestSeq(1) || x.duplicate),
         "an abandoned seq never executes"
     );
-    assert!(r.iter().any(|x| x.request_seq == RequestSeq(4) && !x.duplicate && !x.is_rejected()));
+    assert!(r
+        .iter()
+        .any(|x| x.request_seq == RequestSeq(4) && !x.duplicate && !x.is_rejected()));
     assert_eq!(e.stats().window_slides, 1);
 }
 
@@ -201,7 +203,10 @@ fn checkpoint_restore_reproduces_state_and_future_behaviour() {
     assert_eq!(ra, rb);
     assert_eq!(rb.len(), 3);
     assert!(rb[0].duplicate && rb[0].result == "4@0.0");
-    assert!(!rb[2].is_rejected() && !rb[2].duplicate, "a jump slides the window");
+    assert!(
+        !rb[2].is_rejected() && !rb[2].duplicate,
+        "a jump slides the window"
+    );
     assert_eq!(a.state_digest(), b.state_digest());
 }
 

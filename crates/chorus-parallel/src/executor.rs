@@ -184,7 +184,11 @@ impl ParallelExecutor {
 }
 
 impl Executor for ParallelExecutor {
-    fn cached_reply(&self, client: chorus_core::ClientId, seq: chorus_core::RequestSeq) -> Option<bytes::Bytes> {
+    fn cached_reply(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> Option<bytes::Bytes> {
         self.table.cached_reply(client, seq)
     }
 

@@ -34,7 +34,12 @@ fn free_base() -> u16 {
 }
 
 impl TestCluster {
-    pub fn new(mode: OrderingMode, pillars: u32, clients: usize, tweak: impl FnOnce(&mut ProtocolParams)) -> TestCluster {
+    pub fn new(
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
         let mut params = ProtocolParams {
             mode,
@@ -146,7 +151,10 @@ impl TestCluster {
             .output()
             .ok()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().filter(|l| l.starts_with('{')).find(|l| l.contains(&format!("\"replica\":{r},")))?;
+        let line = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .find(|l| l.contains(&format!("\"replica\":{r},")))?;
         serde_json::from_str(line).ok()
     }
 
@@ -155,7 +163,11 @@ impl TestCluster {
         let deadline = Instant::now() + limit;
         for &r in which {
             while self.status(r).is_none() {
-                assert!(Instant::now() < deadline, "replica {r} did not come up; log:\n{}", self.log(r));
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {r} did not come up; log:\n{}",
+                    self.log(r)
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -169,7 +181,12 @@ impl TestCluster {
             let keys: Vec<_> = s
                 .iter()
                 .flatten()
-                .map(|v| (v["executed_seq"].as_u64().unwrap_or(0), v["state_digest"].as_str().unwrap_or("").to_string()))
+                .map(|v| {
+                    (
+                        v["executed_seq"].as_u64().unwrap_or(0),
+                        v["state_digest"].as_str().unwrap_or("").to_string(),
+                    )
+                })
                 .collect();
             if keys.len() == 4 && keys.windows(2).all(|w| w[0] == w[1]) {
                 return keys[0].clone();
@@ -177,7 +194,10 @@ impl TestCluster {
             if Instant::now() > deadline {
                 panic!(
                     "replicas did not converge: {keys:?}\nlogs:\n{}",
-                    (0..4).map(|i| format!("--- r{i}\n{}", tail(&self.log(i), 15))).collect::<Vec<_>>().join("\n")
+                    (0..4)
+                        .map(|i| format!("--- r{i}\n{}", tail(&self.log(i), 15)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 );
             }
             std::thread::sleep(Duration::from_millis(250));
