@@ -173,9 +173,8 @@ async fn demo(a: &Args) -> Result<()> {
     )
     .await
     .map_err(|e| anyhow!("probe client: {e}"))?;
-    let acked = stats.acked.lock().clone();
-    let latest = latest_per_key(&acked);
-    let sample: Vec<_> = latest.iter().rev().take(200).collect();
+    let latest: Vec<(Bytes, Bytes)> = stats.acked.lock().clone().into_iter().collect();
+    let sample: Vec<_> = latest.iter().take(200).collect();
     let mut lost = 0;
     for (k, v) in &sample {
         let r = probe
@@ -258,17 +257,6 @@ async fn demo(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn latest_per_key(acked: &[(Bytes, Bytes)]) -> Vec<(Bytes, Bytes)> {
-    let mut map = std::collections::HashMap::new();
-    let mut order = Vec::new();
-    for (k, v) in acked {
-        if map.insert(k.clone(), v.clone()).is_none() {
-            order.push(k.clone());
-        }
-    }
-    order.into_iter().map(|k| (k.clone(), map[&k].clone())).collect()
-}
-
 fn client_keys(dir: &std::path::Path, count: usize) -> Result<Vec<Identity>> {
     (0..count)
         .map(|i| {
@@ -302,6 +290,7 @@ async fn worker(client: Arc<chorus_client::Client>, c: usize, slot: usize, stats
                 }
                 Err(_) => {
                     stats.errors.fetch_add(1, Ordering::Relaxed);
+                    stats.forget_key(key);
                 }
             }
         }

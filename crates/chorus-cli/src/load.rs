@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,12 +15,15 @@ pub struct LoadStats {
     pub errors: AtomicU64,
     window: Mutex<Histogram<u64>>,
     phase: Mutex<Histogram<u64>>,
-    /// Writes acknowledged by f+1 replicas: (key, value), bounded sample.
-    pub acked: Mutex<Vec<(Bytes, Bytes)>>,
+    /// The latest write acknowledged by f+1 replicas, per key. Each key has
+    /// one sequential writer, so the last acknowledgement is the value the
+    /// replicas must hold. Bounded by `ACKED_KEYS_MAX` distinct keys.
+    pub acked: Mutex<HashMap<Bytes, Bytes>>,
+    uncertain: Mutex<HashSet<Bytes>>,
     pub stop: AtomicBool,
 }
 
-pub const ACKED_SAMPLE_MAX: usize = 100_000;
+pub const ACKED_KEYS_MAX: usize = 100_000;
 
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
@@ -32,7 +36,8 @@ impl Default for LoadStats {
             errors: AtomicU64::new(0),
             window: Mutex::new(hist()),
             phase: Mutex::new(hist()),
-            acked: Mutex::new(Vec::new()),
+            acked: Mutex::new(HashMap::new()),
+            uncertain: Mutex::new(HashSet::new()),
             stop: AtomicBool::new(false),
         }
     }
@@ -79,9 +84,23 @@ impl LoadStats {
     }
 
     pub fn remember_ack(&self, key: Bytes, value: Bytes) {
+        if self.uncertain.lock().contains(&key) {
+            return;
+        }
         let mut a = self.acked.lock();
-        if a.len() < ACKED_SAMPLE_MAX {
-            a.push((key, value));
+        if a.len() < ACKED_KEYS_MAX || a.contains_key(&key) {
+            a.insert(key, value);
+        }
+    }
+
+    /// A write that failed at the client (deadline) may still be executed
+    /// later, possibly after a newer write to the same key, so the key's
+    /// final value is unknown: stop checking it.
+    pub fn forget_key(&self, key: Bytes) {
+        self.acked.lock().remove(&key);
+        let mut u = self.uncertain.lock();
+        if u.len() < ACKED_KEYS_MAX {
+            u.insert(key);
         }
     }
 }

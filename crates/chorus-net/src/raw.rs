@@ -40,6 +40,15 @@ impl<R: AsyncRead + Unpin> RawReader<R> {
         self.max_len = max_len;
     }
 
+    /// Whether a whole frame is already buffered (`next` returns it without I/O).
+    pub(crate) fn has_frame(&self) -> bool {
+        if self.buf.len() < HEADER_BYTES {
+            return false;
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        self.buf.len() - HEADER_BYTES >= len
+    }
+
     /// The next frame's body; `None` on EOF at a frame boundary.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, NetError> {
         loop {
@@ -139,6 +148,28 @@ impl<W: AsyncWrite + Unpin> RawWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn has_frame_tells_whether_next_needs_the_socket() {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut w = RawWriter::new(a);
+        let mut r = RawReader::new(b, 100);
+        assert!(!r.has_frame());
+        w.push(&[b"one"]);
+        w.push(&[b"two"]);
+        w.flush().await.unwrap();
+        assert_eq!(&r.next().await.unwrap().unwrap()[..], b"one");
+        // Both frames arrived in one read: the second is already buffered.
+        assert!(r.has_frame());
+        assert_eq!(&r.next().await.unwrap().unwrap()[..], b"two");
+        assert!(!r.has_frame());
+        // Half a frame is not a frame.
+        w.push(&[b"three"]);
+        let half = w.out.split_to(5);
+        w.wr.write_all(&half).await.unwrap();
+        r.rd.read_buf(&mut r.buf).await.unwrap();
+        assert!(!r.has_frame());
+    }
 
     #[tokio::test]
     async fn frames_roundtrip_and_limit_is_enforced_before_the_body() {

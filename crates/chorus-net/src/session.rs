@@ -73,6 +73,12 @@ impl FrameReader {
         self.peer
     }
 
+    /// Whether `next` would return a frame (or its error) without waiting
+    /// for the socket: lets a reader hand on a burst of frames at once.
+    pub fn has_buffered_frame(&self) -> bool {
+        !self.failed && self.raw.has_frame()
+    }
+
     /// The next authenticated payload; `Ok(None)` on a clean EOF. Any error is
     /// final (counted once, then `Poisoned`): drop both halves of the connection.
     pub async fn next(&mut self) -> Result<Option<Bytes>, NetError> {

@@ -15,10 +15,23 @@ pub const PILLAR_CHANNEL_CAP: usize = 16_384;
 
 /// Into the protocol core thread.
 pub enum CoreInput {
-    Peer { from: ReplicaId, msg: ReplicaMsg },
+    Peer {
+        from: ReplicaId,
+        msg: ReplicaMsg,
+    },
     Request(Request),
-    Checkpointed { seq: Seq, state_digest: Digest, snapshot: Bytes },
-    StateInstalled { seq: Seq, state_digest: Digest },
+    Checkpointed {
+        seq: Seq,
+        state_digest: Digest,
+        snapshot: Bytes,
+    },
+    StateInstalled {
+        seq: Seq,
+        state_digest: Digest,
+    },
+    /// Several of the above that a pillar read in one burst: one channel
+    /// hop and one wake-up of the core instead of one each (never nested).
+    Many(Vec<CoreInput>),
 }
 
 /// Into a pillar thread.
@@ -29,21 +42,49 @@ pub enum PillarInput {
     BroadcastPeer { frame: Bytes },
     /// An encoded `ClientMsg` for a client connected to this pillar.
     ToClient { client: ClientId, frame: Bytes },
+    /// Several `ToClient`s at once (the executor's replies of one round):
+    /// one channel hop and one wake-up instead of one per reply.
+    ToClients(Vec<(ClientId, Bytes)>),
     /// A freshly accepted client socket this pillar now owns.
     AdoptClient(std::net::TcpStream),
 }
 
 /// Into the executor thread.
 pub enum ExecInput {
-    Deliver { seq: Seq, batch: Arc<Batch> },
-    TakeCheckpoint { seq: Seq },
-    InstallState { cert: CheckpointCert, snapshot: Bytes },
-    ReadOnly { request: Request },
-    Reject { client: ClientId, seq: RequestSeq, reason: RejectReason },
+    Deliver {
+        seq: Seq,
+        batch: Arc<Batch>,
+    },
+    TakeCheckpoint {
+        seq: Seq,
+    },
+    InstallState {
+        cert: CheckpointCert,
+        snapshot: Bytes,
+    },
+    ReadOnly {
+        request: Request,
+    },
+    Reject {
+        client: ClientId,
+        seq: RequestSeq,
+        reason: RejectReason,
+    },
     /// A client authenticated on `pillar`: replies to it go there.
-    ClientAt { client: ClientId, pillar: usize },
-    ClientGone { client: ClientId, pillar: usize },
-    StatusQuery { client: ClientId },
+    ClientAt {
+        client: ClientId,
+        pillar: usize,
+    },
+    ClientGone {
+        client: ClientId,
+        pillar: usize,
+    },
+    StatusQuery {
+        client: ClientId,
+    },
     /// The client sent `(client, seq)` again: answer in full if it already executed.
-    Retransmit { client: ClientId, seq: RequestSeq },
+    Retransmit {
+        client: ClientId,
+        seq: RequestSeq,
+    },
 }

@@ -23,7 +23,7 @@ pub struct CoreThread {
     pub store: Store,
     pub input: mpsc::Receiver<CoreInput>,
     pub pillars: Vec<mpsc::Sender<PillarInput>>,
-    pub exec: crossbeam_channel::Sender<ExecInput>,
+    pub exec: crate::queue::Sender<ExecInput>,
     pub status: watch::Sender<CoreStatus>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
@@ -32,7 +32,7 @@ pub struct CoreThread {
 struct Driver {
     store: Store,
     pillars: Vec<mpsc::Sender<PillarInput>>,
-    exec: crossbeam_channel::Sender<ExecInput>,
+    exec: crate::queue::Sender<ExecInput>,
     metrics: Arc<Metrics>,
     timers: BTreeMap<TimerId, Millis>,
     pending_persist: Vec<PersistRecord>,
@@ -41,7 +41,9 @@ struct Driver {
 
 impl CoreThread {
     pub fn run(self) -> Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(self.run_async())
     }
 
@@ -63,7 +65,14 @@ impl CoreThread {
             Replica::new(self.config.clone(), self.me, self.identity.clone(), now, &mut out)
         } else {
             tracing::info!(records = records.len(), "recovering from storage");
-            Replica::recover(self.config.clone(), self.me, self.identity.clone(), records, now, &mut out)
+            Replica::recover(
+                self.config.clone(),
+                self.me,
+                self.identity.clone(),
+                records,
+                now,
+                &mut out,
+            )
         };
         driver.perform(&mut out)?;
         let mut last_status = Instant::now();
@@ -74,14 +83,14 @@ impl CoreThread {
                 _ = self.shutdown.changed() => break,
                 msg = self.input.recv() => {
                     let Some(msg) = msg else { break };
-                    replica.handle(driver.now(), to_event(msg), &mut out);
+                    feed(&mut replica, driver.now(), msg, &mut out);
                     // Drain whatever else is queued without yielding, so one
                     // storage sync covers many events.
                     let mut drained = 0;
                     while drained < 256 {
                         match self.input.try_recv() {
                             Ok(m) => {
-                                replica.handle(driver.now(), to_event(m), &mut out);
+                                feed(&mut replica, driver.now(), m, &mut out);
                                 drained += 1;
                             }
                             Err(_) => break,
@@ -112,10 +121,18 @@ impl CoreThread {
     }
 }
 
-fn to_event(input: CoreInput) -> Event {
-    match input {
+fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) {
+    let event = match input {
+        // Requests reach the core only from pillars, which verified their
+        // authenticator at this replica already (pillar.rs).
+        CoreInput::Request(r) => return replica.handle_verified_request(now, r, out),
+        CoreInput::Many(inputs) => {
+            for i in inputs {
+                feed(replica, now, i, out);
+            }
+            return;
+        }
         CoreInput::Peer { from, msg } => Event::Message { from, msg },
-        CoreInput::Request(r) => Event::Request(r),
         CoreInput::Checkpointed {
             seq,
             state_digest,
@@ -126,7 +143,8 @@ fn to_event(input: CoreInput) -> Event {
             snapshot,
         },
         CoreInput::StateInstalled { seq, state_digest } => Event::StateInstalled { seq, state_digest },
-    }
+    };
+    replica.handle(now, event, out);
 }
 
 impl Driver {
@@ -147,7 +165,9 @@ impl Driver {
         if !self.pending_persist.is_empty() {
             self.store.append(&self.pending_persist)?;
             self.store.sync()?;
-            self.metrics.persisted_records.inc_by(self.pending_persist.len() as u64);
+            self.metrics
+                .persisted_records
+                .inc_by(self.pending_persist.len() as u64);
             self.pending_persist.clear();
         }
         Ok(())

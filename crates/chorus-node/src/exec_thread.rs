@@ -7,7 +7,9 @@ use crate::channels::{CoreInput, ExecInput, PillarInput};
 use crate::metrics::Metrics;
 use crate::status::{CoreStatus, StatusReport};
 use bytes::Bytes;
-use chorus_core::{encode, ClientId, ClientMsg, ClusterConfig, Digest, Reply, ReplyBody, ReplicaId, RequestSeq, Seq};
+use chorus_core::{
+    encode, ClientId, ClientMsg, ClusterConfig, Digest, ReplicaId, Reply, ReplyBody, RequestSeq, Seq,
+};
 use chorus_exec::{ExecResult, Executor};
 use chorus_order::RejectReason;
 use std::collections::{BTreeSet, HashMap};
@@ -23,11 +25,13 @@ pub struct ExecThread {
     pub config: Arc<ClusterConfig>,
     pub me: ReplicaId,
     pub executor: Box<dyn Executor>,
-    pub input: crossbeam_channel::Receiver<ExecInput>,
+    pub input: crate::queue::Receiver<ExecInput>,
     pub pillars: Vec<mpsc::Sender<PillarInput>>,
     pub core: mpsc::Sender<CoreInput>,
     pub core_status: watch::Receiver<CoreStatus>,
     pub metrics: Arc<Metrics>,
+    /// Replies of the current round, per pillar (see `flush_replies`).
+    pub outgoing: Vec<Vec<(ClientId, Bytes)>>,
 }
 
 impl ExecThread {
@@ -36,11 +40,12 @@ impl ExecThread {
         let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
         let mut results: Vec<ExecResult> = Vec::new();
+        self.outgoing = vec![Vec::new(); self.pillars.len()];
         loop {
             let msg = match self.input.recv_timeout(Duration::from_millis(1)) {
                 Ok(m) => Some(m),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                Err(crate::queue::RecvTimeoutError::Timeout) => None,
+                Err(crate::queue::RecvTimeoutError::Disconnected) => break,
             };
             if let Some(msg) = msg {
                 match msg {
@@ -121,6 +126,23 @@ impl ExecThread {
                 self.reply(&clients, r.client, r.request_seq, false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
+            self.flush_replies();
+        }
+    }
+
+    /// Hand each pillar the replies of this round in one message.
+    fn flush_replies(&mut self) {
+        for p in 0..self.outgoing.len() {
+            if self.outgoing[p].is_empty() {
+                continue;
+            }
+            let frames = std::mem::take(&mut self.outgoing[p]);
+            let count = frames.len() as u64;
+            if self.pillars[p].try_send(PillarInput::ToClients(frames)).is_err() {
+                self.metrics.drop_frame("reply-queue-full");
+            } else {
+                self.metrics.replies_sent.inc_by(count);
+            }
         }
     }
 
@@ -138,7 +160,10 @@ impl ExecThread {
                 continue;
             }
             let cp = self.executor.checkpoint();
-            assert_eq!(cp.next_seq, seq, "checkpoint must be taken exactly at its position");
+            assert_eq!(
+                cp.next_seq, seq,
+                "checkpoint must be taken exactly at its position"
+            );
             let _ = self.core.blocking_send(CoreInput::Checkpointed {
                 seq,
                 state_digest: cp.state_digest,
@@ -156,7 +181,15 @@ impl ExecThread {
         }
     }
 
-    fn reply(&self, clients: &HashMap<ClientId, Vec<usize>>, client: ClientId, seq: RequestSeq, read_only: bool, body: ReplyBody) {
+    /// Queue a reply; `flush_replies` sends it at the end of the round.
+    fn reply(
+        &mut self,
+        clients: &HashMap<ClientId, Vec<usize>>,
+        client: ClientId,
+        seq: RequestSeq,
+        read_only: bool,
+        body: ReplyBody,
+    ) {
         let reply = Reply {
             client,
             seq,
@@ -164,19 +197,32 @@ impl ExecThread {
             read_only,
             body,
         };
-        if self.send_client(clients, client, &ClientMsg::Reply(reply)) {
-            self.metrics.replies_sent.inc();
+        let Some(&pillar) = clients.get(&client).and_then(|c| c.last()) else {
+            // Not connected here: see `send_client`.
+            return;
+        };
+        let frame = Bytes::from(encode(&ClientMsg::Reply(reply)));
+        if let Some(q) = self.outgoing.get_mut(pillar) {
+            q.push((client, frame));
         }
     }
 
-    fn send_client(&self, clients: &HashMap<ClientId, Vec<usize>>, client: ClientId, msg: &ClientMsg) -> bool {
+    fn send_client(
+        &self,
+        clients: &HashMap<ClientId, Vec<usize>>,
+        client: ClientId,
+        msg: &ClientMsg,
+    ) -> bool {
         let Some(&pillar) = clients.get(&client).and_then(|c| c.last()) else {
             // Not connected here: the client gets its answer from the others,
             // or from our cached reply when it retransmits.
             return false;
         };
         let frame = Bytes::from(encode(msg));
-        if self.pillars[pillar].try_send(PillarInput::ToClient { client, frame }).is_err() {
+        if self.pillars[pillar]
+            .try_send(PillarInput::ToClient { client, frame })
+            .is_err()
+        {
             self.metrics.drop_frame("reply-queue-full");
             return false;
         }

@@ -25,7 +25,8 @@ pub struct KeygenOptions {
 /// metrics at base + 100·i + 91.
 pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
     let mut rng = rand::rngs::OsRng;
-    std::fs::create_dir_all(opts.out.join("keys")).with_context(|| format!("creating {}", opts.out.display()))?;
+    std::fs::create_dir_all(opts.out.join("keys"))
+        .with_context(|| format!("creating {}", opts.out.display()))?;
     let replica_ids: Vec<Identity> = (0..opts.n).map(|_| Identity::generate(&mut rng)).collect();
     let client_ids: Vec<Identity> = (0..opts.clients).map(|_| Identity::generate(&mut rng)).collect();
     let replicas = replica_ids
@@ -36,7 +37,12 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             ReplicaInfo {
                 id: ReplicaId(i as u32),
                 identity: k.public(),
-                host: opts.hosts.get(i).or(opts.hosts.last()).cloned().unwrap_or_else(|| "127.0.0.1".into()),
+                host: opts
+                    .hosts
+                    .get(i)
+                    .or(opts.hosts.last())
+                    .cloned()
+                    .unwrap_or_else(|| "127.0.0.1".into()),
                 peer_base_port: base,
                 client_port: base + 90,
                 metrics_port: base + 91,
@@ -56,11 +62,16 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
         replicas,
         clients,
     };
-    cluster.validate().context("the requested cluster parameters are invalid")?;
+    cluster
+        .validate()
+        .context("the requested cluster parameters are invalid")?;
     write(&opts.out.join("cluster.toml"), &toml::to_string(&cluster)?)?;
     for (i, k) in replica_ids.iter().enumerate() {
         let key = format!("keys/replica-{i}.key");
-        write(&opts.out.join(&key), &toml::to_string(&KeyFile::from_identity(k))?)?;
+        write(
+            &opts.out.join(&key),
+            &toml::to_string(&KeyFile::from_identity(k))?,
+        )?;
         let node = NodeConfig {
             id: ReplicaId(i as u32),
             cluster_file: "cluster.toml".into(),
@@ -73,11 +84,17 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             sleep_us: opts.sleep_us,
             sleep_buckets: opts.sleep_buckets,
         };
-        write(&opts.out.join(format!("replica-{i}.toml")), &toml::to_string(&node)?)?;
+        write(
+            &opts.out.join(format!("replica-{i}.toml")),
+            &toml::to_string(&node)?,
+        )?;
     }
     for (i, k) in client_ids.iter().enumerate() {
         let key = format!("keys/client-{i}.key");
-        write(&opts.out.join(&key), &toml::to_string(&KeyFile::from_identity(k))?)?;
+        write(
+            &opts.out.join(&key),
+            &toml::to_string(&KeyFile::from_identity(k))?,
+        )?;
         let c = ClientFile {
             id: ClientId(i as u64),
             cluster_file: "cluster.toml".into(),

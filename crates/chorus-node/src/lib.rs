@@ -7,5 +7,6 @@ pub mod keygen;
 pub mod metrics;
 pub mod node_config;
 pub mod pillar;
+pub mod queue;
 pub mod runtime;
 pub mod status;

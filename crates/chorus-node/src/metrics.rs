@@ -40,31 +40,83 @@ pub struct Metrics {
 impl Metrics {
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("chorus");
-        r.register("requests_received", "client requests received", self.requests_received.clone());
-        r.register("requests_rejected", "client requests rejected, by reason", self.requests_rejected.clone());
-        r.register("messages_in", "replica messages received, by kind", self.messages_in.clone());
+        r.register(
+            "requests_received",
+            "client requests received",
+            self.requests_received.clone(),
+        );
+        r.register(
+            "requests_rejected",
+            "client requests rejected, by reason",
+            self.requests_rejected.clone(),
+        );
+        r.register(
+            "messages_in",
+            "replica messages received, by kind",
+            self.messages_in.clone(),
+        );
         r.register("messages_out", "replica messages sent", self.messages_out.clone());
-        r.register("frames_dropped", "frames dropped, by reason", self.frames_dropped.clone());
-        r.register("delivered_batches", "batches delivered in order", self.delivered_batches.clone());
-        r.register("executed_requests", "requests executed", self.executed_requests.clone());
-        r.register("replies_sent", "replies sent to clients", self.replies_sent.clone());
-        r.register("persisted_records", "records written to storage", self.persisted_records.clone());
-        r.register("next_delivery", "next global position to deliver", self.next_delivery.clone());
-        r.register("stable_checkpoint", "last stable checkpoint position", self.stable_checkpoint.clone());
-        r.register("client_connections", "open client connections", self.client_connections.clone());
-        r.register("peer_connections", "open replica connections", self.peer_connections.clone());
+        r.register(
+            "frames_dropped",
+            "frames dropped, by reason",
+            self.frames_dropped.clone(),
+        );
+        r.register(
+            "delivered_batches",
+            "batches delivered in order",
+            self.delivered_batches.clone(),
+        );
+        r.register(
+            "executed_requests",
+            "requests executed",
+            self.executed_requests.clone(),
+        );
+        r.register(
+            "replies_sent",
+            "replies sent to clients",
+            self.replies_sent.clone(),
+        );
+        r.register(
+            "persisted_records",
+            "records written to storage",
+            self.persisted_records.clone(),
+        );
+        r.register(
+            "next_delivery",
+            "next global position to deliver",
+            self.next_delivery.clone(),
+        );
+        r.register(
+            "stable_checkpoint",
+            "last stable checkpoint position",
+            self.stable_checkpoint.clone(),
+        );
+        r.register(
+            "client_connections",
+            "open client connections",
+            self.client_connections.clone(),
+        );
+        r.register(
+            "peer_connections",
+            "open replica connections",
+            self.peer_connections.clone(),
+        );
         r
     }
 
     pub fn reject(&self, reason: &str) {
         self.requests_rejected
-            .get_or_create(&ReasonLabel { reason: reason.into() })
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
             .inc();
     }
 
     pub fn drop_frame(&self, reason: &str) {
         self.frames_dropped
-            .get_or_create(&ReasonLabel { reason: reason.into() })
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
             .inc();
     }
 

@@ -117,10 +117,18 @@ pub fn load_node(path: &Path) -> Result<LoadedNode> {
     let key: KeyFile = read_toml(&relative_to(path, &node.key_file))?;
     let identity = key.to_identity()?;
     let Some(info) = cluster.replica(node.id) else {
-        bail!("replica id {} is not in the cluster ({} replicas)", node.id, cluster.n());
+        bail!(
+            "replica id {} is not in the cluster ({} replicas)",
+            node.id,
+            cluster.n()
+        );
     };
     if info.identity != identity.public() {
-        bail!("the key in {} does not match replica {} in the cluster file", node.key_file.display(), node.id);
+        bail!(
+            "the key in {} does not match replica {} in the cluster file",
+            node.key_file.display(),
+            node.id
+        );
     }
     let data_dir = relative_to(path, &node.data_dir);
     Ok(LoadedNode {
@@ -146,7 +154,11 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
     let identity = key.to_identity()?;
     match cluster.client(c.id) {
         Some(info) if info.identity == identity.public() => {}
-        Some(_) => bail!("the key in {} does not match client {}", c.key_file.display(), c.id),
+        Some(_) => bail!(
+            "the key in {} does not match client {}",
+            c.key_file.display(),
+            c.id
+        ),
         None => bail!("client {} is not in the cluster file", c.id),
     }
     Ok(LoadedClient {

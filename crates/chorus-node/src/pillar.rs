@@ -7,7 +7,9 @@
 use crate::channels::{CoreInput, ExecInput, PillarInput};
 use crate::metrics::Metrics;
 use bytes::Bytes;
-use chorus_core::{decode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg};
+use chorus_core::{
+    decode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg,
+};
 use chorus_net::{Expected, NetLimits, PeerRole};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,7 +33,7 @@ pub struct PillarThread {
     pub identity: Identity,
     pub input: mpsc::Receiver<PillarInput>,
     pub core: mpsc::Sender<CoreInput>,
-    pub exec: crossbeam_channel::Sender<ExecInput>,
+    pub exec: crate::queue::Sender<ExecInput>,
     pub metrics: Arc<Metrics>,
     pub peer_listener: std::net::TcpListener,
     /// Only pillar 0 accepts clients; it hands sockets round-robin to all pillars.
@@ -41,6 +43,10 @@ pub struct PillarThread {
     pub counters: Arc<chorus_net::Counters>,
 }
 
+/// Per client: its connections as (connection id, frame queue, eviction
+/// signal), newest last, at most `CLIENT_CONNS_MAX` each.
+type ClientConns = HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>, Rc<tokio::sync::Notify>)>>;
+
 struct Shared {
     index: usize,
     config: Arc<ClusterConfig>,
@@ -49,10 +55,10 @@ struct Shared {
     limits: Limits,
     net: NetLimits,
     core: mpsc::Sender<CoreInput>,
-    exec: crossbeam_channel::Sender<ExecInput>,
+    exec: crate::queue::Sender<ExecInput>,
     metrics: Arc<Metrics>,
     /// Live connections per client (newest last); replies use the newest.
-    clients: RefCell<HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>)>>>,
+    clients: RefCell<ClientConns>,
     next_conn: RefCell<u64>,
     counters: Arc<chorus_net::Counters>,
     /// Handshakes cost a signature and a DH before the peer is known: bound them.
@@ -61,12 +67,19 @@ struct Shared {
 
 /// Concurrent unauthenticated handshakes per pillar.
 const HANDSHAKES_MAX: usize = 64;
+/// Connections one client may hold to one pillar. A client that reconnects
+/// while its old connections linger (a dead peer not yet timed out) gets the
+/// new one and the oldest is closed, so the total is bounded by the
+/// configured clients times this, never by what clients choose to open.
+const CLIENT_CONNS_MAX: usize = 4;
 /// Request seqs remembered per client connection to spot retransmissions.
 const SEEN_SEQS_MAX: usize = 4_096;
 
 impl PillarThread {
     pub fn run(self) -> anyhow::Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, self.run_async())
     }
@@ -123,15 +136,11 @@ impl PillarThread {
                             }
                         }
                         PillarInput::ToClient { client, frame } => {
-                            let tx = shared
-                                .clients
-                                .borrow()
-                                .get(&client)
-                                .and_then(|conns| conns.last().map(|(_, tx)| tx.clone()));
-                            if let Some(tx) = tx {
-                                if tx.try_send(frame).is_err() {
-                                    self.metrics.drop_frame("client-queue-full");
-                                }
+                            to_client(&shared, client, frame);
+                        }
+                        PillarInput::ToClients(frames) => {
+                            for (client, frame) in frames {
+                                to_client(&shared, client, frame);
                             }
                         }
                         PillarInput::AdoptClient(stream) => {
@@ -145,12 +154,27 @@ impl PillarThread {
     }
 }
 
+/// Queue a frame on the newest connection of `client` (dropped and counted
+/// when its queue is full; the client retransmits).
+fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
+    let clients = shared.clients.borrow();
+    if let Some((_, tx, _)) = clients.get(&client).and_then(|conns| conns.last()) {
+        if tx.try_send(frame).is_err() {
+            shared.metrics.drop_frame("client-queue-full");
+        }
+    }
+}
+
 /// Keep one authenticated outbound connection to `peer`'s pillar alive and
 /// write queued frames to it. Frames queued while disconnected wait in the
 /// bounded queue; PBFT's status exchange retransmits anything lost.
 async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<Bytes>) {
-    let Some(info) = shared.config.replica(peer).cloned() else { return };
-    let Some(expected) = Expected::replica_pillar(&shared.config, peer, shared.index as u32) else { return };
+    let Some(info) = shared.config.replica(peer).cloned() else {
+        return;
+    };
+    let Some(expected) = Expected::replica_pillar(&shared.config, peer, shared.index as u32) else {
+        return;
+    };
     let my_role = PeerRole::Replica {
         id: shared.me,
         pillar: shared.index as u32,
@@ -159,9 +183,19 @@ async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<B
     let mut backoff = BACKOFF_MIN_MS;
     loop {
         let conn = async {
-            let stream = tokio::net::TcpStream::connect(&addr).await.map_err(chorus_net::NetError::from)?;
+            let stream = tokio::net::TcpStream::connect(&addr)
+                .await
+                .map_err(chorus_net::NetError::from)?;
             let _ = stream.set_nodelay(true);
-            chorus_net::connect(stream, &shared.identity, my_role, &expected, &shared.net, &shared.counters).await
+            chorus_net::connect(
+                stream,
+                &shared.identity,
+                my_role,
+                &expected,
+                &shared.net,
+                &shared.counters,
+            )
+            .await
         };
         let (_role, _reader, mut writer) = match tokio::time::timeout(Duration::from_secs(5), conn).await {
             Ok(Ok(c)) => c,
@@ -218,8 +252,15 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
         shared.metrics.drop_frame("handshakes-saturated");
         return;
     };
-    let accepted =
-        chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net, &shared.counters).await;
+    let accepted = chorus_net::accept(
+        stream,
+        &shared.identity,
+        my_role,
+        &shared.config,
+        &shared.net,
+        &shared.counters,
+    )
+    .await;
     drop(permit);
     let (role, mut reader, _writer) = match accepted {
         Ok(c) => c,
@@ -239,7 +280,14 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
     };
     let lanes = shared.config.lanes() as usize;
     let pillars = shared.config.params.pillars as usize;
+    let mut burst = Burst::default();
     loop {
+        if !burst
+            .flush_unless(reader.has_buffered_frame(), &shared.core)
+            .await
+        {
+            return;
+        }
         let frame = match reader.next().await {
             Ok(Some(f)) => f,
             Ok(None) => return,
@@ -266,11 +314,42 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
         shared
             .metrics
             .messages_in
-            .get_or_create(&crate::metrics::KindLabel { kind: msg.kind().into() })
+            .get_or_create(&crate::metrics::KindLabel {
+                kind: msg.kind().into(),
+            })
             .inc();
-        if shared.core.send(CoreInput::Peer { from, msg }).await.is_err() {
-            return;
+        burst.push(CoreInput::Peer { from, msg });
+    }
+}
+
+/// Inputs for the core decoded from one read burst: frames already in the
+/// read buffer are decoded and checked first, then handed to the core in one
+/// message (one wake-up of the core thread instead of one per frame).
+#[derive(Default)]
+struct Burst {
+    items: Vec<CoreInput>,
+}
+
+/// Inputs handed to the core at once at most.
+const BURST_MAX: usize = 64;
+
+impl Burst {
+    fn push(&mut self, input: CoreInput) {
+        self.items.push(input);
+    }
+
+    /// Send what was collected, unless more frames are buffered and the burst
+    /// is not full yet. `false` when the core is gone.
+    async fn flush_unless(&mut self, more_buffered: bool, core: &mpsc::Sender<CoreInput>) -> bool {
+        if self.items.is_empty() || (more_buffered && self.items.len() < BURST_MAX) {
+            return true;
         }
+        let input = if self.items.len() == 1 {
+            self.items.pop().expect("one item")
+        } else {
+            CoreInput::Many(std::mem::take(&mut self.items))
+        };
+        core.send(input).await.is_ok()
     }
 }
 
@@ -286,7 +365,9 @@ async fn accept_clients(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let Ok(std_stream) = stream.into_std() else { continue };
+        let Ok(std_stream) = stream.into_std() else {
+            continue;
+        };
         // COP: client connections are spread over pillars.
         let p = next % pillars.len();
         next += 1;
@@ -298,7 +379,9 @@ async fn accept_clients(
 
 async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     let _ = stream.set_nonblocking(true);
-    let Ok(stream) = tokio::net::TcpStream::from_std(stream) else { return };
+    let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+        return;
+    };
     let my_role = PeerRole::Replica {
         id: shared.me,
         pillar: shared.index as u32,
@@ -307,22 +390,31 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
         shared.metrics.drop_frame("handshakes-saturated");
         return;
     };
-    let accepted =
-        chorus_net::accept(stream, &shared.identity, my_role, &shared.config, &shared.net, &shared.counters).await;
+    let accepted = chorus_net::accept(
+        stream,
+        &shared.identity,
+        my_role,
+        &shared.config,
+        &shared.net,
+        &shared.counters,
+    )
+    .await;
     drop(permit);
     let (role, mut reader, mut writer) = match accepted {
-            Ok(c) => c,
-            Err(e) => {
-                shared.metrics.drop_frame("client-handshake-failed");
-                tracing::debug!(error = %e, "client handshake failed");
-                return;
-            }
-        };
+        Ok(c) => c,
+        Err(e) => {
+            shared.metrics.drop_frame("client-handshake-failed");
+            tracing::debug!(error = %e, "client handshake failed");
+            return;
+        }
+    };
     let PeerRole::Client { id: client } = role else {
         shared.metrics.drop_frame("client-wrong-role");
         return;
     };
-    let Some(client_pk) = shared.config.client(client).map(|c| c.identity) else { return };
+    let Some(client_pk) = shared.config.client(client).map(|c| c.identity) else {
+        return;
+    };
     let key = shared.identity.pairwise_key(&client_pk);
     let conn_id = {
         let mut n = shared.next_conn.borrow_mut();
@@ -330,7 +422,17 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
         *n
     };
     let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_QUEUE);
-    shared.clients.borrow_mut().entry(client).or_default().push((conn_id, tx));
+    let evicted = Rc::new(tokio::sync::Notify::new());
+    {
+        let mut clients = shared.clients.borrow_mut();
+        let conns = clients.entry(client).or_default();
+        while conns.len() >= CLIENT_CONNS_MAX {
+            let (_, _, old) = conns.remove(0);
+            old.notify_one();
+            shared.metrics.drop_frame("client-conn-evicted");
+        }
+        conns.push((conn_id, tx, evicted.clone()));
+    }
     shared.metrics.client_connections.inc();
     let _ = shared.exec.try_send(ExecInput::ClientAt {
         client,
@@ -352,8 +454,21 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
         }
     });
     let mut seen: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
+    let mut burst = Burst::default();
     loop {
-        let frame = match reader.next().await {
+        if !burst
+            .flush_unless(reader.has_buffered_frame(), &shared.core)
+            .await
+        {
+            break;
+        }
+        // `next` is cancel-safe: a partly read frame stays in its buffer.
+        let next = tokio::select! {
+            biased;
+            _ = evicted.notified() => break,
+            next = reader.next() => next,
+        };
+        let frame = match next {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
@@ -378,12 +493,18 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
                     shared.metrics.reject("client-id-mismatch");
                     continue;
                 }
+                // The core admits requests without checking again
+                // (`Replica::handle_verified_request`): this is the check.
                 if !req.verify(shared.me, &key, &client_pk) {
                     shared.metrics.reject("bad-authenticator");
                     continue;
                 }
                 if req.flags & flags::READ_ONLY != 0 {
-                    if shared.exec.try_send(ExecInput::ReadOnly { request: req }).is_err() {
+                    if shared
+                        .exec
+                        .try_send(ExecInput::ReadOnly { request: req })
+                        .is_err()
+                    {
                         shared.metrics.reject("exec-queue-full");
                     }
                 } else {
@@ -391,17 +512,14 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
                         // stall the client (PBFT §4.1).
-                        let _ = shared.exec.try_send(ExecInput::Retransmit {
-                            client,
-                            seq: req.seq,
-                        });
+                        let _ = shared
+                            .exec
+                            .try_send(ExecInput::Retransmit { client, seq: req.seq });
                     }
                     while seen.len() > SEEN_SEQS_MAX {
                         seen.pop_first();
                     }
-                    if shared.core.send(CoreInput::Request(req)).await.is_err() {
-                        break;
-                    }
+                    burst.push(CoreInput::Request(req));
                 }
             }
             ClientMsg::StatusQuery => {
@@ -416,7 +534,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     shared.metrics.client_connections.dec();
     let mut clients = shared.clients.borrow_mut();
     if let Some(conns) = clients.get_mut(&client) {
-        conns.retain(|(c, _)| *c != conn_id);
+        conns.retain(|(c, _, _)| *c != conn_id);
         if conns.is_empty() {
             clients.remove(&client);
         }

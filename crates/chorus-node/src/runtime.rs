@@ -43,6 +43,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         identity,
         data_dir,
     } = loaded;
+    tune_malloc();
     let config = Arc::new(cluster);
     let me = node.id;
     let info = config.replica(me).context("replica not in cluster")?.clone();
@@ -61,7 +62,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     let client_listener = bind(&info.host, info.client_port)?;
 
     let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL_CAP);
-    let (exec_tx, exec_rx) = crossbeam_channel::bounded(EXEC_CHANNEL_CAP);
+    let (exec_tx, exec_rx) = crate::queue::bounded(EXEC_CHANNEL_CAP);
     let (status_tx, status_rx) = watch::channel(CoreStatus::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut pillar_txs = Vec::new();
@@ -97,6 +98,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         core: core_tx.clone(),
         core_status: status_rx,
         metrics: metrics.clone(),
+        outgoing: Vec::new(),
     };
     std::thread::Builder::new()
         .name("chorus-exec".into())
@@ -128,7 +130,9 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             })?;
     }
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         if info.metrics_port != 0 {
             let m = metrics.clone();
@@ -154,6 +158,25 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     match core_handle.join() {
         Ok(r) => r,
         Err(_) => bail!("core thread panicked"),
+    }
+}
+
+/// glibc returns freed memory at the top of each thread's heap to the
+/// kernel as soon as it exceeds the trim threshold and takes it back on the
+/// next allocation: with batches being allocated and freed all the time that
+/// was thousands of `mprotect`/`madvise` calls a second per replica. Keep up
+/// to 64 MiB per heap instead (bounded; RSS is reported by `chorus bench`).
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const TRIM_THRESHOLD_BYTES: libc::c_int = 64 << 20;
+        const TOP_PAD_BYTES: libc::c_int = 4 << 20;
+        // SAFETY: `mallopt` only sets allocator parameters; called before
+        // this process starts its threads.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
+            libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES);
+        }
     }
 }
 

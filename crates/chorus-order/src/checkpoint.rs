@@ -48,6 +48,10 @@ pub struct Checkpointer {
     votes: BTreeMap<Seq, BTreeMap<ReplicaId, CheckpointVote>>,
     /// `TakeCheckpoint` emitted, `Checkpointed` not yet received.
     awaiting: BTreeSet<Seq>,
+    /// The highest verified certificate above our stable checkpoint learnt
+    /// outside the vote exchange (from a NEW-VIEW's view changes), waiting
+    /// for `take_learnt` to adopt it.
+    learnt: Option<CheckpointCert>,
 }
 
 impl Checkpointer {
@@ -61,6 +65,7 @@ impl Checkpointer {
             own_votes: BTreeMap::new(),
             votes: BTreeMap::new(),
             awaiting: BTreeSet::new(),
+            learnt: None,
         }
     }
 
@@ -200,6 +205,43 @@ impl Checkpointer {
         self.votes = self.votes.split_off(&seq.next());
         self.awaiting = self.awaiting.split_off(&seq.next());
         self.stable = Some(stable);
+    }
+
+    /// Remember a certificate that was verified elsewhere (PBFT §4.4: the
+    /// stable checkpoint proofs carried in VIEW-CHANGE / NEW-VIEW). Only the
+    /// highest is kept.
+    pub fn learn_cert(&mut self, cert: &CheckpointCert) {
+        if cert.seq <= self.stable_seq() || self.learnt.as_ref().is_some_and(|c| c.seq >= cert.seq) {
+            return;
+        }
+        self.learnt = Some(cert.clone());
+    }
+
+    /// PBFT §4.3: 2f+1 signed votes prove the checkpoint, wherever we got
+    /// them from. If we hold our own snapshot with the certified digest, the
+    /// learnt certificate makes it stable for us too. Without this a replica
+    /// whose peers' votes went missing (one correct voter reached the
+    /// checkpoint by state transfer and never voted) keeps its window below
+    /// slots the others are deciding and cannot help decide them.
+    pub fn take_learnt(&mut self) -> Option<StableCheckpoint> {
+        let cert = self.learnt.take()?;
+        if cert.seq <= self.stable_seq() {
+            return None;
+        }
+        match self.own.get(&cert.seq) {
+            Some((mine, _)) if *mine == cert.state_digest => {
+                let (_, snapshot) = self.own.remove(&cert.seq).unwrap_or_default();
+                let stable = StableCheckpoint { cert, snapshot };
+                self.adopt(stable.clone());
+                Some(stable)
+            }
+            // Our snapshot may still be coming; a state we do not hold is
+            // state transfer's job (it was told about the certificate).
+            _ => {
+                self.learnt = Some(cert);
+                None
+            }
+        }
     }
 
     /// Adopt a checkpoint whose state was installed (state transfer, recovery).

@@ -22,6 +22,7 @@ pub mod merger;
 pub mod pool;
 pub mod replica;
 pub mod roles;
+pub mod sigkeys;
 pub mod transfer;
 pub mod verify;
 

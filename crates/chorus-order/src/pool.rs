@@ -106,6 +106,18 @@ impl Pool {
 
     /// Take a client request into the pool (DESIGN §4, §6).
     pub fn admit(&mut self, now: Millis, req: Request) -> Result<Admitted, RejectReason> {
+        self.admit_checked(now, req, true)
+    }
+
+    /// `admit` for a request whose authenticator the caller already verified
+    /// at this replica with `Request::verify` (the runtime's pillars do, before
+    /// the request reaches the core): skips the second MAC/signature check and
+    /// keeps every other admission rule.
+    pub fn admit_verified(&mut self, now: Millis, req: Request) -> Result<Admitted, RejectReason> {
+        self.admit_checked(now, req, false)
+    }
+
+    fn admit_checked(&mut self, now: Millis, req: Request, verify: bool) -> Result<Admitted, RejectReason> {
         let p = &self.cfg.params;
         if req.op.len() > p.max_op_bytes as usize {
             return Err(RejectReason::Oversized);
@@ -123,7 +135,11 @@ impl Pool {
         if self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client {
             return Err(RejectReason::Busy);
         }
-        self.verifier.check(&req)?;
+        if verify {
+            self.verifier.check(&req)?;
+        } else {
+            self.verifier.check_shape(&req)?;
+        }
         let lane = self.cfg.owner_lane(req.client);
         self.insert(key, req, lane, now, State::Pending);
         Ok(Admitted::New)
@@ -172,6 +188,14 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// A full batch (by count or bytes) is waiting for `lane`.
+    pub fn full_batch_pending(&self, lane: LaneId) -> bool {
+        let p = &self.cfg.params;
+        self.load.get(lane.index()).is_some_and(|l| {
+            l.count >= p.batch_max_requests as usize || l.bytes >= p.batch_max_bytes as usize
+        })
     }
 
     /// Should the leader of `lane` cut a batch at `now`?

@@ -29,17 +29,7 @@ impl RequestVerifier {
     /// `Ok` only if the request is within limits, from a configured client,
     /// and its authenticator verifies at this replica.
     pub fn check(&mut self, req: &Request) -> Result<(), RejectReason> {
-        if req.op.len() > self.cfg.params.max_op_bytes as usize {
-            return Err(RejectReason::Oversized);
-        }
-        if req.flags & !flags::KNOWN != 0 {
-            return Err(RejectReason::BadAuthenticator);
-        }
-        if let Authenticator::Macs(m) = &req.auth {
-            if m.len() != self.cfg.n() {
-                return Err(RejectReason::BadAuthenticator);
-            }
-        }
+        self.check_shape(req)?;
         let Some(info) = self.cfg.client(req.client) else {
             return Err(RejectReason::UnknownClient);
         };
@@ -53,6 +43,26 @@ impl RequestVerifier {
         } else {
             Err(RejectReason::BadAuthenticator)
         }
+    }
+
+    /// Everything `check` checks except the authenticator itself: size,
+    /// flags, the MAC vector's length and the client's existence.
+    pub fn check_shape(&self, req: &Request) -> Result<(), RejectReason> {
+        if req.op.len() > self.cfg.params.max_op_bytes as usize {
+            return Err(RejectReason::Oversized);
+        }
+        if req.flags & !flags::KNOWN != 0 {
+            return Err(RejectReason::BadAuthenticator);
+        }
+        if let Authenticator::Macs(m) = &req.auth {
+            if m.len() != self.cfg.n() {
+                return Err(RejectReason::BadAuthenticator);
+            }
+        }
+        if self.cfg.client(req.client).is_none() {
+            return Err(RejectReason::UnknownClient);
+        }
+        Ok(())
     }
 }
 

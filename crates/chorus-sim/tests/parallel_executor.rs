@@ -10,7 +10,12 @@ fn parallel() -> ExecutorChoice {
     ExecutorChoice::Custom {
         name: "parallel".into(),
         factory: Arc::new(|service, max_inflight| {
-            Box::new(chorus_parallel::ParallelExecutor::new(service, 2, 256, max_inflight))
+            Box::new(chorus_parallel::ParallelExecutor::new(
+                service,
+                2,
+                256,
+                max_inflight,
+            ))
         }),
     }
 }

@@ -86,6 +86,52 @@ regression!(
 );
 
 regression!(
+    /// pbft n=7: correct replicas split between v8 (active, its primary gone
+    /// to v9) and v9; r6 stuck at stable #12 because one voter for #24 got
+    /// there by state transfer and never voted, so its window excluded the
+    /// slots being decided (fixed by adopting the certificate carried in
+    /// NEW-VIEW), and the back-off then outlasted the run.
+    pbft_n7_all_seed_127_view_change_stall: {
+        let mut o = options(Pbft, 1, 7, "all");
+        o.requests_per_client = 8;
+        o
+    }, seed 127, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4: r0 silent; lanes 0 and 2 split between v1 and v2.
+    cop_n4_all_seed_86_view_change_stall: options(Cop, 4, 4, "all"), seed 86, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4: r3 silent; r0, r1 changing to v1 and r2 to v2 in every lane.
+    cop_n4_all_seed_95_view_change_stall: options(Cop, 4, 4, "all"), seed 95, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=4: r1 silent; r0 changing to v2, r2 and r3 to v1.
+    cop_n4_all_seed_101_view_change_stall: options(Cop, 4, 4, "all"), seed 101, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=7: r4 silent; lanes 1 and 3 split between v1 and v2.
+    cop_n7_all_seed_80_view_change_stall: {
+        let mut o = options(Cop, 4, 7, "all");
+        o.requests_per_client = 8;
+        o
+    }, seed 80, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
+    /// cop/4 n=7: r0 silent; every lane split between v1 and v2.
+    cop_n7_all_seed_86_view_change_stall: {
+        let mut o = options(Cop, 4, 7, "all");
+        o.requests_per_client = 8;
+        o
+    }, seed 86, Expect::Pass(VIEW_CHANGE_STALL)
+);
+
+regression!(
     /// cop/4 n=4: r1 sends conflicting votes, crashes, partitions. Panicked at
     /// 3.16 s with the chorus-order of the first sweeps (passes since its
     /// lane/normal.rs changed; kept as a guard).

@@ -15,11 +15,23 @@ pub struct TestCluster {
     children: Vec<Option<Child>>,
 }
 
+/// Clusters started by this test binary so far: concurrent tests in one
+/// process must not probe the same range (both would see it free).
+static CLUSTERS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
 fn free_base() -> u16 {
-    // Spread concurrent test binaries over distinct ranges.
+    // Below the kernel's ephemeral range (32768+ on Linux), so outgoing
+    // connections never hold a port a replica is about to bind; spread
+    // concurrent test binaries (pid) and tests (counter) over distinct ranges.
     let pid = std::process::id() as u16;
+    let nth = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for attempt in 0..500u16 {
-        let base = 21_000 + ((pid.wrapping_mul(13).wrapping_add(attempt * 389)) % 38_000) / 100 * 100;
+        let slot = pid
+            .wrapping_mul(7)
+            .wrapping_add(nth.wrapping_mul(4))
+            .wrapping_add(attempt.wrapping_mul(5))
+            % 50;
+        let base = 12_000 + slot * 400;
         let ok = (0..4u16).all(|i| {
             let b = base + 100 * i;
             [b, b + 1, b + 2, b + 3, b + 90, b + 91]

@@ -32,6 +32,7 @@ pub use plan::{plan_new_view, NewViewPlan};
 
 use crate::buffer::FutureBuffer;
 use crate::counters::Cx;
+use crate::sigkeys::ReplicaKeys;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
     Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Millis, NewView, PublicIdentity,
@@ -148,6 +149,8 @@ pub struct Lane {
     pub(crate) me: ReplicaId,
     pub(crate) identity: Identity,
     pub(crate) verifier: RequestVerifier,
+    /// Replica keys, parsed once (normal-case signature checks).
+    pub(crate) keys: ReplicaKeys,
     /// The view we are in, or changing to when `!active`.
     pub(crate) view: View,
     pub(crate) active: bool,
@@ -183,6 +186,7 @@ impl Lane {
         Lane {
             id,
             verifier: RequestVerifier::new(cfg.clone(), me, identity.clone()),
+            keys: ReplicaKeys::new(&cfg),
             buffer: FutureBuffer::new(n, cfg.params.future_msgs_per_peer as usize),
             cfg,
             me,

@@ -40,7 +40,9 @@ impl Lane {
     /// The lowest slot at or above `fresh_start` that has neither a
     /// pre-prepare in the current view nor a decision.
     pub fn next_free_slot(&self) -> Slot {
-        let mut s = self.fresh_start();
+        // Every slot below `next_undecided` is decided: start there rather
+        // than walking the whole window on every call.
+        let mut s = self.fresh_start().max(self.next_undecided);
         let high = self.high();
         while s < high {
             match self.slots.get(&s) {
@@ -201,7 +203,7 @@ impl Lane {
             return cx.reject("wrong-leader");
         }
         let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
-        if !self.key(from).is_some_and(|k| k.verify(sd.as_bytes(), &pp.sig)) {
+        if !self.keys.verify(from, sd.as_bytes(), &pp.sig) {
             return cx.reject("bad-signature");
         }
         if pp.batch.digest() != pp.digest {
@@ -312,12 +314,14 @@ impl Lane {
             }
             return;
         }
-        let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
-        if !self.key(from).is_some_and(|k| k.verify(sd.as_bytes(), &p.sig)) {
+        if !self.keys.knows(from) {
             return cx.reject("bad-signature");
         }
+        // The signature is checked lazily in `check_prepared`.
         let slot = p.slot;
-        self.slot_mut(slot).prepares.insert(from, p);
+        let st = self.slot_mut(slot);
+        st.prepares.insert(from, p);
+        st.unverified.insert(from);
         self.check_prepared(cx, slot, lo);
     }
 
@@ -367,15 +371,54 @@ impl Lane {
         if st.batch(&digest).is_none() {
             return;
         }
-        let prepares: Vec<Prepare> = st
+        let matching = st
             .prepares
             .values()
             .filter(|p| p.digest == digest && p.replica != proposer)
-            .cloned()
-            .collect();
-        if prepares.len() < needed {
+            .count();
+        if matching < needed {
             return;
         }
+        // Check signatures only now, and only as many as the certificate
+        // needs (PBFT §4.2 needs 2f valid prepares); a bad one is dropped and
+        // the sender may send it again.
+        let mut valid = st
+            .prepares
+            .values()
+            .filter(|p| p.digest == digest && p.replica != proposer && !st.unverified.contains(&p.replica))
+            .count();
+        let pending: Vec<ReplicaId> = st
+            .prepares
+            .values()
+            .filter(|p| p.digest == digest && p.replica != proposer && st.unverified.contains(&p.replica))
+            .map(|p| p.replica)
+            .collect();
+        for r in pending {
+            if valid >= needed {
+                break;
+            }
+            let ok = st.prepares.get(&r).is_some_and(|p| {
+                let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
+                self.keys.verify(r, sd.as_bytes(), &p.sig)
+            });
+            st.unverified.remove(&r);
+            if ok {
+                valid += 1;
+            } else {
+                st.prepares.remove(&r);
+                cx.reject("bad-signature");
+            }
+        }
+        if valid < needed {
+            return;
+        }
+        let prepares: Vec<Prepare> = st
+            .prepares
+            .values()
+            .filter(|p| p.digest == digest && p.replica != proposer && !st.unverified.contains(&p.replica))
+            .cloned()
+            .collect();
+        debug_assert!(prepares.len() >= needed);
         let cert = PreparedCert {
             lane,
             view,

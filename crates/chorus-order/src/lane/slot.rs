@@ -1,7 +1,7 @@
 //! Per-slot PBFT state of one lane.
 
 use chorus_core::{Batch, Digest, Millis, Prepare, PreparedCert, ReplicaId, Signature, View};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Batches kept per slot: the accepted one, the decided one and a few from
@@ -29,6 +29,11 @@ pub(crate) struct SlotState {
     pub batches: Vec<(Digest, Arc<Batch>)>,
     /// Prepares of the current view, one per replica.
     pub prepares: BTreeMap<ReplicaId, Prepare>,
+    /// Peers' prepares whose signature is not checked yet. The channel
+    /// already proves the sender; the signature only matters once the
+    /// prepare goes into a certificate, so it is checked then, and only for
+    /// as many prepares as the certificate needs.
+    pub unverified: BTreeSet<ReplicaId>,
     /// Commits of the current view, one per replica.
     pub commits: BTreeMap<ReplicaId, Digest>,
     /// Our prepared certificate with the highest view.
@@ -64,6 +69,7 @@ impl SlotState {
     /// A view change discards the votes of the view left behind.
     pub fn clear_votes(&mut self) {
         self.prepares.clear();
+        self.unverified.clear();
         self.commits.clear();
     }
 

@@ -8,8 +8,10 @@
 //! other requests while censoring one.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
-//! for `v` (PBFT §4.5.2), so a replica that timed out alone does not run off
-//! to ever higher views; when it expires the lane goes to `v + 1`. Every view
+//! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
+//! does not run off to ever higher views; when it expires the lane goes to
+//! `v + 1`. Until then it re-sends its VIEW-CHANGE on every status tick
+//! (`catchup.rs`), so peers cut off when it was first sent learn it later. Every view
 //! that ends without a decision doubles the timeout (exponential back-off, so
 //! that eventually a correct primary gets enough time); a decision resets it.
 
@@ -63,13 +65,31 @@ impl Lane {
             .any(|(_, st)| st.decided.is_none() && st.accepted_in(view).is_some())
     }
 
+    /// Slots pre-prepared in the current view and not yet decided, counted up
+    /// to `cap` (the proposal pipeline's depth).
+    pub fn open_slots(&self, cap: usize) -> usize {
+        let view = self.view;
+        self.slots
+            .range(self.next_undecided..)
+            .filter(|(_, st)| st.decided.is_none() && st.accepted_in(view).is_some())
+            .take(cap)
+            .count()
+    }
+
     /// Another lane has pre-prepared a later position: the merger waits for us.
     fn behind(&self, frontier: Option<Seq>) -> bool {
         frontier.is_some_and(|f| self.seq_of(self.next_undecided) < f)
     }
 
+    /// PBFT §4.5.2: the timer of a view change to `v` starts once 2f+1
+    /// replicas are in it. A replica asking for a view above `v` counts too:
+    /// it has left every view below its own, so it will never help the
+    /// normal case of an older view, and view `v` cannot form without it
+    /// either. Counting only exact matches deadlocks when correct replicas
+    /// are split between `v` and `v + 1` (the ones in `v` never reach 2f+1
+    /// for `v`, too few are in `v + 1` for the f+1 join rule).
     fn view_change_quorum(&self) -> bool {
-        self.vcs.values().filter(|s| s.vc.new_view == self.view).count() >= self.cfg.quorum()
+        self.vcs.values().filter(|s| s.vc.new_view >= self.view).count() >= self.cfg.quorum()
     }
 
     /// Re-evaluate the timer after an event. `oldest_pending`: since when the

@@ -377,3 +377,98 @@ fn single_replica_orders_on_its_own() {
         ]
     );
 }
+
+#[test]
+fn a_prepare_with_a_bad_signature_never_makes_a_certificate() {
+    // Prepare signatures are checked lazily, when a certificate could form.
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let batch = s.batch(0, 1..3);
+    let d = batch.digest();
+    msg(
+        &mut r,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &batch)),
+    );
+    // Replica 2's prepare carrying replica 3's signature: dropped when checked.
+    let mut forged = s.prepare(2, 0, 0, 0, d);
+    forged.sig = s.prepare(3, 0, 0, 0, d).sig;
+    assert!(msg(&mut r, 2, 2, ReplicaMsg::Prepare(forged)).is_empty());
+    assert_eq!(r.counters().rejected("bad-signature"), 1);
+    // Replica 3's valid prepare makes the certificate, without the forged one.
+    let e = msg(&mut r, 3, 3, ReplicaMsg::Prepare(s.prepare(3, 0, 0, 0, d)));
+    let cert = PreparedCert {
+        lane: L0,
+        view: View(0),
+        slot: Slot(0),
+        digest: d,
+        pre_prepare_sig: s.pre_prepare(0, 0, 0, 0, &batch).sig,
+        prepares: vec![s.prepare(1, 0, 0, 0, d), s.prepare(3, 0, 0, 0, d)],
+    };
+    assert_eq!(
+        e,
+        vec![
+            Action::Persist(PersistRecord::Prepared { cert: cert.clone() }),
+            Action::Broadcast {
+                msg: ReplicaMsg::Commit(s.commit(1, 0, 0, 0, d)),
+            },
+        ]
+    );
+    assert!(crate::certs::verify_prepared_cert(&s.cfg, &cert).is_ok());
+    // Replica 2 may still send its real prepare; it changes nothing now.
+    assert!(msg(&mut r, 4, 2, ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, d))).is_empty());
+}
+
+#[test]
+fn a_verified_request_skips_only_the_authenticator_check() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let mut out = Outbox::new();
+    r.handle_verified_request(Millis(1), s.request(0, 1, b"ok"), &mut out);
+    assert_eq!(r.status().pool_len, 1);
+    // Shape checks still apply: an unknown client is refused.
+    let mut unknown = s.request(0, 2, b"x");
+    unknown.client = ClientId(99);
+    let mut out = Outbox::new();
+    r.handle_verified_request(Millis(2), unknown, &mut out);
+    assert!(effects(&mut out).iter().any(|a| matches!(
+        a,
+        Action::Reject {
+            reason: RejectReason::UnknownClient,
+            ..
+        }
+    )));
+    assert_eq!(r.status().pool_len, 1);
+}
+
+#[test]
+fn with_the_pipeline_full_a_leader_only_proposes_full_batches() {
+    use crate::replica::PROPOSAL_DEPTH;
+    let mut p = pbft();
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 2;
+    p.pool_max_per_client = 64;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    let mut out = Outbox::new();
+    let mut seq = 0;
+    // Partial batches go out once the batch delay passed, until PROPOSAL_DEPTH
+    // slots are undecided.
+    for i in 0..PROPOSAL_DEPTH as u64 {
+        seq += 1;
+        r.handle(Millis(10 * i), Event::Request(s.request(0, seq, b"a")), &mut out);
+        r.handle(Millis(10 * i + 5), Event::Timer(TimerId::Batch(L0)), &mut out);
+    }
+    effects(&mut out);
+    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64);
+    // The next partial batch waits however long it has waited...
+    seq += 1;
+    r.handle(Millis(100), Event::Request(s.request(0, seq, b"b")), &mut out);
+    r.handle(Millis(200), Event::Timer(TimerId::Batch(L0)), &mut out);
+    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64);
+    // ...but a full one goes.
+    seq += 1;
+    r.handle(Millis(201), Event::Request(s.request(1, seq, b"c")), &mut out);
+    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64 + 1);
+}

@@ -402,3 +402,128 @@ fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
     r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     assert_eq!(r2.status().views, vec![View(2)]);
 }
+
+/// Replica 2 times out on view 0 and asks for view 1.
+fn timed_out_replica(s: &Setup) -> (Replica, Millis) {
+    let mut r2 = replica(s, 2);
+    msg(
+        &mut r2,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &s.batch(0, 1..2))),
+    );
+    let t1 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    let mut out = Outbox::new();
+    r2.handle(t1, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    assert_eq!(r2.status().view_changing, vec![true]);
+    (r2, t1)
+}
+
+fn status_tick(r: &mut Replica, now: u64) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(Millis(now), Event::Timer(TimerId::Status), &mut out);
+    effects(&mut out)
+}
+
+#[test]
+fn view_change_is_retransmitted_on_every_status_tick_until_the_new_view() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let (mut r2, t1) = timed_out_replica(&s);
+    // PBFT §4.5.2 liveness: peers cut off when it was first sent must still
+    // learn it, so it goes out again on each status tick (one per interval).
+    let mut now = t1.0;
+    for _ in 0..3 {
+        now += 60;
+        let e = status_tick(&mut r2, now);
+        let vcs: Vec<ViewChange> = broadcasts(&e)
+            .into_iter()
+            .filter_map(|m| match m {
+                ReplicaMsg::ViewChange(vc) => Some(vc),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(vcs.len(), 1, "one view change per tick: {:?}", kinds(&e));
+        assert_eq!((vcs[0].new_view, vcs[0].replica), (View(1), ReplicaId(2)));
+    }
+    // Once the view is entered (here from a relayed NEW-VIEW), it stops.
+    let (sc, _, _) = scenario();
+    let mut r2 = replica(&sc.s, 2);
+    msg(&mut r2, 10, 3, ReplicaMsg::NewView(sc.nv.clone()));
+    let e = status_tick(&mut r2, 100);
+    assert!(!broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(_))));
+}
+
+#[test]
+fn f_view_changes_for_higher_views_do_not_make_a_replica_join() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut r0 = replica(&s, 0);
+    // One replica (possibly faulty) asking for view 5 moves nobody.
+    let e = msg(
+        &mut r0,
+        1,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 5, vec![])),
+    );
+    assert!(e.is_empty());
+    assert_eq!(r0.status().views, vec![View(0)]);
+    assert_eq!(r0.status().view_changing, vec![false]);
+    // A second one (f+1 = 2) does, to the highest view both asked for.
+    let e = msg(
+        &mut r0,
+        2,
+        1,
+        ReplicaMsg::ViewChange(view_change(&s, 1, 1, vec![])),
+    );
+    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(r0.status().views, vec![View(1)]);
+}
+
+#[test]
+fn replicas_split_between_v_and_v_plus_one_still_run_the_timer() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let (mut r2, t1) = timed_out_replica(&s);
+    assert_eq!(r2.lane(L0).and_then(|l| l.timer_deadline()), None);
+    // Replica 0 asks for view 1, replica 3 already moved on to view 2 (it
+    // timed out on view 1): only two ask for view 1 and only one (f) for
+    // view 2, but three (2f+1) have left view 0 for good.
+    msg(
+        &mut r2,
+        t1.0 + 1,
+        0,
+        ReplicaMsg::ViewChange(view_change(&s, 0, 1, vec![])),
+    );
+    assert_eq!(r2.lane(L0).and_then(|l| l.timer_deadline()), None);
+    msg(
+        &mut r2,
+        t1.0 + 2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 2, vec![])),
+    );
+    assert_eq!(
+        r2.status().views,
+        vec![View(1)],
+        "f replicas are not enough to join"
+    );
+    let t2 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    assert_eq!(t2.0 - (t1.0 + 2), 2 * 400);
+    // On expiry: view 2, where replica 3 already is, with a doubled timeout.
+    let mut out = Outbox::new();
+    r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    let e = effects(&mut out);
+    assert_eq!(r2.status().views, vec![View(2)]);
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(2))));
+    // Replica 3's view change for 2 was kept: with replica 0's the quorum
+    // for view 2 is complete and the timer runs again, twice as long.
+    msg(
+        &mut r2,
+        t2.0 + 1,
+        0,
+        ReplicaMsg::ViewChange(view_change(&s, 0, 2, vec![])),
+    );
+    let t3 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    assert_eq!(t3.0 - (t2.0 + 1), 4 * 400);
+}
