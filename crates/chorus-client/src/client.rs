@@ -47,6 +47,15 @@ impl Client {
         opts: ClientOptions,
     ) -> Result<Client, ClientError> {
         opts.check().map_err(ClientError::Options)?;
+        // The replicas' client table treats a seq more than
+        // `pool_max_per_client` above the client's lowest unexecuted one as
+        // moving the window, abandoning the older seqs (`chorus-exec`
+        // `ClientTable::admit`). Never exceed it, or our own oldest requests
+        // would be dropped unanswered.
+        let mut opts = opts;
+        opts.max_in_flight = opts
+            .max_in_flight
+            .min(config.params.pool_max_per_client.max(1) as usize);
         if config.n() == 0 {
             return Err(ClientError::NoReplicas);
         }

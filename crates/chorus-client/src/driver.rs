@@ -15,7 +15,7 @@ use crate::stats::Stats;
 use bytes::Bytes;
 use chorus_core::{decode, encode, ClientId, ClientMsg, ClusterConfig, Limits, ReplicaId, Reply, RequestSeq};
 use chorus_net::{Backoff, Counters, Inbound, PeerLink};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
@@ -77,7 +77,13 @@ pub(crate) struct Driver {
     net: Arc<Counters>,
     stats: Arc<Stats>,
     next_seq: u64,
-    pending: HashMap<RequestSeq, Pending>,
+    pending: BTreeMap<RequestSeq, Pending>,
+    /// Requests holding an in-flight permit but no seq yet (see `start`);
+    /// bounded by `max_in_flight` like `pending`.
+    waiting: VecDeque<(Pending, Path)>,
+    /// The replicas' per-client window (`pool_max_per_client`): a new seq
+    /// stays below the oldest pending seq plus this.
+    window: u64,
     timers: BTreeSet<(Instant, RequestSeq)>,
     status_waiters: Vec<VecDeque<oneshot::Sender<String>>>,
 }
@@ -96,6 +102,7 @@ impl Driver {
     ) -> Driver {
         let limits = Limits::from_config(&config);
         let n = config.n();
+        let window = u64::from(config.params.pool_max_per_client.max(1));
         Driver {
             config,
             id,
@@ -106,7 +113,9 @@ impl Driver {
             net,
             stats,
             next_seq: first_seq,
-            pending: HashMap::new(),
+            pending: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            window,
             timers: BTreeSet::new(),
             status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
         }
@@ -128,6 +137,7 @@ impl Driver {
                 Some(msg) = inbound.recv() => self.on_inbound(msg),
                 () = sleep_until(wake) => self.on_timers(Instant::now()),
             }
+            self.start_waiting(Instant::now());
         }
     }
 
@@ -183,9 +193,53 @@ impl Driver {
         }
     }
 
+    /// May a new seq be taken now? The replicas' client table keeps a window
+    /// of `window` seqs above the client's lowest unexecuted one and treats a
+    /// seq beyond it as the client having abandoned everything below
+    /// (`chorus-exec` `ClientTable::admit`). Counting requests in flight is
+    /// not enough: one request held back by "busy" answers while later ones
+    /// complete would stretch the span past the window and lose it. So a new
+    /// seq waits until it is within `window` of the oldest pending one.
+    fn seq_fits(&self) -> bool {
+        self.pending
+            .first_key_value()
+            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < self.window)
+    }
+
+    /// Start requests that waited for the window, oldest first; those whose
+    /// deadline passed meanwhile fail.
+    fn start_waiting(&mut self, now: Instant) {
+        while self.seq_fits() {
+            let Some((p, path)) = self.waiting.pop_front() else {
+                return;
+            };
+            if now >= p.deadline {
+                Stats::bump(&self.stats.timeouts);
+                let progress = p.quorum.progress();
+                let _ = p.reply.send(Err(ClientError::Timeout {
+                    // It never got a seq: it waited for the window all along.
+                    seq: RequestSeq(0),
+                    elapsed: now - p.started,
+                    progress,
+                }));
+                continue;
+            }
+            self.start_now(p, path, now);
+        }
+    }
+
     /// Give `p` a fresh sequence number on `path`, send it to every replica
-    /// and schedule it.
-    fn start(&mut self, mut p: Pending, path: Path, now: Instant) {
+    /// and schedule it (or queue it until the seq fits the window).
+    fn start(&mut self, p: Pending, path: Path, now: Instant) {
+        if !self.seq_fits() || !self.waiting.is_empty() {
+            debug_assert!(self.waiting.len() < self.opts.max_in_flight);
+            self.waiting.push_back((p, path));
+            return;
+        }
+        self.start_now(p, path, now);
+    }
+
+    fn start_now(&mut self, mut p: Pending, path: Path, now: Instant) {
         let seq = self.take_seq();
         let req = self.auth.request(seq, path == Path::ReadOnly, p.op.clone());
         p.frame = Bytes::from(encode(&ClientMsg::Request(req)));

@@ -10,6 +10,18 @@ pub struct CoreStatus {
     pub stable_seq: u64,
     pub views: Vec<u64>,
     pub pool_len: usize,
+    /// Per lane: pending requests, next free slot / limit, open slots, timer.
+    #[serde(default)]
+    pub lane_detail: Vec<LaneDetail>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LaneDetail {
+    pub pending: usize,
+    pub next_free_slot: u64,
+    pub proposal_limit: u64,
+    pub open_slots: usize,
+    pub timer_deadline_ms: Option<u64>,
 }
 
 impl CoreStatus {
@@ -19,6 +31,17 @@ impl CoreStatus {
             stable_seq: s.stable_seq.0,
             views: s.views.iter().map(|v| v.0).collect(),
             pool_len: s.pool_len,
+            lane_detail: s
+                .lanes
+                .iter()
+                .map(|l| LaneDetail {
+                    pending: l.pending,
+                    next_free_slot: l.next_free_slot.0,
+                    proposal_limit: l.proposal_limit.0,
+                    open_slots: l.open_slots,
+                    timer_deadline_ms: l.timer_deadline,
+                })
+                .collect(),
         }
     }
 }

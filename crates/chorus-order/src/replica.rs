@@ -43,7 +43,23 @@ pub struct ReplicaStatus {
     pub next_undecided: Vec<Slot>,
     /// Requests held by the pool.
     pub pool_len: usize,
+    /// Per lane, what decides whether it proposes: why a lane is idle.
+    pub lanes: Vec<LaneStatus>,
     pub counters: Counters,
+}
+
+/// One lane's proposal state (`chorus status --json`, debugging a stall).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneStatus {
+    /// Requests waiting to be proposed in this lane.
+    pub pending: usize,
+    /// The next slot this replica would propose in, and the bound on it.
+    pub next_free_slot: Slot,
+    pub proposal_limit: Slot,
+    /// Pre-prepared, undecided slots of the current view (up to the pipeline depth).
+    pub open_slots: usize,
+    /// When the progress timer fires (virtual/real ms), if armed.
+    pub timer_deadline: Option<u64>,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -133,6 +149,15 @@ impl Replica {
             view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
             next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
             pool_len: self.pool.len(),
+            lanes: (0..self.lanes.len())
+                .map(|l| LaneStatus {
+                    pending: self.pool.pending_len(LaneId(l as u32)),
+                    next_free_slot: self.lanes[l].next_free_slot(),
+                    proposal_limit: self.proposal_limit(l),
+                    open_slots: self.lanes[l].open_slots(PROPOSAL_DEPTH),
+                    timer_deadline: self.lanes[l].timer_deadline().map(|m| m.0),
+                })
+                .collect(),
             counters: self.counters.clone(),
         }
     }
