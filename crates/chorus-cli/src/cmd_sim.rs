@@ -37,6 +37,13 @@ pub struct Args {
     /// Requests per correct client.
     #[arg(long, default_value_t = 12)]
     pub requests: u32,
+    /// Requests each correct client keeps in flight.
+    #[arg(long, default_value_t = 3)]
+    pub window: u32,
+    /// Requests a replica's pool holds (small values stress back-pressure and
+    /// the pool's memory of ordered requests).
+    #[arg(long, default_value_t = 512)]
+    pub pool: u32,
     /// Byzantine replicas when a Byzantine kind is drawn (default f; more than f must produce violations).
     #[arg(long)]
     pub byzantine: Option<usize>,
@@ -77,6 +84,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.swarm = !a.no_swarm;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;
+    opts.client_window = a.window;
+    opts.pool_max_requests = a.pool;
     opts.byzantine = a.byzantine;
     opts.fault_window_ms = a.fault_window_ms;
     opts.executor = executor;

@@ -22,6 +22,12 @@ pub struct LaneDetail {
     pub proposal_limit: u64,
     pub open_slots: usize,
     pub timer_deadline_ms: Option<u64>,
+    #[serde(default)]
+    pub in_flight: (usize, Option<u64>, Option<u64>),
+    #[serde(default)]
+    pub next_undecided: u64,
+    #[serde(default)]
+    pub orphaned: usize,
 }
 
 impl CoreStatus {
@@ -40,6 +46,13 @@ impl CoreStatus {
                     proposal_limit: l.proposal_limit.0,
                     open_slots: l.open_slots,
                     timer_deadline_ms: l.timer_deadline,
+                    in_flight: (
+                        l.in_flight.0,
+                        l.in_flight.1.map(|s| s.0),
+                        l.in_flight.2.map(|s| s.0),
+                    ),
+                    next_undecided: l.next_undecided.0,
+                    orphaned: l.orphaned,
                 })
                 .collect(),
         }

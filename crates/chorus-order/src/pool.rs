@@ -99,6 +99,68 @@ impl Pool {
         self.entries.is_empty()
     }
 
+    /// Requests of `lane` in flight (in an undecided pre-prepare), and the
+    /// lowest and highest slot they sit at.
+    pub fn in_flight_summary(&self, lane: LaneId) -> (usize, Option<Slot>, Option<Slot>) {
+        let from = Cell { lane, slot: Slot(0) };
+        let to = Cell {
+            lane,
+            slot: Slot(u64::MAX),
+        };
+        let mut n = 0;
+        let (mut lo, mut hi) = (None, None);
+        for (c, keys) in self.in_flight.range(from..=to) {
+            let live = keys
+                .iter()
+                .filter(|k| {
+                    self.entries
+                        .get(k)
+                        .is_some_and(|e| e.state == State::InFlight(*c))
+                })
+                .count();
+            if live > 0 {
+                n += live;
+                lo = lo.or(Some(c.slot));
+                hi = Some(c.slot);
+            }
+        }
+        (n, lo, hi)
+    }
+
+    /// Requests in flight at a slot of `lane` below `decided_below`, i.e. at a
+    /// decided slot: no decision will ever take them out of flight (a leak;
+    /// must be 0).
+    pub fn in_flight_at_decided(&self, lane: LaneId, decided_below: Slot) -> usize {
+        let from = Cell { lane, slot: Slot(0) };
+        let to = Cell {
+            lane,
+            slot: decided_below,
+        };
+        self.in_flight
+            .range(from..to)
+            .map(|(c, keys)| {
+                keys.iter()
+                    .filter(|k| {
+                        self.entries
+                            .get(k)
+                            .is_some_and(|e| e.state == State::InFlight(*c))
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Entries in flight whose cell does not list them (must be 0).
+    pub fn orphaned_in_flight(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|(k, e)| match e.state {
+                State::InFlight(c) => !self.in_flight.get(&c).is_some_and(|ks| ks.contains(k)),
+                State::Pending => false,
+            })
+            .count()
+    }
+
     /// Requests of `lane` that may be proposed.
     pub fn pending_len(&self, lane: LaneId) -> usize {
         self.load.get(lane.index()).map_or(0, |l| l.count)

@@ -60,6 +60,11 @@ pub struct LaneStatus {
     pub open_slots: usize,
     /// When the progress timer fires (virtual/real ms), if armed.
     pub timer_deadline: Option<u64>,
+    /// Pool requests in flight in this lane, and the slots they sit at.
+    pub in_flight: (usize, Option<Slot>, Option<Slot>),
+    pub next_undecided: Slot,
+    /// Pool entries in flight at a cell that does not list them (all lanes).
+    pub orphaned: usize,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -156,10 +161,25 @@ impl Replica {
                     proposal_limit: self.proposal_limit(l),
                     open_slots: self.lanes[l].open_slots(PROPOSAL_DEPTH),
                     timer_deadline: self.lanes[l].timer_deadline().map(|m| m.0),
+                    in_flight: self.pool.in_flight_summary(LaneId(l as u32)),
+                    next_undecided: self.lanes[l].next_undecided(),
+                    orphaned: self.pool.orphaned_in_flight(),
                 })
                 .collect(),
             counters: self.counters.clone(),
         }
+    }
+
+    /// Pool entries that can never leave the pool: in flight at a decided
+    /// slot, or in flight at a cell that does not list them. Always 0 in a
+    /// correct replica; the simulator checks it after every run.
+    pub fn leaked_pool_entries(&self) -> usize {
+        let at_decided: usize = self
+            .lanes
+            .iter()
+            .map(|l| self.pool.in_flight_at_decided(l.id(), l.next_undecided()))
+            .sum();
+        at_decided + self.pool.orphaned_in_flight()
     }
 
     pub fn counters(&self) -> &Counters {

@@ -33,6 +33,12 @@ pub trait SimReplica: Sized {
     ) -> Self;
     fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox);
     /// One line on where the replica stands, for liveness reports.
+    /// Requests the replica can never release (see
+    /// `Replica::leaked_pool_entries`); 0 for protocols without a pool.
+    fn leaked_pool_entries(&self) -> usize {
+        0
+    }
+
     fn describe(&self) -> String {
         String::new()
     }

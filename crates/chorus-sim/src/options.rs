@@ -63,6 +63,9 @@ pub struct SimOptions {
     pub requests_per_client: u32,
     /// Requests a correct client keeps in flight.
     pub client_window: u32,
+    /// Requests a replica's pool holds; small values make the pool forget
+    /// ordered requests quickly and exercise admission back-pressure.
+    pub pool_max_requests: u32,
     /// Byzantine replicas when a Byzantine replica kind is drawn; `None` = f.
     pub byzantine: Option<usize>,
     /// Byzantine clients when a Byzantine client kind is drawn.
@@ -91,6 +94,7 @@ impl Default for SimOptions {
             clients: 3,
             requests_per_client: 12,
             client_window: 3,
+            pool_max_requests: 512,
             byzantine: None,
             byzantine_clients: 2,
             fault_window_ms: 3_000,
@@ -222,6 +226,11 @@ impl SimOptions {
             d.client_window.to_string(),
         );
         flag(
+            "pool",
+            self.pool_max_requests.to_string(),
+            d.pool_max_requests.to_string(),
+        );
+        flag(
             "byzantine",
             self.byzantine.map_or("f".into(), |b| b.to_string()),
             "f".into(),
@@ -343,8 +352,8 @@ impl SimOptions {
             status_interval_ms: 250,
             max_op_bytes: 512,
             max_frame_bytes: 64 * 1024,
-            pool_max_requests: 512,
-            pool_max_per_client: 32,
+            pool_max_requests: self.pool_max_requests,
+            pool_max_per_client: 32.min(self.pool_max_requests),
             future_msgs_per_peer: 64,
             state_chunk_bytes: 1024,
         }

@@ -35,6 +35,10 @@ impl SimReplica for Replica {
         Replica::handle(self, now, event, out)
     }
 
+    fn leaked_pool_entries(&self) -> usize {
+        Replica::leaked_pool_entries(self)
+    }
+
     fn describe(&self) -> String {
         let s = self.status();
         format!(

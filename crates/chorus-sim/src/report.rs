@@ -28,6 +28,9 @@ pub enum ViolationKind {
     Delivery,
     /// The code under test panicked.
     Panic,
+    /// A replica holds requests that can never leave its pool (in flight at
+    /// a decided slot): bounded memory would fill up and admission stall.
+    PoolLeak,
 }
 
 impl ViolationKind {
@@ -46,6 +49,7 @@ impl ViolationKind {
             ViolationKind::ClientResult => "client-result",
             ViolationKind::Delivery => "delivery",
             ViolationKind::Panic => "panic",
+            ViolationKind::PoolLeak => "pool-leak",
         }
     }
 }

@@ -319,7 +319,16 @@ impl<R: SimReplica> World<R> {
         // Equal positions, equal state (end-of-run check of every live correct replica).
         for i in 0..self.nodes.len() {
             let id = self.nodes[i].replica_id;
+            let correct = self.nodes[i].correct;
             if let Some(live) = self.nodes[i].live.as_mut() {
+                let leaked = live.replica.leaked_pool_entries();
+                if correct && leaked > 0 {
+                    self.checker.violate(
+                        ViolationKind::PoolLeak,
+                        now,
+                        format!("{id:?} holds {leaked} pool requests in flight at decided slots"),
+                    );
+                }
                 let seq = live.executor.next_seq();
                 let d = live.executor.state_digest();
                 self.checker.state_at(now, id, seq, d);

@@ -146,3 +146,29 @@ regression!(
         o
     }, seed 0, Expect::Safety
 );
+
+/// A NEW-VIEW re-proposes slots this replica had decided already; the pool
+/// marked their requests in flight again (its memory of ordered requests,
+/// bounded by the pool size, had forgotten them) and no decision ever took
+/// them out: the pool filled with dead entries and admission answered
+/// "busy" for ever. Found by the real-process flood test; caught in the
+/// simulator by the pool-leak checker with a tiny pool.
+const POOL_LEAK: &str = "requests leaked in flight at decided slots";
+
+fn tiny_pool(mode: OrderingMode, pillars: u32) -> SimOptions {
+    let mut o = options(mode, pillars, 4, "all");
+    o.clients = 4;
+    o.requests_per_client = 24;
+    o.pool_max_requests = 8;
+    o
+}
+
+regression!(
+    /// cop P=4 n=4, pool 8: r3 held 2 requests in flight at decided slots.
+    cop_tiny_pool_seed_0_pool_leak: tiny_pool(Cop, 4), seed 0, Expect::Pass(POOL_LEAK)
+);
+
+regression!(
+    /// cop P=4 n=4, pool 8, twins: three replicas leaked 2–4 requests.
+    cop_tiny_pool_seed_1_pool_leak: tiny_pool(Cop, 4), seed 1, Expect::Pass(POOL_LEAK)
+);

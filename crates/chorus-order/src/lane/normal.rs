@@ -167,8 +167,19 @@ impl Lane {
             sig,
         }));
         self.note_seen(slot);
-        lo.pre_prepared.push((slot, batch));
+        self.report_pre_prepared(slot, batch, lo);
         self.check_prepared(cx, slot, lo);
+    }
+
+    /// Tell the pool which requests are now in flight at `slot` — unless the
+    /// slot is decided here already (a NEW-VIEW re-proposes decided slots
+    /// too): no decision would follow to take them out of flight again, and
+    /// they would hold pool space for ever.
+    fn report_pre_prepared(&self, slot: Slot, batch: Arc<Batch>, lo: &mut LaneOutput) {
+        if self.slots.get(&slot).is_some_and(|st| st.decided.is_some()) {
+            return;
+        }
+        lo.pre_prepared.push((slot, batch));
     }
 
     pub(crate) fn sign_prepare(&self, slot: Slot, digest: Digest) -> Prepare {
@@ -289,7 +300,7 @@ impl Lane {
         });
         cx.out.broadcast(ReplicaMsg::Prepare(prepare));
         self.note_seen(slot);
-        lo.pre_prepared.push((slot, batch));
+        self.report_pre_prepared(slot, batch, lo);
         self.check_prepared(cx, slot, lo);
     }
 
