@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 
-const CSV_HEADER: &str = "unix_time,name,label,cores,n,mode,pillars,executor,workers,service,workload,clients,in_flight,offered_rate,batch,request_bytes,value_bytes,buckets,duration_s,ops,errors,shed,throughput_ops,p50_ms,p95_ms,p99_ms,max_ms,replica_cpu_s,replica_peak_rss_mib";
+const CSV_HEADER: &str = "unix_time,name,label,cores,n,mode,pillars,executor,workers,service,workload,clients,in_flight,offered_rate,batch,request_bytes,value_bytes,buckets,duration_s,ops,errors,shed,throughput_ops,p50_ms,p95_ms,p99_ms,max_ms,commit_p50_ms,commit_p99_ms,replica_cpu_s,replica_peak_rss_mib";
 
 pub fn write_json(path: &Path, results: &[RunResult]) -> Result<()> {
     let text = serde_json::to_string_pretty(results)?;
@@ -14,6 +14,15 @@ pub fn write_json(path: &Path, results: &[RunResult]) -> Result<()> {
 }
 
 pub fn append_csv(path: &Path, r: &RunResult) -> Result<()> {
+    // A table written by a version with other columns is moved aside rather
+    // than mixed with rows it cannot describe.
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if text.lines().next() != Some(CSV_HEADER) {
+            let old = path.with_extension("csv.old");
+            std::fs::rename(path, &old).with_context(|| format!("moving {} aside", path.display()))?;
+            eprintln!("{} had other columns; moved to {}", path.display(), old.display());
+        }
+    }
     let new = !path.exists();
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -26,7 +35,7 @@ pub fn append_csv(path: &Path, r: &RunResult) -> Result<()> {
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(";");
     writeln!(
         f,
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
         r.unix_time,
         r.name,
         r.label.replace(',', ";"),
@@ -54,6 +63,8 @@ pub fn append_csv(path: &Path, r: &RunResult) -> Result<()> {
         r.p95_ms,
         r.p99_ms,
         r.max_ms,
+        r.commit_p50_ms,
+        r.commit_p99_ms,
         list(&r.replica_cpu_s),
         list(&r.replica_peak_rss_mib)
     )?;

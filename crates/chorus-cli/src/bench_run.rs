@@ -49,6 +49,10 @@ pub struct RunResult {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// Submit to the first replica's reply (committed and executed there);
+    /// the columns above are submit to the accepted (f+1 matching) reply.
+    pub commit_p50_ms: f64,
+    pub commit_p99_ms: f64,
     /// CPU seconds each local replica used during the measurement.
     pub replica_cpu_s: Vec<f64>,
     /// Peak RSS of each local replica over its lifetime.
@@ -60,13 +64,15 @@ pub struct RunResult {
 impl RunResult {
     pub fn one_line(&self) -> String {
         format!(
-            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  errors {}  shed {}  cpu/replica {:?} s  rss {:?} MiB",
+            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  commit p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  shed {}  cpu/replica {:?} s  rss {:?} MiB",
             if self.name.is_empty() { "run" } else { &self.name },
             self.throughput_ops,
             self.p50_ms,
             self.p95_ms,
             self.p99_ms,
             self.max_ms,
+            self.commit_p50_ms,
+            self.commit_p99_ms,
             self.errors,
             self.shed,
             self.replica_cpu_s.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -224,6 +230,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         .unwrap_or_default();
     let cpu0: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let _ = stats.take_phase();
+    let _ = stats.take_commit_phase();
     let errors0 = stats.errors.load(Ordering::Relaxed);
     let shed0 = shed.load(Ordering::Relaxed);
     let ops0 = stats.committed.load(Ordering::Relaxed);
@@ -258,6 +265,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let elapsed = start.elapsed().as_secs_f64();
     let ops = stats.committed.load(Ordering::Relaxed) - ops0;
     let lat = stats.take_phase();
+    let commit = stats.take_commit_phase();
     let cpu1: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let rss: Vec<f64> = pids.iter().map(|p| peak_rss_mib(*p).unwrap_or(0.0)).collect();
     stats.stop.store(true, Ordering::Relaxed);
@@ -296,6 +304,8 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         p95_ms: lat.p95_ms,
         p99_ms: lat.p99_ms,
         max_ms: lat.max_ms,
+        commit_p50_ms: commit.p50_ms,
+        commit_p99_ms: commit.p99_ms,
         replica_cpu_s: cpu0.iter().zip(&cpu1).map(|(a, b)| b - a).collect(),
         replica_peak_rss_mib: rss,
         timeline,
@@ -343,12 +353,12 @@ async fn closed_loop(
         let op = g.next(&mut rng);
         let started = Instant::now();
         let r = if op.read_only && !ordered_reads {
-            client.invoke_read_only(op.bytes).await
+            client.invoke_read_only_timed(op.bytes).await
         } else {
-            client.invoke(op.bytes).await
+            client.invoke_timed(op.bytes).await
         };
         match r {
-            Ok(_) => stats.record(started),
+            Ok(t) => stats.record_timed(started, t.first_reply),
             Err(_) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -386,12 +396,12 @@ async fn open_loop(
         o.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let r = if op.read_only && !ordered_reads {
-                c.invoke_read_only(op.bytes).await
+                c.invoke_read_only_timed(op.bytes).await
             } else {
-                c.invoke(op.bytes).await
+                c.invoke_timed(op.bytes).await
             };
             match r {
-                Ok(_) => s.record(scheduled),
+                Ok(t) => s.record_timed(scheduled, t.first_reply),
                 Err(_) => {
                     s.errors.fetch_add(1, Ordering::Relaxed);
                 }

@@ -202,17 +202,19 @@ pub fn run(a: Args) -> Result<()> {
     if results.len() > 1 {
         let base = results[0].throughput_ops;
         println!(
-            "\n{:<24} {:>12} {:>8} {:>9} {:>9}",
-            "run", "ops/s", "ratio", "p50 ms", "p99 ms"
+            "\n{:<24} {:>12} {:>8} {:>9} {:>9} {:>11} {:>11}",
+            "run", "ops/s", "ratio", "p50 ms", "p99 ms", "commit p50", "commit p99"
         );
         for r in &results {
             println!(
-                "{:<24} {:>12.0} {:>8.2} {:>9.2} {:>9.2}",
+                "{:<24} {:>12.0} {:>8.2} {:>9.2} {:>9.2} {:>11.2} {:>11.2}",
                 r.name,
                 r.throughput_ops,
                 if base > 0.0 { r.throughput_ops / base } else { 0.0 },
                 r.p50_ms,
-                r.p99_ms
+                r.p99_ms,
+                r.commit_p50_ms,
+                r.commit_p99_ms
             );
         }
     }

@@ -15,6 +15,9 @@ pub struct LoadStats {
     pub errors: AtomicU64,
     window: Mutex<Histogram<u64>>,
     phase: Mutex<Histogram<u64>>,
+    /// Submit to the first replica's answer (it had committed and executed):
+    /// only filled by `record_timed`.
+    commit_phase: Mutex<Histogram<u64>>,
     /// The latest write acknowledged by f+1 replicas, per key. Each key has
     /// one sequential writer, so the last acknowledgement is the value the
     /// replicas must hold. Bounded by `ACKED_KEYS_MAX` distinct keys.
@@ -36,6 +39,7 @@ impl Default for LoadStats {
             errors: AtomicU64::new(0),
             window: Mutex::new(hist()),
             phase: Mutex::new(hist()),
+            commit_phase: Mutex::new(hist()),
             acked: Mutex::new(HashMap::new()),
             uncertain: Mutex::new(HashSet::new()),
             stop: AtomicBool::new(false),
@@ -67,6 +71,23 @@ impl LoadStats {
         let _ = self.window.lock().record(us);
         let _ = self.phase.lock().record(us);
         self.committed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `record` plus the submit-to-commit latency (`first_reply`).
+    pub fn record_timed(&self, started: Instant, first_reply: Instant) {
+        let us = first_reply
+            .saturating_duration_since(started)
+            .as_micros()
+            .clamp(1, 60_000_000) as u64;
+        let _ = self.commit_phase.lock().record(us);
+        self.record(started);
+    }
+
+    pub fn take_commit_phase(&self) -> Percentiles {
+        let mut w = self.commit_phase.lock();
+        let p = percentiles(&w);
+        w.reset();
+        p
     }
 
     pub fn take_window(&self) -> Percentiles {

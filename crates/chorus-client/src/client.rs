@@ -1,7 +1,7 @@
 //! The async client.
 
 use crate::auth::RequestAuth;
-use crate::driver::{Command, Driver};
+use crate::driver::{Command, Driver, Timed};
 use crate::error::ClientError;
 use crate::options::ClientOptions;
 use crate::stats::{ClientStats, Stats};
@@ -143,16 +143,28 @@ impl Client {
     /// Run an operation through ordering; the result is accepted on f+1
     /// matching replies.
     pub async fn invoke(&self, op: impl Into<Bytes>) -> Result<Bytes, ClientError> {
+        self.submit(op.into(), false).await.map(|t| t.result)
+    }
+
+    /// Like [`Client::invoke`], also saying when the first replica answered
+    /// (it had committed and executed the request) and when the result was
+    /// accepted: benchmarks report submit-to-commit and submit-to-reply.
+    pub async fn invoke_timed(&self, op: impl Into<Bytes>) -> Result<Timed, ClientError> {
         self.submit(op.into(), false).await
     }
 
     /// Run a read-only operation on the fast path (2f+1 matching replies, no
     /// ordering); falls back to an ordered request when that fails.
     pub async fn invoke_read_only(&self, op: impl Into<Bytes>) -> Result<Bytes, ClientError> {
+        self.submit(op.into(), true).await.map(|t| t.result)
+    }
+
+    /// [`Client::invoke_read_only`] with reply times (see [`Client::invoke_timed`]).
+    pub async fn invoke_read_only_timed(&self, op: impl Into<Bytes>) -> Result<Timed, ClientError> {
         self.submit(op.into(), true).await
     }
 
-    async fn submit(&self, op: Bytes, read_only: bool) -> Result<Bytes, ClientError> {
+    async fn submit(&self, op: Bytes, read_only: bool) -> Result<Timed, ClientError> {
         let max = self.config.params.max_op_bytes as usize;
         if op.len() > max {
             return Err(ClientError::OpTooLarge { len: op.len(), max });

@@ -13,7 +13,9 @@ use crate::options::ClientOptions;
 use crate::quorum::{Decision, Path, ReplyQuorum};
 use crate::stats::Stats;
 use bytes::Bytes;
-use chorus_core::{decode, encode, ClientId, ClientMsg, ClusterConfig, Limits, ReplicaId, Reply, RequestSeq};
+use chorus_core::{
+    decode, encode, ClientId, ClientMsg, ClusterConfig, Limits, ReplicaId, Reply, ReplyBody, RequestSeq,
+};
 use chorus_net::{Backoff, Counters, Inbound, PeerLink};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -24,7 +26,19 @@ use tokio::time::Instant;
 /// Status queries waiting per replica; more are refused.
 const MAX_STATUS_WAITERS: usize = 8;
 
-pub(crate) type ResultSender = oneshot::Sender<Result<Bytes, ClientError>>;
+pub(crate) type ResultSender = oneshot::Sender<Result<Timed, ClientError>>;
+
+/// A result and when its replies arrived.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    pub result: Bytes,
+    /// When the first replica answered with a result (full or digest) on the
+    /// ordered path: that replica had committed and executed the request.
+    /// On the read-only fast path, the first answer.
+    pub first_reply: std::time::Instant,
+    /// When f+1 matching answers (2f+1 on the fast path) made it the result.
+    pub accepted: std::time::Instant,
+}
 
 pub(crate) enum Command {
     Invoke {
@@ -55,6 +69,8 @@ struct Pending {
     asked_full: bool,
     /// The key of this request in `Driver::timers`.
     wake: Instant,
+    /// The first result-bearing answer on the current path.
+    first_reply: Option<Instant>,
     reply: ResultSender,
     /// Held while the request is in flight (bounds in-flight requests).
     _permit: OwnedSemaphorePermit,
@@ -172,6 +188,7 @@ impl Driver {
                     busy_backoff: self.opts.busy_backoff_initial,
                     asked_full: false,
                     wake: now,
+                    first_reply: None,
                     reply,
                     _permit: permit,
                 };
@@ -294,6 +311,12 @@ impl Driver {
             return;
         };
         let now = Instant::now();
+        if p.first_reply.is_none()
+            && r.read_only == (p.quorum.path() == Path::ReadOnly)
+            && matches!(r.body, ReplyBody::Full(_) | ReplyBody::Digest(_))
+        {
+            p.first_reply = Some(now);
+        }
         match p.quorum.on_reply(from, r.read_only, r.body) {
             Err(_) => Stats::bump(&self.stats.ignored_replies),
             Ok(Decision::Pending) => {
@@ -384,6 +407,7 @@ impl Driver {
         Stats::bump(&self.stats.fallbacks);
         tracing::debug!(%seq, progress = %p.quorum.progress(), "read-only fast path failed, ordering");
         p.fast_path_until = None;
+        p.first_reply = None;
         self.start(p, Path::Ordered, now);
     }
 
@@ -395,6 +419,12 @@ impl Driver {
 
     fn finish(&mut self, seq: RequestSeq, result: Result<Bytes, ClientError>) {
         let p = self.remove(seq).expect("finishing a pending request");
+        let now = Instant::now();
+        let result = result.map(|bytes| Timed {
+            result: bytes,
+            first_reply: p.first_reply.unwrap_or(now).into_std(),
+            accepted: now.into_std(),
+        });
         let counter = match &result {
             Ok(_) => &self.stats.completed,
             Err(ClientError::Timeout { .. }) => &self.stats.timeouts,

@@ -19,6 +19,7 @@ mod stats;
 pub use auth::RequestAuth;
 pub use blocking::BlockingClient;
 pub use client::Client;
+pub use driver::Timed;
 pub use error::ClientError;
 pub use options::ClientOptions;
 pub use quorum::{Decision, Ignored, Path, ReplyQuorum};

@@ -302,3 +302,21 @@ fn blocking_client_works_without_an_async_caller() {
     );
     assert_eq!(c.stats().completed, 2);
 }
+
+#[tokio::test]
+async fn timed_invocations_report_first_reply_before_acceptance() {
+    // Busy answers are not results: the first result-bearing reply comes
+    // after the busy back-off, and acceptance needs f+1 of them.
+    let fake = start(&[BusyFirst(1), Honest, Honest, Honest], ClientAuthKind::MacVector).await;
+    let c = fake.client(0, Fake::opts()).await;
+    for i in 0..8 {
+        let op = format!("t{i}");
+        let submitted = std::time::Instant::now();
+        let t = c.invoke_timed(Bytes::from(op.clone())).await.unwrap();
+        assert_eq!(t.result, result_for(op.as_bytes()));
+        assert!(submitted <= t.first_reply, "first reply before submission");
+        assert!(t.first_reply <= t.accepted, "accepted before the first reply");
+    }
+    let got = c.invoke_read_only_timed(Bytes::from_static(b"r")).await.unwrap();
+    assert!(got.first_reply <= got.accepted);
+}

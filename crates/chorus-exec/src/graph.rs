@@ -247,6 +247,22 @@ impl<T> DependencyGraph<T> {
         Some((NodeId(id), item))
     }
 
+    /// Hand out one particular request if it is ready now (and not held back
+    /// by `set_sync`): a caller that just inserted a read can run it on its
+    /// own thread when nothing pending conflicts with it, instead of waking
+    /// a worker and waiting. It then counts as running until `remove`.
+    pub fn take(&mut self, id: NodeId) -> Option<T> {
+        if self.hold_from.is_some_and(|h| id.0 >= h) || !self.ready.remove(&id.0) {
+            return None;
+        }
+        let n = self.nodes.get_mut(&id.0).expect("ready requests are pending");
+        debug_assert_eq!(n.state, State::Ready);
+        debug_assert_eq!(n.deps, 0);
+        n.state = State::Running;
+        self.running += 1;
+        Some(n.item.take().expect("a request is handed out once"))
+    }
+
     /// A handed-out request completed (CBASE `remove_request()`). Returns how
     /// many requests became ready because of it.
     pub fn remove(&mut self, id: NodeId) -> Result<usize, GraphError> {
@@ -348,6 +364,27 @@ mod tests {
             reads: keys.iter().map(|s| k(s)).collect(),
             writes: vec![],
         }
+    }
+
+    #[test]
+    fn take_hands_out_one_ready_request_and_respects_conflicts_and_sync() {
+        let mut g = DependencyGraph::new(8);
+        let w_a = g.insert(0, &w(&["a"])).unwrap();
+        let r_a = g.insert(1, &r(&["a"])).unwrap();
+        let r_b = g.insert(2, &r(&["b"])).unwrap();
+        assert_eq!(g.take(r_a), None, "blocked behind the write to a");
+        assert_eq!(g.take(r_b), Some(2));
+        assert_eq!(g.take(r_b), None, "handed out once");
+        assert_eq!((g.running(), g.ready_len()), (1, 1));
+        assert_eq!(g.next_ready().unwrap(), (w_a, 0));
+        assert_eq!(g.remove(w_a).unwrap(), 1);
+        g.set_sync(Some(r_a));
+        assert_eq!(g.take(r_a), None, "held back by the barrier");
+        g.set_sync(None);
+        assert_eq!(g.take(r_a), Some(1));
+        g.remove(r_a).unwrap();
+        g.remove(r_b).unwrap();
+        assert!(g.is_empty());
     }
 
     #[test]
