@@ -47,6 +47,11 @@ pub enum ExecError {
     Service(String),
 }
 
+/// Called by an executor whose results appear outside `submit` (the parallel
+/// one, from its workers) when results become ready to drain; it must not
+/// block. Lets the driving thread sleep until then instead of polling.
+pub type ResultsWaker = Arc<dyn Fn() + Send + Sync>;
+
 /// Runs delivered batches against a [`Service`] (CBASE §4: the execution stage,
 /// with or without a parallelizer in front of it).
 pub trait Executor: Send {
@@ -67,6 +72,9 @@ pub trait Executor: Send {
     fn next_seq(&self) -> Seq;
     /// Current state digest (client table + service), after everything submitted has executed.
     fn state_digest(&mut self) -> Digest;
+    /// See [`ResultsWaker`]. Executors that produce results inside `submit`
+    /// (the sequential one) never need to call it.
+    fn set_results_waker(&mut self, _waker: ResultsWaker) {}
 }
 
 /// Every rejected request's result starts with these bytes.

@@ -21,7 +21,7 @@ pub use client_table::{
 };
 pub use executor::{
     decode_snapshot, encode_snapshot, rejected_result, restore_snapshot, state_digest, ExecCheckpoint,
-    ExecError, ExecResult, Executor, REJECTED_PREFIX,
+    ExecError, ExecResult, Executor, ResultsWaker, REJECTED_PREFIX,
 };
 pub use graph::{conflicts, DependencyGraph, Full, GraphError, NodeId};
 pub use sequential::{read_only_context, SequentialExecutor};

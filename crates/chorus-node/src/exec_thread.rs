@@ -21,6 +21,9 @@ use tokio::sync::{mpsc, watch};
 /// full by one designated replica and as a digest by the others (PBFT §5.1.3).
 const FULL_REPLY_MAX_BYTES: usize = 1024;
 
+/// Longest sleep of the execution thread without input or a results poke.
+const IDLE_POLL: Duration = Duration::from_millis(10);
+
 pub struct ExecThread {
     pub config: Arc<ClusterConfig>,
     pub me: ReplicaId,
@@ -42,7 +45,9 @@ impl ExecThread {
         let mut results: Vec<ExecResult> = Vec::new();
         self.outgoing = vec![Vec::new(); self.pillars.len()];
         loop {
-            let msg = match self.input.recv_timeout(Duration::from_millis(1)) {
+            // Results of the parallel executor poke the queue, so the timeout
+            // is only a safety net; a short one cost idle wake-ups.
+            let msg = match self.input.recv_timeout(IDLE_POLL) {
                 Ok(m) => Some(m),
                 Err(crate::queue::RecvTimeoutError::Timeout) => None,
                 Err(crate::queue::RecvTimeoutError::Disconnected) => break,

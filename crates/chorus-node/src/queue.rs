@@ -16,6 +16,9 @@ struct State<T> {
     items: VecDeque<T>,
     senders: usize,
     receiver_alive: bool,
+    /// Set by a `Poker`: the receiver should wake up and look around even
+    /// though no item came (results of the parallel executor are ready).
+    poked: bool,
 }
 
 struct Shared<T> {
@@ -56,6 +59,7 @@ pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
             items: VecDeque::new(),
             senders: 1,
             receiver_alive: true,
+            poked: false,
         }),
         not_empty: Condvar::new(),
         not_full: Condvar::new(),
@@ -101,6 +105,33 @@ impl<T> Sender<T> {
     }
 }
 
+impl<T> Sender<T> {
+    /// A handle that wakes the receiver without sending an item; it does
+    /// not count as a sender (the queue still disconnects without senders).
+    pub fn poker(&self) -> Poker<T> {
+        Poker {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Wakes a waiting receiver: its `recv_timeout` returns `Timeout` early.
+pub struct Poker<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Poker<T> {
+    pub fn poke(&self) {
+        let mut st = self.shared.lock();
+        if st.poked {
+            return;
+        }
+        st.poked = true;
+        drop(st);
+        self.shared.not_empty.notify_one();
+    }
+}
+
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         self.shared.lock().senders += 1;
@@ -124,18 +155,20 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Receiver<T> {
-    /// The next item, waiting at most `timeout`. Items still queued are
-    /// delivered after the last sender left; then `Disconnected`.
+    /// The next item, waiting at most `timeout` (less when poked). Items
+    /// still queued are delivered after the last sender left; then
+    /// `Disconnected`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         let mut st = self.shared.lock();
-        if st.items.is_empty() && st.senders > 0 {
+        if st.items.is_empty() && st.senders > 0 && !st.poked {
             st = self
                 .shared
                 .not_empty
-                .wait_timeout_while(st, timeout, |s| s.items.is_empty() && s.senders > 0)
+                .wait_timeout_while(st, timeout, |s| s.items.is_empty() && s.senders > 0 && !s.poked)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        st.poked = false;
         match st.items.pop_front() {
             Some(item) => {
                 drop(st);
@@ -180,6 +213,40 @@ mod tests {
             rx.recv_timeout(Duration::from_millis(1)),
             Err(RecvTimeoutError::Disconnected)
         );
+    }
+
+    #[test]
+    fn a_poke_wakes_the_receiver_without_an_item_and_is_not_a_sender() {
+        let (tx, rx) = bounded::<u8>(1);
+        let poker = tx.poker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            poker.poke();
+            poker
+        });
+        let started = std::time::Instant::now();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the poke woke the receiver"
+        );
+        let poker = t.join().unwrap();
+        poker.poke();
+        poker.poke();
+        // One pending poke, consumed by one receive.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        drop(tx);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(1)),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        drop(poker);
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
     let store = chorus_store::Store::open(&data_dir, fsync, config.lanes()).context("opening storage")?;
-    let executor = build_executor(&node, config.params.pool_max_per_client)?;
+    let mut executor = build_executor(&node, config.params.pool_max_per_client)?;
     let metrics = Arc::new(Metrics::default());
     let net_counters = Arc::new(chorus_net::Counters::default());
 
@@ -63,6 +63,10 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
 
     let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL_CAP);
     let (exec_tx, exec_rx) = crate::queue::bounded(EXEC_CHANNEL_CAP);
+    // The parallel executor's workers wake the execution thread when results
+    // are ready, so replies leave at once instead of at the next poll.
+    let poker = exec_tx.poker();
+    executor.set_results_waker(Arc::new(move || poker.poke()));
     let (status_tx, status_rx) = watch::channel(CoreStatus::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut pillar_txs = Vec::new();

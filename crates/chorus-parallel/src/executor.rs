@@ -29,8 +29,8 @@ use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
 use chorus_exec::{
     encode_snapshot, read_only_context, rejected_result, restore_snapshot, state_digest, Admission,
-    CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor, Service,
-    TableStats,
+    CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor, ResultsWaker,
+    Service, TableStats,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -342,6 +342,10 @@ impl Executor for ParallelExecutor {
     fn state_digest(&mut self) -> Digest {
         self.barrier();
         state_digest(self.next_seq, &self.table, &*self.shared.service)
+    }
+
+    fn set_results_waker(&mut self, waker: ResultsWaker) {
+        self.shared.lock().waker = Some(waker);
     }
 }
 

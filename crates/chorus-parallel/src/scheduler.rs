@@ -12,7 +12,7 @@
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use bytes::Bytes;
 use chorus_core::{ClientId, RequestSeq, Seq};
-use chorus_exec::{DependencyGraph, ExecContext, NodeId, Service};
+use chorus_exec::{DependencyGraph, ExecContext, NodeId, ResultsWaker, Service};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub(crate) struct Sched {
     /// a condvar is only signalled when someone waits (a signal is a syscall).
     pub idle_workers: usize,
     pub front_waiting: usize,
+    /// Told when `done` goes from empty to non-empty (see `ResultsWaker`).
+    pub waker: Option<ResultsWaker>,
 }
 
 pub(crate) struct Shared {
@@ -83,6 +85,7 @@ impl Shared {
                 failure: None,
                 idle_workers: 0,
                 front_waiting: 0,
+                waker: None,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -179,6 +182,7 @@ fn worker_loop(shared: &Shared) {
             .collect();
 
         g = shared.lock();
+        let was_empty = g.done.is_empty();
         for ((id, task), result) in chunk.drain(..).zip(results) {
             g.graph
                 .remove(id)
@@ -196,6 +200,16 @@ fn worker_loop(shared: &Shared) {
             }
         }
         shared.signal_progress(&g);
+        // Edge-triggered: the front drains everything at once, so one wake
+        // per drain is enough. Called without the lock (the waker takes the
+        // driving thread's queue lock).
+        if was_empty && !g.done.is_empty() && g.front_waiting == 0 {
+            if let Some(waker) = g.waker.clone() {
+                drop(g);
+                waker();
+                g = shared.lock();
+            }
+        }
     }
 }
 

@@ -169,3 +169,31 @@ fn scheduler_overhead_smoke() {
         );
     }
 }
+
+#[test]
+fn workers_wake_the_driver_when_results_are_ready() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let svc = Arc::new(Guarded::new(SleepService::new(Duration::from_millis(5), 4)));
+    let mut e = ParallelExecutor::new(svc, 4, 64, 16);
+    let pokes = Arc::new(AtomicUsize::new(0));
+    let p = pokes.clone();
+    e.set_results_waker(Arc::new(move || {
+        p.fetch_add(1, Ordering::SeqCst);
+    }));
+    e.submit(Seq(0), sleep_batch(8, 4));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < 8 {
+        assert!(Instant::now() < deadline, "results never arrived");
+        let before = pokes.load(Ordering::SeqCst);
+        e.drain_results(&mut got);
+        if got.len() < 8 {
+            // Only a poke announces more: wait for one, never poll blindly.
+            while pokes.load(Ordering::SeqCst) == before {
+                assert!(Instant::now() < deadline, "no poke for pending results");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    assert!(pokes.load(Ordering::SeqCst) >= 1);
+}

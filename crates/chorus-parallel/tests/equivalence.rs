@@ -169,7 +169,7 @@ fn check<S: Service>(c: &Case, make: impl Fn() -> S, probe: Option<Bytes>) -> Re
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn kv_parallel_equals_sequential(c in case(kv_op())) {
