@@ -23,7 +23,7 @@
 //!
 //! The caller must drain results regularly: they are kept until drained.
 
-use crate::scheduler::{worker, Done, Sched, Shared, Task};
+use crate::scheduler::{execute_all, worker, Done, Sched, Shared, Task, CHUNK_MAX};
 use crate::sync::{Builder, JoinHandle, MutexGuard};
 use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
@@ -176,6 +176,32 @@ impl ParallelExecutor {
         assert_eq!(self.table.pending(), 0, "a reply slot is pending at a barrier");
     }
 
+    /// Run ready work on this thread while it is cheap (`Sched::inline_worthy`):
+    /// the results are then drained in the same round, with no worker woken
+    /// and no poke back. Whoever runs a request, it was handed out by the
+    /// graph, so conflicting requests still never overlap.
+    fn run_cheap_work<'a>(shared: &'a Shared, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
+        let mut chunk = Vec::new();
+        while g.inline_worthy() {
+            while chunk.len() < CHUNK_MAX {
+                match g.graph.next_ready() {
+                    Some(item) => chunk.push(item),
+                    None => break,
+                }
+            }
+            drop(g);
+            let started = std::time::Instant::now();
+            let results = execute_all(&*shared.service, &chunk);
+            let elapsed = started.elapsed();
+            g = shared.lock();
+            g.observe(chunk.len(), elapsed);
+            for ((id, task), result) in chunk.drain(..).zip(results) {
+                g.complete(id, task, result);
+            }
+        }
+        g
+    }
+
     fn push(&mut self, client: ClientId, request_seq: RequestSeq, at: Seq, result: Bytes, duplicate: bool) {
         self.results.push(ExecResult {
             client,
@@ -245,6 +271,7 @@ impl Executor for ParallelExecutor {
                 }
             }
         }
+        let g = Self::run_cheap_work(&shared, g);
         shared.wake_worker(&g);
         drop(g);
         self.next_seq = seq.next();

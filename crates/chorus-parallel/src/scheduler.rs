@@ -47,6 +47,61 @@ pub(crate) struct Sched {
     pub front_waiting: usize,
     /// Told when `done` goes from empty to non-empty (see `ResultsWaker`).
     pub waker: Option<ResultsWaker>,
+    /// Moving average of one service call, in nanoseconds: decides whether
+    /// the front runs ready work itself (see `INLINE_BUDGET_NS`).
+    pub avg_exec_ns: u64,
+}
+
+/// Ready work estimated below this is run by the front itself right after
+/// `submit`, instead of waking a worker and later the front again: for cheap
+/// operations (null, kv) the two thread hops cost more than the work. The
+/// estimate starts pessimistic, so slow services are never run inline.
+pub(crate) const INLINE_BUDGET_NS: u64 = 50_000;
+const AVG_EXEC_NS_INITIAL: u64 = 1_000_000;
+
+impl Sched {
+    /// Fold a measured chunk into the moving average (weight 1/8).
+    pub fn observe(&mut self, ops: usize, elapsed: std::time::Duration) {
+        if ops == 0 {
+            return;
+        }
+        let per_op = (elapsed.as_nanos() / ops as u128).min(u128::from(u64::MAX / 8)) as u64;
+        self.avg_exec_ns = (self.avg_exec_ns.saturating_mul(7) + per_op) / 8;
+    }
+
+    /// Is the ready work cheap enough for the front to run now?
+    pub fn inline_worthy(&self) -> bool {
+        let ready = self.graph.ready_len() as u64;
+        ready > 0 && self.graph.has_ready() && ready.saturating_mul(self.avg_exec_ns) <= INLINE_BUDGET_NS
+    }
+
+    /// Record a finished task (the graph node was handed out to the caller).
+    pub fn complete(&mut self, id: NodeId, task: Task, result: Bytes) {
+        self.graph
+            .remove(id)
+            .expect("a handed-out request is removed once, by whoever ran it");
+        match task {
+            Task::Ordered { ctx, .. } => self.done.push(Done {
+                client: ctx.client,
+                request_seq: ctx.request_seq,
+                delivered_at: ctx.seq,
+                result,
+            }),
+            Task::ReadOnly { token, .. } => {
+                self.read_only.insert(token, result);
+            }
+        }
+    }
+}
+
+/// Run handed-out tasks on the calling thread.
+pub(crate) fn execute_all(service: &dyn Service, chunk: &[(NodeId, Task)]) -> Vec<Bytes> {
+    chunk
+        .iter()
+        .map(|(_, task)| match task {
+            Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => service.execute(op, ctx),
+        })
+        .collect()
 }
 
 pub(crate) struct Shared {
@@ -86,6 +141,7 @@ impl Shared {
                 idle_workers: 0,
                 front_waiting: 0,
                 waker: None,
+                avg_exec_ns: AVG_EXEC_NS_INITIAL,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -174,30 +230,15 @@ fn worker_loop(shared: &Shared) {
 
         // Requests handed out together are all ready, so none conflicts with
         // another (or with anything running): any order gives the same result.
-        let results: Vec<Bytes> = chunk
-            .iter()
-            .map(|(_, task)| match task {
-                Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => shared.service.execute(op, ctx),
-            })
-            .collect();
+        let started = std::time::Instant::now();
+        let results = execute_all(&*shared.service, &chunk);
+        let elapsed = started.elapsed();
 
         g = shared.lock();
+        g.observe(chunk.len(), elapsed);
         let was_empty = g.done.is_empty();
         for ((id, task), result) in chunk.drain(..).zip(results) {
-            g.graph
-                .remove(id)
-                .expect("a handed-out request is removed once, by its worker");
-            match task {
-                Task::Ordered { ctx, .. } => g.done.push(Done {
-                    client: ctx.client,
-                    request_seq: ctx.request_seq,
-                    delivered_at: ctx.seq,
-                    result,
-                }),
-                Task::ReadOnly { token, .. } => {
-                    g.read_only.insert(token, result);
-                }
-            }
+            g.complete(id, task, result);
         }
         shared.signal_progress(&g);
         // Edge-triggered: the front drains everything at once, so one wake
