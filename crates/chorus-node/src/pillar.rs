@@ -241,16 +241,20 @@ async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener) {
     }
 }
 
-/// Read frames from another replica's pillar and hand them to the core.
-async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
+/// The accepting side of the handshake, within the pillar's bound on
+/// concurrent handshakes; a refusal or failure is counted under `failed`.
+async fn authenticate(
+    shared: &Shared,
+    stream: tokio::net::TcpStream,
+    failed: &'static str,
+) -> Option<(PeerRole, chorus_net::FrameReader, chorus_net::FrameWriter)> {
+    let Ok(permit) = shared.handshakes.try_acquire() else {
+        shared.metrics.drop_frame("handshakes-saturated");
+        return None;
+    };
     let my_role = PeerRole::Replica {
         id: shared.me,
         pillar: shared.index as u32,
-    };
-    let permit = shared.handshakes.try_acquire();
-    let Ok(permit) = permit else {
-        shared.metrics.drop_frame("handshakes-saturated");
-        return;
     };
     let accepted = chorus_net::accept(
         stream,
@@ -262,13 +266,21 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
     )
     .await;
     drop(permit);
-    let (role, mut reader, _writer) = match accepted {
-        Ok(c) => c,
+    match accepted {
+        Ok(c) => Some(c),
         Err(e) => {
-            shared.metrics.drop_frame("peer-handshake-failed");
-            tracing::debug!(error = %e, "peer handshake failed");
-            return;
+            shared.metrics.drop_frame(failed);
+            tracing::debug!(error = %e, kind = failed, "handshake failed");
+            None
         }
+    }
+}
+
+/// Read frames from another replica's pillar and hand them to the core.
+async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
+    let Some((role, mut reader, _writer)) = authenticate(&shared, stream, "peer-handshake-failed").await
+    else {
+        return;
     };
     let from = match role {
         PeerRole::Replica { id, pillar } if pillar as usize == shared.index && id != shared.me => id,
@@ -382,31 +394,9 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
         return;
     };
-    let my_role = PeerRole::Replica {
-        id: shared.me,
-        pillar: shared.index as u32,
-    };
-    let Ok(permit) = shared.handshakes.try_acquire() else {
-        shared.metrics.drop_frame("handshakes-saturated");
+    let Some((role, mut reader, mut writer)) = authenticate(&shared, stream, "client-handshake-failed").await
+    else {
         return;
-    };
-    let accepted = chorus_net::accept(
-        stream,
-        &shared.identity,
-        my_role,
-        &shared.config,
-        &shared.net,
-        &shared.counters,
-    )
-    .await;
-    drop(permit);
-    let (role, mut reader, mut writer) = match accepted {
-        Ok(c) => c,
-        Err(e) => {
-            shared.metrics.drop_frame("client-handshake-failed");
-            tracing::debug!(error = %e, "client handshake failed");
-            return;
-        }
     };
     let PeerRole::Client { id: client } = role else {
         shared.metrics.drop_frame("client-wrong-role");

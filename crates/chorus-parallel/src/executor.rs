@@ -23,7 +23,7 @@
 //!
 //! The caller must drain results regularly: they are kept until drained.
 
-use crate::scheduler::{execute_all, worker, Done, Sched, Shared, Task, CHUNK_MAX};
+use crate::scheduler::{run_chunk, take_ready, worker, Done, Sched, Shared, Task, CHUNK_MAX};
 use crate::sync::{Builder, JoinHandle, MutexGuard};
 use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
@@ -183,21 +183,8 @@ impl ParallelExecutor {
     fn run_cheap_work<'a>(shared: &'a Shared, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
         let mut chunk = Vec::new();
         while g.inline_worthy() {
-            while chunk.len() < CHUNK_MAX {
-                match g.graph.next_ready() {
-                    Some(item) => chunk.push(item),
-                    None => break,
-                }
-            }
-            drop(g);
-            let started = std::time::Instant::now();
-            let results = execute_all(&*shared.service, &chunk);
-            let elapsed = started.elapsed();
-            g = shared.lock();
-            g.observe(chunk.len(), elapsed);
-            for ((id, task), result) in chunk.drain(..).zip(results) {
-                g.complete(id, task, result);
-            }
+            take_ready(&mut g, &mut chunk, CHUNK_MAX);
+            g = run_chunk(shared, g, &mut chunk).0;
         }
         g
     }

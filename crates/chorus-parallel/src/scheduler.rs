@@ -94,14 +94,42 @@ impl Sched {
     }
 }
 
-/// Run handed-out tasks on the calling thread.
-pub(crate) fn execute_all(service: &dyn Service, chunk: &[(NodeId, Task)]) -> Vec<Bytes> {
-    chunk
+/// Hand out up to `max` ready requests, oldest first (CBASE fairness).
+pub(crate) fn take_ready(g: &mut Sched, chunk: &mut Vec<(NodeId, Task)>, max: usize) {
+    while chunk.len() < max {
+        match g.graph.next_ready() {
+            Some(item) => chunk.push(item),
+            None => break,
+        }
+    }
+}
+
+/// Run a handed-out chunk on the calling thread without the lock, then
+/// record it; returns the lock again. Requests handed out together are all
+/// ready, so none conflicts with another (or with anything running): any
+/// order gives the same result. Also says whether `done` was empty just
+/// before these results went in (the edge the results waker fires on).
+pub(crate) fn run_chunk<'a>(
+    shared: &'a Shared,
+    g: MutexGuard<'a, Sched>,
+    chunk: &mut Vec<(NodeId, Task)>,
+) -> (MutexGuard<'a, Sched>, bool) {
+    drop(g);
+    let started = std::time::Instant::now();
+    let results: Vec<Bytes> = chunk
         .iter()
         .map(|(_, task)| match task {
-            Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => service.execute(op, ctx),
+            Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => shared.service.execute(op, ctx),
         })
-        .collect()
+        .collect();
+    let elapsed = started.elapsed();
+    let mut g = shared.lock();
+    g.observe(chunk.len(), elapsed);
+    let was_empty = g.done.is_empty();
+    for ((id, task), result) in chunk.drain(..).zip(results) {
+        g.complete(id, task, result);
+    }
+    (g, was_empty)
 }
 
 pub(crate) struct Shared {
@@ -212,34 +240,16 @@ fn worker_loop(shared: &Shared) {
         if g.shutdown || g.failure.is_some() {
             return;
         }
-        // Oldest first (CBASE fairness): `next_ready` hands out the oldest.
-        let take = chunk_size(g.graph.ready_len(), shared.workers);
-        while chunk.len() < take {
-            match g.graph.next_ready() {
-                Some(item) => chunk.push(item),
-                None => break,
-            }
-        }
+        let share = chunk_size(g.graph.ready_len(), shared.workers);
+        take_ready(&mut g, &mut chunk, share);
         if chunk.is_empty() {
             g = shared.wait_work(g);
             continue;
         }
         // Chain the wake-up: another worker takes the next ready requests.
         shared.wake_worker(&g);
-        drop(g);
-
-        // Requests handed out together are all ready, so none conflicts with
-        // another (or with anything running): any order gives the same result.
-        let started = std::time::Instant::now();
-        let results = execute_all(&*shared.service, &chunk);
-        let elapsed = started.elapsed();
-
-        g = shared.lock();
-        g.observe(chunk.len(), elapsed);
-        let was_empty = g.done.is_empty();
-        for ((id, task), result) in chunk.drain(..).zip(results) {
-            g.complete(id, task, result);
-        }
+        let (guard, was_empty) = run_chunk(shared, g, &mut chunk);
+        g = guard;
         shared.signal_progress(&g);
         // Edge-triggered: the front drains everything at once, so one wake
         // per drain is enough. Called without the lock (the waker takes the
