@@ -6,6 +6,7 @@
 use crate::config::ClusterConfig;
 use crate::messages::*;
 use crate::request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
+use crate::wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -39,7 +40,24 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The limits replicas receive under. The frame limit is the configured
+    /// `max_frame_bytes`, raised to the largest replica message `Validate`
+    /// admits for this configuration (`WireBounds`), so no message a correct
+    /// replica sends is refused for its size at any n or window (issue 8,
+    /// finding 10). Still a bound: capped at `MAX_FRAME_BYTES_CAP`, and
+    /// `ClusterConfig::validate` rejects configurations that would need more.
     pub fn from_config(c: &ClusterConfig) -> Limits {
+        let mut l = Limits::from_params(c);
+        let needed = WireBounds::of_limits(&l)
+            .largest_replica_msg()
+            .min(MAX_FRAME_BYTES_CAP);
+        l.max_frame_bytes = l.max_frame_bytes.max(needed as usize);
+        l
+    }
+
+    /// The configured values as they are, frame limit included (what client
+    /// connections use: clients send requests, never certificates).
+    pub fn from_params(c: &ClusterConfig) -> Limits {
         let p = &c.params;
         Limits {
             max_frame_bytes: p.max_frame_bytes as usize,
@@ -53,6 +71,21 @@ impl Limits {
             max_result_bytes: p.max_frame_bytes as usize / 2,
         }
     }
+}
+
+/// Encode a message a replica is about to send and check it against the frame
+/// limit its peers receive under. An oversized message is a bug in the sender
+/// (every message `Validate` admits fits, see `wire_bounds`): callers count it
+/// and fail loudly rather than let the transport drop it silently.
+pub fn encode_within<T: Serialize>(v: &T, limits: &Limits) -> Result<Vec<u8>, CodecError> {
+    let bytes = encode(v);
+    if bytes.len() > limits.max_frame_bytes {
+        return Err(CodecError::TooLarge {
+            len: bytes.len(),
+            max: limits.max_frame_bytes,
+        });
+    }
+    Ok(bytes)
 }
 
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {

@@ -83,7 +83,10 @@ pub struct ProtocolParams {
     pub status_interval_ms: u64,
     /// Largest operation a client may submit.
     pub max_op_bytes: u32,
-    /// Largest frame on any connection.
+    /// Largest frame on any connection. Replica connections admit at least the
+    /// largest replica message this configuration allows (a NEW-VIEW grows
+    /// with n² × window), so there this is a floor: see `Limits::from_config`
+    /// and `wire_bounds`.
     pub max_frame_bytes: u32,
     /// Requests a replica holds unordered before answering "busy".
     pub pool_max_requests: u32,
@@ -172,6 +175,8 @@ pub enum ConfigError {
     Window { window: u64, per_lane: u64 },
     #[error("max_op_bytes {0} must fit in max_frame_bytes {1}")]
     OpVsFrame(u32, u32),
+    #[error("the largest replica message of this configuration ({needed} bytes) exceeds the frame cap of {cap} bytes: lower n, window_slots, batch or chunk sizes")]
+    FrameBound { needed: u64, cap: u64 },
 }
 
 impl ClusterConfig {
@@ -298,6 +303,14 @@ impl ClusterConfig {
         if p.max_op_bytes + 4096 > p.max_frame_bytes {
             return Err(ConfigError::OpVsFrame(p.max_op_bytes, p.max_frame_bytes));
         }
+        // Frame limits are derived from the configuration; keep them bounded.
+        let needed = crate::wire_bounds::WireBounds::of_config(self).largest_replica_msg();
+        if needed > crate::wire_bounds::MAX_FRAME_BYTES_CAP {
+            return Err(ConfigError::FrameBound {
+                needed,
+                cap: crate::wire_bounds::MAX_FRAME_BYTES_CAP,
+            });
+        }
         Ok(())
     }
 
@@ -413,6 +426,10 @@ mod tests {
         let mut c = cop(2);
         c.replicas.truncate(3);
         assert_eq!(c.validate(), Err(ConfigError::TooFewReplicas(3)));
+        // A window so large that a NEW-VIEW could not be bounded by a frame.
+        let mut c = cop(2);
+        c.params.window_slots = 1 << 40;
+        assert!(matches!(c.validate(), Err(ConfigError::FrameBound { .. })));
     }
 
     #[test]

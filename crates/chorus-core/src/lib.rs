@@ -7,8 +7,9 @@ pub mod ids;
 pub mod messages;
 pub mod quorum;
 pub mod request;
+pub mod wire_bounds;
 
-pub use codec::{decode, encode, CodecError, Limits, Validate};
+pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};
 pub use config::{
     ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams,
     ReplicaInfo,
@@ -17,3 +18,4 @@ pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use ids::*;
 pub use messages::*;
 pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
+pub use wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};

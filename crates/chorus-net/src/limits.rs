@@ -1,6 +1,6 @@
 //! Transport limits.
 
-use chorus_core::ClusterConfig;
+use chorus_core::{ClusterConfig, Limits};
 use std::time::Duration;
 
 /// Bounds for one connection (TigerStyle: a limit on everything).
@@ -19,7 +19,20 @@ impl NetLimits {
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
     pub const DEFAULT_MAX_BUFFERED_FRAMES: usize = 4096;
 
+    /// Limits for replica-to-replica connections: frames as large as the
+    /// largest replica message the codec admits for this configuration (a
+    /// NEW-VIEW grows with n² × window), never below the configured limit.
     pub fn from_config(c: &ClusterConfig) -> NetLimits {
+        NetLimits {
+            max_frame_bytes: Limits::from_config(c).max_frame_bytes,
+            ..Self::for_clients(c)
+        }
+    }
+
+    /// Limits for client connections: clients send requests and receive
+    /// replies, both bounded by the configured frame limit, so a client never
+    /// gets to make a replica buffer a NEW-VIEW-sized frame.
+    pub fn for_clients(c: &ClusterConfig) -> NetLimits {
         NetLimits {
             max_frame_bytes: c.params.max_frame_bytes as usize,
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
@@ -35,5 +48,25 @@ impl Default for NetLimits {
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             max_buffered_frames: Self::DEFAULT_MAX_BUFFERED_FRAMES,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::ProtocolParams;
+
+    #[test]
+    fn peer_frames_admit_what_the_codec_admits() {
+        for n in [4, 13, 31] {
+            let (c, _, _) = ClusterConfig::for_testing(n, 1, ProtocolParams::default(), 1);
+            let codec = Limits::from_config(&c);
+            let net = NetLimits::from_config(&c);
+            assert_eq!(net.max_frame_bytes, codec.max_frame_bytes);
+            assert!(net.max_frame_bytes >= NetLimits::for_clients(&c).max_frame_bytes);
+        }
+        // n = 31 with the default window needs more than the configured 16 MiB.
+        let (c, _, _) = ClusterConfig::for_testing(31, 1, ProtocolParams::default(), 1);
+        assert!(NetLimits::from_config(&c).max_frame_bytes > c.params.max_frame_bytes as usize);
     }
 }

@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::status::CoreStatus;
 use anyhow::Result;
 use bytes::Bytes;
-use chorus_core::{encode, ClusterConfig, Identity, Millis, ReplicaId, ReplicaMsg};
+use chorus_core::{encode_within, ClusterConfig, Identity, Limits, Millis, ReplicaId, ReplicaMsg};
 use chorus_order::{Action, Event, Outbox, PersistRecord, Replica, TimerId};
 use chorus_store::Store;
 use std::collections::BTreeMap;
@@ -34,6 +34,8 @@ struct Driver {
     pillars: Vec<mpsc::Sender<PillarInput>>,
     exec: crate::queue::Sender<ExecInput>,
     metrics: Arc<Metrics>,
+    /// What peers decode under: every outgoing message must fit.
+    limits: Limits,
     timers: BTreeMap<TimerId, Millis>,
     pending_persist: Vec<PersistRecord>,
     start: Instant,
@@ -54,6 +56,7 @@ impl CoreThread {
             pillars: self.pillars,
             exec: self.exec,
             metrics: self.metrics.clone(),
+            limits: Limits::from_config(&self.config),
             timers: BTreeMap::new(),
             pending_persist: Vec::new(),
             start,
@@ -196,13 +199,13 @@ impl Driver {
                 Action::Persist(_) => {}
                 Action::Send { to, msg } => {
                     let p = self.pillar_of(&msg);
-                    let frame = Bytes::from(encode(&msg));
+                    let Some(frame) = self.frame(&msg) else { continue };
                     self.metrics.messages_out.inc();
                     self.to_pillar(p, PillarInput::SendPeer { to, frame });
                 }
                 Action::Broadcast { msg } => {
                     let p = self.pillar_of(&msg);
-                    let frame = Bytes::from(encode(&msg));
+                    let Some(frame) = self.frame(&msg) else { continue };
                     self.metrics.messages_out.inc();
                     self.to_pillar(p, PillarInput::BroadcastPeer { frame });
                 }
@@ -230,6 +233,23 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Encode a message for the wire. One its receivers' codec would refuse
+    /// is a bug in this replica (every message the codec admits fits a frame,
+    /// `chorus_core::wire_bounds`), not something to leave to the transport,
+    /// which would drop it and reset the link: counted, logged as an error,
+    /// and fatal in debug builds.
+    fn frame(&self, msg: &ReplicaMsg) -> Option<Bytes> {
+        match encode_within(msg, &self.limits) {
+            Ok(bytes) => Some(Bytes::from(bytes)),
+            Err(e) => {
+                self.metrics.drop_frame("outgoing-oversized");
+                tracing::error!(kind = msg.kind(), error = %e, "not sending a message peers would refuse");
+                debug_assert!(false, "this replica produced an oversized {}: {e}", msg.kind());
+                None
+            }
+        }
     }
 
     fn to_pillar(&self, p: usize, input: PillarInput) {

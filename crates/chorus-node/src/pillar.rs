@@ -53,7 +53,10 @@ struct Shared {
     me: ReplicaId,
     identity: Identity,
     limits: Limits,
+    /// Replica connections: frames up to the largest replica message.
     net: NetLimits,
+    /// Client connections: the configured frame limit.
+    client_net: NetLimits,
     core: mpsc::Sender<CoreInput>,
     exec: crate::queue::Sender<ExecInput>,
     metrics: Arc<Metrics>,
@@ -92,6 +95,7 @@ impl PillarThread {
             identity: self.identity.clone(),
             limits: Limits::from_config(&self.config),
             net: NetLimits::from_config(&self.config),
+            client_net: NetLimits::for_clients(&self.config),
             core: self.core.clone(),
             exec: self.exec.clone(),
             metrics: self.metrics.clone(),
@@ -246,6 +250,7 @@ async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener) {
 async fn authenticate(
     shared: &Shared,
     stream: tokio::net::TcpStream,
+    limits: &NetLimits,
     failed: &'static str,
 ) -> Option<(PeerRole, chorus_net::FrameReader, chorus_net::FrameWriter)> {
     let Ok(permit) = shared.handshakes.try_acquire() else {
@@ -261,7 +266,7 @@ async fn authenticate(
         &shared.identity,
         my_role,
         &shared.config,
-        &shared.net,
+        limits,
         &shared.counters,
     )
     .await;
@@ -278,7 +283,7 @@ async fn authenticate(
 
 /// Read frames from another replica's pillar and hand them to the core.
 async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
-    let Some((role, mut reader, _writer)) = authenticate(&shared, stream, "peer-handshake-failed").await
+    let Some((role, mut reader, _writer)) = authenticate(&shared, stream, &shared.net, "peer-handshake-failed").await
     else {
         return;
     };
@@ -394,7 +399,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
         return;
     };
-    let Some((role, mut reader, mut writer)) = authenticate(&shared, stream, "client-handshake-failed").await
+    let Some((role, mut reader, mut writer)) = authenticate(&shared, stream, &shared.client_net, "client-handshake-failed").await
     else {
         return;
     };

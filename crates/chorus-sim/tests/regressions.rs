@@ -172,3 +172,26 @@ regression!(
     /// cop P=4 n=4, pool 8, twins: three replicas leaked 2–4 requests.
     cop_tiny_pool_seed_1_pool_leak: tiny_pool(Cop, 4), seed 1, Expect::Pass(POOL_LEAK)
 );
+
+/// Issue 8, finding 10: a NEW-VIEW (2f+1 VIEW-CHANGEs with their prepared
+/// certificates, growing with n² × window) exceeded the fixed 64 KiB frame
+/// limit, so the codec refused it and that view change could never complete.
+/// Fixed by deriving the frame limit from the configuration (`wire_bounds`).
+const NEW_VIEW_OVER_FRAME_LIMIT: &str = "new-view refused by the wire codec for its size";
+
+fn large_n(pillars: u32, n: usize) -> SimOptions {
+    let mut o = options(Cop, pillars, n, "all");
+    o.requests_per_client = 8;
+    o
+}
+
+regression!(
+    /// cop/2 n=13: "r2 sent a new-view the wire codec refuses: frame of 68573
+    /// bytes exceeds the limit of 65536".
+    cop_n13_all_seed_2000005_new_view_over_frame_limit: large_n(2, 13), seed 2000005, Expect::Pass(NEW_VIEW_OVER_FRAME_LIMIT)
+);
+
+regression!(
+    /// cop/4 n=16, fixed rotation: the same with a larger quorum.
+    cop_n16_all_seed_2000008_new_view_over_frame_limit: large_n(4, 16), seed 2000008, Expect::Pass(NEW_VIEW_OVER_FRAME_LIMIT)
+);
