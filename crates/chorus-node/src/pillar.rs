@@ -283,7 +283,8 @@ async fn authenticate(
 
 /// Read frames from another replica's pillar and hand them to the core.
 async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
-    let Some((role, mut reader, _writer)) = authenticate(&shared, stream, &shared.net, "peer-handshake-failed").await
+    let Some((role, mut reader, _writer)) =
+        authenticate(&shared, stream, &shared.net, "peer-handshake-failed").await
     else {
         return;
     };
@@ -399,7 +400,8 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
     let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
         return;
     };
-    let Some((role, mut reader, mut writer)) = authenticate(&shared, stream, &shared.client_net, "client-handshake-failed").await
+    let Some((role, mut reader, mut writer)) =
+        authenticate(&shared, stream, &shared.client_net, "client-handshake-failed").await
     else {
         return;
     };
