@@ -175,9 +175,10 @@ fn run(plan: Plan) {
     if let Some(path) = std::env::var_os("CHORUS_CHAOS_REPORT") {
         std::fs::write(&path, &report).unwrap();
     }
-    if !ok {
+    if !ok || std::env::var_os("CHORUS_CHAOS_KEEP").is_some() {
         let kept = dir.keep();
-        panic!("chaos {} found problems (see the report above); logs and history kept in {}", plan.name, kept.display());
+        eprintln!("chaos {}: logs, history.jsonl and toxiproxy.log in {}", plan.name, kept.display());
+        assert!(ok, "chaos {} found problems (see the report above)", plan.name);
     }
 }
 
@@ -446,6 +447,23 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Liveness: a correct replica left in another view cannot take part in the next view change
+    // with the others (issue 9's "same view at the end" checker, here on real processes).
+    let views_deadline = Instant::now() + Duration::from_secs(10);
+    let views_equal = loop {
+        let views: Vec<_> = last.iter().map(|s| s.as_ref().map(|s| s.core.views.clone())).collect();
+        if views.iter().all(|v| v.is_some()) && views.windows(2).all(|x| x[0] == x[1]) {
+            break true;
+        }
+        if Instant::now() > views_deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        last = statuses(&probe).await;
+    };
+    if !views_equal {
+        findings.push("replicas ended in different views (see the final rows)".into());
     }
     let digests: Vec<_> = last.iter().map(|s| s.as_ref().map(|s| (s.executed_seq, s.state_digest.clone()))).collect();
     let digests_equal = digests.iter().all(|d| d.is_some()) && digests.windows(2).all(|x| x[0] == x[1]);

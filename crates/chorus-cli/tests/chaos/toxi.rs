@@ -35,7 +35,7 @@ impl Toxiproxy {
             .port();
         let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
         let child = Command::new(bin)
-            .args(["-host", "127.0.0.1", "-port", &port.to_string(), "-seed", &seed.to_string()])
+            .args(["-host", "127.0.0.1", "-port", &port.to_string(), "-seed", &(seed >> 1).to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
