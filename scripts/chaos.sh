@@ -37,8 +37,8 @@ export CHORUS_CHAOS_MODE="$mode"
 mkdir -p target/chaos
 export CHORUS_CHAOS_REPORT="$PWD/target/chaos/report-$mode-$variant.md"
 if [ "$variant" = smoke ]; then
-  cargo test --release -p chorus-cli --test chaos chaos_smoke -- --nocapture
+  cargo test -p chorus-cli --test chaos chaos_smoke -- --nocapture
 else
-  cargo test --release -p chorus-cli --test chaos chaos_full -- --ignored --nocapture
+  cargo test -p chorus-cli --test chaos chaos_full -- --ignored --nocapture
 fi
 echo "report: $CHORUS_CHAOS_REPORT"

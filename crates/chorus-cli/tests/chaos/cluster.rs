@@ -56,9 +56,14 @@ impl Cluster {
                     r.host = lab.root_ip(i);
                 }
             }
-            std::fs::write(dir.join(format!("cluster-r{i}.toml")), toml::to_string(&own).unwrap()).unwrap();
+            std::fs::write(
+                dir.join(format!("cluster-r{i}.toml")),
+                toml::to_string(&own).unwrap(),
+            )
+            .unwrap();
             let node_path = dir.join(format!("replica-{i}.toml"));
-            let mut node: toml::Table = toml::from_str(&std::fs::read_to_string(&node_path).unwrap()).unwrap();
+            let mut node: toml::Table =
+                toml::from_str(&std::fs::read_to_string(&node_path).unwrap()).unwrap();
             node.insert("cluster_file".into(), format!("cluster-r{i}.toml").into());
             std::fs::write(&node_path, toml::to_string(&node).unwrap()).unwrap();
         }
@@ -108,7 +113,14 @@ impl Cluster {
             .unwrap();
         // `ip netns exec` execs the command, so the child's pid is the replica's.
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns[i], env!("CARGO_BIN_EXE_chorus"), "replica", "--config"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns[i],
+                env!("CARGO_BIN_EXE_chorus"),
+                "replica",
+                "--config",
+            ])
             .arg(self.dir.join(format!("replica-{i}.toml")))
             .env("CHORUS_LOG", "info")
             .stdin(Stdio::null())
@@ -172,9 +184,14 @@ impl Cluster {
     }
 
     pub async fn client(&self, i: usize, opts: chorus_client::ClientOptions) -> chorus_client::Client {
-        chorus_client::Client::connect(self.config.clone(), ClientId(i as u64), self.client_identity(i), opts)
-            .await
-            .expect("client connect")
+        chorus_client::Client::connect(
+            self.config.clone(),
+            ClientId(i as u64),
+            self.client_identity(i),
+            opts,
+        )
+        .await
+        .expect("client connect")
     }
 }
 

@@ -100,7 +100,13 @@ mod tests {
 
     #[test]
     fn sequential_history_is_linearizable() {
-        let h = [r(0, 1, None), w(2, Some(3), 1), r(4, 5, Some(1)), w(6, Some(7), 2), r(8, 9, Some(2))];
+        let h = [
+            r(0, 1, None),
+            w(2, Some(3), 1),
+            r(4, 5, Some(1)),
+            w(6, Some(7), 2),
+            r(8, 9, Some(2)),
+        ];
         assert_eq!(check(&h, 1 << 20), Verdict::Linearizable);
     }
 
@@ -118,7 +124,12 @@ mod tests {
 
     #[test]
     fn concurrent_write_may_be_seen_or_not() {
-        let h = [w(0, Some(10), 1), r(1, 2, None), r(3, 4, Some(1)), r(5, 6, Some(1))];
+        let h = [
+            w(0, Some(10), 1),
+            r(1, 2, None),
+            r(3, 4, Some(1)),
+            r(5, 6, Some(1)),
+        ];
         assert_eq!(check(&h, 1 << 20), Verdict::Linearizable);
         // ...but once seen it cannot be unseen.
         let h = [w(0, Some(10), 1), r(1, 2, Some(1)), r(3, 4, None)];

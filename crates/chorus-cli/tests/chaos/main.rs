@@ -115,7 +115,12 @@ impl Plan {
             warmup: Duration::from_secs(2),
             fault_len: Duration::from_secs(3),
             long_pause: Duration::from_secs(5),
-            faults: vec![Fault::Delay, Fault::PartitionBackup, Fault::KillPrimary, Fault::LongStopBackup],
+            faults: vec![
+                Fault::Delay,
+                Fault::PartitionBackup,
+                Fault::KillPrimary,
+                Fault::LongStopBackup,
+            ],
             clients: 2,
             workers_per_client: 4,
             recovery_limit: Duration::from_secs(15),
@@ -157,7 +162,10 @@ fn run(plan: Plan) {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::Builder::new().prefix("chorus-chaos-").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("chorus-chaos-")
+        .tempdir()
+        .unwrap();
     let (report, ok) = {
         // Declaration order is teardown order reversed: replicas and proxy
         // stop before the namespaces and the blackhole route go.
@@ -177,7 +185,11 @@ fn run(plan: Plan) {
     }
     if !ok || std::env::var_os("CHORUS_CHAOS_KEEP").is_some() {
         let kept = dir.keep();
-        eprintln!("chaos {}: logs, history.jsonl and toxiproxy.log in {}", plan.name, kept.display());
+        eprintln!(
+            "chaos {}: logs, history.jsonl and toxiproxy.log in {}",
+            plan.name,
+            kept.display()
+        );
         assert!(ok, "chaos {} found problems (see the report above)", plan.name);
     }
 }
@@ -202,7 +214,12 @@ fn opts() -> ClientOptions {
 
 async fn statuses(probe: &Client) -> Vec<Option<chorus_node::status::StatusReport>> {
     let w = Duration::from_millis(800);
-    let (a, b, c, d) = tokio::join!(status(probe, 0, w), status(probe, 1, w), status(probe, 2, w), status(probe, 3, w));
+    let (a, b, c, d) = tokio::join!(
+        status(probe, 0, w),
+        status(probe, 1, w),
+        status(probe, 2, w),
+        status(probe, 3, w)
+    );
     vec![a, b, c, d]
 }
 
@@ -227,7 +244,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
     let probe = cluster.client(probe_id, opts()).await;
     let up = Instant::now() + Duration::from_secs(30);
     while statuses(&probe).await.iter().any(|s| s.is_none()) {
-        assert!(Instant::now() < up, "replicas did not come up:\n{}", cluster.log_tail(0, 20));
+        assert!(
+            Instant::now() < up,
+            "replicas did not come up:\n{}",
+            cluster.log_tail(0, 20)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let w = Workload::new(Instant::now());
@@ -236,7 +257,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
         let client = Arc::new(cluster.client(c, opts()).await);
         for k in 0..plan.workers_per_client {
             let process = (c * 100 + k) as u64;
-            workers.push(tokio::spawn(w.clone().worker(client.clone(), process, seed ^ process)));
+            workers.push(tokio::spawn(w.clone().worker(
+                client.clone(),
+                process,
+                seed ^ process,
+            )));
         }
     }
     tokio::time::sleep(plan.warmup).await;
@@ -251,12 +276,22 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
         let t_start = w.now_us();
         let mut victims: Vec<usize> = Vec::new();
         let mut len = plan.fault_len;
-        eprintln!("[{:>6.1}s] fault: {} (primary r{p})", started.elapsed().as_secs_f64(), fault.name());
+        eprintln!(
+            "[{:>6.1}s] fault: {} (primary r{p})",
+            started.elapsed().as_secs_f64(),
+            fault.name()
+        );
         match fault {
             Fault::Delay => {
                 let links = cluster.links();
                 for &l in &links {
-                    toxi.add_toxic(&Cluster::proxy_name(l), "delay", "latency", 1.0, serde_json::json!({"latency": 40, "jitter": 40}));
+                    toxi.add_toxic(
+                        &Cluster::proxy_name(l),
+                        "delay",
+                        "latency",
+                        1.0,
+                        serde_json::json!({"latency": 40, "jitter": 40}),
+                    );
                 }
                 tokio::time::sleep(len).await;
                 for &l in &links {
@@ -268,9 +303,18 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
                 let links = cluster.links();
                 let until = Instant::now() + len;
                 while Instant::now() < until {
-                    let hit: Vec<_> = (0..3).map(|_| links[rng.gen_range(0..links.len())]).collect();
+                    let hit: Vec<_> = rand::seq::index::sample(&mut rng, links.len(), 3)
+                        .into_iter()
+                        .map(|i| links[i])
+                        .collect();
                     for &l in &hit {
-                        toxi.add_toxic(&Cluster::proxy_name(l), "loss", "timeout", 1.0, serde_json::json!({"timeout": 200}));
+                        toxi.add_toxic(
+                            &Cluster::proxy_name(l),
+                            "loss",
+                            "timeout",
+                            1.0,
+                            serde_json::json!({"timeout": 200}),
+                        );
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     for &l in &hit {
@@ -280,7 +324,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
                 victims.extend(0..N);
             }
             Fault::PartitionBackup | Fault::PartitionPrimary => {
-                let v = if fault == Fault::PartitionPrimary { p } else { backup };
+                let v = if fault == Fault::PartitionPrimary {
+                    p
+                } else {
+                    backup
+                };
                 lab.set_link(v, false);
                 tokio::time::sleep(len).await;
                 lab.set_link(v, true);
@@ -304,7 +352,10 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
                 len = plan.long_pause;
                 let v = backup;
                 let others: Vec<usize> = (0..N).filter(|&i| i != v).collect();
-                let before: Vec<f64> = others.iter().map(|&i| cluster.rss_mib(i).unwrap_or(0.0)).collect();
+                let before: Vec<f64> = others
+                    .iter()
+                    .map(|&i| cluster.rss_mib(i).unwrap_or(0.0))
+                    .collect();
                 let mut peak = before.clone();
                 cluster.signal(v, "STOP");
                 let until = Instant::now() + len;
@@ -314,7 +365,10 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
                         peak[j] = peak[j].max(cluster.rss_mib(i).unwrap_or(0.0));
                     }
                 }
-                let end: Vec<f64> = others.iter().map(|&i| cluster.rss_mib(i).unwrap_or(0.0)).collect();
+                let end: Vec<f64> = others
+                    .iter()
+                    .map(|&i| cluster.rss_mib(i).unwrap_or(0.0))
+                    .collect();
                 cluster.signal(v, "CONT");
                 victims.push(v);
                 let growth = (0..others.len()).map(|j| peak[j] - before[j]).fold(0.0, f64::max);
@@ -331,7 +385,9 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
                 );
                 // Bounded: the others may not keep everything the paused one missed.
                 if growth > 256.0 {
-                    findings.push(format!("RSS of a live replica grew {growth:.1} MiB while r{v} was paused"));
+                    findings.push(format!(
+                        "RSS of a live replica grew {growth:.1} MiB while r{v} was paused"
+                    ));
                 }
             }
         }
@@ -352,13 +408,20 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
             }
             if caught_up.is_none() {
                 let s = statuses(&probe).await;
-                if victims.iter().all(|&v| s[v].as_ref().is_some_and(|s| s.executed_seq >= target)) {
+                if victims
+                    .iter()
+                    .all(|&v| s[v].as_ref().is_some_and(|s| s.executed_seq >= target))
+                {
                     caught_up = Some(w.now_us());
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let end = caught_up.into_iter().chain(commit_again).max().unwrap_or(w.now_us());
+        let end = caught_up
+            .into_iter()
+            .chain(commit_again)
+            .max()
+            .unwrap_or(w.now_us());
         let mut note = String::new();
         for (i, st) in cluster.exited() {
             let msg = format!("r{i} exited on its own ({st}) during {}", fault.name());
@@ -376,7 +439,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
             ));
         }
         if commit_again.is_none() {
-            findings.push(format!("{}: no write committed within {:?} of heal", fault.name(), plan.recovery_limit));
+            findings.push(format!(
+                "{}: no write committed within {:?} of heal",
+                fault.name(),
+                plan.recovery_limit
+            ));
         }
         let ms = |t: Option<u64>| t.map(|t| t.saturating_sub(t_heal) as f64 / 1000.0);
         rows.push(Row {
@@ -384,7 +451,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
             victim: if victims.len() == N {
                 "all links".into()
             } else {
-                victims.iter().map(|v| format!("r{v}")).collect::<Vec<_>>().join(",")
+                victims
+                    .iter()
+                    .map(|v| format!("r{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
             },
             secs: len.as_secs_f64(),
             commit_again_ms: ms(commit_again),
@@ -439,7 +510,11 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
     let mut last;
     loop {
         last = statuses(&probe).await;
-        let keys: Vec<_> = last.iter().flatten().map(|s| (s.executed_seq, s.state_digest.clone())).collect();
+        let keys: Vec<_> = last
+            .iter()
+            .flatten()
+            .map(|s| (s.executed_seq, s.state_digest.clone()))
+            .collect();
         if keys.len() == N && keys.windows(2).all(|x| x[0] == x[1]) {
             break;
         }
@@ -452,7 +527,10 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
     // with the others (issue 9's "same view at the end" checker, here on real processes).
     let views_deadline = Instant::now() + Duration::from_secs(10);
     let views_equal = loop {
-        let views: Vec<_> = last.iter().map(|s| s.as_ref().map(|s| s.core.views.clone())).collect();
+        let views: Vec<_> = last
+            .iter()
+            .map(|s| s.as_ref().map(|s| s.core.views.clone()))
+            .collect();
         if views.iter().all(|v| v.is_some()) && views.windows(2).all(|x| x[0] == x[1]) {
             break true;
         }
@@ -465,7 +543,10 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
     if !views_equal {
         findings.push("replicas ended in different views (see the final rows)".into());
     }
-    let digests: Vec<_> = last.iter().map(|s| s.as_ref().map(|s| (s.executed_seq, s.state_digest.clone()))).collect();
+    let digests: Vec<_> = last
+        .iter()
+        .map(|s| s.as_ref().map(|s| (s.executed_seq, s.state_digest.clone())))
+        .collect();
     let digests_equal = digests.iter().all(|d| d.is_some()) && digests.windows(2).all(|x| x[0] == x[1]);
     let history = w.history.lock().clone();
     let v = workload::check(&history, &final_reads);
@@ -509,8 +590,17 @@ async fn chaos(plan: &Plan, lab: &Lab, toxi: &Toxiproxy, cluster: &mut Cluster, 
         v.info,
         w.now_us() as f64 / 1e6
     );
-    let _ = writeln!(r, "| acknowledged writes | {} on {} keys |", v.acked_writes, v.keys);
-    let _ = writeln!(r, "| acknowledged writes lost | {} {:?} |", v.lost.len(), &v.lost[..v.lost.len().min(5)]);
+    let _ = writeln!(
+        r,
+        "| acknowledged writes | {} on {} keys |",
+        v.acked_writes, v.keys
+    );
+    let _ = writeln!(
+        r,
+        "| acknowledged writes lost | {} {:?} |",
+        v.lost.len(),
+        &v.lost[..v.lost.len().min(5)]
+    );
     let _ = writeln!(r, "| keys whose final read failed | {} |", v.unread.len());
     let _ = writeln!(
         r,

@@ -104,8 +104,17 @@ impl Lab {
             sh(&["ip", "netns", "add", &ns])?;
             lab.namespaces.push(ns.clone());
             let hif = lab.host_if(i);
-            sh(&["ip", "link", "add", &hif, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
-            sh(&["ip", "addr", "add", &format!("{}/30", lab.root_ip(i)), "dev", &hif])?;
+            sh(&[
+                "ip", "link", "add", &hif, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])?;
+            sh(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/30", lab.root_ip(i)),
+                "dev",
+                &hif,
+            ])?;
             sh(&["ip", "link", "set", &hif, "up"])?;
             let in_ns = |args: &[&str]| {
                 let mut v = vec!["ip", "-n", ns.as_str()];
@@ -144,8 +153,14 @@ impl Lab {
 
     /// Partition replica `i` from everyone (peers and clients) or heal it.
     pub fn set_link(&self, i: usize, up: bool) {
-        sh(&["ip", "link", "set", &self.host_if(i), if up { "up" } else { "down" }])
-            .expect("ip link set");
+        sh(&[
+            "ip",
+            "link",
+            "set",
+            &self.host_if(i),
+            if up { "up" } else { "down" },
+        ])
+        .expect("ip link set");
     }
 }
 

@@ -35,7 +35,14 @@ impl Toxiproxy {
             .port();
         let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
         let child = Command::new(bin)
-            .args(["-host", "127.0.0.1", "-port", &port.to_string(), "-seed", &(seed >> 1).to_string()])
+            .args([
+                "-host",
+                "127.0.0.1",
+                "-port",
+                &port.to_string(),
+                "-seed",
+                &(seed >> 1).to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -77,12 +84,21 @@ impl Toxiproxy {
     }
 
     pub fn create_proxy(&self, name: &str, listen: &str, upstream: &str) {
-        let body = serde_json::json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": true });
-        self.request("POST", "/proxies", &body.to_string()).expect("create proxy");
+        let body =
+            serde_json::json!({ "name": name, "listen": listen, "upstream": upstream, "enabled": true });
+        self.request("POST", "/proxies", &body.to_string())
+            .expect("create proxy");
     }
 
     /// Add a toxic in both directions (`{name}-up`, `{name}-down`).
-    pub fn add_toxic(&self, proxy: &str, name: &str, kind: &str, toxicity: f64, attributes: serde_json::Value) {
+    pub fn add_toxic(
+        &self,
+        proxy: &str,
+        name: &str,
+        kind: &str,
+        toxicity: f64,
+        attributes: serde_json::Value,
+    ) {
         for (dir, stream) in [("up", "upstream"), ("down", "downstream")] {
             let body = serde_json::json!({
                 "name": format!("{name}-{dir}"), "type": kind, "stream": stream,
