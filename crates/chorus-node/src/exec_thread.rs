@@ -67,16 +67,17 @@ impl ExecThread {
                         }
                     }
                     ExecInput::InstallState { cert, snapshot } => {
-                        checkpoints.retain(|s| *s > cert.seq);
-                        match self.executor.restore(cert.seq, &snapshot) {
-                            Ok(state_digest) => {
-                                let _ = self.core.blocking_send(CoreInput::StateInstalled {
-                                    seq: cert.seq,
-                                    state_digest,
-                                });
-                            }
-                            Err(e) => tracing::error!(error = ?e, "state transfer snapshot did not restore"),
+                        let outcome = self.executor.install(cert.seq, &snapshot, cert.state_digest);
+                        if outcome.is_ok() {
+                            checkpoints.retain(|s| *s > cert.seq);
                         }
+                        let state_digest = install_answer(&outcome, &cert);
+                        // Always answer: the core holds delivery until it
+                        // hears how the install ended (issue 8, finding 5).
+                        let _ = self.core.blocking_send(CoreInput::StateInstalled {
+                            seq: cert.seq,
+                            state_digest,
+                        });
                     }
                     ExecInput::ReadOnly { request } => {
                         if let Some(result) = self.executor.execute_read_only(&request.op) {
@@ -248,4 +249,17 @@ impl ExecThread {
             client_connections: self.metrics.client_connections.get(),
         }
     }
+}
+
+/// The digest to report for an install, logging a refused snapshot (a peer
+/// sent a state that does not decode or is not the certified one: the core
+/// counts it and fetches from another peer).
+fn install_answer(
+    outcome: &Result<Digest, chorus_exec::ExecError>,
+    cert: &chorus_core::CheckpointCert,
+) -> Digest {
+    if let Err(e) = outcome {
+        tracing::warn!(seq = ?cert.seq, error = %e, "refused a transferred snapshot; keeping the current state");
+    }
+    chorus_exec::installed_digest(outcome, &cert.state_digest)
 }
