@@ -256,6 +256,15 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
     msg(&mut r2, 300, 1, ReplicaMsg::NewView(nv));
     assert_eq!(r6.status().views, vec![View(1)]);
     assert_eq!(r2.status().views, vec![View(1)]);
+    // PBFT §4.4: a value committed at a correct replica survives the view
+    // change. With 2's certificate missing, slot 0 became a no-op here.
+    let accepted = r6.lane(L0).and_then(|l| l.nv.as_ref()).and_then(|nv| nv.digest(Slot(0)));
+    assert_eq!(
+        accepted,
+        Some(da),
+        "the NEW-VIEW 6 accepted must re-propose `a` at slot 0 (no-op = {:?})",
+        Batch::noop_digest()
+    );
     msg(&mut r6, 301, 1, pp0.clone());
     let p2 = broadcast_prepare(&msg(&mut r2, 301, 1, pp0));
     // 6 prepares with 0's, 2's and 5's prepares (5 accepts the re-proposal
