@@ -3,7 +3,9 @@
 //! executor must match result for result and digest for digest.
 
 use crate::client_table::{Admission, CachedReply, ClientTable, TableStats};
-use crate::executor::{install_verified, rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor};
+use crate::executor::{
+    install_verified, rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor,
+};
 use crate::service::{ExecContext, Service};
 use crate::{encode_snapshot, state_digest};
 use bytes::Bytes;

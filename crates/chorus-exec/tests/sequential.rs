@@ -286,7 +286,10 @@ fn install_swaps_in_only_the_certified_state() {
         certified.state_digest
     );
     let garbage = e.install(certified.next_seq, b"\x07garbage", certified.state_digest);
-    assert!(matches!(garbage, Err(ExecError::Malformed(_) | ExecError::Invalid(_))));
+    assert!(matches!(
+        garbage,
+        Err(ExecError::Malformed(_) | ExecError::Invalid(_))
+    ));
     assert_ne!(
         chorus_exec::installed_digest(&garbage, &certified.state_digest),
         certified.state_digest

@@ -28,9 +28,9 @@ use crate::sync::{Builder, JoinHandle, MutexGuard};
 use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
 use chorus_exec::{
-    encode_snapshot, install_verified, read_only_context, rejected_result, restore_snapshot, state_digest, Admission,
-    CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor, ResultsWaker,
-    Service, TableStats,
+    encode_snapshot, install_verified, read_only_context, rejected_result, restore_snapshot, state_digest,
+    Admission, CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor,
+    ResultsWaker, Service, TableStats,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -153,8 +153,14 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
     ] {
         msg(&mut r3, 2, from, p);
     }
-    let prepared_2 = r2.lane(L0).and_then(|l| l.slots.get(&Slot(0))).and_then(|st| st.cert.clone());
-    assert!(prepared_2.is_some_and(|c| c.digest == da), "2 prepared `a` at slot 0");
+    let prepared_2 = r2
+        .lane(L0)
+        .and_then(|l| l.slots.get(&Slot(0)))
+        .and_then(|st| st.cert.clone());
+    assert!(
+        prepared_2.is_some_and(|c| c.digest == da),
+        "2 prepared `a` at slot 0"
+    );
     let mut delivered_3 = Vec::new();
     for from in [0u32, 1, 2, 4] {
         delivered_3.extend(deliveries(&msg(
@@ -164,7 +170,11 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
             ReplicaMsg::Commit(s.commit(from, 0, 0, 0, da)),
         )));
     }
-    assert_eq!(delivered_3, vec![(Seq(0), da)], "3 decided and delivered `a` at 0");
+    assert_eq!(
+        delivered_3,
+        vec![(Seq(0), da)],
+        "3 decided and delivered `a` at 0"
+    );
 
     // The checkpoint at 2 that 3, 4, 5 voted for and only 0 and 1 heard of:
     // a certificate with 2f+1 valid signatures.
@@ -235,7 +245,11 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
     // re-proposals are whatever they imply (backups recompute them).
     let chosen = vec![vc1, vc0, vc2, vc5, vc6];
     let plan = plan_new_view(&s.cfg, &chosen);
-    let slot0 = plan.reproposals.iter().find(|r| r.slot == Slot(0)).map(|r| r.digest);
+    let slot0 = plan
+        .reproposals
+        .iter()
+        .find(|r| r.slot == Slot(0))
+        .map(|r| r.digest);
     let mut nv = NewView {
         lane: L0,
         view: View(1),
@@ -258,7 +272,10 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
     assert_eq!(r2.status().views, vec![View(1)]);
     // PBFT §4.4: a value committed at a correct replica survives the view
     // change. With 2's certificate missing, slot 0 became a no-op here.
-    let accepted = r6.lane(L0).and_then(|l| l.nv.as_ref()).and_then(|nv| nv.digest(Slot(0)));
+    let accepted = r6
+        .lane(L0)
+        .and_then(|l| l.nv.as_ref())
+        .and_then(|nv| nv.digest(Slot(0)));
     assert_eq!(
         accepted,
         Some(da),
