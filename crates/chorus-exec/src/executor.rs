@@ -45,6 +45,9 @@ pub enum ExecError {
     Invalid(&'static str),
     #[error("the service refused the snapshot: {0}")]
     Service(String),
+    /// The snapshot decodes, but not to the certified state: nothing installed.
+    #[error("snapshot state digest {got} does not match the certified {expected}")]
+    DigestMismatch { expected: Digest, got: Digest },
 }
 
 /// Called by an executor whose results appear outside `submit` (the parallel
@@ -65,8 +68,15 @@ pub trait Executor: Send {
     fn drain_results(&mut self, out: &mut Vec<ExecResult>);
     /// CBASE sync: wait until everything submitted has executed, then snapshot (client table + service state).
     fn checkpoint(&mut self) -> ExecCheckpoint;
-    /// Replace all state by a snapshot taken at `next_seq`; returns its state digest.
+    /// Replace all state by a snapshot taken at `next_seq`; returns its state
+    /// digest. Unchecked: for a snapshot this replica took itself. A peer's
+    /// snapshot goes through [`Executor::install`].
     fn restore(&mut self, next_seq: Seq, snapshot: &[u8]) -> Result<Digest, ExecError>;
+    /// Replace all state by a snapshot taken at `next_seq` only if its state
+    /// digest is `expected` (the checkpoint certificate's); otherwise keep
+    /// the current state untouched (client table and reply cache included,
+    /// so a corrupt snapshot can never answer a retransmission) and say why.
+    fn install(&mut self, next_seq: Seq, snapshot: &[u8], expected: Digest) -> Result<Digest, ExecError>;
     /// Read-only fast path: run a read-only op against current state without ordering (None if the op is not read-only).
     fn execute_read_only(&self, op: &[u8]) -> Option<Bytes>;
     fn next_seq(&self) -> Seq;
@@ -149,4 +159,50 @@ pub fn restore_snapshot(
     service.restore(&service_state).map_err(ExecError::Service)?;
     let digest = state_digest(next_seq, &table, service);
     Ok((table, digest))
+}
+
+/// Install a peer's snapshot into `service` only if it is the certified state
+/// (issue 8, finding 6: verify before restore). The client table is decoded
+/// into a scratch table the caller swaps in only on `Ok`. The service has no
+/// scratch instance, so its current state is saved first and put back if the
+/// snapshot is refused or its digest differs; the executor's thread is the
+/// only one touching the service meanwhile (workers are idle after the
+/// barrier), so nobody observes the candidate state.
+pub fn install_verified(
+    service: &dyn Service,
+    next_seq: Seq,
+    snapshot: &[u8],
+    expected: Digest,
+    max_inflight_per_client: u32,
+) -> Result<ClientTable, ExecError> {
+    let (table, service_state) = decode_snapshot(snapshot, max_inflight_per_client)?;
+    let saved = service.snapshot();
+    let put_back = |why: ExecError| {
+        // Our own canonical snapshot: a service that refuses it is broken.
+        if let Err(e) = service.restore(&saved) {
+            panic!("the service refused its own snapshot back: {e}");
+        }
+        Err(why)
+    };
+    if let Err(e) = service.restore(&service_state) {
+        return put_back(ExecError::Service(e));
+    }
+    let got = state_digest(next_seq, &table, service);
+    if got != expected {
+        return put_back(ExecError::DigestMismatch { expected, got });
+    }
+    Ok(table)
+}
+
+/// The digest a driver reports to the ordering core (`StateInstalled`) for an
+/// install: the installed state's, or — when nothing was installed — one that
+/// can never equal the certificate's, so the core aborts the install and
+/// fetches the state from another peer. Both drivers (runtime, simulator)
+/// use this, so they answer alike.
+pub fn installed_digest(outcome: &Result<Digest, ExecError>, expected: &Digest) -> Digest {
+    match outcome {
+        Ok(d) => *d,
+        Err(ExecError::DigestMismatch { got, .. }) if got != expected => *got,
+        Err(_) => Digest::of_parts("chorus install failed", &[expected.as_bytes()]),
+    }
 }

@@ -20,8 +20,8 @@ pub use client_table::{
     REPLY_CACHE_PER_CLIENT,
 };
 pub use executor::{
-    decode_snapshot, encode_snapshot, rejected_result, restore_snapshot, state_digest, ExecCheckpoint,
-    ExecError, ExecResult, Executor, ResultsWaker, REJECTED_PREFIX,
+    decode_snapshot, encode_snapshot, install_verified, installed_digest, rejected_result, restore_snapshot,
+    state_digest, ExecCheckpoint, ExecError, ExecResult, Executor, ResultsWaker, REJECTED_PREFIX,
 };
 pub use graph::{conflicts, DependencyGraph, Full, GraphError, NodeId};
 pub use sequential::{read_only_context, SequentialExecutor};

@@ -3,7 +3,9 @@
 //! executor must match result for result and digest for digest.
 
 use crate::client_table::{Admission, CachedReply, ClientTable, TableStats};
-use crate::executor::{rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor};
+use crate::executor::{
+    install_verified, rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor,
+};
 use crate::service::{ExecContext, Service};
 use crate::{encode_snapshot, state_digest};
 use bytes::Bytes;
@@ -117,6 +119,19 @@ impl Executor for SequentialExecutor {
         self.table = table;
         self.next_seq = next_seq;
         Ok(digest)
+    }
+
+    fn install(&mut self, next_seq: Seq, snapshot: &[u8], expected: Digest) -> Result<Digest, ExecError> {
+        let table = install_verified(
+            &*self.service,
+            next_seq,
+            snapshot,
+            expected,
+            self.table.max_inflight(),
+        )?;
+        self.table = table;
+        self.next_seq = next_seq;
+        Ok(expected)
     }
 
     fn execute_read_only(&self, op: &[u8]) -> Option<Bytes> {

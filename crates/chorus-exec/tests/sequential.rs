@@ -250,3 +250,90 @@ fn read_only_fast_path_only_for_read_only_ops() {
         "the fast path changed nothing"
     );
 }
+
+/// Issue 8, finding 6: a peer's snapshot that decodes but is not the
+/// certified state (here: another history, with a reply the client never got
+/// from a correct replica) is refused before anything is replaced, so the
+/// executor never answers a retransmission from it.
+#[test]
+fn install_swaps_in_only_the_certified_state() {
+    let mut honest = exec(8);
+    honest.submit(Seq(0), batch(vec![req(1, 1, &[1, 7, 4])]));
+    let certified = honest.checkpoint();
+    let mut evil = exec(8);
+    evil.submit(Seq(0), batch(vec![req(9, 1, &[1, 5, 200])]));
+    let forged = evil.checkpoint();
+    assert!(evil.cached_reply(ClientId(9), RequestSeq(1)).is_some());
+
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(2, 1, &[1, 3, 3])]));
+    drain(&mut e);
+    let before = e.checkpoint();
+    let outcome = e.install(certified.next_seq, &forged.snapshot, certified.state_digest);
+    assert!(
+        matches!(outcome, Err(ExecError::DigestMismatch { got, .. }) if got == forged.state_digest),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        e.cached_reply(ClientId(9), RequestSeq(1)),
+        None,
+        "no reply from the refused snapshot"
+    );
+    assert_eq!(e.checkpoint(), before, "service, table and position untouched");
+    // The core learns that the install failed.
+    assert_ne!(
+        chorus_exec::installed_digest(&outcome, &certified.state_digest),
+        certified.state_digest
+    );
+    let garbage = e.install(certified.next_seq, b"\x07garbage", certified.state_digest);
+    assert!(matches!(
+        garbage,
+        Err(ExecError::Malformed(_) | ExecError::Invalid(_))
+    ));
+    assert_ne!(
+        chorus_exec::installed_digest(&garbage, &certified.state_digest),
+        certified.state_digest
+    );
+    assert_eq!(e.checkpoint(), before);
+
+    let ok = e.install(certified.next_seq, &certified.snapshot, certified.state_digest);
+    assert_eq!(ok, Ok(certified.state_digest));
+    assert_eq!(
+        chorus_exec::installed_digest(&ok, &certified.state_digest),
+        certified.state_digest
+    );
+    assert_eq!(e.checkpoint(), certified);
+    assert!(e.cached_reply(ClientId(1), RequestSeq(1)).is_some());
+}
+
+/// A service that refuses its part of the snapshot leaves it as it was too.
+#[test]
+fn install_refused_by_the_service_changes_nothing() {
+    let mut honest = exec(8);
+    honest.submit(Seq(0), batch(vec![req(1, 1, &[1, 7, 4])]));
+    let certified = honest.checkpoint();
+    let mut e = exec(8);
+    e.submit(Seq(0), batch(vec![req(2, 1, &[1, 3, 3])]));
+    let before = e.checkpoint();
+    // A well-formed executor snapshot whose service bytes the service refuses.
+    let (table, _) = chorus_exec::decode_snapshot(&certified.snapshot, 8).unwrap();
+    let bad = chorus_exec::encode_snapshot(&table, &BadState);
+    let outcome = e.install(certified.next_seq, &bad, certified.state_digest);
+    assert!(matches!(outcome, Err(ExecError::Service(_))), "{outcome:?}");
+    assert_eq!(e.checkpoint(), before);
+}
+
+/// A service whose snapshot `Registers` refuses (length not a multiple of 9).
+struct BadState;
+
+impl Service for BadState {
+    fn execute(&self, _op: &[u8], _ctx: &ExecContext) -> Bytes {
+        Bytes::new()
+    }
+    fn snapshot(&self) -> Bytes {
+        Bytes::from_static(b"odd")
+    }
+    fn restore(&self, _s: &[u8]) -> Result<(), String> {
+        Err("never".into())
+    }
+}

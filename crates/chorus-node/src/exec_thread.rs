@@ -67,16 +67,17 @@ impl ExecThread {
                         }
                     }
                     ExecInput::InstallState { cert, snapshot } => {
-                        checkpoints.retain(|s| *s > cert.seq);
-                        match self.executor.restore(cert.seq, &snapshot) {
-                            Ok(state_digest) => {
-                                let _ = self.core.blocking_send(CoreInput::StateInstalled {
-                                    seq: cert.seq,
-                                    state_digest,
-                                });
-                            }
-                            Err(e) => tracing::error!(error = ?e, "state transfer snapshot did not restore"),
+                        let outcome = self.executor.install(cert.seq, &snapshot, cert.state_digest);
+                        if outcome.is_ok() {
+                            checkpoints.retain(|s| *s > cert.seq);
                         }
+                        let state_digest = install_answer(&outcome, &cert);
+                        // Always answer: the core holds delivery until it
+                        // hears how the install ended (issue 8, finding 5).
+                        let _ = self.core.blocking_send(CoreInput::StateInstalled {
+                            seq: cert.seq,
+                            state_digest,
+                        });
                     }
                     ExecInput::ReadOnly { request } => {
                         if let Some(result) = self.executor.execute_read_only(&request.op) {
@@ -247,5 +248,104 @@ impl ExecThread {
             peer_connections: self.metrics.peer_connections.get(),
             client_connections: self.metrics.client_connections.get(),
         }
+    }
+}
+
+/// The digest to report for an install, logging a refused snapshot (a peer
+/// sent a state that does not decode or is not the certified one: the core
+/// counts it and fetches from another peer).
+fn install_answer(
+    outcome: &Result<Digest, chorus_exec::ExecError>,
+    cert: &chorus_core::CheckpointCert,
+) -> Digest {
+    if let Err(e) = outcome {
+        tracing::warn!(seq = ?cert.seq, error = %e, "refused a transferred snapshot; keeping the current state");
+    }
+    chorus_exec::installed_digest(outcome, &cert.state_digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{CheckpointCert, ProtocolParams};
+    use chorus_exec::SequentialExecutor;
+    use std::time::Instant;
+
+    /// Run an execution thread, hand it `snapshot` under a certificate for
+    /// `certified`; return what it tells the core (None: nothing in 5 s) and
+    /// whether the executor still stands at position 1 afterwards.
+    fn install(snapshot: Bytes, certified: Digest) -> (Option<(Seq, Digest)>, bool) {
+        let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
+        let (exec_tx, exec_rx) = crate::queue::bounded(16);
+        let (core_tx, mut core_rx) = mpsc::channel(16);
+        let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
+        let (pillar_tx, _pillar_rx) = mpsc::channel(16);
+        let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
+        executor.submit(Seq(0), Arc::new(chorus_core::Batch::noop()));
+        let thread = ExecThread {
+            config: Arc::new(config),
+            me: ReplicaId(0),
+            executor: Box::new(executor),
+            input: exec_rx,
+            pillars: vec![pillar_tx],
+            core: core_tx,
+            core_status: status_rx,
+            metrics: Arc::new(Metrics::default()),
+            outgoing: Vec::new(),
+        };
+        let handle = std::thread::spawn(move || thread.run());
+        let cert = CheckpointCert {
+            seq: Seq(8),
+            state_digest: certified,
+            votes: vec![],
+        };
+        assert!(exec_tx.send(ExecInput::InstallState { cert, snapshot }).is_ok());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut answer = None;
+        while Instant::now() < deadline && answer.is_none() {
+            match core_rx.try_recv() {
+                Ok(CoreInput::StateInstalled { seq, state_digest }) => answer = Some((seq, state_digest)),
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        // Still at position 1? Then a checkpoint there is taken at once.
+        assert!(exec_tx.send(ExecInput::TakeCheckpoint { seq: Seq(1) }).is_ok());
+        let mut still_at_1 = false;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !still_at_1 {
+            match core_rx.try_recv() {
+                Ok(CoreInput::Checkpointed { seq, .. }) => still_at_1 = seq == Seq(1),
+                Ok(_) => {}
+                Err(_) if answer.as_ref().is_some_and(|(_, d)| *d == certified) => break,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        drop(exec_tx);
+        handle.join().expect("exec thread");
+        (answer, still_at_1)
+    }
+
+    /// Issue 8, finding 5: a snapshot that does not decode used to be logged
+    /// and never answered, leaving the core installing for ever.
+    #[test]
+    fn a_snapshot_that_does_not_decode_is_reported_to_the_core() {
+        let certified = Digest::of(b"the certified state");
+        let (answer, kept) = install(Bytes::from_static(b"\x07garbage"), certified);
+        let (seq, digest) = answer.expect("the core hears how the install ended");
+        assert_eq!(seq, Seq(8));
+        assert_ne!(digest, certified, "a failed install never matches");
+        assert!(kept, "the executor kept its state");
+    }
+
+    #[test]
+    fn a_certified_snapshot_is_installed_and_reported() {
+        let mut source = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
+        for s in 0..8 {
+            source.submit(Seq(s), Arc::new(chorus_core::Batch::noop()));
+        }
+        let cp = source.checkpoint();
+        let (answer, _) = install(cp.snapshot, cp.state_digest);
+        assert_eq!(answer, Some((Seq(8), cp.state_digest)));
     }
 }

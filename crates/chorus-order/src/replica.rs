@@ -268,7 +268,7 @@ impl Replica {
                 if let Some((cert, snapshot)) =
                     self.transfer.on_chunk(&mut cx, from, chunk, self.merger.next())
                 {
-                    self.begin_install(now, cert, snapshot, out);
+                    self.begin_install(cert, snapshot, out);
                 }
             }
             other => {
@@ -392,31 +392,47 @@ impl Replica {
         }
     }
 
-    /// A complete, certified snapshot from a peer: install it and resume
-    /// delivery at `cert.seq` once the driver confirms the state digest.
-    fn begin_install(&mut self, now: Millis, cert: CheckpointCert, snapshot: Bytes, out: &mut Outbox) {
+    /// A complete, certified snapshot from a peer: hand it to the driver and
+    /// hold delivery until the driver confirms the state digest.
+    ///
+    /// Nothing else changes yet. The snapshot may not match its certificate
+    /// (a Byzantine sender can pair garbage with a valid one): until the
+    /// driver confirms it, our stable checkpoint is the old one, and a
+    /// VIEW-CHANGE must carry every prepared certificate above *that*
+    /// checkpoint (PBFT §4.4). Truncating the log now would let a VIEW-CHANGE
+    /// omit slots we prepared, and a new view could fill a committed slot with
+    /// a no-op (issue 8, finding 1). So the jump, the pool reset and the
+    /// truncation all wait for `Installed::Done`.
+    fn begin_install(&mut self, cert: CheckpointCert, snapshot: Bytes, out: &mut Outbox) {
         tracing::debug!(seq = ?cert.seq, "installing state from a peer");
-        let seq = cert.seq;
+        debug_assert!(cert.seq > self.merger.next(), "installing a state we have passed");
         out.push(Action::InstallState { cert, snapshot });
         self.counters.state_transfers += 1;
-        self.merger.jump_to(seq);
+        // The executor is replacing its state: deliver nothing meanwhile.
         self.merger.pause();
-        self.pool.clear();
-        let low = Slot(seq.0 / self.cfg.lanes() as u64);
-        self.advance_lanes(now, low, out);
     }
 
     fn on_state_installed(&mut self, now: Millis, seq: Seq, digest: Digest, out: &mut Outbox) {
         match self.transfer.on_installed(seq, digest) {
             Installed::Done(cert, snapshot) => {
+                // Adopt, then truncate (as `apply_stable` does): every lane's
+                // low is covered by the stable checkpoint at all times.
+                let low = Slot(cert.seq.0 / self.cfg.lanes() as u64);
                 out.persist(PersistRecord::Stable {
                     cert: cert.clone(),
                     snapshot: snapshot.clone(),
                 });
                 self.checkpointer.install(cert, snapshot);
+                debug_assert!(self.checkpointer.stable_seq() >= seq);
+                self.merger.jump_to(seq);
+                self.pool.clear();
+                self.advance_lanes(now, low, out);
                 self.merger.resume();
             }
             Installed::Mismatch => {
+                // The executor kept its state (it swaps only a verified one):
+                // carry on from where we were; state transfer asks another peer.
+                self.merger.resume();
                 let mut cx = Cx::new(now, out, &mut self.counters);
                 cx.reject("bad-installed-state");
             }

@@ -56,8 +56,8 @@ pub struct StateTransfer {
     requested: Option<Requested>,
     incoming: Option<Incoming>,
     installing: Option<(CheckpointCert, Bytes)>,
-    /// After a failed install at `C` (delivery already jumped to C), any
-    /// certificate at or above C will do.
+    /// After a failed install at `C`, any certificate at or above C will do
+    /// (C is certified, so correct replicas hold it or a later one).
     retry_floor: Option<Seq>,
     attempts: u64,
     /// `next_delivery` at the previous tick: a transfer starts only after a
@@ -98,8 +98,9 @@ impl StateTransfer {
     }
 
     /// The lowest checkpoint that would help a replica delivering at `next`.
+    /// Never at or below `next`: installing it would rewind the executor.
     fn floor(&self, next: Seq) -> Seq {
-        self.retry_floor.unwrap_or(next.next())
+        self.retry_floor.map_or(next.next(), |f| f.max(next.next()))
     }
 
     pub fn note_peer_stable(&mut self, peer: ReplicaId, stable: Seq) {
@@ -116,6 +117,10 @@ impl StateTransfer {
     /// Status tick: start a transfer when we are stuck below a checkpoint.
     pub fn on_tick(&mut self, cx: &mut Cx, next: Seq) {
         let stuck = self.last_tick_next == Some(next);
+        if self.retry_floor.is_some_and(|f| next >= f) {
+            // Delivery got past the failed checkpoint on its own.
+            self.retry_floor = None;
+        }
         self.last_tick_next = Some(next);
         if self.installing.is_some() {
             return;

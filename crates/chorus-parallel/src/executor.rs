@@ -28,9 +28,9 @@ use crate::sync::{Builder, JoinHandle, MutexGuard};
 use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
 use chorus_exec::{
-    encode_snapshot, read_only_context, rejected_result, restore_snapshot, state_digest, Admission,
-    CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor, ResultsWaker,
-    Service, TableStats,
+    encode_snapshot, install_verified, read_only_context, rejected_result, restore_snapshot, state_digest,
+    Admission, CachedReply, ClientTable, ExecCheckpoint, ExecContext, ExecError, ExecResult, Executor,
+    ResultsWaker, Service, TableStats,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -295,6 +295,20 @@ impl Executor for ParallelExecutor {
         self.table = table;
         self.next_seq = next_seq;
         Ok(digest)
+    }
+
+    fn install(&mut self, next_seq: Seq, snapshot: &[u8], expected: Digest) -> Result<Digest, ExecError> {
+        self.barrier();
+        let table = install_verified(
+            &*self.shared.service,
+            next_seq,
+            snapshot,
+            expected,
+            self.table.max_inflight(),
+        )?;
+        self.table = table;
+        self.next_seq = next_seq;
+        Ok(expected)
     }
 
     /// Runs through the graph like an ordered request (but without a place

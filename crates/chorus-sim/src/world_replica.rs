@@ -434,24 +434,19 @@ impl<R: SimReplica> World<R> {
             return;
         };
         self.counters.note("state-install");
-        live.pending_checkpoints.retain(|s| *s > cert.seq);
-        let digest = match live.executor.restore(cert.seq, &snapshot) {
+        // The runtime's code path (`chorus-node` exec thread): install only a
+        // verified state, and always answer the core.
+        let outcome = live.executor.install(cert.seq, &snapshot, cert.state_digest);
+        match &outcome {
             Ok(digest) => {
+                live.pending_checkpoints.retain(|s| *s > cert.seq);
                 self.checker
-                    .installed(now, id, cert.seq, digest, cert.state_digest);
-                if digest != cert.state_digest {
-                    self.counters.note("snapshot-mismatch");
-                }
-                digest
+                    .installed(now, id, cert.seq, *digest, cert.state_digest);
             }
-            Err(_) => {
-                // The contract has no failure event: report a digest that can
-                // never match the certificate, so the replica fetches again.
-                self.checker.install_failed(id);
-                self.counters.note("snapshot-restore-failed");
-                Digest::of_parts("chorus-sim restore failed", &[cert.state_digest.as_bytes()])
-            }
-        };
+            Err(chorus_exec::ExecError::DigestMismatch { .. }) => self.counters.note("snapshot-mismatch"),
+            Err(_) => self.counters.note("snapshot-restore-failed"),
+        }
+        let digest = chorus_exec::installed_digest(&outcome, &cert.state_digest);
         follow_ups.push_back(Event::StateInstalled {
             seq: cert.seq,
             state_digest: digest,

@@ -71,7 +71,8 @@ from_redb!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::CompactionError
 );
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

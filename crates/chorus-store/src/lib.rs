@@ -47,5 +47,5 @@ mod writer;
 pub use error::{Result, StoreError};
 pub use policy::{FsyncPolicy, StoreOptions, LANES_MAX, OFF_DURABLE_EVERY_APPENDS};
 pub use schema::FORMAT_VERSION;
-pub use store::{Store, StoreStats, DB_FILE_NAME};
+pub use store::{Store, StoreStats, COMPACT_MIN_BYTES, DB_FILE_NAME};
 pub use writer::SkipCounts;

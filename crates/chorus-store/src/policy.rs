@@ -89,16 +89,27 @@ pub struct StoreOptions {
     pub lanes: u32,
     /// `batch` only: the N-th unsynced append is made durable (N ≥ 1).
     pub batch_appends_max: u32,
+    /// Keep every decided cell in the ledger (an audit trail growing without
+    /// bound) instead of pruning it at each stable checkpoint. Off by
+    /// default: storage stays proportional to the state plus the log since
+    /// the stable checkpoint (PBFT §4.3 garbage collection).
+    pub keep_ledger: bool,
+    /// redb's page cache. Bounded so that reading a large log after a
+    /// restart does not leave the process that much larger for good.
+    pub cache_bytes: usize,
 }
 
 impl StoreOptions {
     pub const BATCH_APPENDS_MAX_DEFAULT: u32 = 64;
+    pub const CACHE_BYTES_DEFAULT: usize = 16 << 20;
 
     pub fn new(fsync: FsyncPolicy, lanes: u32) -> StoreOptions {
         StoreOptions {
             fsync,
             lanes,
             batch_appends_max: Self::BATCH_APPENDS_MAX_DEFAULT,
+            keep_ledger: false,
+            cache_bytes: Self::CACHE_BYTES_DEFAULT,
         }
     }
 

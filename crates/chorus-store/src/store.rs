@@ -38,6 +38,8 @@ pub struct StoreStats {
     pub unsynced_appends: u32,
     /// Records not written because they carried nothing new, since open.
     pub skipped: SkipCounts,
+    /// Times the file was compacted, since open.
+    pub compactions: u64,
 }
 
 /// Durable storage of one replica (DESIGN §3 "Storage"). Not shared between
@@ -52,7 +54,13 @@ pub struct Store {
     appends: u64,
     durable_commits: u64,
     skipped: SkipCounts,
+    /// File size right after the last compaction (0: none since open).
+    compacted_bytes: u64,
+    compactions: u64,
 }
+
+/// Files smaller than this are never compacted (not worth a rewrite).
+pub const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,7 +94,9 @@ impl Store {
         let path = dir.join(DB_FILE_NAME);
         // `create` opens an existing file, repairing it after a crash: redb
         // falls back to the last commit whose checksums verify.
-        let db = Database::create(&path)?;
+        let db = redb::Builder::new()
+            .set_cache_size(opts.cache_bytes)
+            .create(&path)?;
         let layout = Layout { lanes: opts.lanes };
         let txn = db.begin_write()?;
         let state = init_or_check(&txn, layout)?;
@@ -102,6 +112,8 @@ impl Store {
             appends: 0,
             durable_commits: 0,
             skipped: SkipCounts::default(),
+            compacted_bytes: 0,
+            compactions: 0,
         })
     }
 
@@ -113,9 +125,49 @@ impl Store {
         if records.is_empty() {
             return Ok(());
         }
+        let stable_before = self.state.stable_seq;
         self.write(|w| records.iter().try_for_each(|r| w.apply(r)))?;
         self.appends += 1;
+        if self.state.stable_seq != stable_before {
+            self.compact_if_bloated()?;
+        }
         Ok(())
+    }
+
+    /// redb reuses freed pages but never gives them back to the file system;
+    /// after a burst (a catch-up writing a large snapshot and many cells,
+    /// then truncating them) the file would stay at its peak for ever. At a
+    /// stable checkpoint, once the file has doubled since the last
+    /// compaction, rewrite it to its live size (amortised: each compaction
+    /// follows at least as many bytes of growth as it rewrites).
+    fn compact_if_bloated(&mut self) -> Result<()> {
+        let bytes = self.file_bytes()?;
+        if bytes < COMPACT_MIN_BYTES.max(self.compacted_bytes.saturating_mul(2)) {
+            return Ok(());
+        }
+        // redb frees pages only at a durable commit, and refuses to compact
+        // while a non-durable one pins the last durable state.
+        self.flush()?;
+        if let Err(e) = self.db.compact() {
+            // Nothing lost: the file just stays large until the next try.
+            tracing::warn!(error = %e, "store compaction failed");
+            self.compacted_bytes = bytes;
+            return Ok(());
+        }
+        self.durable_commits += 1;
+        self.compactions += 1;
+        self.compacted_bytes = self.file_bytes()?;
+        tracing::debug!(before = bytes, after = self.compacted_bytes, "store compacted");
+        Ok(())
+    }
+
+    fn file_bytes(&self) -> Result<u64> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     /// Make every committed append durable (one fsync) unless the policy is
@@ -175,12 +227,7 @@ impl Store {
     }
 
     pub fn stats(&self) -> Result<StoreStats> {
-        let file_bytes = std::fs::metadata(&self.path)
-            .map_err(|source| StoreError::Io {
-                path: self.path.clone(),
-                source,
-            })?
-            .len();
+        let file_bytes = self.file_bytes()?;
         let txn = self.db.begin_read()?;
         Ok(StoreStats {
             file_bytes,
@@ -192,6 +239,7 @@ impl Store {
             durable_commits: self.durable_commits,
             unsynced_appends: self.unsynced,
             skipped: self.skipped,
+            compactions: self.compactions,
         })
     }
 
@@ -219,7 +267,7 @@ impl Store {
         } else {
             Durability::None
         });
-        let mut w = Writer::open(&txn, self.layout, self.state)?;
+        let mut w = Writer::open(&txn, self.layout, self.state, !self.opts.keep_ledger)?;
         let out = f(&mut w)?;
         let (state, skipped) = w.finish()?;
         // On any error above, dropping `txn` aborts it: nothing is written.

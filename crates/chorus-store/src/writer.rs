@@ -44,6 +44,8 @@ pub struct SkipCounts {
 
 pub(crate) struct Writer<'txn> {
     layout: Layout,
+    /// Prune the ledger below each new stable checkpoint.
+    prune_at_stable: bool,
     pub state: WriteState,
     pub skipped: SkipCounts,
     log: Table<'txn, u64, &'static [u8]>,
@@ -54,9 +56,15 @@ pub(crate) struct Writer<'txn> {
 }
 
 impl<'txn> Writer<'txn> {
-    pub fn open(txn: &'txn WriteTransaction, layout: Layout, state: WriteState) -> Result<Writer<'txn>> {
+    pub fn open(
+        txn: &'txn WriteTransaction,
+        layout: Layout,
+        state: WriteState,
+        prune_at_stable: bool,
+    ) -> Result<Writer<'txn>> {
         Ok(Writer {
             layout,
+            prune_at_stable,
             state,
             skipped: SkipCounts::default(),
             log: txn.open_table(LOG)?,
@@ -182,6 +190,10 @@ impl<'txn> Writer<'txn> {
         self.truncate_log(seq)?;
         if self.state.chain.next_seq < seq {
             self.jump_chain(cert)?;
+        } else if self.prune_at_stable {
+            // The checkpoint's state covers these cells; recovery replays
+            // only the cells above it.
+            self.prune_below(seq)?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@ mod common;
 
 use chorus_core::Seq;
 use chorus_order::PersistRecord;
-use chorus_store::{FsyncPolicy, Store, StoreError};
+use chorus_store::{FsyncPolicy, Store, StoreError, StoreOptions};
 use common::*;
 
 /// Two lanes, slots 0..4 each accepted, prepared and decided; views move on.
@@ -25,10 +25,20 @@ fn history() -> Vec<PersistRecord> {
     h
 }
 
+/// A store that keeps the whole ledger (these tests are about the ledger
+/// itself; by default it is pruned at each stable checkpoint, see `growth.rs`).
+fn open_keeping(path: &std::path::Path, lanes: u32) -> Store {
+    let opts = StoreOptions {
+        keep_ledger: true,
+        ..StoreOptions::new(FsyncPolicy::Always, lanes)
+    };
+    Store::open_with(path, opts).unwrap()
+}
+
 #[test]
 fn stable_truncates_the_log_below_it_and_keeps_the_ledger() {
     let d = dir();
-    let mut s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
+    let mut s = open_keeping(d.path(), 2);
     let h = history();
     for r in &h {
         s.append(std::slice::from_ref(r)).unwrap();
@@ -61,7 +71,7 @@ fn stable_truncates_the_log_below_it_and_keeps_the_ledger() {
 
     // The same after a reopen, and later appends go after the survivors.
     drop(s);
-    let mut s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
+    let mut s = open_keeping(d.path(), 2);
     assert_eq!(s.load().unwrap(), expect);
     s.append(&[view(1, 4)]).unwrap();
     expect.push(view(1, 4));
@@ -71,7 +81,7 @@ fn stable_truncates_the_log_below_it_and_keeps_the_ledger() {
 #[test]
 fn records_below_the_checkpoint_are_skipped_on_arrival() {
     let d = dir();
-    let mut s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
+    let mut s = open_keeping(d.path(), 2);
     s.append(&[decided(0, 0), decided(1, 0), stable(2)]).unwrap();
     s.append(&[accepted(0, 1, 0), prepared(1, 1, 0), decided(0, 0)])
         .unwrap();
@@ -98,7 +108,7 @@ fn the_last_two_checkpoints_are_kept_and_the_stable_one_never_goes_back() {
 #[test]
 fn the_ledger_prunes_up_to_the_stable_checkpoint_only() {
     let d = dir();
-    let mut s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
+    let mut s = open_keeping(d.path(), 2);
     assert!(matches!(
         s.prune_ledger_below(Seq(1)),
         Err(StoreError::PruneAboveStable {
@@ -135,7 +145,7 @@ fn the_ledger_prunes_up_to_the_stable_checkpoint_only() {
     s.append(&[decided(0, 0)]).unwrap();
     assert_eq!(s.ledger_entry(Seq(0)).unwrap(), None);
     drop(s);
-    let s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
+    let s = open_keeping(d.path(), 2);
     assert_eq!(s.verify_ledger().unwrap(), 4);
     assert_eq!(s.ledger_head(), head);
 }

@@ -71,6 +71,14 @@ impl Lane {
     /// certificate with the highest view below the target.
     pub(crate) fn build_view_change(&self, env: &LaneEnv) -> ViewChange {
         let vc_low = low_slot_of(&self.cfg, env.stable);
+        // PBFT §4.4: the certificates must cover every slot above the
+        // checkpoint we send; a log truncated above it would omit some.
+        debug_assert!(
+            self.low <= vc_low,
+            "lane {:?} truncated to {:?} but its VIEW-CHANGE carries a checkpoint at {vc_low:?}",
+            self.id,
+            self.low
+        );
         let vc_high = Slot(vc_low.0.saturating_add(self.cfg.params.window_slots));
         let from = vc_low.max(self.low);
         let prepared = if from < vc_high {
