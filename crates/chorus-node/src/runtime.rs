@@ -109,6 +109,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         .spawn(move || exec.run())?;
 
     let mut client_listener = Some(client_listener);
+    let gates = crate::pillar::Gates::for_config(&config);
     for (p, (rx, listener)) in pillar_rxs.into_iter().zip(peer_listeners).enumerate() {
         let pillar = PillarThread {
             index: p,
@@ -124,6 +125,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             all_pillars: pillar_txs.clone(),
             shutdown: shutdown_rx.clone(),
             counters: net_counters.clone(),
+            gates: gates.clone(),
         };
         std::thread::Builder::new()
             .name(format!("chorus-pillar-{p}"))
