@@ -142,7 +142,8 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     rt.block_on(async {
         if info.metrics_port != 0 {
             let m = metrics.clone();
-            let host = info.host.clone();
+            // Loopback unless the operator opens it (issue 16 finding 6).
+            let host = node.metrics_host.clone();
             tokio::spawn(async move {
                 if let Err(e) = crate::metrics::serve(m, host, info.metrics_port).await {
                     tracing::warn!(error = %e, "metrics endpoint unavailable");
