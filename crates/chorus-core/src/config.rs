@@ -268,7 +268,11 @@ impl ClusterConfig {
             .replicas
             .iter()
             .map(|r| (format!("replica {}", r.id), r.identity))
-            .chain(self.clients.iter().map(|c| (format!("client {}", c.id), c.identity)));
+            .chain(
+                self.clients
+                    .iter()
+                    .map(|c| (format!("client {}", c.id), c.identity)),
+            );
         for (who, id) in all {
             for key in [id.sign, id.dh] {
                 if let Some(first) = seen.get(&key) {

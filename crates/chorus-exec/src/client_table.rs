@@ -422,7 +422,10 @@ mod tests {
             t.admit_request(C, q(1), a),
             Admission::Duplicate(CachedReply::Ready(Bytes::from_static(b"r1")))
         );
-        assert_eq!(t.admit_request(C, q(1), b), Admission::Rejected(RejectKind::SeqReused));
+        assert_eq!(
+            t.admit_request(C, q(1), b),
+            Admission::Rejected(RejectKind::SeqReused)
+        );
         assert_eq!(t.request_digest(C, q(1)), Some(a));
         assert_eq!(t.stats().rejected_seq_reused, 1);
         // The digests are part of the snapshot and survive a round trip.

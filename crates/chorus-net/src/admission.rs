@@ -195,7 +195,8 @@ impl Gate {
 
     fn refill(&self, s: &Source, now: Instant) -> f64 {
         let dt = now.saturating_duration_since(s.last).as_secs_f64();
-        (s.tokens + dt * self.limits.handshakes_per_sec_per_source).min(self.limits.handshake_burst_per_source)
+        (s.tokens + dt * self.limits.handshakes_per_sec_per_source)
+            .min(self.limits.handshake_burst_per_source)
     }
 
     fn allow_handshake_at(&self, ip: IpAddr, now: Instant) -> bool {

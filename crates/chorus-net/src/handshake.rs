@@ -521,7 +521,10 @@ mod tests {
         let k = [0u8; 16];
         assert_ne!(transcript(&c, b"ab", &k, b"c"), transcript(&c, b"a", &k, b"bc"));
         assert_ne!(transcript(&c, b"a", &k, b"b"), transcript(&c, b"b", &k, b"a"));
-        assert_ne!(transcript(&c, b"a", &k, b"b"), transcript(&c, b"a", &[1; 16], b"b"));
+        assert_ne!(
+            transcript(&c, b"a", &k, b"b"),
+            transcript(&c, b"a", &[1; 16], b"b")
+        );
         let other = Digest::of(b"another cluster");
         assert_ne!(transcript(&c, b"a", &k, b"b"), transcript(&other, b"a", &k, b"b"));
         assert_ne!(proof_message(&c, b"a", &k), proof_message(&other, b"a", &k));

@@ -20,9 +20,9 @@ mod raw;
 mod role;
 mod session;
 
+pub use admission::{Gate, GateLimits, Pending, Refusal};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::NetError;
-pub use admission::{Gate, GateLimits, Pending, Refusal};
 pub use handshake::{accept, connect, recorded_hello, PreAuth, Responder, PROTOCOL_VERSION};
 pub use limits::NetLimits;
 pub use link::{spawn_peer_link, Backoff, Inbound, LinkSpec, PeerLink};

@@ -69,7 +69,8 @@ impl<R: AsyncRead + Unpin> RawReader<R> {
                 }
                 self.buf.reserve((len - have).clamp(1, GROW_STEP_BYTES));
             } else {
-                self.buf.reserve(READ_CHUNK_BYTES.min(self.max_len + HEADER_BYTES));
+                self.buf
+                    .reserve(READ_CHUNK_BYTES.min(self.max_len + HEADER_BYTES));
             }
             debug_assert!(
                 self.buf.capacity() > self.buf.len(),

@@ -176,7 +176,12 @@ async fn a_client_holding_another_key_than_configured_is_refused_by_the_acceptor
         "{server:?}"
     );
     assert_eq!(
-        (s.bad_proofs, s.bad_signatures, s.handshake_failures, s.handshakes_ok),
+        (
+            s.bad_proofs,
+            s.bad_signatures,
+            s.handshake_failures,
+            s.handshakes_ok
+        ),
         (1, 0, 1, 0)
     );
 }
@@ -360,9 +365,16 @@ async fn a_replayed_hello_gets_only_a_cookie_and_no_signature() {
     .await;
     let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
     let role = PeerRole::Client { id: ClientId(0) };
-    connect(dial(proxy).await, &c.clients[0], role, &expected, &limits(), &counters())
-        .await
-        .unwrap();
+    connect(
+        dial(proxy).await,
+        &c.clients[0],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await
+    .unwrap();
     assert_eq!(results.recv().await.unwrap().unwrap(), role);
     let hello = recorded.lock().unwrap().clone().unwrap();
     for _ in 0..3 {
@@ -394,11 +406,21 @@ async fn keys_reused_in_another_cluster_do_not_connect() {
     let sc2 = sc.clone();
     let server = tokio::spawn(async move {
         let (s, _) = l.accept().await.unwrap();
-        accept(s, &key, replica(0, 0), &other, &limits(), &sc2).await.map(|r| r.0)
+        accept(s, &key, replica(0, 0), &other, &limits(), &sc2)
+            .await
+            .map(|r| r.0)
     });
     let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
     let role = PeerRole::Client { id: ClientId(1) };
-    let client = connect(dial(port).await, &c.clients[1], role, &expected, &limits(), &counters()).await;
+    let client = connect(
+        dial(port).await,
+        &c.clients[1],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await;
     assert!(client.is_err());
     assert!(matches!(server.await.unwrap(), Err(NetError::BadProof(_))));
 }

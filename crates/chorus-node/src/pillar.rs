@@ -383,7 +383,9 @@ async fn authenticate(
     };
     let role = pre.role();
     let budget = match (port, role) {
-        (Port::Peer, PeerRole::Replica { id, pillar }) if pillar as usize == shared.index && id != shared.me => {
+        (Port::Peer, PeerRole::Replica { id, pillar })
+            if pillar as usize == shared.index && id != shared.me =>
+        {
             shared.peer_slots.get(&id)
         }
         (Port::Client, PeerRole::Client { .. }) => Some(&shared.client_handshakes),
@@ -405,7 +407,10 @@ async fn authenticate(
         shared.metrics.drop_frame("handshakes-saturated");
         return None;
     };
-    match pre.complete(&shared.responder, &shared.net, &shared.counters).await {
+    match pre
+        .complete(&shared.responder, &shared.net, &shared.counters)
+        .await
+    {
         Ok(c) => Some(c),
         Err(e) => {
             shared.metrics.drop_frame(failed);
@@ -698,13 +703,11 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
                         // stall the client (PBFT §4.1).
-                        let _ = shared
-                            .exec
-                            .try_send(ExecInput::Retransmit {
-                                client,
-                                seq: req.seq,
-                                digest: req.digest(),
-                            });
+                        let _ = shared.exec.try_send(ExecInput::Retransmit {
+                            client,
+                            seq: req.seq,
+                            digest: req.digest(),
+                        });
                     }
                     while seen.len() > SEEN_SEQS_MAX {
                         seen.pop_first();

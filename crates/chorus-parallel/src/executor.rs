@@ -258,9 +258,7 @@ impl Executor for ParallelExecutor {
                     );
                     assert!(inserted.is_ok(), "room was checked under the same lock");
                 }
-                Admission::Duplicate(CachedReply::Ready(reply)) => {
-                    self.push(req, seq, reply, true)
-                }
+                Admission::Duplicate(CachedReply::Ready(reply)) => self.push(req, seq, reply, true),
                 Admission::Duplicate(CachedReply::Pending) => {
                     // The original is in the graph or in `done`; only `absorb`
                     // (on this thread) resolves waiters, so none is missed.
@@ -269,9 +267,7 @@ impl Executor for ParallelExecutor {
                     g = self.wait_locked(&shared, g, |pending, waiting| pending + waiting <= capacity);
                 }
                 Admission::Duplicate(CachedReply::Forgotten) => {}
-                Admission::Rejected(kind) => {
-                    self.push(req, seq, rejected_result(kind), false)
-                }
+                Admission::Rejected(kind) => self.push(req, seq, rejected_result(kind), false),
             }
         }
         let g = Self::run_cheap_work(&shared, g);

@@ -377,7 +377,13 @@ impl<R: SimReplica> World<R> {
                     r.duplicate,
                 );
             }
-            self.send_reply(i, r.client, r.request_seq, Some(r.request), ReplyBody::Full(r.result));
+            self.send_reply(
+                i,
+                r.client,
+                r.request_seq,
+                Some(r.request),
+                ReplyBody::Full(r.result),
+            );
         }
     }
 
