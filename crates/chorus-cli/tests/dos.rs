@@ -161,3 +161,57 @@ fn strangers_cannot_stop_clients_or_peer_links_or_burn_replica_cpu() {
     drop(_guard);
     rt.shutdown_timeout(Duration::from_secs(1));
 }
+
+/// Issue 16 finding 4: a replica's key does not buy unbounded connections to
+/// another replica's pillar: beyond `PEER_CONNS_MAX` (2) the oldest is closed.
+#[test]
+fn a_peer_holds_at_most_two_connections_per_pillar() {
+    let c = TestCluster::new_in_range(2_000, 10, OrderingMode::Cop, 2, 1, |_| {});
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    let text = std::fs::read_to_string(c.path().join("keys/replica-3.key")).unwrap();
+    let key: chorus_node::node_config::KeyFile = toml::from_str(&text).unwrap();
+    let r3 = key.to_identity().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let expected = chorus_net::Expected::replica_pillar(&c.config, chorus_core::ReplicaId(0), 0).unwrap();
+        let me = PeerRole::Replica {
+            id: chorus_core::ReplicaId(3),
+            pillar: 0,
+        };
+        let limits = chorus_net::NetLimits::from_config(&c.config);
+        let counters = Arc::new(chorus_net::Counters::default());
+        let port = c.config.replicas[0].peer_base_port;
+        let mut readers = Vec::new();
+        for _ in 0..6 {
+            let s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let (_, rd, wr) = chorus_net::connect(s, &r3, me, &expected, &limits, &counters)
+                .await
+                .expect("replica 3's key authenticates");
+            readers.push((rd, wr));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut open = 0;
+        for (rd, _) in &mut readers {
+            // An evicted connection reads EOF (or an error) at once; a kept one blocks.
+            match tokio::time::timeout(Duration::from_millis(500), rd.next()).await {
+                Err(_) => open += 1,
+                Ok(r) => assert!(
+                    !matches!(r, Ok(Some(_))),
+                    "replicas send nothing on inbound links"
+                ),
+            }
+        }
+        assert!(
+            open <= 2,
+            "{open} of 6 connections from one peer pillar are still open"
+        );
+        // The newest ones are the ones kept.
+        let (rd, _) = readers.last_mut().unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(200), rd.next())
+            .await
+            .is_err());
+    });
+}

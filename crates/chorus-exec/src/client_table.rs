@@ -515,6 +515,7 @@ mod tests {
             low: 5,
             above: vec![7],
             replies: vec![(5, Bytes::new()), (7, Bytes::new())],
+            digests: vec![(7, Digest::of(b"r7"))],
         };
         let ok = TableSnapshot {
             clients: vec![good.clone()],
@@ -543,6 +544,10 @@ mod tests {
             },
             ClientSnapshot {
                 replies: vec![(7, Bytes::new()), (5, Bytes::new())],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                digests: vec![(6, Digest::of(b"no reply for 6"))],
                 ..good.clone()
             },
         ];
