@@ -116,6 +116,10 @@ fn replica_addresses(config: &ClusterConfig) -> std::collections::HashSet<std::n
 
 /// Per client: its connections as (connection id, frame queue, eviction
 /// signal), newest last, at most `CLIENT_CONNS_MAX` each.
+/// Per peer replica: its inbound connections to this pillar as (connection
+/// id, eviction signal), newest last, at most `PEER_CONNS_MAX`.
+type PeerConns = HashMap<ReplicaId, Vec<(u64, Rc<tokio::sync::Notify>)>>;
+
 type ClientConns = HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>, Rc<tokio::sync::Notify>)>>;
 
 struct Shared {
@@ -138,7 +142,7 @@ struct Shared {
     /// Slots reserved per other replica (see `PEER_SLOTS_PER_REPLICA`).
     peer_slots: HashMap<ReplicaId, tokio::sync::Semaphore>,
     /// Live inbound connections per peer (id, eviction signal), newest last.
-    peers: RefCell<HashMap<ReplicaId, Vec<(u64, Rc<tokio::sync::Notify>)>>>,
+    peers: RefCell<PeerConns>,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
