@@ -66,6 +66,7 @@ impl Client {
         let limits = NetLimits {
             max_frame_bytes: config.params.max_frame_bytes as usize,
             handshake_timeout: opts.handshake_timeout,
+            hello_timeout: NetLimits::DEFAULT_HELLO_TIMEOUT,
             max_buffered_frames: opts.link_queue_frames,
         };
         let net = Arc::new(Counters::default());

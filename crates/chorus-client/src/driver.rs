@@ -14,7 +14,8 @@ use crate::quorum::{Decision, Path, ReplyQuorum};
 use crate::stats::Stats;
 use bytes::Bytes;
 use chorus_core::{
-    decode, encode, ClientId, ClientMsg, ClusterConfig, Limits, ReplicaId, Reply, ReplyBody, RequestSeq,
+    decode, encode, ClientId, ClientMsg, ClusterConfig, Digest, Limits, ReplicaId, Reply, ReplyBody,
+    RequestSeq,
 };
 use chorus_net::{Backoff, Counters, Inbound, PeerLink};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -59,6 +60,8 @@ struct Pending {
     op: Bytes,
     /// The encoded request, resent verbatim on retransmission.
     frame: Bytes,
+    /// Its digest: replies must echo it (issue 16, finding 5).
+    digest: Digest,
     quorum: ReplyQuorum,
     retransmit_every: Duration,
     next_send: Instant,
@@ -181,6 +184,7 @@ impl Driver {
                     deadline: now + self.opts.request_timeout,
                     op,
                     frame: Bytes::new(),
+                    digest: Digest::default(),
                     quorum: ReplyQuorum::for_config(&self.config, path),
                     retransmit_every: self.opts.retransmit_initial,
                     next_send: now,
@@ -259,6 +263,7 @@ impl Driver {
     fn start_now(&mut self, mut p: Pending, path: Path, now: Instant) {
         let seq = self.take_seq();
         let req = self.auth.request(seq, path == Path::ReadOnly, p.op.clone());
+        p.digest = req.digest();
         p.frame = Bytes::from(encode(&ClientMsg::Request(req)));
         p.quorum = ReplyQuorum::for_config(&self.config, path);
         p.retransmit_every = self.opts.retransmit_initial;
@@ -310,6 +315,16 @@ impl Driver {
             Stats::bump(&self.stats.stale_replies);
             return;
         };
+        // A result only counts for the request that produced it: a reply for
+        // another request under the same seq (a reused seq) is never accepted.
+        let answers_ours = match r.request {
+            Some(d) => d == p.digest,
+            None => matches!(r.body, ReplyBody::Busy | ReplyBody::Rejected(_)),
+        };
+        if !answers_ours {
+            Stats::bump(&self.stats.bad_replies);
+            return;
+        }
         let now = Instant::now();
         if p.first_reply.is_none()
             && r.read_only == (p.quorum.path() == Path::ReadOnly)

@@ -91,6 +91,23 @@ async fn digest_only_replies_never_make_a_result_without_the_full_bytes() {
     }
 }
 
+/// Issue 16 finding 5: replies that answer another request under the same
+/// seq are never accepted, even from every replica.
+#[tokio::test]
+async fn replies_for_another_request_under_the_same_seq_are_never_accepted() {
+    let fake = start(&[OtherRequest; 4], ClientAuthKind::MacVector).await;
+    let mut opts = Fake::opts();
+    opts.request_timeout = Duration::from_millis(300);
+    let c = fake.client(0, opts).await;
+    let r = c.invoke(Bytes::from_static(b"x")).await;
+    assert!(matches!(r, Err(ClientError::Timeout { .. })), "{r:?}");
+    assert!(c.stats().bad_replies >= 3, "{:?}", c.stats());
+    // Control: the same replicas echoing the right digest are accepted.
+    let fake = start(&[Honest; 4], ClientAuthKind::MacVector).await;
+    let c = fake.client(0, Fake::opts()).await;
+    invoke_ok(&c, "y").await;
+}
+
 #[tokio::test]
 async fn busy_replicas_cause_back_off_and_retry_until_success() {
     let fake = start(&[BusyFirst(2); 4], ClientAuthKind::MacVector).await;

@@ -96,6 +96,10 @@ pub struct ProtocolParams {
     pub future_msgs_per_peer: u32,
     /// Bytes per state-transfer chunk.
     pub state_chunk_bytes: u32,
+    /// Names this cluster; bound into every handshake (and so every channel)
+    /// through [`ClusterConfig::cluster_tag`], so keys reused in another
+    /// cluster cannot open a connection here. `chorus keygen` draws a random one.
+    pub cluster_id: String,
 }
 
 impl Default for ProtocolParams {
@@ -119,6 +123,7 @@ impl Default for ProtocolParams {
             pool_max_per_client: 1_024,
             future_msgs_per_peer: 256,
             state_chunk_bytes: 1 << 20,
+            cluster_id: String::new(),
         }
     }
 }
@@ -177,6 +182,10 @@ pub enum ConfigError {
     OpVsFrame(u32, u32),
     #[error("the largest replica message of this configuration ({needed} bytes) exceeds the frame cap of {cap} bytes: lower n, window_slots, batch or chunk sizes")]
     FrameBound { needed: u64, cap: u64 },
+    /// One key listed for two identities: whoever holds it could log in as
+    /// either (e.g. a replica's key copied into a client entry).
+    #[error("{first} and {second} share a public key; every identity needs its own")]
+    DuplicateKey { first: String, second: String },
 }
 
 impl ClusterConfig {
@@ -245,6 +254,46 @@ impl ClusterConfig {
         }
     }
 
+    /// What the handshake binds a channel to: the cluster id and every
+    /// replica's keys, so a transcript from one cluster is meaningless in
+    /// another even when they share keys or ports.
+    pub fn cluster_tag(&self) -> crate::crypto::Digest {
+        let mut parts: Vec<&[u8]> = vec![self.params.cluster_id.as_bytes()];
+        for r in &self.replicas {
+            parts.push(&r.identity.sign);
+            parts.push(&r.identity.dh);
+        }
+        crate::crypto::Digest::of_parts("chorus cluster tag v1", &parts)
+    }
+
+    /// Every signing and DH key must belong to exactly one identity.
+    fn check_distinct_keys(&self) -> Result<(), ConfigError> {
+        let mut seen: std::collections::HashMap<[u8; 32], String> = std::collections::HashMap::new();
+        let all = self
+            .replicas
+            .iter()
+            .map(|r| (format!("replica {}", r.id), r.identity))
+            .chain(
+                self.clients
+                    .iter()
+                    .map(|c| (format!("client {}", c.id), c.identity)),
+            );
+        for (who, id) in all {
+            for key in [id.sign, id.dh] {
+                if let Some(first) = seen.get(&key) {
+                    if *first != who {
+                        return Err(ConfigError::DuplicateKey {
+                            first: first.clone(),
+                            second: who,
+                        });
+                    }
+                }
+                seen.insert(key, who.clone());
+            }
+        }
+        Ok(())
+    }
+
     pub fn replica_ids(&self) -> impl Iterator<Item = ReplicaId> {
         (0..self.n() as u32).map(ReplicaId)
     }
@@ -264,6 +313,7 @@ impl ClusterConfig {
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(ConfigError::DuplicateClient(w[0]));
         }
+        self.check_distinct_keys()?;
         let p = &self.params;
         if p.mode == OrderingMode::Pbft && p.pillars != 1 {
             return Err(ConfigError::PbftPillars(p.pillars));
@@ -430,6 +480,30 @@ mod tests {
         let mut c = cop(2);
         c.params.window_slots = 1 << 40;
         assert!(matches!(c.validate(), Err(ConfigError::FrameBound { .. })));
+    }
+
+    #[test]
+    fn validate_rejects_a_key_shared_by_two_identities() {
+        let mut c = cop(2);
+        assert!(c.validate().is_ok());
+        // A replica's key copied into a client entry would let the replica log in as that client.
+        c.clients[1].identity = c.replicas[2].identity;
+        assert!(matches!(c.validate(), Err(ConfigError::DuplicateKey { .. })));
+        let mut c = cop(2);
+        c.replicas[3].identity.dh = c.replicas[0].identity.dh;
+        assert!(matches!(c.validate(), Err(ConfigError::DuplicateKey { .. })));
+    }
+
+    #[test]
+    fn cluster_tag_depends_on_cluster_id_and_replica_keys() {
+        let a = cop(2);
+        let mut b = a.clone();
+        b.params.cluster_id = "other".into();
+        assert_ne!(a.cluster_tag(), b.cluster_tag());
+        let mut c = a.clone();
+        c.replicas[1].identity.sign[0] ^= 1;
+        assert_ne!(a.cluster_tag(), c.cluster_tag());
+        assert_eq!(a.cluster_tag(), a.clone().cluster_tag());
     }
 
     #[test]

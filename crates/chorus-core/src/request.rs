@@ -162,6 +162,12 @@ impl ReplyBody {
 pub struct Reply {
     pub client: ClientId,
     pub seq: RequestSeq,
+    /// [`Request::digest`] of the request this reply answers: a client only
+    /// counts replies whose digest is that of the request it sent, so a
+    /// result for another operation under the same seq is never accepted.
+    /// `None` only on `Busy` / `Rejected` replies from admission, which carry
+    /// no result (clients ignore result-bearing replies without it).
+    pub request: Option<Digest>,
     pub replica: ReplicaId,
     /// True when served by the read-only fast path without ordering.
     pub read_only: bool,

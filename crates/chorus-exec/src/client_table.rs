@@ -41,6 +41,10 @@ pub const MAX_INFLIGHT_LIMIT: u32 = 1 << 20;
 pub enum RejectKind {
     /// Request seq 0 is reserved: client seqs start at 1.
     ZeroSeq,
+    /// The seq was already used by this client for a request with another
+    /// digest (a clock stepped back, or two processes sharing a client key):
+    /// answering with the first request's result would answer the wrong question.
+    SeqReused,
 }
 
 impl RejectKind {
@@ -48,6 +52,7 @@ impl RejectKind {
     pub fn as_str(self) -> &'static str {
         match self {
             RejectKind::ZeroSeq => "request seq 0 is reserved",
+            RejectKind::SeqReused => "request seq already used for a different request",
         }
     }
 }
@@ -81,6 +86,7 @@ pub struct TableStats {
     pub duplicates: u64,
     pub duplicates_forgotten: u64,
     pub rejected_zero_seq: u64,
+    pub rejected_seq_reused: u64,
     /// Times a client jumped past its window and the window slid forward.
     pub window_slides: u64,
 }
@@ -91,6 +97,9 @@ struct ClientEntry {
     above: BTreeSet<u64>,
     /// `None` = pending.
     replies: BTreeMap<u64, Option<Bytes>>,
+    /// Digest of the request admitted under each seq of `replies` (when
+    /// admitted through [`ClientTable::admit_request`]); same keys or fewer.
+    digests: BTreeMap<u64, Digest>,
 }
 
 impl ClientEntry {
@@ -122,6 +131,8 @@ pub struct ClientSnapshot {
     pub above: Vec<u64>,
     /// Strictly increasing seqs, each admitted, at most `REPLY_CACHE_PER_CLIENT`.
     pub replies: Vec<(u64, Bytes)>,
+    /// Request digests of cached replies: strictly increasing seqs, each in `replies`.
+    pub digests: Vec<(u64, Digest)>,
 }
 
 impl Default for ClientTable {
@@ -164,6 +175,33 @@ impl ClientTable {
     /// a retransmitted request is answered with the reply it already got).
     pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
         self.clients.get(&client)?.replies.get(&seq.0)?.clone()
+    }
+
+    /// Digest of the request admitted as `(client, seq)`, while its reply is cached.
+    pub fn request_digest(&self, client: ClientId, seq: RequestSeq) -> Option<Digest> {
+        self.clients.get(&client)?.digests.get(&seq.0).copied()
+    }
+
+    /// [`ClientTable::admit`], remembering the request's digest: a later
+    /// request under the same seq with another digest is rejected
+    /// ([`RejectKind::SeqReused`]) instead of getting the first one's reply.
+    pub fn admit_request(&mut self, client: ClientId, seq: RequestSeq, digest: Digest) -> Admission {
+        if self.request_digest(client, seq).is_some_and(|d| d != digest) {
+            self.stats.rejected_seq_reused += 1;
+            return Admission::Rejected(RejectKind::SeqReused);
+        }
+        let a = self.admit(client, seq);
+        if a == Admission::Fresh {
+            let e = self.clients.get_mut(&client).expect("admitted above");
+            e.digests.insert(seq.0, digest);
+            // Follow the reply cache's evictions (always its lowest seqs).
+            let lowest = e.replies.keys().next().copied().unwrap_or(u64::MAX);
+            while e.digests.first_key_value().is_some_and(|(&s, _)| s < lowest) {
+                e.digests.pop_first();
+            }
+            debug_assert!(e.digests.len() <= REPLY_CACHE_PER_CLIENT);
+        }
+        a
     }
 
     pub fn is_executed(&self, client: ClientId, seq: RequestSeq) -> bool {
@@ -271,6 +309,7 @@ impl ClientTable {
                     .iter()
                     .map(|(&s, r)| (s, r.clone().expect("no pending replies at a barrier")))
                     .collect(),
+                digests: e.digests.iter().map(|(&s, &d)| (s, d)).collect(),
             })
             .collect();
         TableSnapshot { clients }
@@ -303,11 +342,18 @@ impl ClientTable {
             if !strictly_increasing(c.replies.iter().map(|r| r.0)) {
                 return Err("cached replies not strictly increasing");
             }
+            if !strictly_increasing(c.digests.iter().map(|d| d.0)) {
+                return Err("request digests not strictly increasing");
+            }
             let entry = ClientEntry {
                 low: c.low,
                 above: c.above.iter().copied().collect(),
                 replies: c.replies.iter().map(|(s, r)| (*s, Some(r.clone()))).collect(),
+                digests: c.digests.iter().copied().collect(),
             };
+            if entry.digests.keys().any(|s| !entry.replies.contains_key(s)) {
+                return Err("request digest without a cached reply");
+            }
             if c.replies.iter().any(|(s, _)| *s == 0 || !entry.is_admitted(*s)) {
                 return Err("cached reply for a seq never executed");
             }
@@ -362,6 +408,30 @@ mod tests {
         );
         assert_eq!(t.low(C), 1);
         assert!(!t.complete(C, q(1), Bytes::from_static(b"again")), "filled once");
+    }
+
+    /// Issue 16 finding 5: a reused seq with another request must not get
+    /// the first request's reply.
+    #[test]
+    fn a_reused_seq_with_another_digest_is_rejected_not_answered_from_the_cache() {
+        let mut t = ClientTable::new(4);
+        let (a, b) = (Digest::of(b"put x 1"), Digest::of(b"put x 2"));
+        assert_eq!(t.admit_request(C, q(1), a), Admission::Fresh);
+        assert!(t.complete(C, q(1), Bytes::from_static(b"r1")));
+        assert_eq!(
+            t.admit_request(C, q(1), a),
+            Admission::Duplicate(CachedReply::Ready(Bytes::from_static(b"r1")))
+        );
+        assert_eq!(
+            t.admit_request(C, q(1), b),
+            Admission::Rejected(RejectKind::SeqReused)
+        );
+        assert_eq!(t.request_digest(C, q(1)), Some(a));
+        assert_eq!(t.stats().rejected_seq_reused, 1);
+        // The digests are part of the snapshot and survive a round trip.
+        let back = ClientTable::from_snapshot(&t.to_snapshot(), 4).unwrap();
+        assert_eq!(back.request_digest(C, q(1)), Some(a));
+        assert_eq!(back.digest(), t.digest());
     }
 
     #[test]
@@ -445,6 +515,7 @@ mod tests {
             low: 5,
             above: vec![7],
             replies: vec![(5, Bytes::new()), (7, Bytes::new())],
+            digests: vec![(7, Digest::of(b"r7"))],
         };
         let ok = TableSnapshot {
             clients: vec![good.clone()],
@@ -473,6 +544,10 @@ mod tests {
             },
             ClientSnapshot {
                 replies: vec![(7, Bytes::new()), (5, Bytes::new())],
+                ..good.clone()
+            },
+            ClientSnapshot {
+                digests: vec![(6, Digest::of(b"no reply for 6"))],
                 ..good.clone()
             },
         ];

@@ -20,6 +20,8 @@ pub struct ExecResult {
     /// True when this copy was not executed and `result` is the cached reply of
     /// the first execution.
     pub duplicate: bool,
+    /// Digest of the request `result` answers (replies echo it to the client).
+    pub request: Digest,
 }
 
 impl ExecResult {
@@ -61,6 +63,11 @@ pub trait Executor: Send {
     /// The reply an already executed request got, if still cached; answers
     /// client retransmissions without ordering them again.
     fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes>;
+    /// Digest of the request executed as `(client, seq)`, while its reply is
+    /// cached: a retransmission is answered only if it is the same request.
+    fn request_digest(&self, _client: ClientId, _seq: RequestSeq) -> Option<Digest> {
+        None
+    }
     /// Next delivered batch; `seq` must equal `self.next_seq()` (assert). May block when full (back-pressure).
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>);
     /// Results completed so far (order across non-conflicting requests unspecified). Duplicate requests

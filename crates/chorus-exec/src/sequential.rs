@@ -65,20 +65,30 @@ impl Executor for SequentialExecutor {
         self.table.cached_reply(client, seq)
     }
 
+    fn request_digest(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> Option<chorus_core::Digest> {
+        self.table.request_digest(client, seq)
+    }
+
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>) {
         assert_eq!(
             seq, self.next_seq,
             "batches must be submitted in delivery order without gaps"
         );
         for (index, req) in batch.requests.iter().enumerate() {
+            let digest = req.digest();
             let result = |result: Bytes, duplicate: bool| ExecResult {
                 client: req.client,
                 request_seq: req.seq,
                 delivered_at: seq,
                 result,
                 duplicate,
+                request: digest,
             };
-            match self.table.admit(req.client, req.seq) {
+            match self.table.admit_request(req.client, req.seq, digest) {
                 Admission::Fresh => {
                     let ctx = ExecContext {
                         seq,

@@ -42,6 +42,9 @@ macro_rules! counters {
 counters!(
     /// Authenticated frames received.
     frames_in,
+    /// Hellos whose proof of key possession failed (refused before any
+    /// public-key work).
+    bad_proofs,
     /// Frames handed to the socket buffer.
     frames_out,
     /// Payload bytes received in authenticated frames.
@@ -102,6 +105,7 @@ impl Counters {
             NetError::Replay { .. } => &self.replays,
             NetError::UnknownPeer(_) | NetError::UnexpectedPeer { .. } => &self.unknown_peers,
             NetError::BadSignature(_) => &self.bad_signatures,
+            NetError::BadProof(_) => &self.bad_proofs,
             NetError::HandshakeTimeout(_) => &self.handshake_timeouts,
             NetError::Io(_) | NetError::Closed | NetError::Poisoned => return,
         };

@@ -35,6 +35,10 @@ pub enum NetError {
     /// The peer is configured, but it is not the one we dialled.
     #[error("peer claims role {got:?} but we expected {expected}")]
     UnexpectedPeer { got: PeerRole, expected: String },
+    /// The proof of key possession that precedes any public-key work failed:
+    /// the peer does not hold the static key of the role it names.
+    #[error("no valid proof of holding the key of {0:?}")]
+    BadProof(PeerRole),
     #[error("handshake signature does not verify against the configured key of {0:?}")]
     BadSignature(PeerRole),
     /// The peer's ephemeral key gave an all-zero shared secret (low-order point).

@@ -1,22 +1,35 @@
 //! The authenticated key exchange that opens every connection (DESIGN §6).
 //!
-//! Three messages, in the style of SIGMA / TLS 1.3's CertificateVerify:
+//! Five messages, in the style of SIGMA / TLS 1.3's CertificateVerify, with a
+//! cheap proof of key possession in front (docs/security.md):
 //!
 //! ```text
 //! initiator → responder : Hello_i                       (role, ephemeral X25519 key, nonce, version)
+//! responder → initiator : Challenge = fresh 16-byte cookie
+//! initiator → responder : Proof = MAC_k(C, Hello_i, cookie), k = the static pairwise key
 //! responder → initiator : Hello_r, Auth_r = Sig_r(T, "responder")
 //! initiator → responder : Auth_i = Sig_i(T, "initiator")
-//! T = BLAKE3-derive("chorus net transcript v1", |Hello_i| Hello_i |Hello_r| Hello_r)
+//! C = the cluster tag (cluster id and replica keys)
+//! T = BLAKE3-derive("chorus net transcript v2", C, Hello_i, cookie, Hello_r)
 //! ```
 //!
 //! Each side verifies the other's signature with the Ed25519 key the cluster
 //! configuration lists for the claimed role, so a peer proves it holds that
 //! role's secret key. The signature covers both hellos (both roles, both
-//! ephemeral keys, both nonces) and a side label, so it cannot be replayed in
-//! another session or reflected back to its signer. The per-direction session
-//! keys are derived from the ephemeral Diffie–Hellman secret and `T`: a
-//! man in the middle who substitutes an ephemeral key cannot produce the
-//! signatures, and one who relays honestly cannot compute the keys.
+//! ephemeral keys, both nonces), the cookie, the cluster tag and a side label,
+//! so it cannot be replayed in another session or another cluster, or
+//! reflected back to its signer. The per-direction session keys are derived
+//! from the ephemeral Diffie–Hellman secret and `T`: a man in the middle who
+//! substitutes an ephemeral key cannot produce the signatures, and one who
+//! relays honestly cannot compute the keys.
+//!
+//! The challenge and proof cost the responder two BLAKE3 calls: it does no
+//! X25519 and no Ed25519 work for anyone who does not hold the static key of
+//! the role it names (the pairwise keys are computed once per configured
+//! identity and cached). A recorded hello and proof are useless: the cookie is
+//! new on every connection. [`Responder::pre_authenticate`] stops there so the
+//! caller can apply its per-source and per-role budgets before
+//! [`PreAuth::complete`] spends the signature.
 //!
 //! Why not TLS: BFT needs integrity and authenticity of every frame, not
 //! confidentiality; identities are raw Ed25519 keys in the configuration, with
@@ -29,20 +42,25 @@ use crate::limits::NetLimits;
 use crate::raw::{RawReader, RawWriter};
 use crate::role::{Expected, PeerRole};
 use crate::session::{FrameReader, FrameWriter};
-use chorus_core::{ClusterConfig, Digest, Identity, PublicIdentity, Signature};
+use chorus_core::{ClusterConfig, Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 use rand::rngs::OsRng;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 
 /// Version of this handshake and frame format.
-pub const PROTOCOL_VERSION: u16 = 1;
-const MAGIC: [u8; 8] = *b"CHORUSv1";
+pub const PROTOCOL_VERSION: u16 = 2;
+const MAGIC: [u8; 8] = *b"CHORUSv2";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
+/// Read buffer of a connection still in its handshake (grown after it).
+const HANDSHAKE_READ_BYTES: usize = 512;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Hello {
@@ -51,6 +69,16 @@ struct Hello {
     role: PeerRole,
     ephemeral: [u8; 32],
     nonce: [u8; 32],
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Challenge {
+    cookie: [u8; 16],
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Proof {
+    mac: Mac,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,17 +101,23 @@ impl Side {
     }
 }
 
-fn transcript(hello_i: &[u8], hello_r: &[u8]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_derive_key("chorus net transcript v1");
-    for part in [hello_i, hello_r] {
+fn transcript(cluster: &Digest, hello_i: &[u8], cookie: &[u8; 16], hello_r: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("chorus net transcript v2");
+    for part in [&cluster.as_bytes()[..], hello_i, cookie, hello_r] {
         h.update(&(part.len() as u64).to_le_bytes());
         h.update(part);
     }
     *h.finalize().as_bytes()
 }
 
+/// What the proof MACs: domain-separated from request authenticators, which
+/// use the same pairwise key over `chorus request v1` digests.
+fn proof_message(cluster: &Digest, hello_i: &[u8], cookie: &[u8; 16]) -> Digest {
+    Digest::of_parts("chorus net proof v2", &[cluster.as_bytes(), hello_i, cookie])
+}
+
 fn auth_message(t: &[u8; 32], side: Side) -> Digest {
-    Digest::of_parts("chorus net auth v1", &[t, side.label()])
+    Digest::of_parts("chorus net auth v2", &[t, side.label()])
 }
 
 /// `(initiator→responder, responder→initiator)` keys.
@@ -92,8 +126,8 @@ fn session_keys(shared: &[u8; 32], t: &[u8; 32]) -> ([u8; 32], [u8; 32]) {
     material[..32].copy_from_slice(shared);
     material[32..].copy_from_slice(t);
     (
-        blake3::derive_key("chorus net session v1 initiator to responder", &material),
-        blake3::derive_key("chorus net session v1 responder to initiator", &material),
+        blake3::derive_key("chorus net session v2 initiator to responder", &material),
+        blake3::derive_key("chorus net session v2 responder to initiator", &material),
     )
 }
 
@@ -137,6 +171,13 @@ fn new_hello(role: PeerRole) -> (EphemeralSecret, Vec<u8>) {
     (secret, postcard::to_allocvec(&hello).expect("hello encodes"))
 }
 
+/// The first message an initiator sends as `role` (a valid hello, with a
+/// throw-away ephemeral key): what an eavesdropper could record and replay.
+/// For tests and attack drills; it leads nowhere without the role's key.
+pub fn recorded_hello(role: PeerRole) -> Vec<u8> {
+    new_hello(role).1
+}
+
 fn shared_secret(secret: EphemeralSecret, peer_ephemeral: [u8; 32]) -> Result<[u8; 32], NetError> {
     let shared = secret.diffie_hellman(&DhPublic::from(peer_ephemeral));
     if !shared.was_contributory() {
@@ -163,6 +204,11 @@ async fn read_msg(r: &mut RawReader<OwnedReadHalf>) -> Result<bytes::Bytes, NetE
     r.next().await?.ok_or(NetError::Closed)
 }
 
+async fn send_msg(w: &mut RawWriter<OwnedWriteHalf>, msg: &impl Serialize) -> Result<(), NetError> {
+    w.push(&[&postcard::to_allocvec(msg).expect("handshake message encodes")]);
+    w.flush().await
+}
+
 struct Established {
     peer: PeerRole,
     rd: RawReader<OwnedReadHalf>,
@@ -178,11 +224,18 @@ async fn initiate(
     expected: &Expected,
 ) -> Result<Established, NetError> {
     let (rd, wr) = stream.into_split();
-    let mut rd = RawReader::new(rd, MAX_HANDSHAKE_FRAME_BYTES);
+    let mut rd = RawReader::new(rd, MAX_HANDSHAKE_FRAME_BYTES, HANDSHAKE_READ_BYTES);
     let mut wr = RawWriter::new(wr);
     let (secret, hello_i) = new_hello(my_role);
     wr.push(&[&hello_i]);
     wr.flush().await?;
+
+    let challenge: Challenge = decode_exact(&read_msg(&mut rd).await?, "challenge")?;
+    let pairwise = me.pairwise_key(&expected.identity);
+    let proof = Proof {
+        mac: pairwise.mac(proof_message(&expected.cluster, &hello_i, &challenge.cookie).as_bytes()),
+    };
+    send_msg(&mut wr, &proof).await?;
 
     let hello_r_bytes = read_msg(&mut rd).await?;
     let hello_r = parse_hello(&hello_r_bytes)?;
@@ -192,7 +245,7 @@ async fn initiate(
             expected: expected.to_string(),
         });
     }
-    let t = transcript(&hello_i, &hello_r_bytes);
+    let t = transcript(&expected.cluster, &hello_i, &challenge.cookie, &hello_r_bytes);
     let auth_r: Auth = decode_exact(&read_msg(&mut rd).await?, "auth")?;
     verify(hello_r.role, &expected.identity, &t, Side::Responder, &auth_r)?;
     let shared = shared_secret(secret, hello_r.ephemeral)?;
@@ -200,8 +253,7 @@ async fn initiate(
     let auth_i = Auth {
         sig: me.sign(auth_message(&t, Side::Initiator).as_bytes()),
     };
-    wr.push(&[&postcard::to_allocvec(&auth_i).expect("auth encodes")]);
-    wr.flush().await?;
+    send_msg(&mut wr, &auth_i).await?;
     let (i2r, r2i) = session_keys(&shared, &t);
     Ok(Established {
         peer: hello_r.role,
@@ -212,43 +264,182 @@ async fn initiate(
     })
 }
 
-async fn respond(
-    stream: TcpStream,
-    me: &Identity,
+/// The accepting side of the handshake for one endpoint (a pillar's peer
+/// port, or the client port): long-lived, shared by all its connections.
+pub struct Responder {
+    me: Identity,
     my_role: PeerRole,
-    config: &ClusterConfig,
-) -> Result<Established, NetError> {
-    let (rd, wr) = stream.into_split();
-    let mut rd = RawReader::new(rd, MAX_HANDSHAKE_FRAME_BYTES);
-    let mut wr = RawWriter::new(wr);
+    config: Arc<ClusterConfig>,
+    cluster: Digest,
+    cookie_key: [u8; 32],
+    next_cookie: AtomicU64,
+    /// Pairwise keys by the peer's DH key; only configured identities are
+    /// ever looked up, so this holds at most `n + clients` entries.
+    pairwise: Mutex<HashMap<[u8; 32], MacKey>>,
+}
 
-    let hello_i_bytes = read_msg(&mut rd).await?;
-    let hello_i = parse_hello(&hello_i_bytes)?;
-    // Refuse unknown roles before spending a signature on them.
-    let peer_key = hello_i
-        .role
-        .lookup(config)
-        .ok_or(NetError::UnknownPeer(hello_i.role))?;
-    let (secret, hello_r) = new_hello(my_role);
-    let shared = shared_secret(secret, hello_i.ephemeral)?;
-    let t = transcript(&hello_i_bytes, &hello_r);
-    let auth_r = Auth {
-        sig: me.sign(auth_message(&t, Side::Responder).as_bytes()),
-    };
-    wr.push(&[&hello_r]);
-    wr.push(&[&postcard::to_allocvec(&auth_r).expect("auth encodes")]);
-    wr.flush().await?;
+impl Responder {
+    pub fn new(me: Identity, my_role: PeerRole, config: Arc<ClusterConfig>) -> Responder {
+        let mut cookie_key = [0u8; 32];
+        OsRng.fill_bytes(&mut cookie_key);
+        Responder {
+            cluster: config.cluster_tag(),
+            me,
+            my_role,
+            config,
+            cookie_key,
+            next_cookie: AtomicU64::new(0),
+            pairwise: Mutex::new(HashMap::new()),
+        }
+    }
 
-    let auth_i: Auth = decode_exact(&read_msg(&mut rd).await?, "auth")?;
-    verify(hello_i.role, &peer_key, &t, Side::Initiator, &auth_i)?;
-    let (i2r, r2i) = session_keys(&shared, &t);
-    Ok(Established {
-        peer: hello_i.role,
-        rd,
-        wr,
-        read_key: i2r,
-        write_key: r2i,
-    })
+    fn pairwise_key(&self, peer: &PublicIdentity) -> MacKey {
+        let mut keys = self.pairwise.lock().unwrap_or_else(|p| p.into_inner());
+        keys.entry(peer.dh)
+            .or_insert_with(|| self.me.pairwise_key(peer))
+            .clone()
+    }
+
+    /// Unique per connection without a syscall: keyed BLAKE3 of a counter.
+    fn cookie(&self, hello_i: &[u8]) -> [u8; 16] {
+        let n = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let mut h = blake3::Hasher::new_keyed(&self.cookie_key);
+        h.update(&n.to_le_bytes());
+        h.update(hello_i);
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        out
+    }
+
+    /// Steps 1–3: read the hello (within `limits.hello_timeout`), send a
+    /// fresh cookie, check the proof (within another `hello_timeout`). Costs
+    /// two BLAKE3 calls and, once per configured identity, one X25519. On
+    /// success the peer holds the static key of the role it claims.
+    pub async fn pre_authenticate(
+        &self,
+        stream: TcpStream,
+        limits: &NetLimits,
+        counters: &Arc<Counters>,
+    ) -> Result<PreAuth, NetError> {
+        let started = Instant::now();
+        let r = self.pre_authenticate_inner(stream, limits, started).await;
+        if let Err(e) = &r {
+            Counters::bump(&counters.handshake_failures);
+            counters.record(e);
+        }
+        r
+    }
+
+    async fn pre_authenticate_inner(
+        &self,
+        stream: TcpStream,
+        limits: &NetLimits,
+        started: Instant,
+    ) -> Result<PreAuth, NetError> {
+        stream.set_nodelay(true)?;
+        let (rd, wr) = stream.into_split();
+        let mut rd = RawReader::new(rd, MAX_HANDSHAKE_FRAME_BYTES, HANDSHAKE_READ_BYTES);
+        let mut wr = RawWriter::new(wr);
+        let step = limits.hello_timeout;
+        let hello_i_bytes = tokio::time::timeout(step, read_msg(&mut rd))
+            .await
+            .map_err(|_| NetError::HandshakeTimeout(step))??;
+        let hello_i = parse_hello(&hello_i_bytes)?;
+        // Refuse unknown roles before spending anything on them.
+        let peer_key = hello_i
+            .role
+            .lookup(&self.config)
+            .ok_or(NetError::UnknownPeer(hello_i.role))?;
+        let cookie = self.cookie(&hello_i_bytes);
+        let proof: Proof = tokio::time::timeout(step, async {
+            send_msg(&mut wr, &Challenge { cookie }).await?;
+            decode_exact(&read_msg(&mut rd).await?, "proof")
+        })
+        .await
+        .map_err(|_| NetError::HandshakeTimeout(step))??;
+        let msg = proof_message(&self.cluster, &hello_i_bytes, &cookie);
+        if !self.pairwise_key(&peer_key).verify(msg.as_bytes(), &proof.mac) {
+            return Err(NetError::BadProof(hello_i.role));
+        }
+        Ok(PreAuth {
+            role: hello_i.role,
+            peer_key,
+            ephemeral: hello_i.ephemeral,
+            hello_i: hello_i_bytes,
+            cookie,
+            rd,
+            wr,
+            started,
+        })
+    }
+}
+
+/// A connection whose peer proved it holds the static key of `role()`, before
+/// the responder has done any public-key work.
+pub struct PreAuth {
+    role: PeerRole,
+    peer_key: PublicIdentity,
+    ephemeral: [u8; 32],
+    hello_i: bytes::Bytes,
+    cookie: [u8; 16],
+    rd: RawReader<OwnedReadHalf>,
+    wr: RawWriter<OwnedWriteHalf>,
+    started: Instant,
+}
+
+impl PreAuth {
+    /// The role the peer claims (and holds the static key of).
+    pub fn role(&self) -> PeerRole {
+        self.role
+    }
+
+    /// Steps 4–5: the ephemeral Diffie–Hellman and signatures. The whole
+    /// handshake, pre-authentication included, must finish within
+    /// `limits.handshake_timeout`.
+    pub async fn complete(
+        self,
+        responder: &Responder,
+        limits: &NetLimits,
+        counters: &Arc<Counters>,
+    ) -> Result<(PeerRole, FrameReader, FrameWriter), NetError> {
+        let left = limits.handshake_timeout.saturating_sub(self.started.elapsed());
+        let mut limits = limits.clone();
+        limits.handshake_timeout = left;
+        finish(self.respond(responder), &limits, counters).await
+    }
+
+    async fn respond(self, r: &Responder) -> Result<Established, NetError> {
+        let PreAuth {
+            role,
+            peer_key,
+            ephemeral,
+            hello_i,
+            cookie,
+            mut rd,
+            mut wr,
+            ..
+        } = self;
+        let (secret, hello_r) = new_hello(r.my_role);
+        let shared = shared_secret(secret, ephemeral)?;
+        let t = transcript(&r.cluster, &hello_i, &cookie, &hello_r);
+        let auth_r = Auth {
+            sig: r.me.sign(auth_message(&t, Side::Responder).as_bytes()),
+        };
+        wr.push(&[&hello_r]);
+        wr.push(&[&postcard::to_allocvec(&auth_r).expect("auth encodes")]);
+        wr.flush().await?;
+
+        let auth_i: Auth = decode_exact(&read_msg(&mut rd).await?, "auth")?;
+        verify(role, &peer_key, &t, Side::Initiator, &auth_i)?;
+        let (i2r, r2i) = session_keys(&shared, &t);
+        Ok(Established {
+            peer: role,
+            rd,
+            wr,
+            read_key: i2r,
+            write_key: r2i,
+        })
+    }
 }
 
 async fn finish<F>(
@@ -286,8 +477,8 @@ where
 }
 
 /// Open an authenticated connection on a freshly connected stream: we claim
-/// `my_role`, and the peer must prove it is `expected`. Returns the peer's
-/// (authenticated) role and the two halves of the connection.
+/// `my_role`, and the peer must prove it is `expected` (in `expected`'s cluster).
+/// Returns the peer's (authenticated) role and the two halves of the connection.
 pub async fn connect(
     stream: TcpStream,
     me: &Identity,
@@ -304,7 +495,9 @@ pub async fn connect(
 /// Accept an authenticated connection: the peer claims a role, and must prove
 /// it holds the key `config` lists for that role (unknown roles are refused).
 /// Any configured role is accepted; the caller decides whether that kind of
-/// peer (replica or client) belongs on this port.
+/// peer (replica or client) belongs on this port. A one-off [`Responder`]
+/// without budgets: servers keep a `Responder` and apply their limits
+/// between [`Responder::pre_authenticate`] and [`PreAuth::complete`].
 pub async fn accept(
     stream: TcpStream,
     me: &Identity,
@@ -313,8 +506,9 @@ pub async fn accept(
     limits: &NetLimits,
     counters: &Arc<Counters>,
 ) -> Result<(PeerRole, FrameReader, FrameWriter), NetError> {
-    stream.set_nodelay(true)?;
-    finish(respond(stream, me, my_role, config), limits, counters).await
+    let r = Responder::new(me.clone(), my_role, Arc::new(config.clone()));
+    let pre = r.pre_authenticate(stream, limits, counters).await?;
+    pre.complete(&r, limits, counters).await
 }
 
 #[cfg(test)]
@@ -322,9 +516,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn transcript_is_order_and_boundary_sensitive() {
-        assert_ne!(transcript(b"ab", b"c"), transcript(b"a", b"bc"));
-        assert_ne!(transcript(b"a", b"b"), transcript(b"b", b"a"));
+    fn transcript_is_order_boundary_and_cluster_sensitive() {
+        let c = Digest::default();
+        let k = [0u8; 16];
+        assert_ne!(transcript(&c, b"ab", &k, b"c"), transcript(&c, b"a", &k, b"bc"));
+        assert_ne!(transcript(&c, b"a", &k, b"b"), transcript(&c, b"b", &k, b"a"));
+        assert_ne!(
+            transcript(&c, b"a", &k, b"b"),
+            transcript(&c, b"a", &[1; 16], b"b")
+        );
+        let other = Digest::of(b"another cluster");
+        assert_ne!(transcript(&c, b"a", &k, b"b"), transcript(&other, b"a", &k, b"b"));
+        assert_ne!(proof_message(&c, b"a", &k), proof_message(&other, b"a", &k));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!
 //! Works on a current-thread or a multi-thread tokio runtime.
 
+mod admission;
 mod counters;
 mod error;
 mod handshake;
@@ -19,9 +20,10 @@ mod raw;
 mod role;
 mod session;
 
+pub use admission::{Gate, GateLimits, Pending, Refusal};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::NetError;
-pub use handshake::{accept, connect, PROTOCOL_VERSION};
+pub use handshake::{accept, connect, recorded_hello, PreAuth, Responder, PROTOCOL_VERSION};
 pub use limits::NetLimits;
 pub use link::{spawn_peer_link, Backoff, Inbound, LinkSpec, PeerLink};
 pub use role::{Expected, PeerRole};

@@ -28,10 +28,12 @@ pub(crate) struct RawReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> RawReader<R> {
-    pub(crate) fn new(rd: R, max_len: usize) -> Self {
+    /// `initial` bytes of buffer up front: small while a connection is
+    /// unauthenticated, so idle strangers cost little memory.
+    pub(crate) fn new(rd: R, max_len: usize, initial: usize) -> Self {
         RawReader {
             rd,
-            buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            buf: BytesMut::with_capacity(initial),
             max_len,
         }
     }
@@ -67,7 +69,8 @@ impl<R: AsyncRead + Unpin> RawReader<R> {
                 }
                 self.buf.reserve((len - have).clamp(1, GROW_STEP_BYTES));
             } else {
-                self.buf.reserve(READ_CHUNK_BYTES);
+                self.buf
+                    .reserve(READ_CHUNK_BYTES.min(self.max_len + HEADER_BYTES));
             }
             debug_assert!(
                 self.buf.capacity() > self.buf.len(),
@@ -153,7 +156,7 @@ mod tests {
     async fn has_frame_tells_whether_next_needs_the_socket() {
         let (a, b) = tokio::io::duplex(1024);
         let mut w = RawWriter::new(a);
-        let mut r = RawReader::new(b, 100);
+        let mut r = RawReader::new(b, 100, 1024);
         assert!(!r.has_frame());
         w.push(&[b"one"]);
         w.push(&[b"two"]);
@@ -175,7 +178,7 @@ mod tests {
     async fn frames_roundtrip_and_limit_is_enforced_before_the_body() {
         let (a, b) = tokio::io::duplex(64);
         let mut w = RawWriter::new(a);
-        let mut r = RawReader::new(b, 100);
+        let mut r = RawReader::new(b, 100, 1024);
         let big = vec![7u8; 100];
         w.push(&[b"he", b"llo"]);
         w.push(&[&big]);
@@ -205,13 +208,13 @@ mod tests {
         a.write_all(&[0, 0, 0, 1, 9]).await.unwrap();
         a.write_all(&[0, 0]).await.unwrap();
         drop(a);
-        let mut r = RawReader::new(b, 100);
+        let mut r = RawReader::new(b, 100, 1024);
         assert_eq!(&r.next().await.unwrap().unwrap()[..], &[9]);
         assert!(matches!(r.next().await, Err(NetError::Closed)));
 
         let (a, b) = tokio::io::duplex(64);
         drop(a);
-        let mut r = RawReader::new(b, 100);
+        let mut r = RawReader::new(b, 100, 1024);
         assert!(r.next().await.unwrap().is_none());
     }
 }

@@ -1,6 +1,6 @@
 //! Who is at the other end of a connection.
 
-use chorus_core::{ClientId, ClusterConfig, PublicIdentity, ReplicaId};
+use chorus_core::{ClientId, ClusterConfig, Digest, PublicIdentity, ReplicaId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -67,6 +67,9 @@ pub struct Expected {
     /// connections to whichever pillar serves them).
     pub pillar: Option<u32>,
     pub identity: PublicIdentity,
+    /// [`ClusterConfig::cluster_tag`]: the handshake only succeeds with a
+    /// responder of the same cluster.
+    pub cluster: Digest,
 }
 
 impl Expected {
@@ -77,6 +80,7 @@ impl Expected {
             replica,
             pillar: Some(pillar),
             identity,
+            cluster: config.cluster_tag(),
         })
     }
 
@@ -87,6 +91,7 @@ impl Expected {
             replica,
             pillar: None,
             identity: info.identity,
+            cluster: config.cluster_tag(),
         })
     }
 

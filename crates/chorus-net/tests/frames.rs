@@ -82,7 +82,7 @@ async fn an_untouched_stream_passes_the_proxy() {
 #[tokio::test]
 async fn a_tampered_payload_fails_the_mac_and_closes_the_connection() {
     let (got, s) = through_proxy(&[b"first", b"second", b"third"], |i, mut f| {
-        if i == 3 {
+        if i == 4 {
             let last = f.len() - 1;
             f[last] ^= 0x01;
         }
@@ -99,7 +99,7 @@ async fn a_tampered_payload_fails_the_mac_and_closes_the_connection() {
 async fn a_tampered_counter_or_mac_fails_the_mac() {
     for byte in [4 + 7, 4 + 8 + 3] {
         let (got, s) = through_proxy(&[b"x"], move |i, mut f| {
-            if i == 2 {
+            if i == 3 {
                 f[byte] ^= 0x80;
             }
             vec![f]
@@ -113,7 +113,7 @@ async fn a_tampered_counter_or_mac_fails_the_mac() {
 #[tokio::test]
 async fn a_replayed_frame_is_refused() {
     let (got, s) = through_proxy(&[b"once", b"twice"], |i, f| {
-        if i == 2 {
+        if i == 3 {
             vec![f.clone(), f]
         } else {
             vec![f]
@@ -132,11 +132,11 @@ async fn a_replayed_frame_is_refused() {
 async fn reordered_frames_are_refused() {
     let mut held = None;
     let (got, s) = through_proxy(&[b"one", b"two"], move |i, f| match i {
-        2 => {
+        3 => {
             held = Some(f);
             vec![]
         }
-        3 => vec![f, held.take().unwrap()],
+        4 => vec![f, held.take().unwrap()],
         _ => vec![f],
     })
     .await;
@@ -149,7 +149,7 @@ async fn reordered_frames_are_refused() {
 
 #[tokio::test]
 async fn a_dropped_frame_is_detected_at_the_next_one() {
-    let (got, _) = through_proxy(&[b"lost", b"next"], |i, f| if i == 2 { vec![] } else { vec![f] }).await;
+    let (got, _) = through_proxy(&[b"lost", b"next"], |i, f| if i == 3 { vec![] } else { vec![f] }).await;
     assert!(
         matches!(&got[0], Err(e) if e.contains("Replay { expected: 0, got: 1 }")),
         "{got:?}"
@@ -159,7 +159,7 @@ async fn a_dropped_frame_is_detected_at_the_next_one() {
 #[tokio::test]
 async fn an_oversize_length_header_is_refused_before_the_body() {
     let (got, s) = through_proxy(&[b"fine", b"big"], |i, mut f| {
-        if i == 3 {
+        if i == 4 {
             f[..4].copy_from_slice(&(10_000_000u32).to_be_bytes());
         }
         vec![f]
@@ -173,7 +173,7 @@ async fn an_oversize_length_header_is_refused_before_the_body() {
 #[tokio::test]
 async fn a_frame_too_short_for_its_mac_is_refused() {
     let (got, s) = through_proxy(&[b"x"], |i, f| {
-        if i == 2 {
+        if i == 3 {
             vec![vec![0, 0, 0, 3, 1, 2, 3]]
         } else {
             vec![f]

@@ -142,7 +142,7 @@ async fn a_replica_holding_another_key_than_configured_is_refused_by_the_dialer(
     let c = cluster();
     let expected = Expected::replica_pillar(&c.config, ReplicaId(1), 0).unwrap();
     let impostor = Identity::from_seed(b"not replica 1");
-    let (_, client, _) = attempt(
+    let (server, client, _) = attempt(
         impostor,
         replica(1, 0),
         c.replicas[0].clone(),
@@ -150,10 +150,10 @@ async fn a_replica_holding_another_key_than_configured_is_refused_by_the_dialer(
         expected,
     )
     .await;
-    assert!(
-        matches!(client, Err(NetError::BadSignature(r)) if r == replica(1, 0)),
-        "{client:?}"
-    );
+    // The impostor cannot check the dialler's proof (it lacks replica 1's
+    // static key), and had it skipped the check, it could not sign as replica 1.
+    assert!(matches!(server, Err(NetError::BadProof(_))), "{server:?}");
+    assert!(client.is_err(), "{client:?}");
 }
 
 #[tokio::test]
@@ -170,13 +170,19 @@ async fn a_client_holding_another_key_than_configured_is_refused_by_the_acceptor
         expected,
     )
     .await;
+    // Refused at the proof of key possession, before any public-key work.
     assert!(
-        matches!(server, Err(NetError::BadSignature(r)) if r == role),
+        matches!(server, Err(NetError::BadProof(r)) if r == role),
         "{server:?}"
     );
     assert_eq!(
-        (s.bad_signatures, s.handshake_failures, s.handshakes_ok),
-        (1, 1, 0)
+        (
+            s.bad_proofs,
+            s.bad_signatures,
+            s.handshake_failures,
+            s.handshakes_ok
+        ),
+        (1, 0, 1, 0)
     );
 }
 
@@ -210,8 +216,9 @@ async fn unknown_ids_and_pillars_are_refused_before_any_signature() {
 async fn reaching_another_replica_than_dialled_is_refused() {
     let c = cluster();
     let expected = Expected::replica_pillar(&c.config, ReplicaId(1), 0).unwrap();
-    // Replica 2 answers with its own (valid) key where replica 1 was expected.
-    let (_, client, _) = attempt(
+    // Replica 2 answers with its own (valid) key where replica 1 was expected:
+    // the dialler's proof was made for replica 1, so replica 2 refuses it.
+    let (server, client, _) = attempt(
         c.replicas[2].clone(),
         replica(2, 0),
         c.replicas[0].clone(),
@@ -219,10 +226,8 @@ async fn reaching_another_replica_than_dialled_is_refused() {
         expected,
     )
     .await;
-    assert!(
-        matches!(client, Err(NetError::UnexpectedPeer { got, .. }) if got == replica(2, 0)),
-        "{client:?}"
-    );
+    assert!(matches!(server, Err(NetError::BadProof(_))), "{server:?}");
+    assert!(client.is_err(), "{client:?}");
     // Same replica, wrong pillar.
     let (_, client, _) = attempt(
         c.replicas[1].clone(),
@@ -338,4 +343,106 @@ async fn garbage_and_silence_close_only_their_own_connection() {
     assert_eq!(s.handshake_timeouts, 1);
     assert!(s.oversize >= 1 && s.malformed >= 1, "{s:?}");
     assert_eq!(s.handshakes_ok, 1);
+}
+
+/// Issue 16 finding 2: a recorded hello, replayed by someone without the
+/// role's key, must not make the responder do public-key work. Before the
+/// fix the responder answered every hello naming a configured role with its
+/// own hello and an Ed25519 signature (two X25519 operations and a signature).
+#[tokio::test]
+async fn a_replayed_hello_gets_only_a_cookie_and_no_signature() {
+    let c = cluster();
+    let (port, sc, mut results) = accept_loop(&c).await;
+    // Record the first frame a real client sends.
+    let recorded = std::sync::Arc::new(std::sync::Mutex::new(None::<Vec<u8>>));
+    let rec = recorded.clone();
+    let proxy = spawn_proxy(port, move |i, f| {
+        if i == 0 {
+            *rec.lock().unwrap() = Some(f.clone());
+        }
+        vec![f]
+    })
+    .await;
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+    let role = PeerRole::Client { id: ClientId(0) };
+    connect(
+        dial(proxy).await,
+        &c.clients[0],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(results.recv().await.unwrap().unwrap(), role);
+    let hello = recorded.lock().unwrap().clone().unwrap();
+    for _ in 0..3 {
+        let mut s = dial(port).await;
+        s.write_all(&hello).await.unwrap();
+        // A proof made up without the key (what a replayer can send at best).
+        let bogus = [&[0u8, 0, 0, 16][..], &[0xab; 16][..]].concat();
+        s.write_all(&bogus).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut answer)).await;
+        // 4-byte header + cookie; an Ed25519 signature alone would be 64 bytes.
+        assert!(answer.len() < 64, "responder sent {} bytes", answer.len());
+        let r = results.recv().await.unwrap();
+        assert!(matches!(r, Err(NetError::BadProof(r)) if r == role), "{r:?}");
+    }
+    let s = sc.snapshot();
+    assert_eq!((s.bad_proofs, s.handshakes_ok), (3, 1));
+}
+
+/// Issue 16 finding 6: the same keys in a cluster with another id do not
+/// open a connection (the cluster tag is in the proof and the transcript).
+#[tokio::test]
+async fn keys_reused_in_another_cluster_do_not_connect() {
+    let c = cluster();
+    let mut other = c.config.clone();
+    other.params.cluster_id = "another cluster".into();
+    let (l, port) = listener().await;
+    let (key, sc) = (c.replicas[0].clone(), counters());
+    let sc2 = sc.clone();
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        accept(s, &key, replica(0, 0), &other, &limits(), &sc2)
+            .await
+            .map(|r| r.0)
+    });
+    let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+    let role = PeerRole::Client { id: ClientId(1) };
+    let client = connect(
+        dial(port).await,
+        &c.clients[1],
+        role,
+        &expected,
+        &limits(),
+        &counters(),
+    )
+    .await;
+    assert!(client.is_err());
+    assert!(matches!(server.await.unwrap(), Err(NetError::BadProof(_))));
+}
+
+/// Issue 16 finding 1: a connection that sends nothing is closed at the
+/// short hello deadline, not at the whole handshake timeout.
+#[tokio::test]
+async fn a_silent_connection_is_dropped_at_the_hello_deadline() {
+    let c = cluster();
+    let (l, port) = listener().await;
+    let (key, cfg) = (c.replicas[0].clone(), c.config.clone());
+    let mut lim = limits();
+    lim.handshake_timeout = Duration::from_secs(10);
+    lim.hello_timeout = Duration::from_millis(200);
+    let server = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let t = std::time::Instant::now();
+        let r = accept(s, &key, replica(0, 0), &cfg, &lim, &counters()).await;
+        (r.map(|r| r.0), t.elapsed())
+    });
+    let _silent = dial(port).await;
+    let (r, took) = server.await.unwrap();
+    assert!(matches!(r, Err(NetError::HandshakeTimeout(_))), "{r:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }

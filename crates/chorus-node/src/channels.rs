@@ -45,8 +45,9 @@ pub enum PillarInput {
     /// Several `ToClient`s at once (the executor's replies of one round):
     /// one channel hop and one wake-up instead of one per reply.
     ToClients(Vec<(ClientId, Bytes)>),
-    /// A freshly accepted client socket this pillar now owns.
-    AdoptClient(std::net::TcpStream),
+    /// A freshly accepted client socket this pillar now owns, with its slot
+    /// in the client port's admission gate (freed when the handshake ends).
+    AdoptClient(std::net::TcpStream, chorus_net::Pending),
 }
 
 /// Into the executor thread.
@@ -82,9 +83,11 @@ pub enum ExecInput {
     StatusQuery {
         client: ClientId,
     },
-    /// The client sent `(client, seq)` again: answer in full if it already executed.
+    /// The client sent `(client, seq)` again: answer in full if that request
+    /// (same digest) already executed, with a rejection if another one did.
     Retransmit {
         client: ClientId,
         seq: RequestSeq,
+        digest: chorus_core::Digest,
     },
 }

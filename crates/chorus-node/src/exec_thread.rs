@@ -82,11 +82,13 @@ impl ExecThread {
                     ExecInput::ReadOnly { request } => {
                         if let Some(result) = self.executor.execute_read_only(&request.op) {
                             let body = self.body_for(request.seq, result);
-                            self.reply(&clients, request.client, request.seq, true, body);
+                            let d = Some(request.digest());
+                            self.reply(&clients, request.client, request.seq, d, true, body);
                         } else {
                             // Not read-only after all: the client falls back to ordering.
                             let body = ReplyBody::Rejected("operation is not read-only".into());
-                            self.reply(&clients, request.client, request.seq, true, body);
+                            let d = Some(request.digest());
+                            self.reply(&clients, request.client, request.seq, d, true, body);
                         }
                     }
                     ExecInput::Reject { client, seq, reason } => {
@@ -94,7 +96,8 @@ impl ExecThread {
                             RejectReason::Busy => ReplyBody::Busy,
                             other => ReplyBody::Rejected(format!("{other:?}")),
                         };
-                        self.reply(&clients, client, seq, false, body);
+                        // Admission does not hand us the request: no digest, no result either.
+                        self.reply(&clients, client, seq, None, false, body);
                     }
                     ExecInput::ClientAt { client, pillar } => {
                         let conns = clients.entry(client).or_default();
@@ -114,9 +117,22 @@ impl ExecThread {
                             }
                         }
                     }
-                    ExecInput::Retransmit { client, seq } => {
-                        if let Some(result) = self.executor.cached_reply(client, seq) {
-                            self.reply(&clients, client, seq, false, ReplyBody::Full(result));
+                    ExecInput::Retransmit { client, seq, digest } => {
+                        match self.executor.request_digest(client, seq) {
+                            Some(d) if d == digest => {
+                                if let Some(result) = self.executor.cached_reply(client, seq) {
+                                    let body = ReplyBody::Full(result);
+                                    self.reply(&clients, client, seq, Some(digest), false, body);
+                                }
+                            }
+                            Some(_) => {
+                                self.metrics.reject("seq-reused");
+                                let why = chorus_exec::RejectKind::SeqReused.as_str();
+                                let body = ReplyBody::Rejected(why.into());
+                                self.reply(&clients, client, seq, Some(digest), false, body);
+                            }
+                            // Not executed, or its reply is no longer cached.
+                            None => {}
                         }
                     }
                     ExecInput::StatusQuery { client } => {
@@ -129,7 +145,7 @@ impl ExecThread {
             self.executor.drain_results(&mut results);
             for r in results.drain(..) {
                 let body = self.body_for(r.request_seq, r.result);
-                self.reply(&clients, r.client, r.request_seq, false, body);
+                self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
             self.flush_replies();
@@ -193,12 +209,14 @@ impl ExecThread {
         clients: &HashMap<ClientId, Vec<usize>>,
         client: ClientId,
         seq: RequestSeq,
+        request: Option<Digest>,
         read_only: bool,
         body: ReplyBody,
     ) {
         let reply = Reply {
             client,
             seq,
+            request,
             replica: self.me,
             read_only,
             body,

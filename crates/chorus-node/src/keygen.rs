@@ -2,7 +2,7 @@
 //! client configs.
 
 use crate::node_config::{ClientFile, KeyFile, NodeConfig};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use chorus_core::{ClientId, ClientInfo, ClusterConfig, Identity, ProtocolParams, ReplicaId, ReplicaInfo};
 use std::path::{Path, PathBuf};
 
@@ -23,10 +23,13 @@ pub struct KeygenOptions {
 
 /// Port layout per replica i: pillars at base + 100·i + p, clients at base + 100·i + 90,
 /// metrics at base + 100·i + 91.
+/// Secret keys are created private from the first byte (issue 16 finding 3):
+/// `keys/` is 0700, each key file is created with `O_CREAT | O_EXCL |
+/// O_NOFOLLOW` and mode 0600, and nothing existing is ever overwritten.
 pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
     let mut rng = rand::rngs::OsRng;
-    std::fs::create_dir_all(opts.out.join("keys"))
-        .with_context(|| format!("creating {}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
+    create_private_dir(&opts.out.join("keys"))?;
     let replica_ids: Vec<Identity> = (0..opts.n).map(|_| Identity::generate(&mut rng)).collect();
     let client_ids: Vec<Identity> = (0..opts.clients).map(|_| Identity::generate(&mut rng)).collect();
     let replicas = replica_ids
@@ -57,8 +60,16 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             identity: k.public(),
         })
         .collect();
+    let mut params = opts.params.clone();
+    if params.cluster_id.is_empty() {
+        // A fresh id per cluster: keys copied into another cluster do not
+        // open connections here (the id is in every handshake).
+        let mut id = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rng, &mut id);
+        params.cluster_id = hex::encode(id);
+    }
     let cluster = ClusterConfig {
-        params: opts.params.clone(),
+        params,
         replicas,
         clients,
     };
@@ -83,6 +94,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             workers: opts.workers,
             sleep_us: opts.sleep_us,
             sleep_buckets: opts.sleep_buckets,
+            metrics_host: "127.0.0.1".into(),
         };
         write(
             &opts.out.join(format!("replica-{i}.toml")),
@@ -105,12 +117,118 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
     Ok(cluster)
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+/// Create `dir` with mode 0700 (not through a symlink), or accept an existing
+/// directory that only its owner can enter.
+fn create_private_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
-    if path.extension().is_some_and(|e| e == "key") {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let meta = std::fs::symlink_metadata(dir)?;
+                if !meta.is_dir() {
+                    bail!("{} exists and is not a directory", dir.display());
+                }
+                if meta.permissions().mode() & 0o077 != 0 {
+                    bail!(
+                        "{} is accessible to other users (mode {:o}); use a new output directory",
+                        dir.display(),
+                        meta.permissions().mode() & 0o777
+                    );
+                }
+            }
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+        Ok(())
     }
-    Ok(())
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+    }
+}
+
+/// Write a new file; never overwrites, never follows a symlink. Key files
+/// are created 0600 so no other user can open them at any moment.
+fn write(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let secret = path.extension().is_some_and(|e| e == "key");
+        o.mode(if secret { 0o600 } else { 0o644 })
+            .custom_flags(libc::O_NOFOLLOW);
+    }
+    let mut f = o.open(path).with_context(|| {
+        format!(
+            "creating {} (keygen never overwrites: remove the old cluster first)",
+            path.display()
+        )
+    })?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn opts(out: &Path) -> KeygenOptions {
+        KeygenOptions {
+            out: out.to_path_buf(),
+            n: 4,
+            clients: 2,
+            hosts: vec!["127.0.0.1".into()],
+            base_port: 7000,
+            params: ProtocolParams::default(),
+            service: "kv".into(),
+            executor: "sequential".into(),
+            workers: 1,
+            fsync: "off".into(),
+            sleep_us: 0,
+            sleep_buckets: 1,
+        }
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Issue 16 finding 3: before the fix keys were created 0644 (after
+    /// umask) and chmod-ed afterwards, `keys/` was 0755, and symlinks were
+    /// followed and existing files overwritten.
+    #[test]
+    fn keys_are_private_from_creation_and_never_overwritten_or_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("c");
+        let cluster = keygen(&opts(&out)).unwrap();
+        assert_eq!(mode(&out.join("keys")), 0o700);
+        for f in std::fs::read_dir(out.join("keys")).unwrap() {
+            assert_eq!(mode(&f.unwrap().path()), 0o600);
+        }
+        assert_eq!(cluster.params.cluster_id.len(), 32);
+        // A second run refuses to overwrite anything.
+        assert!(keygen(&opts(&out)).is_err());
+
+        // A planted symlink where a key will be written is not followed.
+        let out2 = dir.path().join("d");
+        std::fs::create_dir(&out2).unwrap();
+        let keys = out2.join("keys");
+        std::fs::DirBuilder::new().create(&keys).unwrap();
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let target = dir.path().join("attacker-readable");
+        std::os::unix::fs::symlink(&target, keys.join("replica-0.key")).unwrap();
+        assert!(keygen(&opts(&out2)).is_err());
+        assert!(!target.exists(), "keygen followed a symlink");
+
+        // An existing keys/ directory open to others is refused.
+        let out3 = dir.path().join("e");
+        std::fs::create_dir_all(out3.join("keys")).unwrap();
+        std::fs::set_permissions(out3.join("keys"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(keygen(&opts(&out3)).is_err());
+    }
 }

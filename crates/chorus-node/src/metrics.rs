@@ -128,23 +128,79 @@ impl Metrics {
     }
 }
 
-/// Serve `GET /metrics` (any path) on `port` until the runtime stops. Bounded:
-/// requests larger than 8 KiB are cut off; one connection at a time per task.
+/// Connections the metrics endpoint serves at once; more are closed at once.
+pub const METRICS_CONNS_MAX: usize = 8;
+/// Longest a metrics connection may take, request and response together.
+const METRICS_CONN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serve `GET /metrics` (any path) on `host:port` until the runtime stops.
+/// Bounded (issue 16 finding 6): at most `METRICS_CONNS_MAX` connections at
+/// once (others are closed unanswered), each cut off after 2 s, requests read
+/// up to 8 KiB. `host` is the node's `metrics_host` (loopback by default).
 pub async fn serve(metrics: Arc<Metrics>, host: String, port: u16) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind((host.as_str(), port)).await?;
+    serve_on(metrics, listener).await
+}
+
+pub async fn serve_on(metrics: Arc<Metrics>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(METRICS_CONNS_MAX));
     loop {
-        let (mut sock, _) = listener.accept().await?;
+        let Ok((mut sock, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            metrics.drop_frame("metrics-connections-full");
+            continue;
+        };
         let m = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 8192];
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sock.read(&mut buf)).await;
-            let body = m.render();
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(body.as_bytes()).await;
+            let _permit = permit;
+            let _ = tokio::time::timeout(METRICS_CONN_TIMEOUT, async {
+                let mut buf = [0u8; 8192];
+                let _ = sock.read(&mut buf).await;
+                let body = m.render();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(body.as_bytes()).await;
+            })
+            .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 16 finding 6: idle connections cannot pile up on the endpoint.
+    #[tokio::test]
+    async fn metrics_endpoint_bounds_its_connections() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let m = Arc::new(Metrics::default());
+        tokio::spawn(serve_on(m.clone(), l));
+        let mut idle = Vec::new();
+        for _ in 0..METRICS_CONNS_MAX {
+            idle.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+        }
+        // One more is closed unanswered while the slots are held.
+        let mut extra = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        extra.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), extra.read_to_end(&mut out)).await;
+        assert!(out.is_empty(), "served beyond the bound");
+        assert!(m.render().contains("metrics-connections-full"));
+        // Idle ones are cut off, after which the endpoint answers again.
+        tokio::time::sleep(METRICS_CONN_TIMEOUT + std::time::Duration::from_millis(300)).await;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        drop(idle);
     }
 }

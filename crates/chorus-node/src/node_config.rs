@@ -33,6 +33,10 @@ pub struct NodeConfig {
     /// Independent buckets of the `sleep` service (CBASE's parallelism factor).
     #[serde(default = "default_buckets")]
     pub sleep_buckets: u32,
+    /// Address the metrics endpoint binds to; loopback by default so the
+    /// endpoint is not reachable from the network unless asked for.
+    #[serde(default = "default_metrics_host")]
+    pub metrics_host: String,
 }
 
 fn default_fsync() -> String {
@@ -52,6 +56,9 @@ fn default_sleep_us() -> u64 {
 }
 fn default_buckets() -> u32 {
     1
+}
+fn default_metrics_host() -> String {
+    "127.0.0.1".into()
 }
 
 /// `client-<i>.toml`.
@@ -89,6 +96,39 @@ impl KeyFile {
     }
 }
 
+/// Read a secret key file, warning when other users may read it (issue 16
+/// finding 3): the key still loads, so a running cluster is not broken by a
+/// mode change, but the operator is told.
+fn read_key(path: &Path) -> Result<KeyFile> {
+    if let Some(mode) = too_open(path) {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{mode:o}"),
+            "key file is readable or writable by other users; run chmod 600 on it"
+        );
+        eprintln!(
+            "warning: key file {} has mode {mode:o}; other users may read it (chmod 600)",
+            path.display()
+        );
+    }
+    read_toml(path)
+}
+
+/// The permission bits of `path` when group or others have any access.
+pub fn too_open(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
@@ -114,7 +154,7 @@ pub fn load_node(path: &Path) -> Result<LoadedNode> {
     let node: NodeConfig = read_toml(path)?;
     let cluster: ClusterConfig = read_toml(&relative_to(path, &node.cluster_file))?;
     cluster.validate().context("invalid cluster configuration")?;
-    let key: KeyFile = read_toml(&relative_to(path, &node.key_file))?;
+    let key: KeyFile = read_key(&relative_to(path, &node.key_file))?;
     let identity = key.to_identity()?;
     let Some(info) = cluster.replica(node.id) else {
         bail!(
@@ -150,7 +190,7 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
     let c: ClientFile = read_toml(path)?;
     let cluster: ClusterConfig = read_toml(&relative_to(path, &c.cluster_file))?;
     cluster.validate().context("invalid cluster configuration")?;
-    let key: KeyFile = read_toml(&relative_to(path, &c.key_file))?;
+    let key: KeyFile = read_key(&relative_to(path, &c.key_file))?;
     let identity = key.to_identity()?;
     match cluster.client(c.id) {
         Some(info) if info.identity == identity.public() => {}
@@ -166,4 +206,21 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
         cluster,
         identity,
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn key_files_open_to_others_are_flagged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.key");
+        std::fs::write(&p, "x").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(too_open(&p), Some(0o644));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(too_open(&p), None);
+    }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use chorus_core::{
     decode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg,
 };
-use chorus_net::{Expected, NetLimits, PeerRole};
+use chorus_net::{Expected, Gate, GateLimits, NetLimits, PeerRole, Pending, Responder};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -41,10 +41,85 @@ pub struct PillarThread {
     pub all_pillars: Vec<mpsc::Sender<PillarInput>>,
     pub shutdown: watch::Receiver<bool>,
     pub counters: Arc<chorus_net::Counters>,
+    pub gates: Gates,
+}
+
+/// Admission gates shared by all pillars of a replica: one for the client
+/// port, one for the peer ports (docs/security.md lists the bounds).
+#[derive(Clone)]
+pub struct Gates {
+    pub client: Arc<Gate>,
+    pub peer: Arc<Gate>,
+}
+
+/// Unfinished handshakes on the client port, in total and from one address.
+const CLIENT_PENDING_MAX: usize = 1024;
+const CLIENT_PENDING_PER_SOURCE: usize = 256;
+/// Public-key handshakes one address may start on the client port, per
+/// second and in a burst (only holders of a configured key get this far).
+const CLIENT_HANDSHAKES_PER_SEC_PER_SOURCE: f64 = 256.0;
+const CLIENT_HANDSHAKE_BURST_PER_SOURCE: f64 = 512.0;
+/// Addresses tracked at once per gate.
+const SOURCES_MAX: usize = 4096;
+/// Unfinished handshakes on the peer ports, per configured peer pillar.
+const PEER_PENDING_PER_LINK: usize = 8;
+const PEER_HANDSHAKES_PER_SEC_PER_SOURCE: f64 = 64.0;
+const PEER_HANDSHAKE_BURST_PER_SOURCE: f64 = 128.0;
+/// Public-key handshakes in progress per pillar: clients share
+/// `CLIENT_HANDSHAKES_MAX`; every other replica has `PEER_SLOTS_PER_REPLICA`
+/// of its own, so no client and no other replica can take them.
+const CLIENT_HANDSHAKES_MAX: usize = 64;
+const PEER_SLOTS_PER_REPLICA: usize = 2;
+/// Connections one peer pillar may hold to ours: a reconnect closes the oldest.
+const PEER_CONNS_MAX: usize = 2;
+/// A peer connection with no frame for this long is closed: live peers send
+/// status every `status_interval_ms` (250 ms by default).
+const PEER_IDLE: Duration = Duration::from_secs(30);
+
+impl Gates {
+    pub fn for_config(config: &ClusterConfig) -> Gates {
+        let links = config.n().max(1) * config.params.pillars.max(1) as usize;
+        let client = Gate::new(GateLimits {
+            max_pending: CLIENT_PENDING_MAX,
+            max_pending_per_source: CLIENT_PENDING_PER_SOURCE,
+            handshakes_per_sec_per_source: CLIENT_HANDSHAKES_PER_SEC_PER_SOURCE,
+            handshake_burst_per_source: CLIENT_HANDSHAKE_BURST_PER_SOURCE,
+            max_sources: SOURCES_MAX,
+        });
+        // Replicas may share a host (tests, small deployments): the per-source
+        // cap is the whole peer budget, which only replica hosts can use.
+        let peer_limits = GateLimits {
+            max_pending: PEER_PENDING_PER_LINK * links,
+            max_pending_per_source: PEER_PENDING_PER_LINK * links,
+            handshakes_per_sec_per_source: PEER_HANDSHAKES_PER_SEC_PER_SOURCE,
+            handshake_burst_per_source: PEER_HANDSHAKE_BURST_PER_SOURCE,
+            max_sources: config.n().max(1),
+        };
+        let peer = Gate::with_allowed(peer_limits, replica_addresses(config));
+        Gates { client, peer }
+    }
+}
+
+/// The addresses the configured replica hosts resolve to (names resolved
+/// once, at start).
+fn replica_addresses(config: &ClusterConfig) -> std::collections::HashSet<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    let mut out = std::collections::HashSet::new();
+    for r in &config.replicas {
+        match (r.host.as_str(), r.peer_base_port).to_socket_addrs() {
+            Ok(addrs) => out.extend(addrs.map(|a| a.ip())),
+            Err(e) => tracing::warn!(host = %r.host, error = %e, "cannot resolve replica host"),
+        }
+    }
+    out
 }
 
 /// Per client: its connections as (connection id, frame queue, eviction
 /// signal), newest last, at most `CLIENT_CONNS_MAX` each.
+/// Per peer replica: its inbound connections to this pillar as (connection
+/// id, eviction signal), newest last, at most `PEER_CONNS_MAX`.
+type PeerConns = HashMap<ReplicaId, Vec<(u64, Rc<tokio::sync::Notify>)>>;
+
 type ClientConns = HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>, Rc<tokio::sync::Notify>)>>;
 
 struct Shared {
@@ -64,12 +139,15 @@ struct Shared {
     clients: RefCell<ClientConns>,
     next_conn: RefCell<u64>,
     counters: Arc<chorus_net::Counters>,
-    /// Handshakes cost a signature and a DH before the peer is known: bound them.
-    handshakes: tokio::sync::Semaphore,
+    responder: Responder,
+    /// Public-key handshakes of clients in progress (see `CLIENT_HANDSHAKES_MAX`).
+    client_handshakes: tokio::sync::Semaphore,
+    /// Slots reserved per other replica (see `PEER_SLOTS_PER_REPLICA`).
+    peer_slots: HashMap<ReplicaId, tokio::sync::Semaphore>,
+    /// Live inbound connections per peer (id, eviction signal), newest last.
+    peers: RefCell<PeerConns>,
 }
 
-/// Concurrent unauthenticated handshakes per pillar.
-const HANDSHAKES_MAX: usize = 64;
 /// Connections one client may hold to one pillar. A client that reconnects
 /// while its old connections linger (a dead peer not yet timed out) gets the
 /// new one and the oldest is closed, so the total is bounded by the
@@ -102,7 +180,22 @@ impl PillarThread {
             clients: RefCell::new(HashMap::new()),
             next_conn: RefCell::new(0),
             counters: self.counters.clone(),
-            handshakes: tokio::sync::Semaphore::new(HANDSHAKES_MAX),
+            responder: Responder::new(
+                self.identity.clone(),
+                PeerRole::Replica {
+                    id: self.me,
+                    pillar: self.index as u32,
+                },
+                self.config.clone(),
+            ),
+            client_handshakes: tokio::sync::Semaphore::new(CLIENT_HANDSHAKES_MAX),
+            peer_slots: self
+                .config
+                .replica_ids()
+                .filter(|r| *r != self.me)
+                .map(|r| (r, tokio::sync::Semaphore::new(PEER_SLOTS_PER_REPLICA)))
+                .collect(),
+            peers: RefCell::new(HashMap::new()),
         });
         // Outbound private links to pillar `index` of every other replica.
         let mut links: HashMap<ReplicaId, mpsc::Sender<Bytes>> = HashMap::new();
@@ -113,11 +206,20 @@ impl PillarThread {
         }
         self.peer_listener.set_nonblocking(true)?;
         let peer_listener = tokio::net::TcpListener::from_std(self.peer_listener)?;
-        tokio::task::spawn_local(accept_peers(shared.clone(), peer_listener));
+        tokio::task::spawn_local(accept_peers(
+            shared.clone(),
+            peer_listener,
+            self.gates.peer.clone(),
+        ));
         if let Some(l) = self.client_listener.take() {
             l.set_nonblocking(true)?;
             let l = tokio::net::TcpListener::from_std(l)?;
-            tokio::task::spawn_local(accept_clients(l, self.all_pillars.clone(), self.metrics.clone()));
+            tokio::task::spawn_local(accept_clients(
+                l,
+                self.all_pillars.clone(),
+                self.metrics.clone(),
+                self.gates.client.clone(),
+            ));
         }
         loop {
             tokio::select! {
@@ -147,8 +249,8 @@ impl PillarThread {
                                 to_client(&shared, client, frame);
                             }
                         }
-                        PillarInput::AdoptClient(stream) => {
-                            tokio::task::spawn_local(serve_client(shared.clone(), stream));
+                        PillarInput::AdoptClient(stream, pending) => {
+                            tokio::task::spawn_local(serve_client(shared.clone(), stream, pending));
                         }
                     }
                 }
@@ -234,44 +336,93 @@ async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<B
     }
 }
 
-async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener) {
+async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener, gate: Arc<Gate>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, addr)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
+        // Only configured replica hosts, within the peer budget: a stranger
+        // is closed here, before any read.
+        let pending = match gate.enter(addr.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                shared.metrics.drop_frame(why.as_str());
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
-        tokio::task::spawn_local(serve_peer(shared.clone(), stream));
+        tokio::task::spawn_local(serve_peer(shared.clone(), stream, pending));
     }
 }
 
-/// The accepting side of the handshake, within the pillar's bound on
-/// concurrent handshakes; a refusal or failure is counted under `failed`.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Port {
+    Peer,
+    Client,
+}
+
+/// The accepting side of the handshake. The cheap part (hello, cookie,
+/// proof of key possession) runs for anyone the gate admitted; the
+/// public-key part only for a role that belongs on this port, within its
+/// source's rate and the port's own budget (replicas have reserved slots).
+/// A refusal or failure is counted under a reason.
 async fn authenticate(
     shared: &Shared,
     stream: tokio::net::TcpStream,
-    limits: &NetLimits,
-    failed: &'static str,
+    pending: Pending,
+    port: Port,
 ) -> Option<(PeerRole, chorus_net::FrameReader, chorus_net::FrameWriter)> {
-    let Ok(permit) = shared.handshakes.try_acquire() else {
+    let failed = match port {
+        Port::Peer => "peer-handshake-failed",
+        Port::Client => "client-handshake-failed",
+    };
+    // Replica links take the frame limit derived from the configuration
+    // (NEW-VIEWs grow with n and the window); client links keep the
+    // configured one, so a client cannot make a replica buffer such a frame.
+    let limits = match port {
+        Port::Peer => &shared.net,
+        Port::Client => &shared.client_net,
+    };
+    let pre = match shared
+        .responder
+        .pre_authenticate(stream, limits, &shared.counters)
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            shared.metrics.drop_frame(failed);
+            tracing::debug!(error = %e, kind = failed, "handshake failed");
+            return None;
+        }
+    };
+    let role = pre.role();
+    let budget = match (port, role) {
+        (Port::Peer, PeerRole::Replica { id, pillar })
+            if pillar as usize == shared.index && id != shared.me =>
+        {
+            shared.peer_slots.get(&id)
+        }
+        (Port::Client, PeerRole::Client { .. }) => Some(&shared.client_handshakes),
+        _ => None,
+    };
+    let Some(budget) = budget else {
+        shared.metrics.drop_frame(match port {
+            Port::Peer => "peer-wrong-role",
+            Port::Client => "client-wrong-role",
+        });
+        tracing::debug!(role = %role, "refused a role that does not belong on this port");
+        return None;
+    };
+    if !pending.allow_handshake() {
+        shared.metrics.drop_frame("handshake-rate-limited");
+        return None;
+    }
+    let Ok(_permit) = budget.try_acquire() else {
         shared.metrics.drop_frame("handshakes-saturated");
         return None;
     };
-    let my_role = PeerRole::Replica {
-        id: shared.me,
-        pillar: shared.index as u32,
-    };
-    let accepted = chorus_net::accept(
-        stream,
-        &shared.identity,
-        my_role,
-        &shared.config,
-        limits,
-        &shared.counters,
-    )
-    .await;
-    drop(permit);
-    match accepted {
+    match pre.complete(&shared.responder, limits, &shared.counters).await {
         Ok(c) => Some(c),
         Err(e) => {
             shared.metrics.drop_frame(failed);
@@ -281,21 +432,56 @@ async fn authenticate(
     }
 }
 
+/// Register a new inbound connection of `peer`; evicts the oldest beyond
+/// `PEER_CONNS_MAX`. Returns its id and eviction signal.
+fn register_peer(shared: &Shared, peer: ReplicaId) -> (u64, Rc<tokio::sync::Notify>) {
+    let id = {
+        let mut n = shared.next_conn.borrow_mut();
+        *n += 1;
+        *n
+    };
+    let evicted = Rc::new(tokio::sync::Notify::new());
+    let mut peers = shared.peers.borrow_mut();
+    let conns = peers.entry(peer).or_default();
+    while conns.len() >= PEER_CONNS_MAX {
+        let (_, old) = conns.remove(0);
+        old.notify_one();
+        shared.metrics.drop_frame("peer-conn-evicted");
+    }
+    conns.push((id, evicted.clone()));
+    debug_assert!(conns.len() <= PEER_CONNS_MAX);
+    (id, evicted)
+}
+
+fn unregister_peer(shared: &Shared, peer: ReplicaId, id: u64) {
+    let mut peers = shared.peers.borrow_mut();
+    if let Some(conns) = peers.get_mut(&peer) {
+        conns.retain(|(c, _)| *c != id);
+        if conns.is_empty() {
+            peers.remove(&peer);
+        }
+    }
+}
+
 /// Read frames from another replica's pillar and hand them to the core.
-async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
-    let Some((role, mut reader, _writer)) =
-        authenticate(&shared, stream, &shared.net, "peer-handshake-failed").await
-    else {
+async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream, pending: Pending) {
+    let Some((role, reader, _writer)) = authenticate(&shared, stream, pending, Port::Peer).await else {
         return;
     };
-    let from = match role {
-        PeerRole::Replica { id, pillar } if pillar as usize == shared.index && id != shared.me => id,
-        other => {
-            shared.metrics.drop_frame("peer-wrong-role");
-            tracing::debug!(role = %other, "refused connection on a peer port");
-            return;
-        }
+    let Some(from) = role.replica() else {
+        return;
     };
+    let (conn_id, evicted) = register_peer(&shared, from);
+    read_peer(&shared, from, reader, &evicted).await;
+    unregister_peer(&shared, from, conn_id);
+}
+
+async fn read_peer(
+    shared: &Shared,
+    from: ReplicaId,
+    mut reader: chorus_net::FrameReader,
+    evicted: &tokio::sync::Notify,
+) {
     let lanes = shared.config.lanes() as usize;
     let pillars = shared.config.params.pillars as usize;
     let mut burst = Burst::default();
@@ -306,7 +492,17 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream) {
         {
             return;
         }
-        let frame = match reader.next().await {
+        // `next` is cancel-safe: a partly read frame stays in its buffer.
+        let next = tokio::select! {
+            biased;
+            _ = evicted.notified() => return,
+            next = tokio::time::timeout(PEER_IDLE, reader.next()) => next,
+        };
+        let Ok(next) = next else {
+            shared.metrics.drop_frame("peer-idle-timeout");
+            return;
+        };
+        let frame = match next {
             Ok(Some(f)) => f,
             Ok(None) => return,
             Err(e) => {
@@ -375,12 +571,20 @@ async fn accept_clients(
     listener: tokio::net::TcpListener,
     pillars: Vec<mpsc::Sender<PillarInput>>,
     metrics: Arc<Metrics>,
+    gate: Arc<Gate>,
 ) {
     let mut next = 0usize;
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, addr)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
+        };
+        let pending = match gate.enter(addr.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                metrics.drop_frame(why.as_str());
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let Ok(std_stream) = stream.into_std() else {
@@ -389,19 +593,21 @@ async fn accept_clients(
         // COP: client connections are spread over pillars.
         let p = next % pillars.len();
         next += 1;
-        if pillars[p].try_send(PillarInput::AdoptClient(std_stream)).is_err() {
+        if pillars[p]
+            .try_send(PillarInput::AdoptClient(std_stream, pending))
+            .is_err()
+        {
             metrics.drop_frame("client-accept-queue-full");
         }
     }
 }
 
-async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
+async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: Pending) {
     let _ = stream.set_nonblocking(true);
     let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
         return;
     };
-    let Some((role, mut reader, mut writer)) =
-        authenticate(&shared, stream, &shared.client_net, "client-handshake-failed").await
+    let Some((role, mut reader, mut writer)) = authenticate(&shared, stream, pending, Port::Client).await
     else {
         return;
     };
@@ -509,9 +715,11 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream) {
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
                         // stall the client (PBFT §4.1).
-                        let _ = shared
-                            .exec
-                            .try_send(ExecInput::Retransmit { client, seq: req.seq });
+                        let _ = shared.exec.try_send(ExecInput::Retransmit {
+                            client,
+                            seq: req.seq,
+                            digest: req.digest(),
+                        });
                     }
                     while seen.len() > SEEN_SEQS_MAX {
                         seen.pop_first();

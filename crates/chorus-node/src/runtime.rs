@@ -109,6 +109,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         .spawn(move || exec.run())?;
 
     let mut client_listener = Some(client_listener);
+    let gates = crate::pillar::Gates::for_config(&config);
     for (p, (rx, listener)) in pillar_rxs.into_iter().zip(peer_listeners).enumerate() {
         let pillar = PillarThread {
             index: p,
@@ -124,6 +125,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             all_pillars: pillar_txs.clone(),
             shutdown: shutdown_rx.clone(),
             counters: net_counters.clone(),
+            gates: gates.clone(),
         };
         std::thread::Builder::new()
             .name(format!("chorus-pillar-{p}"))
@@ -140,7 +142,8 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     rt.block_on(async {
         if info.metrics_port != 0 {
             let m = metrics.clone();
-            let host = info.host.clone();
+            // Loopback unless the operator opens it (issue 16 finding 6).
+            let host = node.metrics_host.clone();
             tokio::spawn(async move {
                 if let Err(e) = crate::metrics::serve(m, host, info.metrics_port).await {
                     tracing::warn!(error = %e, "metrics endpoint unavailable");

@@ -112,6 +112,11 @@ impl ParallelExecutor {
     fn absorb(&mut self, done: Vec<Done>) {
         for d in done {
             self.table.complete(d.client, d.request_seq, d.result.clone());
+            // Admitted through `admit_request`, so the table knows the digest.
+            let request = self
+                .table
+                .request_digest(d.client, d.request_seq)
+                .unwrap_or_default();
             if let Some(at) = self.waiters.remove(&(d.client, d.request_seq)) {
                 self.waiting -= at.len();
                 for delivered_at in at {
@@ -121,6 +126,7 @@ impl ParallelExecutor {
                         delivered_at,
                         result: d.result.clone(),
                         duplicate: true,
+                        request,
                     });
                 }
             }
@@ -130,6 +136,7 @@ impl ParallelExecutor {
                 delivered_at: d.delivered_at,
                 result: d.result,
                 duplicate: false,
+                request,
             });
         }
     }
@@ -189,13 +196,14 @@ impl ParallelExecutor {
         g
     }
 
-    fn push(&mut self, client: ClientId, request_seq: RequestSeq, at: Seq, result: Bytes, duplicate: bool) {
+    fn push(&mut self, req: &chorus_core::Request, at: Seq, result: Bytes, duplicate: bool) {
         self.results.push(ExecResult {
-            client,
-            request_seq,
+            client: req.client,
+            request_seq: req.seq,
             delivered_at: at,
             result,
             duplicate,
+            request: req.digest(),
         });
     }
 }
@@ -207,6 +215,14 @@ impl Executor for ParallelExecutor {
         seq: chorus_core::RequestSeq,
     ) -> Option<bytes::Bytes> {
         self.table.cached_reply(client, seq)
+    }
+
+    fn request_digest(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> Option<chorus_core::Digest> {
+        self.table.request_digest(client, seq)
     }
 
     /// The whole batch is admitted and inserted under one hold of the lock
@@ -223,7 +239,7 @@ impl Executor for ParallelExecutor {
         let capacity = self.capacity;
         let mut g = shared.lock();
         for (index, req) in batch.requests.iter().enumerate() {
-            match self.table.admit(req.client, req.seq) {
+            match self.table.admit_request(req.client, req.seq, req.digest()) {
                 Admission::Fresh => {
                     let ctx = ExecContext {
                         seq,
@@ -242,9 +258,7 @@ impl Executor for ParallelExecutor {
                     );
                     assert!(inserted.is_ok(), "room was checked under the same lock");
                 }
-                Admission::Duplicate(CachedReply::Ready(reply)) => {
-                    self.push(req.client, req.seq, seq, reply, true)
-                }
+                Admission::Duplicate(CachedReply::Ready(reply)) => self.push(req, seq, reply, true),
                 Admission::Duplicate(CachedReply::Pending) => {
                     // The original is in the graph or in `done`; only `absorb`
                     // (on this thread) resolves waiters, so none is missed.
@@ -253,9 +267,7 @@ impl Executor for ParallelExecutor {
                     g = self.wait_locked(&shared, g, |pending, waiting| pending + waiting <= capacity);
                 }
                 Admission::Duplicate(CachedReply::Forgotten) => {}
-                Admission::Rejected(kind) => {
-                    self.push(req.client, req.seq, seq, rejected_result(kind), false)
-                }
+                Admission::Rejected(kind) => self.push(req, seq, rejected_result(kind), false),
             }
         }
         let g = Self::run_cheap_work(&shared, g);

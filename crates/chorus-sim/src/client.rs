@@ -284,6 +284,7 @@ mod tests {
         Reply {
             client: ClientId(0),
             seq: RequestSeq(seq),
+            request: None,
             replica: ReplicaId(replica),
             read_only: false,
             body: ReplyBody::Full(Bytes::from_static(result)),

@@ -106,7 +106,8 @@ impl<R: SimReplica> World<R> {
         self.counters.messages_delivered += 1;
         // A retransmission of an executed request: answer from the cache.
         if let Some(result) = live.cached_reply(request.client, request.seq) {
-            self.send_reply(i, request.client, request.seq, ReplyBody::Full(result));
+            let d = Some(request.digest());
+            self.send_reply(i, request.client, request.seq, d, ReplyBody::Full(result));
         }
         self.handle(i, Event::Request(request));
     }
@@ -231,7 +232,7 @@ impl<R: SimReplica> World<R> {
                     RejectReason::Busy => ReplyBody::Busy,
                     other => ReplyBody::Rejected(format!("{other:?}")),
                 };
-                self.send_reply(i, client, seq, body);
+                self.send_reply(i, client, seq, None, body);
             }
         }
     }
@@ -278,7 +279,14 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    pub(crate) fn send_reply(&mut self, i: usize, client: ClientId, seq: RequestSeq, body: ReplyBody) {
+    pub(crate) fn send_reply(
+        &mut self,
+        i: usize,
+        client: ClientId,
+        seq: RequestSeq,
+        request: Option<chorus_core::Digest>,
+        body: ReplyBody,
+    ) {
         let c = client.0 as usize;
         if c >= self.clients.len() + self.byz_clients.len() || !self.client_linked(c, i) {
             return;
@@ -295,6 +303,7 @@ impl<R: SimReplica> World<R> {
         let reply = Reply {
             client,
             seq,
+            request,
             replica: self.nodes[i].replica_id,
             read_only: false,
             body,
@@ -368,7 +377,13 @@ impl<R: SimReplica> World<R> {
                     r.duplicate,
                 );
             }
-            self.send_reply(i, r.client, r.request_seq, ReplyBody::Full(r.result));
+            self.send_reply(
+                i,
+                r.client,
+                r.request_seq,
+                Some(r.request),
+                ReplyBody::Full(r.result),
+            );
         }
     }
 

@@ -20,6 +20,12 @@ pub struct TestCluster {
 static CLUSTERS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 fn free_base() -> u16 {
+    free_base_in(12_000, 50)
+}
+
+/// A free base port in `lo .. lo + 400 * slots` (tests in other binaries use
+/// other ranges, so they never race for the same ports).
+fn free_base_in(lo: u16, slots: u16) -> u16 {
     // Below the kernel's ephemeral range (32768+ on Linux), so outgoing
     // connections never hold a port a replica is about to bind; spread
     // concurrent test binaries (pid) and tests (counter) over distinct ranges.
@@ -30,8 +36,8 @@ fn free_base() -> u16 {
             .wrapping_mul(7)
             .wrapping_add(nth.wrapping_mul(4))
             .wrapping_add(attempt.wrapping_mul(5))
-            % 50;
-        let base = 12_000 + slot * 400;
+            % slots;
+        let base = lo + slot * 400;
         let ok = (0..4u16).all(|i| {
             let b = base + 100 * i;
             [b, b + 1, b + 2, b + 3, b + 90, b + 91]
@@ -52,6 +58,28 @@ impl TestCluster {
         clients: usize,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
+        Self::new_at(free_base(), mode, pillars, clients, tweak)
+    }
+
+    /// Like `new`, with ports from `lo .. lo + 400 * slots`.
+    pub fn new_in_range(
+        lo: u16,
+        slots: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
+        Self::new_at(free_base_in(lo, slots), mode, pillars, clients, tweak)
+    }
+
+    fn new_at(
+        base_port: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
         let mut params = ProtocolParams {
             mode,
@@ -67,7 +95,7 @@ impl TestCluster {
             n: 4,
             clients,
             hosts: vec!["127.0.0.1".into()],
-            base_port: free_base(),
+            base_port,
             params,
             service: "kv".into(),
             executor: "sequential".into(),
@@ -116,6 +144,20 @@ impl TestCluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.children[i].as_ref().map(|c| c.id())
+    }
+
+    /// CPU seconds (user + system) replica `i` has used so far.
+    pub fn cpu_seconds(&self, i: usize) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid(i)?)).ok()?;
+        // Fields after the parenthesised command name; utime and stime are 14 and 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
     }
 
     pub fn alive(&mut self, i: usize) -> bool {

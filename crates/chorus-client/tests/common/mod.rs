@@ -39,6 +39,9 @@ pub enum Behavior {
     DropFirstConnection,
     /// Answers only with digests, never with the full result.
     DigestOnly,
+    /// Answers with the honest result of the op but for another request
+    /// under the same seq (what a reused seq got before issue 16 finding 5).
+    OtherRequest,
 }
 
 pub struct Fake {
@@ -187,9 +190,15 @@ impl FakeReplica {
             let Some(body) = self.answer(&req, authentic) else {
                 continue;
             };
+            let request = if self.behavior == Behavior::OtherRequest {
+                Digest::of(b"an earlier request under the same seq")
+            } else {
+                req.digest()
+            };
             let reply = Reply {
                 client,
                 seq: req.seq,
+                request: Some(request),
                 replica: self.id,
                 read_only: req.is_read_only(),
                 body,
@@ -215,7 +224,9 @@ impl FakeReplica {
             }
         };
         match self.behavior {
-            Behavior::Honest | Behavior::DropFirstConnection => Some(honest(result_for(&req.op))),
+            Behavior::Honest | Behavior::DropFirstConnection | Behavior::OtherRequest => {
+                Some(honest(result_for(&req.op)))
+            }
             Behavior::Byzantine => Some(ReplyBody::Full(Bytes::from_static(b"evil"))),
             Behavior::Silent => None,
             Behavior::BusyFirst(k) => {

@@ -27,6 +27,7 @@ pub fn limits() -> NetLimits {
     NetLimits {
         max_frame_bytes: 4096,
         handshake_timeout: Duration::from_secs(2),
+        hello_timeout: Duration::from_millis(500),
         max_buffered_frames: 64,
     }
 }
