@@ -16,4 +16,4 @@ pub use config::{
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use ids::*;
 pub use messages::*;
-pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
+pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};

@@ -63,6 +63,24 @@ pub enum CachedReply {
     Forgotten,
 }
 
+/// What the table knows about a request a client (re)sent, so the replica
+/// can answer it without ordering it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyLookup {
+    /// Not admitted yet: order it.
+    Unknown,
+    /// Admitted, still executing: its reply is on the way.
+    Pending,
+    /// Executed: re-send this reply (PBFT §4.1).
+    Ready(Bytes),
+    /// Counted as executed but no reply is left to send: the window slid
+    /// past it (the client ran more than `max_inflight` seqs ahead, so the
+    /// table treats it as abandoned), or its reply was evicted from the
+    /// cache. It will never execute; the client must be told so
+    /// (`chorus_core::REJECT_ABANDONED`), not left retransmitting into silence.
+    Gone,
+}
+
 /// The decision for one delivered request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -164,6 +182,21 @@ impl ClientTable {
     /// a retransmitted request is answered with the reply it already got).
     pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
         self.clients.get(&client)?.replies.get(&seq.0)?.clone()
+    }
+
+    /// Everything a replica needs to answer a client's (re)transmission.
+    pub fn lookup(&self, client: ClientId, seq: RequestSeq) -> ReplyLookup {
+        let Some(e) = self.clients.get(&client) else {
+            return ReplyLookup::Unknown;
+        };
+        if seq.0 == 0 || !e.is_admitted(seq.0) {
+            return ReplyLookup::Unknown;
+        }
+        match e.replies.get(&seq.0) {
+            Some(Some(r)) => ReplyLookup::Ready(r.clone()),
+            Some(None) => ReplyLookup::Pending,
+            None => ReplyLookup::Gone,
+        }
     }
 
     pub fn is_executed(&self, client: ClientId, seq: RequestSeq) -> bool {

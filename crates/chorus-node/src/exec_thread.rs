@@ -10,7 +10,7 @@ use bytes::Bytes;
 use chorus_core::{
     encode, ClientId, ClientMsg, ClusterConfig, Digest, ReplicaId, Reply, ReplyBody, RequestSeq, Seq,
 };
-use chorus_exec::{ExecResult, Executor};
+use chorus_exec::{ExecResult, Executor, ReplyLookup};
 use chorus_order::RejectReason;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -113,11 +113,18 @@ impl ExecThread {
                             }
                         }
                     }
-                    ExecInput::Retransmit { client, seq } => {
-                        if let Some(result) = self.executor.cached_reply(client, seq) {
+                    ExecInput::Retransmit { client, seq } => match self.executor.reply_lookup(client, seq) {
+                        ReplyLookup::Ready(result) => {
                             self.reply(&clients, client, seq, false, ReplyBody::Full(result));
                         }
-                    }
+                        // Counted as executed with no reply left: it will never
+                        // run; tell the client instead of leaving it in silence.
+                        ReplyLookup::Gone => {
+                            let body = ReplyBody::Rejected(chorus_core::REJECT_ABANDONED.into());
+                            self.reply(&clients, client, seq, false, body);
+                        }
+                        ReplyLookup::Unknown | ReplyLookup::Pending => {}
+                    },
                     ExecInput::StatusQuery { client } => {
                         let report = self.status_report();
                         let text = serde_json::to_string(&report).unwrap_or_default();

@@ -72,7 +72,20 @@ pub struct Pool {
     /// (bounded FIFO of `pool_max_requests`).
     ordered: BTreeSet<Key>,
     ordered_fifo: VecDeque<Key>,
+    /// Per client, the lowest seq answered "busy" and when it was last
+    /// refused. While it waits, the client's later seqs are refused too, so
+    /// the space the client frees goes to its oldest request first and a
+    /// retransmitted request is not starved by the same client's newer ones
+    /// (which would let the client table's window slide past it). Bounded by
+    /// the configured clients.
+    busy_waiting: BTreeMap<ClientId, (RequestSeq, Millis)>,
 }
+
+/// A client's busy seq that is not retransmitted for this long no longer
+/// holds back its later seqs (the client gave up on it). Clients retransmit
+/// far more often (the library's and the simulator's back-off caps are a
+/// few seconds).
+pub const BUSY_WAIT_FORGET_MS: u64 = 10_000;
 
 impl Pool {
     pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Pool {
@@ -87,6 +100,7 @@ impl Pool {
             in_flight: BTreeMap::new(),
             ordered: BTreeSet::new(),
             ordered_fifo: VecDeque::new(),
+            busy_waiting: BTreeMap::new(),
         }
     }
 
@@ -189,22 +203,60 @@ impl Pool {
         }
         let key = (req.client, req.seq);
         if self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            self.clear_busy_wait(key);
             return Ok(Admitted::Duplicate);
         }
-        if self.entries.len() >= p.pool_max_requests as usize {
-            return Err(RejectReason::Busy);
-        }
-        if self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client {
-            return Err(RejectReason::Busy);
-        }
+        // Authenticate before answering busy: a forged low seq must not
+        // become the client's remembered busy seq and hold back its real ones.
         if verify {
             self.verifier.check(&req)?;
         } else {
             self.verifier.check_shape(&req)?;
         }
+        let full = self.entries.len() >= p.pool_max_requests as usize
+            || self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client;
+        if full || self.behind_older_busy(now, key) {
+            self.note_busy(now, key);
+            return Err(RejectReason::Busy);
+        }
+        self.clear_busy_wait(key);
         let lane = self.cfg.owner_lane(req.client);
         self.insert(key, req, lane, now, State::Pending);
         Ok(Admitted::New)
+    }
+
+    /// Is an older seq of the same client waiting for space (and still
+    /// being retransmitted)?
+    fn behind_older_busy(&self, now: Millis, (client, seq): Key) -> bool {
+        self.busy_waiting.get(&client).is_some_and(|&(waiting, last)| {
+            waiting < seq && now.0 < last.0.saturating_add(BUSY_WAIT_FORGET_MS)
+        })
+    }
+
+    /// `key` was answered busy: remember it if it is the client's lowest.
+    fn note_busy(&mut self, now: Millis, (client, seq): Key) {
+        let e = self.busy_waiting.entry(client).or_insert((seq, now));
+        let stale = now.0 >= e.1 .0.saturating_add(BUSY_WAIT_FORGET_MS);
+        if seq <= e.0 || stale {
+            *e = (seq, now);
+        }
+    }
+
+    /// `key` got in (or is ordered): it no longer holds its client back.
+    fn clear_busy_wait(&mut self, (client, seq): Key) {
+        if self
+            .busy_waiting
+            .get(&client)
+            .is_some_and(|&(waiting, _)| waiting == seq)
+        {
+            self.busy_waiting.remove(&client);
+        }
+    }
+
+    /// The seq of `client` waiting for space ahead of its later ones, if any
+    /// (for tests and status).
+    pub fn busy_waiting(&self, client: ClientId) -> Option<RequestSeq> {
+        self.busy_waiting.get(&client).map(|&(s, _)| s)
     }
 
     fn insert(&mut self, key: Key, req: Request, lane: LaneId, now: Millis, state: State) {
@@ -398,6 +450,7 @@ impl Pool {
                     }
                 }
             }
+            self.clear_busy_wait(key);
             self.remember_ordered(key);
         }
         for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
@@ -537,6 +590,47 @@ mod tests {
         assert_eq!(p.admit(Millis(0), req(&s, 1, 1, b"x")), Ok(Admitted::New));
         assert_eq!(p.admit(Millis(0), req(&s, 2, 1, b"x")), Err(RejectReason::Busy));
         assert_eq!(p.len(), 4);
+    }
+
+    /// Issue 8 finding 11: a client's request answered busy must get the
+    /// space the client frees before the same client's newer requests do.
+    #[test]
+    fn a_busy_request_is_not_starved_by_newer_ones_of_its_client() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        for seq in 1..=3 {
+            assert_eq!(p.admit(Millis(0), req(&s, 0, seq, b"x")), Ok(Admitted::New));
+        }
+        assert_eq!(p.admit(Millis(1), req(&s, 0, 4, b"x")), Err(RejectReason::Busy));
+        assert_eq!(p.busy_waiting(ClientId(0)), Some(RequestSeq(4)));
+        // Seq 1 is ordered: the client has room for one more.
+        let b = p.cut(cell(0));
+        p.on_decided(Millis(2), cell(0), &b);
+        assert_eq!(p.len(), 1);
+        // Its newer seq 5 must not take the room seq 4 waits for…
+        assert_eq!(p.admit(Millis(3), req(&s, 0, 5, b"x")), Err(RejectReason::Busy));
+        // …which the retransmission of seq 4 gets.
+        assert_eq!(p.admit(Millis(4), req(&s, 0, 4, b"x")), Ok(Admitted::New));
+        assert_eq!(p.busy_waiting(ClientId(0)), None);
+        assert_eq!(p.admit(Millis(6), req(&s, 0, 6, b"x")), Ok(Admitted::New));
+        // The client is at its share. A forged low seq is refused for its
+        // authenticator, not remembered as busy to hold the client back.
+        let mut forged = req(&s, 0, 7, b"x");
+        forged.seq = RequestSeq(5);
+        assert_eq!(p.admit(Millis(6), forged), Err(RejectReason::BadAuthenticator));
+        assert_eq!(p.busy_waiting(ClientId(0)), None);
+        // A busy seq the client stops retransmitting is forgotten in time.
+        assert_eq!(p.admit(Millis(6), req(&s, 0, 7, b"x")), Err(RejectReason::Busy));
+        p.on_decided(
+            Millis(7),
+            cell(1),
+            &Batch {
+                requests: vec![req(&s, 0, 3, b"x")],
+            },
+        );
+        assert_eq!(p.admit(Millis(8), req(&s, 0, 8, b"x")), Err(RejectReason::Busy));
+        let later = Millis(6 + BUSY_WAIT_FORGET_MS);
+        assert_eq!(p.admit(later, req(&s, 0, 8, b"x")), Ok(Admitted::New));
     }
 
     #[test]

@@ -13,9 +13,9 @@ use crate::world::{Ev, World};
 use bytes::Bytes;
 use chorus_core::{
     decode, encode, Batch, Cell, ClientId, Digest, ReplicaId, ReplicaMsg, Reply, ReplyBody, Request,
-    RequestSeq, Seq,
+    RequestSeq, Seq, REJECT_ABANDONED,
 };
-use chorus_exec::ExecResult;
+use chorus_exec::{ExecResult, ReplyLookup};
 use chorus_order::{Action, Event, Outbox, RejectReason, TimerId};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -107,6 +107,11 @@ impl<R: SimReplica> World<R> {
         // A retransmission of an executed request: answer from the cache.
         if let Some(result) = live.cached_reply(request.client, request.seq) {
             self.send_reply(i, request.client, request.seq, ReplyBody::Full(result));
+        } else if live.executor.reply_lookup(request.client, request.seq) == ReplyLookup::Gone {
+            // Counted as executed, nothing to re-send: it will never run, and
+            // silence would leave the client retransmitting for ever.
+            let body = ReplyBody::Rejected(REJECT_ABANDONED.into());
+            return self.send_reply(i, request.client, request.seq, body);
         }
         self.handle(i, Event::Request(request));
     }
