@@ -383,6 +383,26 @@ mod tests {
         RequestSeq(s)
     }
 
+    /// Issue 8 finding 11: a seq the window slid past is `Gone` (never to
+    /// execute), not `Unknown`, so the replica can reject it clearly.
+    #[test]
+    fn lookup_tells_abandoned_seqs_from_unknown_pending_and_ready() {
+        let mut t = ClientTable::new(4);
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Unknown);
+        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Pending);
+        assert!(t.complete(C, q(1), Bytes::from_static(b"r1")));
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Ready(Bytes::from_static(b"r1")));
+        // Seq 2 is held back while the client runs ahead to 7: 2 and 3 are
+        // abandoned by the window slide.
+        assert_eq!(t.admit(C, q(7)), Admission::Fresh);
+        assert_eq!(t.lookup(C, q(2)), ReplyLookup::Gone);
+        assert_eq!(t.lookup(C, q(3)), ReplyLookup::Gone);
+        assert_eq!(t.lookup(C, q(4)), ReplyLookup::Unknown);
+        assert_eq!(t.lookup(C, q(0)), ReplyLookup::Unknown);
+        assert_eq!(t.lookup(ClientId(8), q(1)), ReplyLookup::Unknown);
+    }
+
     #[test]
     fn in_order_requests_are_fresh_once() {
         let mut t = ClientTable::new(4);

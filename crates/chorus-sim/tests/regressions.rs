@@ -172,3 +172,28 @@ regression!(
     /// cop P=4 n=4, pool 8, twins: three replicas leaked 2–4 requests.
     cop_tiny_pool_seed_1_pool_leak: tiny_pool(Cop, 4), seed 1, Expect::Pass(POOL_LEAK)
 );
+
+/// Issue 8 finding 4 (Aardvark's "Big MAC" attack): a Byzantine client's
+/// MAC vector valid at exactly f+1 replicas, the first primary included
+/// (`bad-auth`'s partial-MAC variant). Backups that could not verify it
+/// refused every pre-prepare carrying it, so the lane changed view for ever.
+/// A request must never cost a correct primary a view change: with no other
+/// fault, no replica may send a single VIEW-CHANGE.
+#[test]
+fn partial_mac_vectors_cost_no_view_change() {
+    for (mode, pillars) in [(Pbft, 1), (Cop, 4)] {
+        let mut o = options(mode, pillars, 4, "bad-auth");
+        o.fault_window_ms = 10_000;
+        for seed in 1..=3 {
+            let r = run_one(&o, seed);
+            assert!(r.ok(), "partial MAC vectors (regression):\n{r}");
+            let vcs = r.counters.by_kind.get("view-change").copied().unwrap_or(0);
+            assert_eq!(
+                vcs, 0,
+                "{mode:?} seed {seed}: a partial MAC vector cost view changes:\n{r}"
+            );
+            let byz = r.counters.faults.get("byz-client-bad-auth").copied().unwrap_or(0);
+            assert!(byz > 0, "the Byzantine client sent nothing:\n{r}");
+        }
+    }
+}
