@@ -6,14 +6,17 @@
 //! * A request seen in a pre-prepare is *in flight* at that cell: the next
 //!   leader does not propose it again. It leaves the pool when its cell is
 //!   decided, and becomes proposable again if the cell ends as something else
-//!   (a no-op, or another batch after a view change).
+//!   (a no-op, or another batch after a view change) — except MAC-vector
+//!   requests of our own proposals voided by a view change, which are
+//!   dropped until retransmitted (see `release_from`).
 //! * The pool does not decide exactly-once; the executor's client table does.
 //!   It only avoids proposing what it knows is ordered already.
 
 use crate::io::RejectReason;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
-    Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request, RequestSeq, Slot,
+    Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request,
+    RequestSeq, Slot,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -79,6 +82,8 @@ pub struct Pool {
     /// (which would let the client table's window slide past it). Bounded by
     /// the configured clients.
     busy_waiting: BTreeMap<ClientId, (RequestSeq, Millis)>,
+    /// Cells we cut a batch for (our own proposals), until decided or voided.
+    own: BTreeSet<Cell>,
 }
 
 /// A client's busy seq that is not retransmitted for this long no longer
@@ -101,6 +106,7 @@ impl Pool {
             ordered: BTreeSet::new(),
             ordered_fifo: VecDeque::new(),
             busy_waiting: BTreeMap::new(),
+            own: BTreeSet::new(),
         }
     }
 
@@ -357,6 +363,7 @@ impl Pool {
         }
         if !keys.is_empty() {
             self.in_flight.entry(cell).or_default().extend(keys);
+            self.own.insert(cell);
         }
         Batch { requests }
     }
@@ -437,24 +444,29 @@ impl Pool {
     /// `cell` was decided to `batch`: its requests are ordered and leave the
     /// pool; other requests that were in flight there are proposable again.
     pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
+        self.own.remove(&cell);
         for r in &batch.requests {
             let key = (r.client, r.seq);
-            if let Some(e) = self.entries.remove(&key) {
-                if e.state == State::Pending {
-                    self.sub_load(e.lane, e.req.op.len());
-                }
-                if let Some(c) = self.per_client.get_mut(&key.0) {
-                    *c -= 1;
-                    if *c == 0 {
-                        self.per_client.remove(&key.0);
-                    }
-                }
-            }
+            self.remove_entry(key);
             self.clear_busy_wait(key);
             self.remember_ordered(key);
         }
         for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
             self.release_key(k, cell, now);
+        }
+    }
+
+    fn remove_entry(&mut self, key: Key) {
+        if let Some(e) = self.entries.remove(&key) {
+            if e.state == State::Pending {
+                self.sub_load(e.lane, e.req.op.len());
+            }
+            if let Some(c) = self.per_client.get_mut(&key.0) {
+                *c -= 1;
+                if *c == 0 {
+                    self.per_client.remove(&key.0);
+                }
+            }
         }
     }
 
@@ -480,10 +492,31 @@ impl Pool {
         };
         let cells: Vec<Cell> = self.in_flight.range(from..=to).map(|(c, _)| *c).collect();
         for c in cells.into_iter().rev() {
+            let ours = self.own.remove(&c);
             for k in self.in_flight.remove(&c).unwrap_or_default().into_iter().rev() {
-                self.release_key(k, c, now);
+                if ours && self.mac_vector_in_flight_at(k, c) {
+                    self.remove_entry(k);
+                } else {
+                    self.release_key(k, c, now);
+                }
             }
         }
+        self.own.retain(|c| c.lane != lane || c.slot < slot);
+    }
+
+    /// A MAC-vector request of a proposal of ours that a view change voided
+    /// is dropped rather than proposed again. Its MAC may be valid only here
+    /// and at Byzantine replicas that never vouch for it (Aardvark's Big MAC
+    /// with colluding replicas): then every proposal of it stalls its slot
+    /// and costs a view change, for ever. Every other replica the client
+    /// sent it to still holds it if it verified there (and proposes it when
+    /// it leads); a client still waiting retransmits it, which admits it here
+    /// again. Re-proposals of prepared batches come back through
+    /// `mark_in_flight`.
+    fn mac_vector_in_flight_at(&self, key: Key, cell: Cell) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.state == State::InFlight(cell) && matches!(e.req.auth, Authenticator::Macs(_)))
     }
 
     /// State transfer jumped over positions whose content we never saw: we
@@ -494,6 +527,7 @@ impl Pool {
         self.entries.clear();
         self.per_client.clear();
         self.in_flight.clear();
+        self.own.clear();
         for q in &mut self.queues {
             q.clear();
         }
@@ -631,6 +665,32 @@ mod tests {
         assert_eq!(p.admit(Millis(8), req(&s, 0, 8, b"x")), Err(RejectReason::Busy));
         let later = Millis(6 + BUSY_WAIT_FORGET_MS);
         assert_eq!(p.admit(later, req(&s, 0, 8, b"x")), Ok(Admitted::New));
+    }
+
+    /// Issue 8 finding 4 with colluding replicas: a MAC-vector request of
+    /// our own proposal that a view change voided is not proposed again by
+    /// us (it may verify only here and at silent Byzantine replicas); a
+    /// retransmission admits it again. Requests we only saw in another
+    /// leader's proposal become pending as before.
+    #[test]
+    fn our_voided_mac_vector_proposals_are_dropped_until_retransmitted() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        p.admit(Millis(0), req(&s, 0, 1, b"a")).unwrap();
+        p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
+        let ours = p.cut(cell(0));
+        assert_eq!(ours.requests.len(), 2);
+        p.mark_in_flight(Millis(0), cell(0), &ours);
+        let theirs = Batch {
+            requests: vec![req(&s, 1, 1, b"c")],
+        };
+        p.mark_in_flight(Millis(0), cell(1), &theirs);
+        p.release_from(Millis(1), LaneId(0), Slot(0));
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.pending_len(LaneId(0)), 1);
+        assert_eq!(p.cut(cell(2)), theirs);
+        assert_eq!(p.admit(Millis(2), req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        assert_eq!(p.orphaned_in_flight(), 0);
     }
 
     #[test]

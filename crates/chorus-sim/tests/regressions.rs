@@ -197,3 +197,13 @@ fn partial_mac_vectors_cost_no_view_change() {
         }
     }
 }
+
+regression!(
+    /// cop/4 n=7, block-wise, r1 silent and r2 replaying: a partial MAC
+    /// vector valid at r0, r1 and r2 verifies at one correct replica only;
+    /// r0 proposed it, nobody could vouch for it, and r0 proposed it again
+    /// after every view change (lanes at v15 and v22, 6 requests of correct
+    /// clients never completed). r0 now drops such a request when a view
+    /// change voids its proposal.
+    cop_n7_all_seed_2_partial_mac_collusion: options(Cop, 4, 7, "all"), seed 2, Expect::Pass("a partial MAC vector re-proposed after every view change")
+);
