@@ -351,7 +351,7 @@ impl Driver {
                 }
                 self.finish(seq, Ok(bytes));
             }
-            Ok(Decision::Rejected(why)) => self.finish(seq, Err(ClientError::Rejected(why))),
+            Ok(Decision::Rejected(why)) => self.finish(seq, Err(ClientError::rejected(seq, why))),
             Ok(Decision::Busy) => {
                 Stats::bump(&self.stats.busy_backoffs);
                 p.quorum.clear_busy();

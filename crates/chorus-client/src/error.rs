@@ -16,6 +16,14 @@ pub enum ClientError {
     /// f+1 replicas rejected the request for good (so at least one correct one did).
     #[error("request rejected by f+1 replicas: {0}")]
     Rejected(String),
+    /// f+1 replicas answered that their client table counts this seq as
+    /// executed but holds no reply for it (`chorus_core::REJECT_ABANDONED`):
+    /// the client ran more than the replicas' window ahead of it, or the
+    /// reply was evicted. It will not execute; retrying it is pointless.
+    #[error(
+        "request {0} was abandoned by the replicas (the client's window moved past it); it will not execute"
+    )]
+    Abandoned(RequestSeq),
     #[error("operation of {len} bytes exceeds max_op_bytes = {max}")]
     OpTooLarge { len: usize, max: usize },
     #[error("client {0} is not in the cluster configuration")]
@@ -40,4 +48,28 @@ pub enum ClientError {
     Closed,
     #[error("cannot start the client runtime: {0}")]
     Runtime(#[from] std::io::Error),
+}
+
+impl ClientError {
+    /// The error for f+1 matching rejections of `seq` with reason `why`.
+    pub fn rejected(seq: RequestSeq, why: String) -> ClientError {
+        if why == chorus_core::REJECT_ABANDONED {
+            ClientError::Abandoned(seq)
+        } else {
+            ClientError::Rejected(why)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_abandoned_reason_becomes_its_own_error() {
+        let e = ClientError::rejected(RequestSeq(7), chorus_core::REJECT_ABANDONED.into());
+        assert!(matches!(e, ClientError::Abandoned(RequestSeq(7))), "{e}");
+        let e = ClientError::rejected(RequestSeq(7), "Oversized".into());
+        assert!(matches!(e, ClientError::Rejected(ref w) if w == "Oversized"));
+    }
 }

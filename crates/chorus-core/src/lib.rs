@@ -17,5 +17,5 @@ pub use config::{
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use ids::*;
 pub use messages::*;
-pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
+pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};
 pub use wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};

@@ -133,6 +133,13 @@ impl Batch {
     }
 }
 
+/// The reason in `ReplyBody::Rejected` for a request the replicas' client
+/// table counts as executed but holds no reply for: the client ran more than
+/// its window ahead of it (so it was treated as abandoned), or its reply was
+/// evicted. It will never execute. Clients match on this exact text.
+pub const REJECT_ABANDONED: &str =
+    "abandoned: the client's window moved past this request (or its reply was evicted); it will not execute";
+
 /// What a replica answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplyBody {

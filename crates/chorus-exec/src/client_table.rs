@@ -68,6 +68,24 @@ pub enum CachedReply {
     Forgotten,
 }
 
+/// What the table knows about a request a client (re)sent, so the replica
+/// can answer it without ordering it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyLookup {
+    /// Not admitted yet: order it.
+    Unknown,
+    /// Admitted, still executing: its reply is on the way.
+    Pending,
+    /// Executed: re-send this reply (PBFT §4.1).
+    Ready(Bytes),
+    /// Counted as executed but no reply is left to send: the window slid
+    /// past it (the client ran more than `max_inflight` seqs ahead, so the
+    /// table treats it as abandoned), or its reply was evicted from the
+    /// cache. It will never execute; the client must be told so
+    /// (`chorus_core::REJECT_ABANDONED`), not left retransmitting into silence.
+    Gone,
+}
+
 /// The decision for one delivered request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -202,6 +220,21 @@ impl ClientTable {
             debug_assert!(e.digests.len() <= REPLY_CACHE_PER_CLIENT);
         }
         a
+    }
+
+    /// Everything a replica needs to answer a client's (re)transmission.
+    pub fn lookup(&self, client: ClientId, seq: RequestSeq) -> ReplyLookup {
+        let Some(e) = self.clients.get(&client) else {
+            return ReplyLookup::Unknown;
+        };
+        if seq.0 == 0 || !e.is_admitted(seq.0) {
+            return ReplyLookup::Unknown;
+        }
+        match e.replies.get(&seq.0) {
+            Some(Some(r)) => ReplyLookup::Ready(r.clone()),
+            Some(None) => ReplyLookup::Pending,
+            None => ReplyLookup::Gone,
+        }
     }
 
     pub fn is_executed(&self, client: ClientId, seq: RequestSeq) -> bool {
@@ -394,6 +427,26 @@ mod tests {
 
     fn q(s: u64) -> RequestSeq {
         RequestSeq(s)
+    }
+
+    /// Issue 8 finding 11: a seq the window slid past is `Gone` (never to
+    /// execute), not `Unknown`, so the replica can reject it clearly.
+    #[test]
+    fn lookup_tells_abandoned_seqs_from_unknown_pending_and_ready() {
+        let mut t = ClientTable::new(4);
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Unknown);
+        assert_eq!(t.admit(C, q(1)), Admission::Fresh);
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Pending);
+        assert!(t.complete(C, q(1), Bytes::from_static(b"r1")));
+        assert_eq!(t.lookup(C, q(1)), ReplyLookup::Ready(Bytes::from_static(b"r1")));
+        // Seq 2 is held back while the client runs ahead to 7: 2 and 3 are
+        // abandoned by the window slide.
+        assert_eq!(t.admit(C, q(7)), Admission::Fresh);
+        assert_eq!(t.lookup(C, q(2)), ReplyLookup::Gone);
+        assert_eq!(t.lookup(C, q(3)), ReplyLookup::Gone);
+        assert_eq!(t.lookup(C, q(4)), ReplyLookup::Unknown);
+        assert_eq!(t.lookup(C, q(0)), ReplyLookup::Unknown);
+        assert_eq!(t.lookup(ClientId(8), q(1)), ReplyLookup::Unknown);
     }
 
     #[test]

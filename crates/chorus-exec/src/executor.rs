@@ -2,7 +2,7 @@
 //! "EXECUTOR"), and the pieces every implementation shares: the result of a
 //! request, the checkpoint, the snapshot format and the state digest.
 
-use crate::client_table::{ClientTable, RejectKind, TableSnapshot};
+use crate::client_table::{ClientTable, RejectKind, ReplyLookup, TableSnapshot};
 use crate::service::Service;
 use bytes::Bytes;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
@@ -67,6 +67,17 @@ pub trait Executor: Send {
     /// cached: a retransmission is answered only if it is the same request.
     fn request_digest(&self, _client: ClientId, _seq: RequestSeq) -> Option<Digest> {
         None
+    }
+
+    /// What the client table knows about `(client, seq)`: a retransmission
+    /// of a request the table counts as executed but holds no reply for
+    /// (`Gone`) must be rejected clearly. Executors without a client table
+    /// only know their cached replies.
+    fn reply_lookup(&self, client: ClientId, seq: RequestSeq) -> ReplyLookup {
+        match self.cached_reply(client, seq) {
+            Some(r) => ReplyLookup::Ready(r),
+            None => ReplyLookup::Unknown,
+        }
     }
     /// Next delivered batch; `seq` must equal `self.next_seq()` (assert). May block when full (back-pressure).
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>);

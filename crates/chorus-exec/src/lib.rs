@@ -16,8 +16,8 @@ pub mod sequential;
 pub mod service;
 
 pub use client_table::{
-    Admission, CachedReply, ClientTable, RejectKind, TableStats, DEFAULT_MAX_INFLIGHT_PER_CLIENT,
-    REPLY_CACHE_PER_CLIENT,
+    Admission, CachedReply, ClientTable, RejectKind, ReplyLookup, TableStats,
+    DEFAULT_MAX_INFLIGHT_PER_CLIENT, REPLY_CACHE_PER_CLIENT,
 };
 pub use executor::{
     decode_snapshot, encode_snapshot, install_verified, installed_digest, rejected_result, restore_snapshot,

@@ -73,6 +73,14 @@ impl Executor for SequentialExecutor {
         self.table.request_digest(client, seq)
     }
 
+    fn reply_lookup(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> crate::ReplyLookup {
+        self.table.lookup(client, seq)
+    }
+
     fn submit(&mut self, seq: Seq, batch: Arc<Batch>) {
         assert_eq!(
             seq, self.next_seq,

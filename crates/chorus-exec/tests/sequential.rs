@@ -337,3 +337,32 @@ impl Service for BadState {
         Err("never".into())
     }
 }
+
+/// Issue 8 finding 11: a seq the client table's window slid past is
+/// reported `Gone` through the executor (what the replica's intake asks
+/// before answering a retransmission), so it can be rejected clearly instead
+/// of retransmitted into silence; executed ones are `Ready`.
+#[test]
+fn abandoned_seqs_are_gone_through_the_executor() {
+    let mut e: Box<dyn Executor> = Box::new(exec(2));
+    e.submit(Seq(0), batch(vec![req(1, 1, &[1, 0, 1]), req(1, 5, &[1, 0, 1])]));
+    drain_dyn(&mut *e);
+    assert_eq!(
+        e.reply_lookup(ClientId(1), RequestSeq(2)),
+        chorus_exec::ReplyLookup::Gone
+    );
+    assert!(matches!(
+        e.reply_lookup(ClientId(1), RequestSeq(5)),
+        chorus_exec::ReplyLookup::Ready(_)
+    ));
+    assert_eq!(
+        e.reply_lookup(ClientId(1), RequestSeq(6)),
+        chorus_exec::ReplyLookup::Unknown
+    );
+}
+
+fn drain_dyn(e: &mut dyn Executor) -> Vec<ExecResult> {
+    let mut out = Vec::new();
+    e.drain_results(&mut out);
+    out
+}

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use chorus_core::{
     encode, ClientId, ClientMsg, ClusterConfig, Digest, ReplicaId, Reply, ReplyBody, RequestSeq, Seq,
 };
-use chorus_exec::{ExecResult, Executor};
+use chorus_exec::{ExecResult, Executor, ReplyLookup};
 use chorus_order::RejectReason;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -118,21 +118,29 @@ impl ExecThread {
                         }
                     }
                     ExecInput::Retransmit { client, seq, digest } => {
-                        match self.executor.request_digest(client, seq) {
-                            Some(d) if d == digest => {
-                                if let Some(result) = self.executor.cached_reply(client, seq) {
-                                    let body = ReplyBody::Full(result);
-                                    self.reply(&clients, client, seq, Some(digest), false, body);
-                                }
-                            }
-                            Some(_) => {
-                                self.metrics.reject("seq-reused");
-                                let why = chorus_exec::RejectKind::SeqReused.as_str();
-                                let body = ReplyBody::Rejected(why.into());
+                        if self
+                            .executor
+                            .request_digest(client, seq)
+                            .is_some_and(|d| d != digest)
+                        {
+                            self.metrics.reject("seq-reused");
+                            let why = chorus_exec::RejectKind::SeqReused.as_str();
+                            let body = ReplyBody::Rejected(why.into());
+                            self.reply(&clients, client, seq, Some(digest), false, body);
+                            continue;
+                        }
+                        match self.executor.reply_lookup(client, seq) {
+                            ReplyLookup::Ready(result) => {
+                                let body = ReplyBody::Full(result);
                                 self.reply(&clients, client, seq, Some(digest), false, body);
                             }
-                            // Not executed, or its reply is no longer cached.
-                            None => {}
+                            // Counted as executed with no reply left: it will never
+                            // run; tell the client instead of leaving it in silence.
+                            ReplyLookup::Gone => {
+                                let body = ReplyBody::Rejected(chorus_core::REJECT_ABANDONED.into());
+                                self.reply(&clients, client, seq, Some(digest), false, body);
+                            }
+                            ReplyLookup::Unknown | ReplyLookup::Pending => {}
                         }
                     }
                     ExecInput::StatusQuery { client } => {

@@ -37,6 +37,9 @@ pub struct Counters {
     pub buffered: u64,
     /// Protocol messages re-sent to peers that reported being behind.
     pub retransmissions: u64,
+    /// Pre-prepares held until f+1 replicas vouched for requests whose MAC
+    /// did not verify here (Aardvark's "Big MAC"), instead of rejected.
+    pub held_for_vouchers: u64,
     /// Valid but late messages (older view, below the window, stale vote):
     /// normal under asynchrony, so not counted as rejections.
     pub stale: u64,

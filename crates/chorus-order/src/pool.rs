@@ -6,14 +6,17 @@
 //! * A request seen in a pre-prepare is *in flight* at that cell: the next
 //!   leader does not propose it again. It leaves the pool when its cell is
 //!   decided, and becomes proposable again if the cell ends as something else
-//!   (a no-op, or another batch after a view change).
+//!   (a no-op, or another batch after a view change) — except MAC-vector
+//!   requests of our own proposals voided by a view change, which are
+//!   dropped until retransmitted (see `release_from`).
 //! * The pool does not decide exactly-once; the executor's client table does.
 //!   It only avoids proposing what it knows is ordered already.
 
 use crate::io::RejectReason;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
-    Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request, RequestSeq, Slot,
+    Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request,
+    RequestSeq, Slot,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -72,7 +75,22 @@ pub struct Pool {
     /// (bounded FIFO of `pool_max_requests`).
     ordered: BTreeSet<Key>,
     ordered_fifo: VecDeque<Key>,
+    /// Per client, the lowest seq answered "busy" and when it was last
+    /// refused. While it waits, the client's later seqs are refused too, so
+    /// the space the client frees goes to its oldest request first and a
+    /// retransmitted request is not starved by the same client's newer ones
+    /// (which would let the client table's window slide past it). Bounded by
+    /// the configured clients.
+    busy_waiting: BTreeMap<ClientId, (RequestSeq, Millis)>,
+    /// Cells we cut a batch for (our own proposals), until decided or voided.
+    own: BTreeSet<Cell>,
 }
+
+/// A client's busy seq that is not retransmitted for this long no longer
+/// holds back its later seqs (the client gave up on it). Clients retransmit
+/// far more often (the library's and the simulator's back-off caps are a
+/// few seconds).
+pub const BUSY_WAIT_FORGET_MS: u64 = 10_000;
 
 impl Pool {
     pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Pool {
@@ -87,6 +105,8 @@ impl Pool {
             in_flight: BTreeMap::new(),
             ordered: BTreeSet::new(),
             ordered_fifo: VecDeque::new(),
+            busy_waiting: BTreeMap::new(),
+            own: BTreeSet::new(),
         }
     }
 
@@ -189,22 +209,60 @@ impl Pool {
         }
         let key = (req.client, req.seq);
         if self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            self.clear_busy_wait(key);
             return Ok(Admitted::Duplicate);
         }
-        if self.entries.len() >= p.pool_max_requests as usize {
-            return Err(RejectReason::Busy);
-        }
-        if self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client {
-            return Err(RejectReason::Busy);
-        }
+        // Authenticate before answering busy: a forged low seq must not
+        // become the client's remembered busy seq and hold back its real ones.
         if verify {
             self.verifier.check(&req)?;
         } else {
             self.verifier.check_shape(&req)?;
         }
+        let full = self.entries.len() >= p.pool_max_requests as usize
+            || self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client;
+        if full || self.behind_older_busy(now, key) {
+            self.note_busy(now, key);
+            return Err(RejectReason::Busy);
+        }
+        self.clear_busy_wait(key);
         let lane = self.cfg.owner_lane(req.client);
         self.insert(key, req, lane, now, State::Pending);
         Ok(Admitted::New)
+    }
+
+    /// Is an older seq of the same client waiting for space (and still
+    /// being retransmitted)?
+    fn behind_older_busy(&self, now: Millis, (client, seq): Key) -> bool {
+        self.busy_waiting.get(&client).is_some_and(|&(waiting, last)| {
+            waiting < seq && now.0 < last.0.saturating_add(BUSY_WAIT_FORGET_MS)
+        })
+    }
+
+    /// `key` was answered busy: remember it if it is the client's lowest.
+    fn note_busy(&mut self, now: Millis, (client, seq): Key) {
+        let e = self.busy_waiting.entry(client).or_insert((seq, now));
+        let stale = now.0 >= e.1 .0.saturating_add(BUSY_WAIT_FORGET_MS);
+        if seq <= e.0 || stale {
+            *e = (seq, now);
+        }
+    }
+
+    /// `key` got in (or is ordered): it no longer holds its client back.
+    fn clear_busy_wait(&mut self, (client, seq): Key) {
+        if self
+            .busy_waiting
+            .get(&client)
+            .is_some_and(|&(waiting, _)| waiting == seq)
+        {
+            self.busy_waiting.remove(&client);
+        }
+    }
+
+    /// The seq of `client` waiting for space ahead of its later ones, if any
+    /// (for tests and status).
+    pub fn busy_waiting(&self, client: ClientId) -> Option<RequestSeq> {
+        self.busy_waiting.get(&client).map(|&(s, _)| s)
     }
 
     fn insert(&mut self, key: Key, req: Request, lane: LaneId, now: Millis, state: State) {
@@ -305,6 +363,7 @@ impl Pool {
         }
         if !keys.is_empty() {
             self.in_flight.entry(cell).or_default().extend(keys);
+            self.own.insert(cell);
         }
         Batch { requests }
     }
@@ -385,23 +444,29 @@ impl Pool {
     /// `cell` was decided to `batch`: its requests are ordered and leave the
     /// pool; other requests that were in flight there are proposable again.
     pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
+        self.own.remove(&cell);
         for r in &batch.requests {
             let key = (r.client, r.seq);
-            if let Some(e) = self.entries.remove(&key) {
-                if e.state == State::Pending {
-                    self.sub_load(e.lane, e.req.op.len());
-                }
-                if let Some(c) = self.per_client.get_mut(&key.0) {
-                    *c -= 1;
-                    if *c == 0 {
-                        self.per_client.remove(&key.0);
-                    }
-                }
-            }
+            self.remove_entry(key);
+            self.clear_busy_wait(key);
             self.remember_ordered(key);
         }
         for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
             self.release_key(k, cell, now);
+        }
+    }
+
+    fn remove_entry(&mut self, key: Key) {
+        if let Some(e) = self.entries.remove(&key) {
+            if e.state == State::Pending {
+                self.sub_load(e.lane, e.req.op.len());
+            }
+            if let Some(c) = self.per_client.get_mut(&key.0) {
+                *c -= 1;
+                if *c == 0 {
+                    self.per_client.remove(&key.0);
+                }
+            }
         }
     }
 
@@ -427,10 +492,31 @@ impl Pool {
         };
         let cells: Vec<Cell> = self.in_flight.range(from..=to).map(|(c, _)| *c).collect();
         for c in cells.into_iter().rev() {
+            let ours = self.own.remove(&c);
             for k in self.in_flight.remove(&c).unwrap_or_default().into_iter().rev() {
-                self.release_key(k, c, now);
+                if ours && self.mac_vector_in_flight_at(k, c) {
+                    self.remove_entry(k);
+                } else {
+                    self.release_key(k, c, now);
+                }
             }
         }
+        self.own.retain(|c| c.lane != lane || c.slot < slot);
+    }
+
+    /// A MAC-vector request of a proposal of ours that a view change voided
+    /// is dropped rather than proposed again. Its MAC may be valid only here
+    /// and at Byzantine replicas that never vouch for it (Aardvark's Big MAC
+    /// with colluding replicas): then every proposal of it stalls its slot
+    /// and costs a view change, for ever. Every other replica the client
+    /// sent it to still holds it if it verified there (and proposes it when
+    /// it leads); a client still waiting retransmits it, which admits it here
+    /// again. Re-proposals of prepared batches come back through
+    /// `mark_in_flight`.
+    fn mac_vector_in_flight_at(&self, key: Key, cell: Cell) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.state == State::InFlight(cell) && matches!(e.req.auth, Authenticator::Macs(_)))
     }
 
     /// State transfer jumped over positions whose content we never saw: we
@@ -441,6 +527,7 @@ impl Pool {
         self.entries.clear();
         self.per_client.clear();
         self.in_flight.clear();
+        self.own.clear();
         for q in &mut self.queues {
             q.clear();
         }
@@ -537,6 +624,73 @@ mod tests {
         assert_eq!(p.admit(Millis(0), req(&s, 1, 1, b"x")), Ok(Admitted::New));
         assert_eq!(p.admit(Millis(0), req(&s, 2, 1, b"x")), Err(RejectReason::Busy));
         assert_eq!(p.len(), 4);
+    }
+
+    /// Issue 8 finding 11: a client's request answered busy must get the
+    /// space the client frees before the same client's newer requests do.
+    #[test]
+    fn a_busy_request_is_not_starved_by_newer_ones_of_its_client() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        for seq in 1..=3 {
+            assert_eq!(p.admit(Millis(0), req(&s, 0, seq, b"x")), Ok(Admitted::New));
+        }
+        assert_eq!(p.admit(Millis(1), req(&s, 0, 4, b"x")), Err(RejectReason::Busy));
+        assert_eq!(p.busy_waiting(ClientId(0)), Some(RequestSeq(4)));
+        // Seq 1 is ordered: the client has room for one more.
+        let b = p.cut(cell(0));
+        p.on_decided(Millis(2), cell(0), &b);
+        assert_eq!(p.len(), 1);
+        // Its newer seq 5 must not take the room seq 4 waits for…
+        assert_eq!(p.admit(Millis(3), req(&s, 0, 5, b"x")), Err(RejectReason::Busy));
+        // …which the retransmission of seq 4 gets.
+        assert_eq!(p.admit(Millis(4), req(&s, 0, 4, b"x")), Ok(Admitted::New));
+        assert_eq!(p.busy_waiting(ClientId(0)), None);
+        assert_eq!(p.admit(Millis(6), req(&s, 0, 6, b"x")), Ok(Admitted::New));
+        // The client is at its share. A forged low seq is refused for its
+        // authenticator, not remembered as busy to hold the client back.
+        let mut forged = req(&s, 0, 7, b"x");
+        forged.seq = RequestSeq(5);
+        assert_eq!(p.admit(Millis(6), forged), Err(RejectReason::BadAuthenticator));
+        assert_eq!(p.busy_waiting(ClientId(0)), None);
+        // A busy seq the client stops retransmitting is forgotten in time.
+        assert_eq!(p.admit(Millis(6), req(&s, 0, 7, b"x")), Err(RejectReason::Busy));
+        p.on_decided(
+            Millis(7),
+            cell(1),
+            &Batch {
+                requests: vec![req(&s, 0, 3, b"x")],
+            },
+        );
+        assert_eq!(p.admit(Millis(8), req(&s, 0, 8, b"x")), Err(RejectReason::Busy));
+        let later = Millis(6 + BUSY_WAIT_FORGET_MS);
+        assert_eq!(p.admit(later, req(&s, 0, 8, b"x")), Ok(Admitted::New));
+    }
+
+    /// Issue 8 finding 4 with colluding replicas: a MAC-vector request of
+    /// our own proposal that a view change voided is not proposed again by
+    /// us (it may verify only here and at silent Byzantine replicas); a
+    /// retransmission admits it again. Requests we only saw in another
+    /// leader's proposal become pending as before.
+    #[test]
+    fn our_voided_mac_vector_proposals_are_dropped_until_retransmitted() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        p.admit(Millis(0), req(&s, 0, 1, b"a")).unwrap();
+        p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
+        let ours = p.cut(cell(0));
+        assert_eq!(ours.requests.len(), 2);
+        p.mark_in_flight(Millis(0), cell(0), &ours);
+        let theirs = Batch {
+            requests: vec![req(&s, 1, 1, b"c")],
+        };
+        p.mark_in_flight(Millis(0), cell(1), &theirs);
+        p.release_from(Millis(1), LaneId(0), Slot(0));
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.pending_len(LaneId(0)), 1);
+        assert_eq!(p.cut(cell(2)), theirs);
+        assert_eq!(p.admit(Millis(2), req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        assert_eq!(p.orphaned_in_flight(), 0);
     }
 
     #[test]

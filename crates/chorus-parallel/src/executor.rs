@@ -225,6 +225,14 @@ impl Executor for ParallelExecutor {
         self.table.request_digest(client, seq)
     }
 
+    fn reply_lookup(
+        &self,
+        client: chorus_core::ClientId,
+        seq: chorus_core::RequestSeq,
+    ) -> chorus_exec::ReplyLookup {
+        self.table.lookup(client, seq)
+    }
+
     /// The whole batch is admitted and inserted under one hold of the lock
     /// and the workers are woken once at the end (and whenever the front must
     /// wait for room): per-request lock round trips and wake-ups were what

@@ -2,7 +2,8 @@
 //! replies; they send, while faults are active, requests that a correct system
 //! must refuse (bad authenticators, oversized operations) or must execute at
 //! most once (the same sequence number for different operations, sent to
-//! different replicas).
+//! different replicas). A partial MAC vector (valid at f+1 replicas only)
+//! is authentic and may be executed, but must not cost a view change.
 
 use crate::checker::Issue;
 use crate::client::Credentials;
@@ -77,6 +78,9 @@ impl ByzClient {
         let seq = self.fresh_seq();
         let op = KvOp::put("byz", format!("bad-auth c{} q{}", self.creds.id.0, seq.0));
         let mut request = self.creds.request(seq, op.clone());
+        if rng.gen_range(0..5) == 4 {
+            return self.partial_mac(seq, op, to);
+        }
         match rng.gen_range(0..4) {
             // Garbage MACs for every replica.
             0 => request.auth = Authenticator::Macs((0..self.n).map(|_| Mac(rng.gen())).collect()),
@@ -95,6 +99,26 @@ impl ByzClient {
             to,
             request,
             issue: Issue::Forbidden("bad authenticator"),
+        }
+    }
+
+    /// Aardvark's "Big MAC" attack (Clement et al., NSDI'09): a MAC vector
+    /// whose entries are valid for exactly f+1 replicas — 0..=f, which
+    /// include the first primary of every lane under fixed rotation — and
+    /// garbage for the others. The client did make it, so it may be
+    /// executed (once); it must never cost a correct primary a view change.
+    fn partial_mac(&mut self, seq: RequestSeq, op: Bytes, to: Vec<ReplicaId>) -> ByzSend {
+        let f = chorus_core::quorum::max_faulty(self.n);
+        let mut request = Request::with_macs(self.creds.id, seq, 0, op, &self.creds.keys);
+        if let Authenticator::Macs(macs) = &mut request.auth {
+            for (i, m) in macs.iter_mut().enumerate().skip(f + 1) {
+                m.0 = [0xA5 ^ i as u8; 16];
+            }
+        }
+        ByzSend {
+            to,
+            request,
+            issue: Issue::Valid,
         }
     }
 
@@ -167,18 +191,35 @@ mod tests {
         })
     }
 
+    fn verifies_at(r: &Request, config: &ClusterConfig, replicas: &[chorus_core::Identity]) -> Vec<usize> {
+        (0..replicas.len())
+            .filter(|&i| {
+                let key = replicas[i].pairwise_key(&config.clients[0].identity);
+                r.verify(ReplicaId(i as u32), &key, &config.clients[0].identity)
+            })
+            .collect()
+    }
+
     #[test]
-    fn bad_auth_never_verifies_and_is_forbidden() {
+    fn bad_auth_never_verifies_and_is_forbidden_unless_partial() {
         let (mut c, config, replicas) = setup(FaultKind::BadAuth);
         let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut partial = 0;
         for _ in 0..SENDS_MAX {
             let (sends, next) = c.tick(&mut rng);
             assert!(next.is_some());
             for s in sends {
+                if s.issue == Issue::Valid {
+                    // Partial MAC vector: valid at exactly f+1 = 2 replicas, 0 and 1.
+                    assert_eq!(verifies_at(&s.request, &config, &replicas), vec![0, 1]);
+                    partial += 1;
+                    continue;
+                }
                 assert!(!verifies_anywhere(&s.request, &config, &replicas));
                 assert!(matches!(s.issue, Issue::Forbidden(_)));
             }
         }
+        assert!(partial > 0, "the partial-MAC variant is drawn");
         let (sends, next) = c.tick(&mut rng);
         assert!(
             sends.is_empty() && next.is_none(),

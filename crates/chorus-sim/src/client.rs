@@ -5,6 +5,7 @@
 //! (the simulator's choice: it keeps the client simple and is what the
 //! designated-replica scheme degrades to on retransmission).
 
+use crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT;
 use crate::queue::Micros;
 use bytes::Bytes;
 use chorus_apps::KvOp;
@@ -101,6 +102,8 @@ pub struct SimClient {
     /// Requests are spread out: at most one per `pacing_us` (0 = closed loop).
     pacing_us: Micros,
     next_issue_us: Micros,
+    /// Seqs the replicas' client table keeps above the lowest unexecuted one.
+    seq_span: u32,
 }
 
 impl SimClient {
@@ -126,7 +129,15 @@ impl SimClient {
             issue_armed: false,
             pacing_us,
             next_issue_us: 0,
+            seq_span: EXEC_MAX_INFLIGHT_PER_CLIENT,
         }
+    }
+
+    /// Use another client-table window than the simulator's executors use.
+    pub fn with_seq_span(mut self, seq_span: u32) -> SimClient {
+        assert!(seq_span >= 1);
+        self.seq_span = seq_span;
+        self
     }
 
     pub fn id(&self) -> ClientId {
@@ -171,7 +182,21 @@ impl SimClient {
     }
 
     fn has_room(&self) -> bool {
-        self.pending.len() < self.window as usize && self.issued() < self.total
+        self.pending.len() < self.window as usize && self.issued() < self.total && self.seq_fits()
+    }
+
+    /// The replicas' client table treats a seq more than its window
+    /// (`EXEC_MAX_INFLIGHT_PER_CLIENT`) above the client's lowest
+    /// unexecuted one as the client having abandoned everything below it.
+    /// Counting requests in flight is not enough: one request held back
+    /// (busy answers, a slow lane) while later ones complete stretches the
+    /// span past the window and loses it. So, as `chorus-client`'s driver
+    /// does, a new seq waits until it is within the window of the oldest
+    /// pending one.
+    fn seq_fits(&self) -> bool {
+        self.pending
+            .first_key_value()
+            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < u64::from(self.seq_span))
     }
 
     /// Arm the issue timer for the next paced slot (plus think time).
@@ -360,6 +385,35 @@ mod tests {
         }
         assert!(out.is_empty());
         assert!(!c.done());
+    }
+
+    /// Issue 8 finding 11: one request held back while later ones complete
+    /// must not let the client run past the client table's window (the
+    /// table would count the held one as abandoned).
+    #[test]
+    fn a_slow_request_holds_new_seqs_within_the_tables_window() {
+        let (c, _) = client(2, 100);
+        let mut c = c.with_seq_span(4);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        assert_eq!(c.issued(), 2);
+        // Seq 1 stays unanswered; every later seq completes at once.
+        for now in 1..20 {
+            let newest = c.issued() as u64;
+            if newest > 1 {
+                c.reply(&mut rng, now, reply(newest, 0, b"r"), &mut out);
+                c.reply(&mut rng, now, reply(newest, 1, b"r"), &mut out);
+            }
+            c.issue(&mut rng, now, &mut out);
+        }
+        assert_eq!(c.issued(), 4, "seq 5 is 4 above the unanswered seq 1");
+        assert!(c.outstanding().any(|(s, _)| s == RequestSeq(1)));
+        // Once seq 1 completes, the client moves on.
+        c.reply(&mut rng, 30, reply(1, 0, b"r"), &mut out);
+        c.reply(&mut rng, 30, reply(1, 1, b"r"), &mut out);
+        c.issue(&mut rng, 31, &mut out);
+        assert!(c.issued() > 4);
     }
 
     #[test]

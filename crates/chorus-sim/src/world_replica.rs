@@ -13,9 +13,9 @@ use crate::world::{Ev, World};
 use bytes::Bytes;
 use chorus_core::{
     decode, encode, Batch, Cell, ClientId, Digest, ReplicaId, ReplicaMsg, Reply, ReplyBody, Request,
-    RequestSeq, Seq,
+    RequestSeq, Seq, REJECT_ABANDONED,
 };
-use chorus_exec::ExecResult;
+use chorus_exec::{ExecResult, ReplyLookup};
 use chorus_order::{Action, Event, Outbox, RejectReason, TimerId};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -104,10 +104,24 @@ impl<R: SimReplica> World<R> {
             return;
         };
         self.counters.messages_delivered += 1;
+        let d = request.digest();
+        // A reused seq with another operation never gets the first one's reply.
+        if live
+            .executor
+            .request_digest(request.client, request.seq)
+            .is_some_and(|x| x != d)
+        {
+            let body = ReplyBody::Rejected(chorus_exec::RejectKind::SeqReused.as_str().into());
+            return self.send_reply(i, request.client, request.seq, Some(d), body);
+        }
         // A retransmission of an executed request: answer from the cache.
         if let Some(result) = live.cached_reply(request.client, request.seq) {
-            let d = Some(request.digest());
-            self.send_reply(i, request.client, request.seq, d, ReplyBody::Full(result));
+            self.send_reply(i, request.client, request.seq, Some(d), ReplyBody::Full(result));
+        } else if live.executor.reply_lookup(request.client, request.seq) == ReplyLookup::Gone {
+            // Counted as executed, nothing to re-send: it will never run, and
+            // silence would leave the client retransmitting for ever.
+            let body = ReplyBody::Rejected(REJECT_ABANDONED.into());
+            return self.send_reply(i, request.client, request.seq, Some(d), body);
         }
         self.handle(i, Event::Request(request));
     }

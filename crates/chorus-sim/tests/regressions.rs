@@ -195,3 +195,38 @@ regression!(
     /// cop/4 n=16, fixed rotation: the same with a larger quorum.
     cop_n16_all_seed_2000008_new_view_over_frame_limit: large_n(4, 16), seed 2000008, Expect::Pass(NEW_VIEW_OVER_FRAME_LIMIT)
 );
+
+/// Issue 8 finding 4 (Aardvark's "Big MAC" attack): a Byzantine client's
+/// MAC vector valid at exactly f+1 replicas, the first primary included
+/// (`bad-auth`'s partial-MAC variant). Backups that could not verify it
+/// refused every pre-prepare carrying it, so the lane changed view for ever.
+/// A request must never cost a correct primary a view change: with no other
+/// fault, no replica may send a single VIEW-CHANGE.
+#[test]
+fn partial_mac_vectors_cost_no_view_change() {
+    for (mode, pillars) in [(Pbft, 1), (Cop, 4)] {
+        let mut o = options(mode, pillars, 4, "bad-auth");
+        o.fault_window_ms = 10_000;
+        for seed in 1..=3 {
+            let r = run_one(&o, seed);
+            assert!(r.ok(), "partial MAC vectors (regression):\n{r}");
+            let vcs = r.counters.by_kind.get("view-change").copied().unwrap_or(0);
+            assert_eq!(
+                vcs, 0,
+                "{mode:?} seed {seed}: a partial MAC vector cost view changes:\n{r}"
+            );
+            let byz = r.counters.faults.get("byz-client-bad-auth").copied().unwrap_or(0);
+            assert!(byz > 0, "the Byzantine client sent nothing:\n{r}");
+        }
+    }
+}
+
+regression!(
+    /// cop/4 n=7, block-wise, r1 silent and r2 replaying: a partial MAC
+    /// vector valid at r0, r1 and r2 verifies at one correct replica only;
+    /// r0 proposed it, nobody could vouch for it, and r0 proposed it again
+    /// after every view change (lanes at v15 and v22, 6 requests of correct
+    /// clients never completed). r0 now drops such a request when a view
+    /// change voids its proposal.
+    cop_n7_all_seed_2_partial_mac_collusion: options(Cop, 4, 7, "all"), seed 2, Expect::Pass("a partial MAC vector re-proposed after every view change")
+);

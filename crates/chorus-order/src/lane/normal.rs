@@ -7,10 +7,19 @@ use crate::io::{PersistRecord, RejectReason};
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader};
 use crate::verify::VerifiedHint;
 use chorus_core::{
-    Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg, Signature, Slot,
+    Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg,
+    Signature, Slot,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// How the requests of a fresh batch fared at this replica.
+enum Verified {
+    /// Every request verified here.
+    Locally,
+    /// Some MAC-vector request did not; f+1 vouchers must make up for it.
+    NeedsVouchers,
+}
 
 impl Lane {
     /// Who may pre-prepare `slot` in the current view: the new-view primary
@@ -224,6 +233,15 @@ impl Lane {
         if reproposal.is_some_and(|d| d != pp.digest) {
             return cx.reject("reproposal-mismatch");
         }
+        if let Some((_, held)) = self.slots.get(&pp.slot).and_then(|s| s.held.as_ref()) {
+            if held.view == pp.view {
+                if held.digest != pp.digest {
+                    return cx.reject("equivocation");
+                }
+                // A retransmission of a pre-prepare still waiting for vouchers.
+                return self.release_held(cx, pp.slot, lo);
+            }
+        }
         if let Some(acc) = self.slots.get_mut(&pp.slot).and_then(|s| s.pp.as_mut()) {
             if acc.view == pp.view {
                 if acc.digest != pp.digest {
@@ -241,16 +259,70 @@ impl Lane {
         // A re-proposed digest was prepared by 2f+1 replicas, f+1 of them
         // correct, who verified its requests; fresh batches are verified here.
         if reproposal.is_none() {
-            if let Err(reason) = self.verify_batch(&pp.batch, env.hint) {
-                return cx.reject(reason);
+            match self.verify_batch(&pp.batch, env.hint) {
+                Err(reason) => return cx.reject(reason),
+                Ok(Verified::Locally) => {}
+                Ok(Verified::NeedsVouchers) => return self.hold_pre_prepare(cx, from, pp, lo),
             }
         }
         self.accept_pre_prepare(cx, from, pp, lo);
     }
 
-    /// Every request of a proposed batch must be authentic (DESIGN §6), the
-    /// batch within limits, and no request twice.
-    fn verify_batch(&mut self, batch: &Batch, hint: &dyn VerifiedHint) -> Result<(), &'static str> {
+    /// Aardvark's "Big MAC" attack (Clement et al., NSDI'09 §4.2): a client
+    /// whose MAC vector is valid only at the proposer and a few others must
+    /// not make this replica refuse a correct proposer's pre-prepare, which
+    /// would cost a view change per such request. A MAC this replica cannot
+    /// check proves nothing against the proposer (only the client and the
+    /// replica it is meant for can check it), so the pre-prepare is held
+    /// instead of rejected, and accepted once f+1 distinct replicas vouch for
+    /// its batch: the proposer by pre-preparing it, the others by preparing
+    /// it. A correct replica only does either after every request verified
+    /// at it (or was vouched for in turn), so among f+1 vouchers one correct
+    /// replica verified each request: it is authentic (DESIGN §6).
+    fn hold_pre_prepare(&mut self, cx: &mut Cx, from: ReplicaId, pp: PrePrepare, lo: &mut LaneOutput) {
+        cx.counters.held_for_vouchers += 1;
+        let slot = pp.slot;
+        self.slot_mut(slot).held = Some((from, pp));
+        self.release_held(cx, slot, lo);
+    }
+
+    /// Accept the held pre-prepare of `slot` once f other replicas prepared
+    /// its digest in its view (prepares are channel-authenticated: `from`
+    /// is their sender, as for commits). A held pre-prepare of an older
+    /// view, or of a slot accepted or decided meanwhile, is dropped.
+    pub(crate) fn release_held(&mut self, cx: &mut Cx, slot: Slot, lo: &mut LaneOutput) {
+        let (view, me, f) = (self.view, self.me, self.cfg.f());
+        let Some(st) = self.slots.get_mut(&slot) else {
+            return;
+        };
+        let Some((proposer, pp)) = st.held.as_ref() else {
+            return;
+        };
+        if pp.view != view || st.decided.is_some() || st.accepted_in(view).is_some() {
+            st.held = None;
+            return;
+        }
+        let vouchers = st
+            .prepares
+            .values()
+            .filter(|p| p.view == view && p.digest == pp.digest && p.replica != *proposer && p.replica != me)
+            .count();
+        if vouchers < f {
+            return;
+        }
+        let Some((proposer, pp)) = st.held.take() else {
+            return;
+        };
+        debug_assert_eq!(self.proposer_of(slot), Some(proposer));
+        self.accept_pre_prepare(cx, proposer, pp, lo);
+    }
+
+    /// Every request of a proposed batch must be authentic (DESIGN §6) and
+    /// owned by this lane (DESIGN §4: one owner lane per client, so no
+    /// request is proposed by two lanes), the batch within limits, and no
+    /// request twice. A MAC vector whose entry for this replica is wrong is
+    /// not held against the proposer: see `hold_pre_prepare`.
+    fn verify_batch(&mut self, batch: &Batch, hint: &dyn VerifiedHint) -> Result<Verified, &'static str> {
         let p = &self.cfg.params;
         if batch.requests.len() > p.batch_max_requests as usize
             || batch.op_bytes() > p.batch_max_bytes as usize + p.max_op_bytes as usize
@@ -258,9 +330,13 @@ impl Lane {
             return Err("batch-too-large");
         }
         let mut seen = BTreeSet::new();
+        let mut verified = Verified::Locally;
         for r in &batch.requests {
             if !seen.insert((r.client, r.seq)) {
                 return Err("duplicate-request");
+            }
+            if self.cfg.owner_lane(r.client) != self.id {
+                return Err("wrong-lane-request");
             }
             if hint.already_verified(r) {
                 continue;
@@ -269,10 +345,17 @@ impl Lane {
                 Ok(()) => {}
                 Err(RejectReason::UnknownClient) => return Err("unknown-client"),
                 Err(RejectReason::Oversized) => return Err("oversized-request"),
+                // Shape is fine (`check` tests it first), only our MAC entry
+                // is wrong: the proposer could not have known.
+                Err(RejectReason::BadAuthenticator) if matches!(r.auth, Authenticator::Macs(_)) => {
+                    verified = Verified::NeedsVouchers;
+                }
+                // A signature verifies everywhere or nowhere: the proposer
+                // checked it, or should have.
                 Err(_) => return Err("bad-request-auth"),
             }
         }
-        Ok(())
+        Ok(verified)
     }
 
     /// PBFT §4.2: accept, persist, then broadcast our prepare.
@@ -333,6 +416,7 @@ impl Lane {
         let st = self.slot_mut(slot);
         st.prepares.insert(from, p);
         st.unverified.insert(from);
+        self.release_held(cx, slot, lo);
         self.check_prepared(cx, slot, lo);
     }
 

@@ -1,6 +1,6 @@
 //! Per-slot PBFT state of one lane.
 
-use chorus_core::{Batch, Digest, Millis, Prepare, PreparedCert, ReplicaId, Signature, View};
+use chorus_core::{Batch, Digest, Millis, PrePrepare, Prepare, PreparedCert, ReplicaId, Signature, View};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -39,6 +39,10 @@ pub(crate) struct SlotState {
     /// Our prepared certificate with the highest view.
     pub cert: Option<PreparedCert>,
     pub decided: Option<Digest>,
+    /// A pre-prepare of the current view that is valid except that some of
+    /// its MAC-vector requests do not verify here; it waits for f+1
+    /// replicas to vouch for it (`normal.rs`, Aardvark's "Big MAC").
+    pub held: Option<(ReplicaId, PrePrepare)>,
 }
 
 impl SlotState {

@@ -144,6 +144,13 @@ impl Cluster {
         }
     }
 
+    /// A request built by the test (e.g. with a partial MAC vector) to every replica.
+    pub fn submit_request(&mut self, req: chorus_core::Request) {
+        for i in 0..self.n() {
+            self.push(self.now, i, Event::Request(req.clone()));
+        }
+    }
+
     /// A client request that reaches only `to` (the others lost it).
     pub fn submit_to(&mut self, client: usize, seq: u64, to: &[usize]) {
         let req = self.s.request(client, seq, format!("c{client}s{seq}").as_bytes());

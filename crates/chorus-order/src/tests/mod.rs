@@ -19,5 +19,7 @@ mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_request_auth;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_view_change;
 mod util;

@@ -246,11 +246,16 @@ fn invalid_pre_prepares_are_rejected_and_change_nothing() {
     pp.batch.requests.pop();
     msg(&mut r, 1, 0, ReplicaMsg::PrePrepare(pp));
     assert_eq!(r.counters().rejected("bad-digest"), 1);
-    // A request whose MAC for replica 1 is wrong.
-    let mut forged = s.request(1, 5, b"x");
-    if let chorus_core::Authenticator::Macs(m) = &mut forged.auth {
-        m[1] = chorus_core::Mac([9; 16]);
-    }
+    // A request whose signature is wrong (a MAC entry wrong only here is
+    // held for vouchers instead: `steps_request_auth.rs`).
+    let mut forged = chorus_core::Request::with_signature(
+        ClientId(1),
+        RequestSeq(5),
+        0,
+        bytes::Bytes::from_static(b"x"),
+        &s.clients[1],
+    );
+    forged.op = bytes::Bytes::from_static(b"y");
     let bad_batch = Batch {
         requests: vec![s.request(0, 1, b"ok"), forged],
     };
