@@ -181,7 +181,7 @@ impl SimOptions {
     /// `mode=cop pillars=4 n=4 f=1 faults=all ...`: what a summary was run with.
     pub fn describe(&self) -> String {
         format!(
-            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} byzantine={} executor={}",
+            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} window={} pool={} fault-window={}ms liveness={}ms byzantine={} byzantine-clients={} executor={}",
             mode_name(self.mode),
             self.pillars,
             self.n,
@@ -190,8 +190,17 @@ impl SimOptions {
             if self.swarm { "" } else { " (no swarm)" },
             self.clients,
             self.requests_per_client,
+            self.client_window,
+            self.pool_max_requests,
+            self.fault_window_ms,
+            self.liveness_timeout_ms,
             if self.allows_byzantine_replicas() {
                 self.byzantine_replicas()
+            } else {
+                0
+            },
+            if self.faults.iter().any(FaultKind::is_byzantine_client) {
+                self.byzantine_clients
             } else {
                 0
             },
@@ -267,7 +276,7 @@ impl SimOptions {
 
     /// Set one option from its command-line flag (without the `--`), as
     /// `replay_command` writes them: `mode`, `pillars`, `n`, `faults`, `seed`
-    /// (the first seed), `seeds`, `clients`, `requests`, `window`,
+    /// (the first seed), `seeds`, `clients`, `requests`, `window`, `pool`,
     /// `byzantine` (a number or `f`), `byzantine-clients`, `fault-window-ms`,
     /// `liveness-ms`, `service`, `executor` (`sequential`, or the name of the
     /// custom executor already set), `no-swarm` (no value).
@@ -285,6 +294,7 @@ impl SimOptions {
             "clients" => self.clients = num(flag, value)?,
             "requests" => self.requests_per_client = num(flag, value)?,
             "window" => self.client_window = num(flag, value)?,
+            "pool" => self.pool_max_requests = num(flag, value)?,
             "byzantine" if value == "f" => self.byzantine = None,
             "byzantine" => self.byzantine = Some(num(flag, value)?),
             "byzantine-clients" => self.byzantine_clients = num(flag, value)?,
