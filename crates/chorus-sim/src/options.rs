@@ -74,7 +74,9 @@ pub struct SimOptions {
     /// crashed replicas are back and no new fault starts.
     pub fault_window_ms: u64,
     /// Every request of a correct client must complete within this long after
-    /// the later of its issue time and the end of the fault window.
+    /// the later of its issue time and the end of the fault window. The issue
+    /// time is when the client's pacing wanted to send it, even if its window
+    /// was still full (no coordinated omission: a throughput collapse fails).
     pub liveness_timeout_ms: u64,
     /// The application every replica runs (`kv` or `null`).
     pub service: String,

@@ -399,14 +399,29 @@ impl<R: SimReplica> World<R> {
 
     /// The oldest request of a correct client past its own deadline: the
     /// later of its issue time and the end of the fault window, plus the
-    /// liveness bound (`SimOptions::liveness_timeout_ms`).
+    /// liveness bound (`SimOptions::liveness_timeout_ms`). A request counts
+    /// as issued when the client's pacing schedule wanted to issue it (at
+    /// most `(seq - 1) × pacing`), even when a full client window held it
+    /// back: otherwise a closed-loop client hides a throughput collapse
+    /// (coordinated omission), each request being quick once it is sent.
     fn overdue_request(&self, now: Micros) -> Option<(Micros, ClientId, RequestSeq)> {
         let heal = self.plan.heal_at_us;
         let bound = self.opts.liveness_timeout_ms * 1_000;
+        let pacing = heal / self.opts.requests_per_client as u64;
         self.clients
             .iter()
-            .flat_map(|c| c.outstanding().map(move |(seq, at)| (at, c.id(), seq)))
-            .filter(|(at, _, _)| (*at).max(heal) + bound < now)
+            .filter_map(|c| {
+                let issued = c.outstanding().min();
+                let next = (c.issued() < c.total()).then(|| RequestSeq(c.issued() as u64 + 1));
+                let (seq, at) = match (issued, next) {
+                    (Some((seq, at)), _) => (seq, at),
+                    (None, Some(seq)) => (seq, Micros::MAX),
+                    (None, None) => return None,
+                };
+                let intended = (seq.0 - 1).saturating_mul(pacing);
+                let start = at.min(intended).max(heal);
+                (start + bound < now).then_some((start, c.id(), seq))
+            })
             .min()
     }
 
@@ -433,7 +448,7 @@ impl<R: SimReplica> World<R> {
             ViolationKind::Liveness,
             now,
             format!(
-                "{incomplete} of {total} requests of correct clients incomplete; each must complete {} ms after the later of its issue and the end of the fault window ({:.3}s)",
+                "{incomplete} of {total} requests of correct clients incomplete; each must complete {} ms after the later of its (paced) issue and the end of the fault window ({:.3}s)",
                 self.opts.liveness_timeout_ms,
                 self.plan.heal_at_us as f64 / 1e6
             ),

@@ -323,8 +323,12 @@ impl<R: SimReplica> World<R> {
         }
         let now = self.now_us();
         if let ReplicaMsg::NewView(nv) = msg {
-            if self.plan.smart.drawn.contains(crate::faults::FaultKind::TwinsResplit)
-                && self.extra.new_view_formed(nv.lane, nv.view)
+            let resplit = self
+                .plan
+                .byzantine
+                .iter()
+                .any(|(_, k)| *k == crate::faults::FaultKind::TwinsResplit);
+            if resplit && self.extra.new_view_formed(nv.lane, nv.view)
             {
                 self.resplit_twins();
             }
