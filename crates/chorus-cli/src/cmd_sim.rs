@@ -68,6 +68,10 @@ pub struct Args {
     /// Service: kv | null.
     #[arg(long, default_value = "kv")]
     pub service: String,
+    /// Do not require every correct replica to end active in one view of
+    /// every lane.
+    #[arg(long)]
+    pub no_view_check: bool,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -101,6 +105,7 @@ pub fn run(a: Args) -> Result<()> {
         .with_faults(faults)
         .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;
+    opts.check_views = !a.no_view_check;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;
     opts.client_window = a.window;

@@ -81,6 +81,9 @@ pub struct SimOptions {
     /// The application every replica runs (`kv` or `null`).
     pub service: String,
     pub executor: ExecutorChoice,
+    /// At the end of a run every correct replica must be active in the same
+    /// view of every lane (`checker_extra::view_split`).
+    pub check_views: bool,
 }
 
 impl Default for SimOptions {
@@ -103,6 +106,7 @@ impl Default for SimOptions {
             liveness_timeout_ms: 30_000,
             service: "kv".into(),
             executor: ExecutorChoice::Sequential,
+            check_views: true,
         }
     }
 }
@@ -270,6 +274,9 @@ impl SimOptions {
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
+        if !self.check_views {
+            cmd.push_str(" --no-view-check");
+        }
         if cfg!(feature = "weak-quorum") {
             cmd.push_str("   # build with --features chorus-sim/weak-quorum");
         }
@@ -281,7 +288,7 @@ impl SimOptions {
     /// (the first seed), `seeds`, `clients`, `requests`, `window`, `pool`,
     /// `byzantine` (a number or `f`), `byzantine-clients`, `fault-window-ms`,
     /// `liveness-ms`, `service`, `executor` (`sequential`, or the name of the
-    /// custom executor already set), `no-swarm` (no value).
+    /// custom executor already set), `no-swarm` and `no-view-check` (no value).
     pub fn set(&mut self, flag: &str, value: &str) -> Result<(), String> {
         fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
             v.parse().map_err(|_| format!("--{flag}: not a number: {v:?}"))
@@ -311,6 +318,7 @@ impl SimOptions {
                 ))
             }
             "no-swarm" => self.swarm = false,
+            "no-view-check" => self.check_views = false,
             other => return Err(format!("unknown option --{other}")),
         }
         Ok(())
@@ -328,7 +336,7 @@ impl SimOptions {
             let flag = arg
                 .strip_prefix("--")
                 .ok_or_else(|| format!("expected --flag, got {arg:?}"))?;
-            if flag == "no-swarm" {
+            if flag == "no-swarm" || flag == "no-view-check" {
                 o.set(flag, "")?;
                 continue;
             }

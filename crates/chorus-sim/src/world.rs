@@ -315,7 +315,10 @@ impl<R: SimReplica> World<R> {
                 // Keep going until the views agree, or the grace period ends
                 // (the view check in `finish` then reports the split).
                 let since = *done_at.get_or_insert(t);
-                if self.views_agree() || t >= since + crate::checker_extra::VIEW_GRACE_US {
+                if !self.opts.check_views
+                    || self.views_agree()
+                    || t >= since + crate::checker_extra::VIEW_GRACE_US
+                {
                     break;
                 }
             }
@@ -347,7 +350,7 @@ impl<R: SimReplica> World<R> {
         let now = self.now_us();
         if !cut_short {
             self.check_liveness(now);
-            if self.all_clients_done() {
+            if self.all_clients_done() && self.opts.check_views {
                 self.check_views(now);
             }
         }
