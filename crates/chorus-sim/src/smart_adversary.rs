@@ -100,7 +100,13 @@ impl SmartAdversary {
             colluders,
             heal_at_us,
             persist,
-            start_us: rng.gen_range(0..=heal_at_us / 3),
+            // A persistent attacker may also wait for the network to heal,
+            // when the liveness bound applies.
+            start_us: if persist {
+                rng.gen_range(0..=heal_at_us + heal_at_us / 2)
+            } else {
+                rng.gen_range(0..=heal_at_us / 3)
+            },
             withheld: BTreeMap::new(),
             releases: BTreeMap::new(),
             last_release: BTreeMap::new(),
