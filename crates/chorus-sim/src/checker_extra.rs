@@ -240,9 +240,16 @@ mod tests {
     #[test]
     fn views_must_be_shared_and_active() {
         let r = |i| ReplicaId(i);
-        let same = vec![(r(0), vec![(2, true), (0, true)]), (r(1), vec![(2, true), (0, true)])];
+        let same = vec![
+            (r(0), vec![(2, true), (0, true)]),
+            (r(1), vec![(2, true), (0, true)]),
+        ];
         assert_eq!(view_split(&same), None);
-        let lone = vec![(r(0), vec![(2, true)]), (r(1), vec![(2, true)]), (r(3), vec![(3, false)])];
+        let lone = vec![
+            (r(0), vec![(2, true)]),
+            (r(1), vec![(2, true)]),
+            (r(3), vec![(3, false)]),
+        ];
         let d = view_split(&lone).expect("split");
         assert!(d.contains("lane 0") && d.contains("r3 changing to v3"), "{d}");
         let changing = vec![(r(0), vec![(4, false)]), (r(1), vec![(4, false)])];

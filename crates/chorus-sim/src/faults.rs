@@ -379,6 +379,8 @@ mod tests {
         assert_eq!(n.union(b).union(c), FaultSet::all());
         assert_eq!(FaultSet::classic().union(FaultSet::smart()), FaultSet::all());
         assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());
-        assert!(FaultKind::ALL.iter().all(|k| k.is_smart() == FaultSet::smart().contains(*k)));
+        assert!(FaultKind::ALL
+            .iter()
+            .all(|k| k.is_smart() == FaultSet::smart().contains(*k)));
     }
 }

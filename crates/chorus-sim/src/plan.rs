@@ -4,11 +4,11 @@
 //! and heal, how clocks drift. Everything ends by `heal_at_us`.
 
 use crate::clock::Clock;
-pub use crate::smart_plan::SmartPlan;
 use crate::faults::{FaultKind, FaultSet};
 use crate::net::{LinkFaults, Partition, PartitionKind};
 use crate::options::SimOptions;
 use crate::queue::Micros;
+pub use crate::smart_plan::SmartPlan;
 use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ReplicaId};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -201,7 +201,11 @@ fn draw_kinds(opts: &SimOptions, rng: &mut ChaCha8Rng) -> FaultSet {
     set
 }
 
-pub(crate) fn draw_byzantine(opts: &SimOptions, drawn: FaultSet, rng: &mut ChaCha8Rng) -> Vec<(ReplicaId, FaultKind)> {
+pub(crate) fn draw_byzantine(
+    opts: &SimOptions,
+    drawn: FaultSet,
+    rng: &mut ChaCha8Rng,
+) -> Vec<(ReplicaId, FaultKind)> {
     let kinds: Vec<FaultKind> = drawn.iter().filter(|k| k.is_byzantine_replica()).collect();
     let count = opts.byzantine_replicas();
     if kinds.is_empty() || count == 0 {

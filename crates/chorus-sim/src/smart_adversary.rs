@@ -176,7 +176,12 @@ impl SmartAdversary {
         }
     }
 
-    fn withhold_pace(&mut self, now_us: Micros, msg: ReplicaMsg, counters: &mut Counters) -> Vec<(Micros, ReplicaMsg)> {
+    fn withhold_pace(
+        &mut self,
+        now_us: Micros,
+        msg: ReplicaMsg,
+        counters: &mut Counters,
+    ) -> Vec<(Micros, ReplicaMsg)> {
         let ReplicaMsg::PrePrepare(pp) = &msg else {
             return vec![(0, msg)];
         };
@@ -280,7 +285,13 @@ impl SmartAdversary {
             .chain(honest.view_changes.iter())
             .filter(|vc| !self.colluders.contains_key(&vc.replica))
             .collect();
-        others.sort_by_key(|vc| (vc.stable.as_ref().map_or(0, |c| c.seq.0), vc.prepared.len(), vc.replica));
+        others.sort_by_key(|vc| {
+            (
+                vc.stable.as_ref().map_or(0, |c| c.seq.0),
+                vc.prepared.len(),
+                vc.replica,
+            )
+        });
         let mut seen = BTreeSet::new();
         for vc in others {
             if chosen.len() == quorum {
@@ -366,7 +377,11 @@ mod tests {
     use chorus_core::{LeaderRotation, ProtocolParams};
     use rand::SeedableRng;
 
-    fn setup(kind: FaultKind, me: u32, colluders: &[u32]) -> (SmartAdversary, Arc<ClusterConfig>, Vec<Identity>) {
+    fn setup(
+        kind: FaultKind,
+        me: u32,
+        colluders: &[u32],
+    ) -> (SmartAdversary, Arc<ClusterConfig>, Vec<Identity>) {
         let params = ProtocolParams {
             leader_rotation: LeaderRotation::Fixed,
             window_slots: 8,
@@ -471,7 +486,11 @@ mod tests {
             panic!("{out:?}")
         };
         assert_eq!(nv.view_changes.len(), cfg.quorum());
-        assert_eq!(nv.view_changes[0].replica, ReplicaId(1), "the colluder's own first");
+        assert_eq!(
+            nv.view_changes[0].replica,
+            ReplicaId(1),
+            "the colluder's own first"
+        );
         for vc in &nv.view_changes {
             assert_eq!(verify_view_change(&cfg, vc), Ok(()));
         }
@@ -497,8 +516,20 @@ mod tests {
             count: 1,
             data: Bytes::from_static(b"real snapshot bytes"),
         };
-        let a = adv.outgoing(&mut rng, 0, ReplicaId(0), ReplicaMsg::StateChunk(chunk.clone()), &mut c);
-        let b = adv.outgoing(&mut rng, 0, ReplicaId(1), ReplicaMsg::StateChunk(chunk.clone()), &mut c);
+        let a = adv.outgoing(
+            &mut rng,
+            0,
+            ReplicaId(0),
+            ReplicaMsg::StateChunk(chunk.clone()),
+            &mut c,
+        );
+        let b = adv.outgoing(
+            &mut rng,
+            0,
+            ReplicaId(1),
+            ReplicaMsg::StateChunk(chunk.clone()),
+            &mut c,
+        );
         let (ReplicaMsg::StateChunk(x), ReplicaMsg::StateChunk(y)) = (&a[0].1, &b[0].1) else {
             panic!()
         };

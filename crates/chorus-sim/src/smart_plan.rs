@@ -176,7 +176,9 @@ fn draw_outages(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng) {
                 torn_after,
             });
         } else if heal > LONG_DOWN_MIN_US + 200_000 {
-            let down = rng.gen_range(LONG_DOWN_MIN_US..=LONG_DOWN_MAX_US).min(heal - 200_000);
+            let down = rng
+                .gen_range(LONG_DOWN_MIN_US..=LONG_DOWN_MAX_US)
+                .min(heal - 200_000);
             let at_us = rng.gen_range(100_000..=heal - down - 100_000);
             plan.smart.outages.push(CrashPlan {
                 replica,
@@ -236,7 +238,12 @@ mod tests {
                 for v in &p.smart.trigger_victims {
                     assert!(!byz.contains(v));
                 }
-                let past_heal = p.smart.outages.iter().filter(|c| c.restart_us > p.heal_at_us).count();
+                let past_heal = p
+                    .smart
+                    .outages
+                    .iter()
+                    .filter(|c| c.restart_us > p.heal_at_us)
+                    .count();
                 assert!(byz.len() + past_heal <= opts.f(), "seed {seed}");
             }
             assert_eq!(smart_seen, FaultSet::smart());

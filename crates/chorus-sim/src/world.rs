@@ -4,7 +4,6 @@
 
 use crate::byz_client::ByzClient;
 use crate::byzantine::Adversary;
-use crate::smart_adversary::SmartAdversary;
 use crate::checker::Checker;
 use crate::client::{Credentials, SimClient};
 use crate::faults::FaultKind;
@@ -14,6 +13,7 @@ use crate::options::{ExecutorChoice, SimOptions, EXEC_MAX_INFLIGHT_PER_CLIENT};
 use crate::plan::Plan;
 use crate::queue::{EventQueue, Micros};
 use crate::report::{RunReport, ViolationKind};
+use crate::smart_adversary::SmartAdversary;
 use crate::stats::Counters;
 use crate::store::Store;
 use chorus_apps::{service_by_name, ServiceOptions};

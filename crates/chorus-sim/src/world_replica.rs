@@ -252,14 +252,7 @@ impl<R: SimReplica> World<R> {
                 if delay == 0 {
                     self.emit(i, to, m);
                 } else {
-                    self.schedule(
-                        now + delay,
-                        Ev::Delayed {
-                            node: i,
-                            to,
-                            msg: m,
-                        },
-                    );
+                    self.schedule(now + delay, Ev::Delayed { node: i, to, msg: m });
                 }
             }
             return;
@@ -328,8 +321,7 @@ impl<R: SimReplica> World<R> {
                 .byzantine
                 .iter()
                 .any(|(_, k)| *k == crate::faults::FaultKind::TwinsResplit);
-            if resplit && self.extra.new_view_formed(nv.lane, nv.view)
-            {
+            if resplit && self.extra.new_view_formed(nv.lane, nv.view) {
                 self.resplit_twins();
             }
         }

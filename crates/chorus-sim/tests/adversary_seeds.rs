@@ -11,7 +11,14 @@ use chorus_core::OrderingMode::{self, Cop};
 use chorus_sim::{run_one, RunReport, SimOptions};
 
 /// The issue-8 workload: 8 clients × `requests`, faults for `window_ms`.
-fn heavy(mode: OrderingMode, pillars: u32, n: usize, faults: &str, requests: u32, window_ms: u64) -> SimOptions {
+fn heavy(
+    mode: OrderingMode,
+    pillars: u32,
+    n: usize,
+    faults: &str,
+    requests: u32,
+    window_ms: u64,
+) -> SimOptions {
     let mut o = SimOptions::new(mode, pillars, n).with_faults(faults.parse().expect("fault set"));
     o.clients = 8;
     o.requests_per_client = requests;
