@@ -86,3 +86,17 @@ found!(
     /// Default workload (3 clients × 12): r2 alone changing to v2.
     pbft_n4_all_seed_18_lone_replica_in_higher_view: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 18, "finding 7"
 );
+
+found!(
+    /// n=7, block-wise rotation, r3 silent for ever: 11 of 480 incomplete.
+    cop_n7_all_seed_1400016_block_wise_collapse: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400016, "finding 2"
+);
+
+found!(
+    /// n=7, r0 and r3 garbage-snapshot (persistent; votes only to each other):
+    /// they hold checkpoint certificates no correct replica has; r4 fetches
+    /// state only from them, every 250 ms, for ever (garbage each time), so it
+    /// never votes the next checkpoints, which need all five correct votes:
+    /// every lane's window fills, no timer runs, 315 of 480 incomplete.
+    cop_n7_all_seed_1400022_fetches_only_from_liars: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400022, "findings 5 and 12"
+);
