@@ -13,7 +13,8 @@
 //!   checkpoint, no prepared certificates) and the correct ones with the
 //!   lowest checkpoint and the fewest certificates; then pre-prepares its
 //!   re-proposals (PBFT §4.4 trusts any valid set; finding 1 shows when a
-//!   correct replica's VIEW-CHANGE omits what it prepared).
+//!   correct replica's VIEW-CHANGE omits what it prepared). Like
+//!   `garbage-snapshot`, it sends checkpoint votes only to its colluders.
 //! - `garbage-snapshot`: serves state transfer with a valid checkpoint
 //!   certificate and garbage bytes, and sends checkpoint votes only to the
 //!   other Byzantine replicas, so a certificate exists that correct replicas
@@ -170,7 +171,7 @@ impl SmartAdversary {
         }
         match self.kind {
             FaultKind::WithholdPace => self.withhold_pace(now_us, msg, counters),
-            FaultKind::NvForge => self.nv_forge(msg, counters),
+            FaultKind::NvForge => self.nv_forge(to, msg, counters),
             FaultKind::GarbageSnapshot => self.garbage_snapshot(rng, to, msg, counters),
             other => unreachable!("{other} is not a smart adversary"),
         }
@@ -237,7 +238,12 @@ impl SmartAdversary {
         vc
     }
 
-    fn nv_forge(&mut self, msg: ReplicaMsg, counters: &mut Counters) -> Vec<(Micros, ReplicaMsg)> {
+    fn nv_forge(
+        &mut self,
+        to: ReplicaId,
+        msg: ReplicaMsg,
+        counters: &mut Counters,
+    ) -> Vec<(Micros, ReplicaMsg)> {
         match msg {
             ReplicaMsg::NewView(nv) if nv.replica == self.me => {
                 let key = (nv.lane, nv.view);
@@ -252,6 +258,13 @@ impl SmartAdversary {
                 }
                 counters.fault("byz-nv-forge");
                 self.forged[&key].0.iter().map(|m| (0, m.clone())).collect()
+            }
+            // Colluding in finding 1's setup: checkpoint votes only to the
+            // other Byzantine replicas, so a certificate exists that correct
+            // replicas may lack (and fetch state for, from the colluders).
+            ReplicaMsg::Checkpoint(_) if !self.colluders.contains_key(&to) => {
+                counters.fault("byz-checkpoint-withheld");
+                vec![]
             }
             // Our own re-proposals replace the correct replica's in a forged view.
             ReplicaMsg::PrePrepare(pp)
