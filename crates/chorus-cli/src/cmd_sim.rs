@@ -22,9 +22,9 @@ pub struct Args {
     /// Number of seeds to run.
     #[arg(long, default_value_t = 100)]
     pub seeds: u64,
-    /// First seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// First seed (default 0; with --minutes, a time-based one).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Fault kinds: all | none | network | byzantine | comma-separated kinds.
     #[arg(long, default_value = "all")]
     pub faults: String,
@@ -50,12 +50,28 @@ pub struct Args {
     /// Virtual milliseconds during which faults are injected before the network heals.
     #[arg(long, default_value_t = 3000)]
     pub fault_window_ms: u64,
+    /// Every request of a correct client must complete within this many
+    /// virtual milliseconds after the later of its issue and the end of the fault window.
+    #[arg(long, default_value_t = 30000)]
+    pub liveness_ms: u64,
+    /// Byzantine clients when a Byzantine client kind is drawn.
+    #[arg(long, default_value_t = 2)]
+    pub byzantine_clients: u32,
+    /// Long-run mode: keep running fresh seeds (from --seed, or from a
+    /// time-based seed when --seed is not given) for this many wall-clock
+    /// minutes, stopping at the first violation; --seeds is ignored.
+    #[arg(long)]
+    pub minutes: Option<f64>,
     /// Executor: sequential | parallel.
     #[arg(long, default_value = "sequential")]
     pub executor: String,
     /// Service: kv | null.
     #[arg(long, default_value = "kv")]
     pub service: String,
+    /// Do not require every correct replica to end active in one view of
+    /// every lane.
+    #[arg(long)]
+    pub no_view_check: bool,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -78,19 +94,32 @@ pub fn run(a: Args) -> Result<()> {
         },
         other => bail!("unknown executor {other:?}"),
     };
+    let first_seed = match (a.seed, a.minutes) {
+        (Some(s), _) => s,
+        (None, Some(_)) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs() * 1_000),
+        (None, None) => 0,
+    };
     let mut opts = SimOptions::new(a.mode, a.pillars, a.n)
         .with_faults(faults)
-        .with_seeds(a.seed, a.seeds);
+        .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;
+    opts.check_views = !a.no_view_check;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;
     opts.client_window = a.window;
     opts.pool_max_requests = a.pool;
     opts.byzantine = a.byzantine;
     opts.fault_window_ms = a.fault_window_ms;
+    opts.liveness_timeout_ms = a.liveness_ms;
+    opts.byzantine_clients = a.byzantine_clients;
     opts.executor = executor;
     opts.service = a.service.clone();
     opts.validate().map_err(anyhow::Error::msg)?;
+    if let Some(minutes) = a.minutes {
+        return long_run(&opts, minutes, a.verbose);
+    }
     let started = std::time::Instant::now();
     let mut done = 0u64;
     let total = a.seeds;
@@ -108,6 +137,45 @@ pub fn run(a: Args) -> Result<()> {
     println!("wall time: {:.1} s", started.elapsed().as_secs_f64());
     if !summary.ok() {
         bail!("{} seed(s) violated an invariant", summary.failures.len());
+    }
+    Ok(())
+}
+
+/// `--minutes M`: fresh seeds until the budget is spent or one fails.
+fn long_run(opts: &SimOptions, minutes: f64, verbose: bool) -> Result<()> {
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        bail!("--minutes must be in (0, 1440]");
+    }
+    let budget = std::time::Duration::from_secs_f64(minutes * 60.0);
+    eprintln!(
+        "long run: {minutes} min from seed {} ({})",
+        opts.first_seed,
+        opts.describe()
+    );
+    let mut done = 0u64;
+    let out = chorus_sim::run_for(opts, budget, |r| {
+        done += 1;
+        if verbose {
+            eprintln!("{r}");
+        } else if done.is_multiple_of(10) {
+            eprint!("\r  {done} seeds (last {})", r.seed);
+            let _ = std::io::stderr().flush();
+        }
+    });
+    eprintln!();
+    println!("{}", out.summary);
+    let last = opts.first_seed + out.summary.seeds_run.saturating_sub(1);
+    println!(
+        "long run: {} seeds ({}..={last}) in {:.1} s wall, {} events, {:.0} events/s",
+        out.summary.seeds_run,
+        opts.first_seed,
+        out.wall.as_secs_f64(),
+        out.summary.events,
+        out.events_per_second()
+    );
+    if let Some(r) = out.failure {
+        println!("first violation at seed {}; replay: {}", r.seed, r.replay);
+        bail!("seed {} violated an invariant", r.seed);
     }
     Ok(())
 }

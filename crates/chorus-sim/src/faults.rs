@@ -48,10 +48,28 @@ pub enum FaultKind {
     DupSeq,
     /// Byzantine client that sends operations larger than the limit.
     Oversized,
+    // The smart kinds below are drawn from a separate RNG stream (plan.rs),
+    // so a seed that draws none of them runs exactly as before they existed.
+    /// Byzantine primary that never pre-prepares one slot it leads but
+    /// proposes the later ones, paced just under the view-change timeout.
+    WithholdPace,
+    /// Byzantine new-view primary that builds a validly signed NEW-VIEW from
+    /// an adversarially chosen 2f+1 VIEW-CHANGE set, colluding with the
+    /// other Byzantine replicas.
+    NvForge,
+    /// Byzantine replica that serves state transfer with a valid checkpoint
+    /// certificate and garbage snapshot bytes, and sends its checkpoint votes
+    /// only to the other Byzantine replicas.
+    GarbageSnapshot,
+    /// Long outages of correct replicas, replicas that stay down past
+    /// healing, and crashes in the middle of view changes and state transfers.
+    Outage,
+    /// Twins whose network split is drawn anew every time a new view forms.
+    TwinsResplit,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -70,7 +88,15 @@ impl FaultKind {
         FaultKind::BadAuth,
         FaultKind::DupSeq,
         FaultKind::Oversized,
+        FaultKind::WithholdPace,
+        FaultKind::NvForge,
+        FaultKind::GarbageSnapshot,
+        FaultKind::Outage,
+        FaultKind::TwinsResplit,
     ];
+
+    /// The kinds that existed before the smart adversaries (`--faults classic`).
+    pub const CLASSIC: usize = 18;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -92,6 +118,11 @@ impl FaultKind {
             FaultKind::BadAuth => "bad-auth",
             FaultKind::DupSeq => "dup-seq",
             FaultKind::Oversized => "oversized",
+            FaultKind::WithholdPace => "withhold-pace",
+            FaultKind::NvForge => "nv-forge",
+            FaultKind::GarbageSnapshot => "garbage-snapshot",
+            FaultKind::Outage => "outage",
+            FaultKind::TwinsResplit => "twins-resplit",
         }
     }
 
@@ -106,7 +137,21 @@ impl FaultKind {
                 | FaultKind::Replay
                 | FaultKind::Flood
                 | FaultKind::Twins
+                | FaultKind::WithholdPace
+                | FaultKind::NvForge
+                | FaultKind::GarbageSnapshot
+                | FaultKind::TwinsResplit
         )
+    }
+
+    /// Two copies of one replica (Twins, with or without re-splitting).
+    pub fn is_twin(self) -> bool {
+        matches!(self, FaultKind::Twins | FaultKind::TwinsResplit)
+    }
+
+    /// Drawn from the plan's second RNG stream (see `FaultKind::CLASSIC`).
+    pub fn is_smart(self) -> bool {
+        (self as usize) >= FaultKind::CLASSIC
     }
 
     pub fn is_byzantine_client(self) -> bool {
@@ -137,7 +182,7 @@ impl FromStr for FaultKind {
             .ok_or_else(|| {
                 let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
                 format!(
-                    "unknown fault kind {s:?}; expected none, all, network, byzantine, clients or one of: {}",
+                    "unknown fault kind {s:?}; expected none, all, classic, smart, network, byzantine, clients or one of: {}",
                     names.join(", ")
                 )
             })
@@ -180,6 +225,17 @@ impl FaultSet {
                 .filter(|k| k.is_byzantine_replica())
                 .collect::<Vec<_>>(),
         )
+    }
+
+    /// The kinds that existed before the smart adversaries: `--faults classic`
+    /// replays any seed of an older `--faults all` run exactly.
+    pub fn classic() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL[..FaultKind::CLASSIC])
+    }
+
+    /// The smart adversaries and the harsher crash schedules.
+    pub fn smart() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::CLASSIC..])
     }
 
     pub fn byzantine_clients() -> FaultSet {
@@ -240,6 +296,9 @@ impl fmt::Display for FaultSet {
         if *self == FaultSet::all() {
             return f.write_str("all");
         }
+        if *self == FaultSet::classic() {
+            return f.write_str("classic");
+        }
         let names: Vec<_> = self.iter().map(|k| k.name()).collect();
         f.write_str(&names.join(","))
     }
@@ -248,7 +307,7 @@ impl fmt::Display for FaultSet {
 impl FromStr for FaultSet {
     type Err = String;
     /// `none`, `all`, or a comma-separated list of kinds and groups
-    /// (`network`, `byzantine`, `clients`).
+    /// (`network`, `byzantine`, `clients`, `classic`, `smart`).
     fn from_str(s: &str) -> Result<FaultSet, String> {
         let s = s.trim();
         if s.is_empty() {
@@ -262,6 +321,8 @@ impl FromStr for FaultSet {
                 "network" => set = set.union(FaultSet::network()),
                 "byzantine" => set = set.union(FaultSet::byzantine_replicas()),
                 "clients" => set = set.union(FaultSet::byzantine_clients()),
+                "classic" => set = set.union(FaultSet::classic()),
+                "smart" => set = set.union(FaultSet::smart()),
                 kind => set.insert(kind.parse()?),
             }
         }
@@ -292,7 +353,14 @@ mod tests {
 
     #[test]
     fn display_roundtrips() {
-        for s in ["none", "all", "loss,crash", "silent,twins,oversized"] {
+        for s in [
+            "none",
+            "all",
+            "classic",
+            "loss,crash",
+            "silent,twins,oversized",
+            "nv-forge,outage",
+        ] {
             let set: FaultSet = s.parse().unwrap();
             assert_eq!(set.to_string(), s);
             assert_eq!(set.to_string().parse::<FaultSet>().unwrap(), set);
@@ -309,5 +377,10 @@ mod tests {
         let c = FaultSet::byzantine_clients();
         assert!(n.intersect(b).is_empty() && n.intersect(c).is_empty() && b.intersect(c).is_empty());
         assert_eq!(n.union(b).union(c), FaultSet::all());
+        assert_eq!(FaultSet::classic().union(FaultSet::smart()), FaultSet::all());
+        assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());
+        assert!(FaultKind::ALL
+            .iter()
+            .all(|k| k.is_smart() == FaultSet::smart().contains(*k)));
     }
 }

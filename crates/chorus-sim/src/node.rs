@@ -4,6 +4,7 @@
 
 use crate::byzantine::Adversary;
 use crate::clock::Clock;
+use crate::smart_adversary::SmartAdversary;
 use crate::store::Store;
 use bytes::Bytes;
 use chorus_core::{ClientId, ClusterConfig, Identity, Millis, ReplicaId, RequestSeq, Seq};
@@ -41,6 +42,13 @@ pub trait SimReplica: Sized {
 
     fn describe(&self) -> String {
         String::new()
+    }
+
+    /// Each lane's view and whether the replica is active in it (not
+    /// changing view), for the end-of-run view agreement check; empty for
+    /// protocols without views.
+    fn lane_views(&self) -> Vec<(u64, bool)> {
+        Vec::new()
     }
 }
 
@@ -92,6 +100,8 @@ pub struct SimNode<R> {
     /// Which half of the network a twin copy (or a correct replica) is on.
     pub side: u8,
     pub adversary: Option<Adversary>,
+    /// A smart adversary (`smart_adversary.rs`) instead of a classic one.
+    pub smart: Option<SmartAdversary>,
     pub clock: Clock,
     pub store: Store,
     pub live: Option<Live<R>>,

@@ -74,11 +74,16 @@ pub struct SimOptions {
     /// crashed replicas are back and no new fault starts.
     pub fault_window_ms: u64,
     /// Every request of a correct client must complete within this long after
-    /// the later of its issue time and the end of the fault window.
+    /// the later of its issue time and the end of the fault window. The issue
+    /// time is when the client's pacing wanted to send it, even if its window
+    /// was still full (no coordinated omission: a throughput collapse fails).
     pub liveness_timeout_ms: u64,
     /// The application every replica runs (`kv` or `null`).
     pub service: String,
     pub executor: ExecutorChoice,
+    /// At the end of a run every correct replica must be active in the same
+    /// view of every lane (`checker_extra::view_split`).
+    pub check_views: bool,
 }
 
 impl Default for SimOptions {
@@ -101,6 +106,7 @@ impl Default for SimOptions {
             liveness_timeout_ms: 30_000,
             service: "kv".into(),
             executor: ExecutorChoice::Sequential,
+            check_views: true,
         }
     }
 }
@@ -181,7 +187,7 @@ impl SimOptions {
     /// `mode=cop pillars=4 n=4 f=1 faults=all ...`: what a summary was run with.
     pub fn describe(&self) -> String {
         format!(
-            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} byzantine={} executor={}",
+            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} window={} pool={} fault-window={}ms liveness={}ms byzantine={} byzantine-clients={} executor={}",
             mode_name(self.mode),
             self.pillars,
             self.n,
@@ -190,8 +196,17 @@ impl SimOptions {
             if self.swarm { "" } else { " (no swarm)" },
             self.clients,
             self.requests_per_client,
+            self.client_window,
+            self.pool_max_requests,
+            self.fault_window_ms,
+            self.liveness_timeout_ms,
             if self.allows_byzantine_replicas() {
                 self.byzantine_replicas()
+            } else {
+                0
+            },
+            if self.faults.iter().any(FaultKind::is_byzantine_client) {
+                self.byzantine_clients
             } else {
                 0
             },
@@ -259,6 +274,9 @@ impl SimOptions {
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
+        if !self.check_views {
+            cmd.push_str(" --no-view-check");
+        }
         if cfg!(feature = "weak-quorum") {
             cmd.push_str("   # build with --features chorus-sim/weak-quorum");
         }
@@ -267,10 +285,10 @@ impl SimOptions {
 
     /// Set one option from its command-line flag (without the `--`), as
     /// `replay_command` writes them: `mode`, `pillars`, `n`, `faults`, `seed`
-    /// (the first seed), `seeds`, `clients`, `requests`, `window`,
+    /// (the first seed), `seeds`, `clients`, `requests`, `window`, `pool`,
     /// `byzantine` (a number or `f`), `byzantine-clients`, `fault-window-ms`,
     /// `liveness-ms`, `service`, `executor` (`sequential`, or the name of the
-    /// custom executor already set), `no-swarm` (no value).
+    /// custom executor already set), `no-swarm` and `no-view-check` (no value).
     pub fn set(&mut self, flag: &str, value: &str) -> Result<(), String> {
         fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
             v.parse().map_err(|_| format!("--{flag}: not a number: {v:?}"))
@@ -285,6 +303,7 @@ impl SimOptions {
             "clients" => self.clients = num(flag, value)?,
             "requests" => self.requests_per_client = num(flag, value)?,
             "window" => self.client_window = num(flag, value)?,
+            "pool" => self.pool_max_requests = num(flag, value)?,
             "byzantine" if value == "f" => self.byzantine = None,
             "byzantine" => self.byzantine = Some(num(flag, value)?),
             "byzantine-clients" => self.byzantine_clients = num(flag, value)?,
@@ -299,6 +318,7 @@ impl SimOptions {
                 ))
             }
             "no-swarm" => self.swarm = false,
+            "no-view-check" => self.check_views = false,
             other => return Err(format!("unknown option --{other}")),
         }
         Ok(())
@@ -316,7 +336,7 @@ impl SimOptions {
             let flag = arg
                 .strip_prefix("--")
                 .ok_or_else(|| format!("expected --flag, got {arg:?}"))?;
-            if flag == "no-swarm" {
+            if flag == "no-swarm" || flag == "no-view-check" {
                 o.set(flag, "")?;
                 continue;
             }

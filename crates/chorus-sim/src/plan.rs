@@ -8,6 +8,7 @@ use crate::faults::{FaultKind, FaultSet};
 use crate::net::{LinkFaults, Partition, PartitionKind};
 use crate::options::SimOptions;
 use crate::queue::Micros;
+pub use crate::smart_plan::SmartPlan;
 use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ReplicaId};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -41,6 +42,8 @@ pub struct Plan {
     pub byzantine: Vec<(ReplicaId, FaultKind)>,
     /// Fault model of each Byzantine client.
     pub byz_clients: Vec<FaultKind>,
+    /// The smart draws (`smart_plan.rs`): empty unless a smart kind is allowed.
+    pub smart: SmartPlan,
 }
 
 /// Crashes start no earlier than this and restart at least this long before heal.
@@ -50,6 +53,20 @@ const DOWNTIME_MAX_US: Micros = 1_000_000;
 
 impl Plan {
     pub fn draw(opts: &SimOptions, rng: &mut ChaCha8Rng) -> Plan {
+        // The classic kinds are drawn from `rng` exactly as before the smart
+        // kinds existed, the smart ones from a second stream of the same seed.
+        let mut smart_rng = rng.clone();
+        smart_rng.set_stream(crate::smart_plan::SMART_STREAM);
+        let classic_opts = SimOptions {
+            faults: opts.faults.intersect(FaultSet::classic()),
+            ..opts.clone()
+        };
+        let mut plan = Plan::draw_classic(&classic_opts, rng);
+        crate::smart_plan::draw_smart(opts, &mut plan, &mut smart_rng);
+        plan
+    }
+
+    fn draw_classic(opts: &SimOptions, rng: &mut ChaCha8Rng) -> Plan {
         let heal_at_us = opts.fault_window_ms * 1_000;
         let drawn = draw_kinds(opts, rng);
         let n = opts.n;
@@ -117,6 +134,7 @@ impl Plan {
             clocks,
             byzantine,
             byz_clients,
+            smart: SmartPlan::default(),
         }
     }
 
@@ -126,6 +144,7 @@ impl Plan {
 
     /// The drawn setup that is not a fault, e.g. `auth=mac-vector rotation=fixed storage=compacting`.
     pub fn setup(&self) -> String {
+        let smart = self.smart.describe();
         let auth = match self.client_auth {
             ClientAuthKind::MacVector => "mac-vector",
             ClientAuthKind::Signature => "signature",
@@ -139,7 +158,7 @@ impl Plan {
         } else {
             "full-log"
         };
-        format!("auth={auth} rotation={rotation} storage={storage}")
+        format!("auth={auth} rotation={rotation} storage={storage}{smart}")
     }
 
     /// `r1=equivocate` strings for reports.
@@ -164,6 +183,9 @@ fn ppm_if(
 /// Swarm testing: a random non-empty subset of the allowed kinds.
 fn draw_kinds(opts: &SimOptions, rng: &mut ChaCha8Rng) -> FaultSet {
     let allowed: Vec<FaultKind> = opts.faults.iter().collect();
+    if allowed.is_empty() {
+        return FaultSet::none();
+    }
     if !opts.swarm || allowed.len() <= 1 {
         return opts.faults;
     }
@@ -179,7 +201,11 @@ fn draw_kinds(opts: &SimOptions, rng: &mut ChaCha8Rng) -> FaultSet {
     set
 }
 
-fn draw_byzantine(opts: &SimOptions, drawn: FaultSet, rng: &mut ChaCha8Rng) -> Vec<(ReplicaId, FaultKind)> {
+pub(crate) fn draw_byzantine(
+    opts: &SimOptions,
+    drawn: FaultSet,
+    rng: &mut ChaCha8Rng,
+) -> Vec<(ReplicaId, FaultKind)> {
     let kinds: Vec<FaultKind> = drawn.iter().filter(|k| k.is_byzantine_replica()).collect();
     let count = opts.byzantine_replicas();
     if kinds.is_empty() || count == 0 {
@@ -237,7 +263,7 @@ fn draw_partition(n: usize, heal_at_us: Micros, asymmetric: bool, rng: &mut ChaC
 
 /// Up to `max_down` distinct correct replicas crash (so at most that many are
 /// down at once), each once or twice, and are back before the network heals.
-fn draw_crashes(
+pub(crate) fn draw_crashes(
     max_down: usize,
     correct: &[ReplicaId],
     heal_at_us: Micros,

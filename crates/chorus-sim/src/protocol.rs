@@ -39,6 +39,15 @@ impl SimReplica for Replica {
         Replica::leaked_pool_entries(self)
     }
 
+    fn lane_views(&self) -> Vec<(u64, bool)> {
+        let s = self.status();
+        s.views
+            .iter()
+            .zip(&s.view_changing)
+            .map(|(v, changing)| (v.0, !changing))
+            .collect()
+    }
+
     fn describe(&self) -> String {
         let s = self.status();
         format!(
@@ -64,4 +73,14 @@ pub fn run_many(opts: &SimOptions) -> SimSummary {
 /// as they happen).
 pub fn run_many_progress(opts: &SimOptions, progress: impl FnMut(&RunReport)) -> SimSummary {
     run_many_with::<Replica>(opts, progress)
+}
+
+/// Long-run mode (`chorus sim --minutes`): fresh seeds from `opts.first_seed`
+/// until `budget` of wall-clock time is spent or one seed fails.
+pub fn run_for(
+    opts: &SimOptions,
+    budget: std::time::Duration,
+    progress: impl FnMut(&RunReport),
+) -> crate::swarm::SwarmOutcome {
+    crate::swarm::run_for_with::<Replica>(opts, budget, progress)
 }

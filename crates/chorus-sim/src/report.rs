@@ -31,12 +31,18 @@ pub enum ViolationKind {
     /// A replica holds requests that can never leave its pool (in flight at
     /// a decided slot): bounded memory would fill up and admission stall.
     PoolLeak,
+    /// At the end of a run correct replicas are not all active in one view
+    /// of every lane (a replica left alone in another view).
+    ViewSplit,
 }
 
 impl ViolationKind {
     /// Safety properties: once broken, no later step can repair them.
     pub fn is_safety(self) -> bool {
-        !matches!(self, ViolationKind::Liveness | ViolationKind::Panic)
+        !matches!(
+            self,
+            ViolationKind::Liveness | ViolationKind::Panic | ViolationKind::ViewSplit
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -50,6 +56,7 @@ impl ViolationKind {
             ViolationKind::Delivery => "delivery",
             ViolationKind::Panic => "panic",
             ViolationKind::PoolLeak => "pool-leak",
+            ViolationKind::ViewSplit => "view-split",
         }
     }
 }
@@ -86,6 +93,10 @@ pub struct RunReport {
     pub seed: u64,
     /// The fault kinds this seed drew (a subset of the options' set: swarm testing).
     pub faults_drawn: FaultSet,
+    /// The drawn kinds that injected something (`checker_extra::active_kinds`).
+    pub faults_active: FaultSet,
+    /// Events the run processed.
+    pub events: u64,
     /// The rest of what the seed drew (client auth, leader rotation, storage).
     pub setup: String,
     /// Byzantine replicas and their behaviour, e.g. `r1=equivocate`.
@@ -125,10 +136,11 @@ impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} (faults drawn: {}; byzantine: {}; {}; {:.3}s simulated, {} positions, {}/{} requests)",
+            "seed {}: {} (faults drawn: {}; active: {}; byzantine: {}; {}; {:.3}s simulated, {} positions, {}/{} requests)",
             self.seed,
             if self.ok() { "ok" } else { "FAILED" },
             self.faults_drawn,
+            self.faults_active,
             if self.byzantine.is_empty() {
                 "none".to_string()
             } else {
@@ -165,6 +177,10 @@ pub struct SimSummary {
     pub requests_committed: u64,
     /// In how many seeds each fault kind was drawn.
     pub drawn: std::collections::BTreeMap<FaultKind, u64>,
+    /// In how many seeds each fault kind was active (injected something).
+    pub active: std::collections::BTreeMap<FaultKind, u64>,
+    /// Events processed over all seeds.
+    pub events: u64,
     /// Reports of the seeds that failed, in seed order.
     pub failures: Vec<RunReport>,
 }
@@ -183,6 +199,10 @@ impl SimSummary {
         for k in r.faults_drawn.iter() {
             *self.drawn.entry(k).or_insert(0) += 1;
         }
+        for k in r.faults_active.iter() {
+            *self.active.entry(k).or_insert(0) += 1;
+        }
+        self.events += r.events;
         if !r.ok() {
             self.failures.push(r);
         }
@@ -223,9 +243,16 @@ impl fmt::Display for SimSummary {
             "  requests committed {} of {} issued by correct clients",
             self.requests_committed, self.requests_issued
         )?;
+        writeln!(f, "  events             {}", self.events)?;
         if !self.drawn.is_empty() {
-            let kinds: Vec<String> = self.drawn.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            writeln!(f, "  seeds per fault    {}", kinds.join(" "))?;
+            // Active: the kind injected something (a Byzantine replica that
+            // misbehaved, a partition that dropped a message), not only drawn.
+            let kinds: Vec<String> = self
+                .drawn
+                .iter()
+                .map(|(k, v)| format!("{k}={}/{v}", self.active.get(k).copied().unwrap_or(0)))
+                .collect();
+            writeln!(f, "  seeds per fault    (active/drawn) {}", kinds.join(" "))?;
         }
         if self.counters.faults.is_empty() {
             writeln!(f, "  faults injected    none")?;

@@ -43,6 +43,8 @@ fn failed(opts: &SimOptions, seed: u64, kind: ViolationKind, detail: String) -> 
     RunReport {
         seed,
         faults_drawn: plan.as_ref().map_or(FaultSet::none(), |p| p.drawn),
+        faults_active: FaultSet::none(),
+        events: 0,
         setup: plan.as_ref().map_or(String::new(), Plan::setup),
         byzantine: plan.as_ref().map_or(vec![], Plan::byzantine_names),
         virtual_us: at_us,

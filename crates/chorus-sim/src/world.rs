@@ -13,6 +13,7 @@ use crate::options::{ExecutorChoice, SimOptions, EXEC_MAX_INFLIGHT_PER_CLIENT};
 use crate::plan::Plan;
 use crate::queue::{EventQueue, Micros};
 use crate::report::{RunReport, ViolationKind};
+use crate::smart_adversary::SmartAdversary;
 use crate::stats::Counters;
 use crate::store::Store;
 use chorus_apps::{service_by_name, ServiceOptions};
@@ -80,6 +81,12 @@ pub(crate) enum Ev {
     Restart {
         node: usize,
     },
+    /// A message a smart adversary on `node` holds back until now.
+    Delayed {
+        node: usize,
+        to: ReplicaId,
+        msg: ReplicaMsg,
+    },
 }
 
 impl Ev {
@@ -94,6 +101,7 @@ impl Ev {
             Ev::ByzClientTick { client } => (6, *client as u64),
             Ev::Crash { node, .. } => (7, *node as u64),
             Ev::Restart { node } => (8, *node as u64),
+            Ev::Delayed { node, .. } => (9, *node as u64),
         }
     }
 }
@@ -120,6 +128,8 @@ pub struct World<R: SimReplica> {
     /// Replica whose events and actions are printed (`CHORUS_SIM_LOG=r1`).
     pub(crate) log_replica: Option<ReplicaId>,
     events: u64,
+    /// The smart checks and drivers (`checker_extra.rs`).
+    pub(crate) extra: crate::checker_extra::Extra,
 }
 
 impl<R: SimReplica> World<R> {
@@ -137,6 +147,7 @@ impl<R: SimReplica> World<R> {
         config.validate().expect("simulator parameters are valid");
         let config = Arc::new(config);
         let nodes = build_nodes(&config, &plan, &replica_keys, &mut rng);
+        let extra = crate::checker_extra::Extra::new(opts, &plan);
         let mut by_replica = vec![Vec::new(); opts.n];
         for (i, nd) in nodes.iter().enumerate() {
             by_replica[nd.replica_id.index()].push(i);
@@ -171,6 +182,7 @@ impl<R: SimReplica> World<R> {
             next_timer_generation: 0,
             log_replica: log_replica_from_env(),
             events: 0,
+            extra,
         }
     }
 
@@ -246,6 +258,17 @@ impl<R: SimReplica> World<R> {
             );
             self.schedule(c.restart_us, Ev::Restart { node });
         }
+        for c in self.plan.smart.outages.clone() {
+            let node = self.by_replica[c.replica.index()][0];
+            self.schedule(
+                c.at_us,
+                Ev::Crash {
+                    node,
+                    torn_after: c.torn_after,
+                },
+            );
+            self.schedule(c.restart_us, Ev::Restart { node });
+        }
     }
 
     fn all_clients_done(&self) -> bool {
@@ -260,10 +283,13 @@ impl<R: SimReplica> World<R> {
         }
         self.schedule_plan();
         let heal = self.plan.heal_at_us;
-        let deadline = heal + self.opts.liveness_timeout_ms * 1_000;
+        // Quiet: the network healed and every outage is over.
+        let quiet = heal.max(self.plan.smart.last_restart_us());
         let mut cut_short = false;
+        let mut done_at: Option<Micros> = None;
         while let Some((t, ev)) = self.queue.pop() {
-            if t > deadline {
+            // Per-request deadlines (`SimOptions::liveness_timeout_ms`).
+            if self.extra.liveness_due(t) && self.overdue_request(t).is_some() {
                 break;
             }
             self.events += 1;
@@ -285,8 +311,16 @@ impl<R: SimReplica> World<R> {
                 cut_short = true;
                 break;
             }
-            if t >= heal + SETTLE_US && self.all_clients_done() {
-                break;
+            if t >= quiet + SETTLE_US && self.all_clients_done() {
+                // Keep going until the views agree, or the grace period ends
+                // (the view check in `finish` then reports the split).
+                let since = *done_at.get_or_insert(t);
+                if !self.opts.check_views
+                    || self.views_agree()
+                    || t >= since + crate::checker_extra::VIEW_GRACE_US
+                {
+                    break;
+                }
             }
         }
         self.finish(cut_short)
@@ -308,6 +342,7 @@ impl<R: SimReplica> World<R> {
             Ev::ByzClientTick { client } => self.on_byz_client_tick(client),
             Ev::Crash { node, torn_after } => self.on_crash(node, torn_after),
             Ev::Restart { node } => self.on_restart(node),
+            Ev::Delayed { node, to, msg } => self.on_delayed(node, to, msg),
         }
     }
 
@@ -315,6 +350,9 @@ impl<R: SimReplica> World<R> {
         let now = self.now_us();
         if !cut_short {
             self.check_liveness(now);
+            if self.all_clients_done() && self.opts.check_views {
+                self.check_views(now);
+            }
         }
         // Equal positions, equal state (end-of-run check of every live correct replica).
         for i in 0..self.nodes.len() {
@@ -338,9 +376,15 @@ impl<R: SimReplica> World<R> {
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
         let delivered_positions = self.checker.delivered_positions();
         self.trace_words(&[delivered_positions, requests_committed]);
-        let (violations, violations_dropped) = self.checker.finish();
+        let mut violations_extra = std::mem::take(&mut self.extra.violations);
+        let (mut violations, mut violations_dropped) = self.checker.finish();
+        violations.append(&mut violations_extra);
+        violations_dropped += self.extra.dropped;
+        let faults_active = crate::checker_extra::active_kinds(&self.plan, &self.counters);
         RunReport {
             seed: self.seed,
+            events: self.events,
+            faults_active,
             faults_drawn: self.plan.drawn,
             setup: self.plan.setup(),
             byzantine: self.plan.byzantine_names(),
@@ -356,12 +400,41 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    /// Every request of every correct client must have completed by now.
+    /// The oldest request of a correct client past its own deadline: the
+    /// later of its issue time and the end of the fault window, plus the
+    /// liveness bound (`SimOptions::liveness_timeout_ms`). A request counts
+    /// as issued when the client's pacing schedule wanted to issue it (at
+    /// most `(seq - 1) × pacing`), even when a full client window held it
+    /// back: otherwise a closed-loop client hides a throughput collapse
+    /// (coordinated omission), each request being quick once it is sent.
+    fn overdue_request(&self, now: Micros) -> Option<(Micros, ClientId, RequestSeq)> {
+        let heal = self.plan.heal_at_us;
+        let bound = self.opts.liveness_timeout_ms * 1_000;
+        let pacing = heal / self.opts.requests_per_client as u64;
+        self.clients
+            .iter()
+            .filter_map(|c| {
+                let issued = c.outstanding().min();
+                let next = (c.issued() < c.total()).then(|| RequestSeq(c.issued() as u64 + 1));
+                let (seq, at) = match (issued, next) {
+                    (Some((seq, at)), _) => (seq, at),
+                    (None, Some(seq)) => (seq, Micros::MAX),
+                    (None, None) => return None,
+                };
+                let intended = (seq.0 - 1).saturating_mul(pacing);
+                let start = at.min(intended).max(heal);
+                (start + bound < now).then_some((start, c.id(), seq))
+            })
+            .min()
+    }
+
+    /// Every request of every correct client must have completed within its
+    /// deadline; a run that ends with requests outstanding ended because one
+    /// of them was overdue (or the event budget ran out).
     fn check_liveness(&mut self, now: Micros) {
         if self.all_clients_done() {
             return;
         }
-        let deadline = self.plan.heal_at_us + self.opts.liveness_timeout_ms * 1_000;
         let mut oldest: Vec<(Micros, ClientId, RequestSeq)> = self
             .clients
             .iter()
@@ -378,9 +451,9 @@ impl<R: SimReplica> World<R> {
             ViolationKind::Liveness,
             now,
             format!(
-                "{incomplete} of {total} requests of correct clients incomplete {} ms after the network healed (at {:.3}s)",
+                "{incomplete} of {total} requests of correct clients incomplete; each must complete {} ms after the later of its (paced) issue and the end of the fault window ({:.3}s)",
                 self.opts.liveness_timeout_ms,
-                deadline as f64 / 1e6
+                self.plan.heal_at_us as f64 / 1e6
             ),
         );
         for node in self.nodes.iter().filter(|nd| nd.correct) {
@@ -405,6 +478,27 @@ impl<R: SimReplica> World<R> {
             );
         }
     }
+
+    /// Every live correct replica's view and activity in every lane.
+    fn lane_views(&self) -> Vec<(ReplicaId, Vec<(u64, bool)>)> {
+        self.nodes
+            .iter()
+            .filter(|nd| nd.correct)
+            .filter_map(|nd| nd.live.as_ref().map(|l| (nd.replica_id, l.replica.lane_views())))
+            .collect()
+    }
+
+    fn views_agree(&self) -> bool {
+        crate::checker_extra::view_split(&self.lane_views()).is_none()
+    }
+
+    /// Issue 8 finding 7: at the end every correct replica must be active in
+    /// the same view of every lane.
+    fn check_views(&mut self, now: Micros) {
+        if let Some(detail) = crate::checker_extra::view_split(&self.lane_views()) {
+            self.extra.violate(ViolationKind::ViewSplit, now, detail);
+        }
+    }
 }
 
 /// The counter name for a Byzantine replica of this kind.
@@ -417,6 +511,10 @@ fn byzantine_counter(kind: FaultKind) -> &'static str {
         FaultKind::Replay => "byzantine-replica-replay",
         FaultKind::Flood => "byzantine-replica-flood",
         FaultKind::Twins => "byzantine-replica-twins",
+        FaultKind::WithholdPace => "byzantine-replica-withhold-pace",
+        FaultKind::NvForge => "byzantine-replica-nv-forge",
+        FaultKind::GarbageSnapshot => "byzantine-replica-garbage-snapshot",
+        FaultKind::TwinsResplit => "byzantine-replica-twins-resplit",
         other => unreachable!("{other} is not a replica fault"),
     }
 }
@@ -433,27 +531,50 @@ fn log_replica_from_env() -> Option<ReplicaId> {
 /// replicas are split in two halves; a twin copy only talks to its own half
 /// (and to the twin copies on it).
 fn build_nodes<R: SimReplica>(
-    config: &ClusterConfig,
+    config: &Arc<ClusterConfig>,
     plan: &Plan,
     keys: &[Identity],
     rng: &mut ChaCha8Rng,
 ) -> Vec<SimNode<R>> {
     let n = config.n();
+    // Smart adversaries draw from their own stream (see `smart_plan.rs`).
+    let mut smart_rng = rng.clone();
+    smart_rng.set_stream(crate::smart_plan::SMART_STREAM + 1);
+    let colluders: std::collections::BTreeMap<ReplicaId, Identity> = plan
+        .byzantine
+        .iter()
+        .map(|(r, _)| (*r, keys[r.index()].clone()))
+        .collect();
+    let mut smart = |r: u32, kind: Option<FaultKind>| {
+        kind.filter(|k| k.is_smart() && !k.is_twin()).map(|k| {
+            SmartAdversary::new(
+                k,
+                ReplicaId(r),
+                keys[r as usize].clone(),
+                config.clone(),
+                colluders.clone(),
+                plan.heal_at_us,
+                plan.smart.persist,
+                &mut smart_rng,
+            )
+        })
+    };
     let mut halves: Vec<u32> = (0..n as u32).collect();
     halves.shuffle(rng);
     let side_of = |r: u32| halves.iter().position(|x| *x == r).map_or(0, |p| (p % 2) as u8);
-    let node = |r: u32, side: u8| {
+    let mut node = |r: u32, side: u8| {
         let id = ReplicaId(r);
         let kind = plan.is_byzantine(id);
         SimNode {
             replica_id: id,
             identity: keys[r as usize].clone(),
             correct: kind.is_none(),
-            twin: kind == Some(FaultKind::Twins),
+            twin: kind.is_some_and(FaultKind::is_twin),
             side,
             adversary: kind
-                .filter(|k| *k != FaultKind::Twins)
+                .filter(|k| !k.is_twin() && !k.is_smart())
                 .map(|k| Adversary::new(k, id, keys[r as usize].clone(), n, config.lanes())),
+            smart: smart(r, kind),
             clock: plan.clocks[r as usize],
             store: Store::new(plan.compact_store),
             live: None,
@@ -461,7 +582,7 @@ fn build_nodes<R: SimReplica>(
             torn_after: None,
         }
     };
-    let is_twin = |r: u32| plan.is_byzantine(ReplicaId(r)) == Some(FaultKind::Twins);
+    let is_twin = |r: u32| plan.is_byzantine(ReplicaId(r)).is_some_and(FaultKind::is_twin);
     let mut nodes: Vec<SimNode<R>> = (0..n as u32)
         .map(|r| node(r, if is_twin(r) { 0 } else { side_of(r) }))
         .collect();

@@ -86,8 +86,8 @@ impl<R: SimReplica> World<R> {
     }
 
     pub(crate) fn on_byz_client_tick(&mut self, b: usize) {
-        if self.now_us() >= self.plan.heal_at_us {
-            return; // Faults stop when the network heals.
+        if self.now_us() >= self.plan.heal_at_us && !self.plan.smart.persist {
+            return; // Faults stop when the network heals (unless drawn to persist).
         }
         let (sends, next) = self.byz_clients[b].tick(&mut self.rng);
         let c = self.clients.len() + b;

@@ -84,6 +84,7 @@ impl<R: SimReplica> World<R> {
         let executor = self.make_executor();
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.checker.restarted(self.nodes[i].replica_id);
+        self.extra.executor_reset(self.nodes[i].replica_id);
         self.counters.note("restart");
         self.perform(i, out);
     }
@@ -94,6 +95,9 @@ impl<R: SimReplica> World<R> {
         }
         self.counters.messages_delivered += 1;
         if let Some(adv) = self.nodes[i].adversary.as_mut() {
+            adv.observe(&msg);
+        }
+        if let Some(adv) = self.nodes[i].smart.as_mut() {
             adv.observe(&msg);
         }
         self.handle(i, Event::Message { from, msg });
@@ -256,39 +260,121 @@ impl<R: SimReplica> World<R> {
     /// message the codec refuses would be dropped by the real transport, so a
     /// correct replica emitting one is a bug.
     fn send_replica(&mut self, i: usize, to: ReplicaId, msg: ReplicaMsg) {
-        let from = self.nodes[i].replica_id;
         let now = self.now_us();
+        self.smart_hooks(i, &msg);
+        if let Some(adv) = self.nodes[i].smart.as_mut() {
+            for (delay, m) in adv.outgoing(&mut self.rng, now, to, msg, &mut self.counters) {
+                if delay == 0 {
+                    self.emit(i, to, m);
+                } else {
+                    self.schedule(now + delay, Ev::Delayed { node: i, to, msg: m });
+                }
+            }
+            return;
+        }
         let msgs = match self.nodes[i].adversary.as_mut() {
             Some(adv) => adv.outgoing(&mut self.rng, now, to, msg, &mut self.counters),
             None => vec![msg],
         };
+        for m in msgs {
+            self.emit(i, to, m);
+        }
+    }
+
+    /// A message a smart adversary held back goes out now.
+    pub(crate) fn on_delayed(&mut self, i: usize, to: ReplicaId, msg: ReplicaMsg) {
+        if self.nodes[i].is_live() {
+            self.emit(i, to, msg);
+        }
+    }
+
+    /// Onto the network, to every instance of `to` that node `i` is linked
+    /// with, through the wire codec.
+    fn emit(&mut self, i: usize, to: ReplicaId, m: ReplicaMsg) {
+        let from = self.nodes[i].replica_id;
+        let now = self.now_us();
         let targets: Vec<usize> = self.by_replica[to.index()]
             .iter()
             .copied()
             .filter(|&j| j != i && self.linked(i, j))
             .collect();
-        for m in msgs {
-            let m = match decode::<ReplicaMsg>(&encode(&m), &self.limits) {
-                Ok(m) => m,
-                Err(e) => {
-                    if self.nodes[i].correct {
-                        self.checker.violate(
-                            ViolationKind::Delivery,
-                            now,
-                            format!("{from:?} sent a {} the wire codec refuses: {e}", m.kind()),
-                        );
-                    }
-                    self.counters.fault("codec-reject");
-                    continue;
+        let m = match decode::<ReplicaMsg>(&encode(&m), &self.limits) {
+            Ok(m) => m,
+            Err(e) => {
+                if self.nodes[i].correct {
+                    self.checker.violate(
+                        ViolationKind::Delivery,
+                        now,
+                        format!("{from:?} sent a {} the wire codec refuses: {e}", m.kind()),
+                    );
                 }
-            };
-            *self.counters.by_kind.entry(m.kind()).or_insert(0) += targets.len() as u64;
-            for &j in &targets {
-                self.transmit(Endpoint::Node(i), Endpoint::Node(j), || Ev::Message {
-                    to: j,
-                    from,
-                    msg: m.clone(),
-                });
+                self.counters.fault("codec-reject");
+                return;
+            }
+        };
+        *self.counters.by_kind.entry(m.kind()).or_insert(0) += targets.len() as u64;
+        for &j in &targets {
+            self.transmit(Endpoint::Node(i), Endpoint::Node(j), || Ev::Message {
+                to: j,
+                from,
+                msg: m.clone(),
+            });
+        }
+    }
+
+    /// What the smart plan does around a message node `i` sends: `outage`
+    /// crashes a victim in the middle of a view change or a state transfer;
+    /// `twins-resplit` draws the twins' split anew when a new view forms.
+    fn smart_hooks(&mut self, i: usize, msg: &ReplicaMsg) {
+        if self.plan.smart.drawn.is_empty() {
+            return;
+        }
+        let now = self.now_us();
+        if let ReplicaMsg::NewView(nv) = msg {
+            let resplit = self
+                .plan
+                .byzantine
+                .iter()
+                .any(|(_, k)| *k == crate::faults::FaultKind::TwinsResplit);
+            if resplit && self.extra.new_view_formed(nv.lane, nv.view) {
+                self.resplit_twins();
+            }
+        }
+        let trigger = matches!(msg, ReplicaMsg::ViewChange(_) | ReplicaMsg::StateRequest(_));
+        let node = &self.nodes[i];
+        if !trigger
+            || !node.correct
+            || node.torn_after.is_some()
+            || now >= self.plan.heal_at_us
+            || !self.plan.smart.trigger_victims.contains(&node.replica_id)
+            || !self.extra.may_trigger_crash()
+        {
+            return;
+        }
+        use crate::smart_plan::{TRIGGERED_DOWN_MAX_US, TRIGGERED_DOWN_MIN_US, TRIGGER_PPM};
+        use rand::Rng;
+        if self.rng.gen_range(0..1_000_000) >= TRIGGER_PPM {
+            return;
+        }
+        self.extra.triggered_crash();
+        self.counters.fault(if matches!(msg, ReplicaMsg::ViewChange(_)) {
+            "crash-in-view-change"
+        } else {
+            "crash-in-state-transfer"
+        });
+        // Crash a few actions later, inside this very step.
+        self.nodes[i].torn_after = Some(self.rng.gen_range(0..3));
+        let down = self.rng.gen_range(TRIGGERED_DOWN_MIN_US..=TRIGGERED_DOWN_MAX_US);
+        self.schedule(now + down, Ev::Restart { node: i });
+    }
+
+    /// Twins: every correct replica (and client) picks a side anew.
+    fn resplit_twins(&mut self) {
+        use rand::Rng;
+        self.counters.fault("twins-resplit");
+        for j in 0..self.nodes.len() {
+            if !self.nodes[j].twin {
+                self.nodes[j].side = self.rng.gen_range(0..2);
             }
         }
     }
@@ -378,9 +464,14 @@ impl<R: SimReplica> World<R> {
         for r in &results {
             live.cache_reply(r.client, r.request_seq, r.result.clone());
         }
+        let correct = self.nodes[i].correct;
         for r in results {
             let result_digest = Digest::of(&r.result);
             self.trace.update(result_digest.as_bytes());
+            if correct && !r.is_rejected() {
+                self.extra
+                    .executed(now, id, (r.client, r.request_seq), r.delivered_at, r.duplicate);
+            }
             if !r.is_rejected() {
                 self.checker.executed(
                     now,
@@ -469,6 +560,8 @@ impl<R: SimReplica> World<R> {
         match &outcome {
             Ok(digest) => {
                 live.pending_checkpoints.retain(|s| *s > cert.seq);
+                // A new executor life for the exactly-once count.
+                self.extra.executor_reset(id);
                 self.checker
                     .installed(now, id, cert.seq, *digest, cert.state_digest);
             }

@@ -1,0 +1,102 @@
+//! Seeds with which the smart adversaries and the new checkers of issue 9
+//! found the bugs of issue 8 on the code before their fixes
+//! (docs/sim-findings.md has the commands and the violations printed).
+//!
+//! They fail on that code, so they are `#[ignore]`d until the fixes are
+//! merged; then remove the `#[ignore]` (each must pass: the bug named stays
+//! fixed). Each takes a few seconds in release mode:
+//! `cargo test --release -p chorus-sim --test adversary_seeds -- --ignored`.
+
+use chorus_core::OrderingMode::{self, Cop};
+use chorus_sim::{run_one, RunReport, SimOptions};
+
+/// The issue-8 workload: 8 clients × `requests`, faults for `window_ms`.
+fn heavy(
+    mode: OrderingMode,
+    pillars: u32,
+    n: usize,
+    faults: &str,
+    requests: u32,
+    window_ms: u64,
+) -> SimOptions {
+    let mut o = SimOptions::new(mode, pillars, n).with_faults(faults.parse().expect("fault set"));
+    o.clients = 8;
+    o.requests_per_client = requests;
+    o.fault_window_ms = window_ms;
+    o
+}
+
+fn no_swarm(mut o: SimOptions) -> SimOptions {
+    o.swarm = false;
+    o
+}
+
+fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
+    let r: RunReport = run_one(&opts, seed);
+    assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
+}
+
+macro_rules! found {
+    ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
+        $(#[$doc])*
+        #[test]
+        #[ignore = "fails until the issue 8 fix named in the message is merged"]
+        fn $name() {
+            must_pass($opts, $seed, $finding);
+        }
+    };
+}
+
+found!(
+    /// Block-wise rotation, r0 silent for ever: views [v36, v34, v36, v34],
+    /// 641 of 1200 requests incomplete 30 s after healing (the seed named in
+    /// issue 8; `classic` replays the pre-issue-9 `all`).
+    cop_n4_classic_seed_1000029_block_wise_collapse: heavy(Cop, 4, 4, "classic", 150, 25_000), seed 1000029, "finding 2"
+);
+
+found!(
+    /// Block-wise rotation, r2 silent and withhold-pace drawn: 498 of 1200 incomplete.
+    cop_n4_all_seed_1000005_block_wise_collapse: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000005, "finding 2"
+);
+
+found!(
+    /// withhold-pace r1 (persistent), block-wise rotation: in every view it
+    /// leads a lane in, one slot never comes and the later ones trickle in
+    /// under the timeout; 182 of 1200 requests incomplete.
+    cop_n4_withhold_pace_seed_3: no_swarm(heavy(Cop, 4, 4, "withhold-pace", 150, 25_000)), seed 3, "finding 3"
+);
+
+found!(
+    /// withhold-pace r1 (persistent), block-wise rotation: 73 of 1200 incomplete.
+    cop_n4_withhold_pace_seed_6: no_swarm(heavy(Cop, 4, 4, "withhold-pace", 150, 25_000)), seed 6, "finding 3"
+);
+
+found!(
+    /// Everything done, yet r1 stays alone in view change to v5 of lane 0
+    /// while r0 and r2 are active in v4 (view check).
+    cop_n4_all_seed_1000003_lone_replica_in_higher_view: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000003, "finding 7"
+);
+
+found!(
+    /// Outage and twins: r3 alone changing to v10 of lane 2 at the end.
+    cop_n4_all_seed_1000047_lone_replica_in_higher_view: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000047, "finding 7"
+);
+
+found!(
+    /// Default workload (3 clients × 12): r2 alone changing to v2.
+    pbft_n4_all_seed_18_lone_replica_in_higher_view: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 18, "finding 7"
+);
+
+found!(
+    /// n=7, block-wise rotation, r3 silent for ever: 11 of 480 incomplete.
+    cop_n7_all_seed_1400016_block_wise_collapse: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400016, "finding 2"
+);
+
+found!(
+    /// n=7, r0 and r3 garbage-snapshot (persistent; votes only to each other):
+    /// they hold checkpoint certificates no correct replica has; r4 fetches
+    /// state only from them, every 250 ms, for ever (garbage each time), so it
+    /// never votes the next checkpoints, which need all five correct votes:
+    /// every lane's window fills, no timer runs, 315 of 480 incomplete.
+    cop_n7_all_seed_1400022_fetches_only_from_liars: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400022, "findings 5 and 12"
+);
