@@ -30,6 +30,7 @@ impl Lane {
     }
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
+        self.note_peer_progress(cx, from, st.next_undecided);
         if st.view < self.view && self.active {
             self.resend_new_view(cx, from);
         }

@@ -3,9 +3,22 @@
 //! While the lane is active the timer runs whenever the lane has work that is
 //! not getting done: pre-prepared slots not yet decided, another lane ahead of
 //! it (the merger waits for this one), or requests waiting to be proposed.
-//! A decision re-arms it, but never past "oldest waiting request + timeout":
-//! like PBFT's per-request timer, this catches a leader that keeps deciding
-//! other requests while censoring one.
+//! Contiguous progress (`next_undecided` moved, the window moved, a new view)
+//! re-arms it, but never past "oldest waiting request + timeout": like
+//! PBFT's per-request timer, this catches a leader that keeps deciding other
+//! requests while censoring one. A decision above a gap does not re-arm it: a
+//! leader that never pre-prepares slot s but lets s+1, s+2, … decide just
+//! under every timeout would otherwise stall delivery without a view change.
+//!
+//! A lane that f+1 peers report ahead of it (at least one correct replica
+//! decided further) is catching up, e.g. after a restart: its pending
+//! requests may be ordered already and its restored pre-prepares decided
+//! long ago, so they are no evidence against the leader, and such a replica
+//! would only run off alone to a view nobody else joins (PBFT §4.5.2: leave
+//! a view on f+1 evidence). While catching up, waiting requests do not arm
+//! the timer; open slots and the merger waiting for us still do, and the
+//! decisions the peers send us re-arm it, so a catch-up that stalls still
+//! ends in a view change.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
@@ -18,16 +31,29 @@
 use super::{Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{Action, TimerId};
-use chorus_core::{Millis, Seq};
+use crate::roles::new_view_primary;
+use chorus_core::{Millis, ReplicaId, Seq, Slot};
 
-/// Back-off stops doubling after 2^6 = 64 × the base timeout.
-const MAX_BACKOFF_SHIFT: u32 = 6;
+/// Back-off stops doubling at 2^4 = 16 × the base timeout. The doubling is
+/// only there to outgrow an unknown message delay after GST (PBFT §4.5.2);
+/// 16 × the base (32 s with the default 2 s) is far above any round trip a
+/// view change needs, while a higher cap makes every view whose primary is
+/// faulty cost that much more once several views in a row failed (with
+/// f faulty new-view primaries in a row, the sum of the waits is what
+/// clients see).
+const MAX_BACKOFF_SHIFT: u32 = 4;
+
+/// A peer's progress report counts for this many status intervals.
+const PEER_REPORT_INTERVALS: u64 = 4;
 
 #[derive(Default, Debug)]
 pub(crate) struct ProgressTimer {
     pub deadline: Option<Millis>,
     /// View changes in a row without a decision in between.
     pub failures: u32,
+    /// `next_undecided` when the timer was last evaluated: progress is
+    /// contiguous progress only.
+    pub seen_next: Slot,
 }
 
 impl ProgressTimer {
@@ -98,8 +124,11 @@ impl Lane {
     /// bound). `frontier`: the highest global position pre-prepared or decided
     /// in any lane.
     pub fn refresh_timer(&mut self, cx: &mut Cx, oldest_pending: Option<Millis>, frontier: Option<Seq>) {
-        let progressed = std::mem::take(&mut self.progressed);
+        let moved = self.timer.seen_next != self.next_undecided;
+        self.timer.seen_next = self.next_undecided;
+        let progressed = std::mem::take(&mut self.progressed) || moved;
         let timeout = self.timer.timeout_ms(self.cfg.params.view_change_timeout_ms);
+        let oldest_pending = oldest_pending.filter(|_| !self.catching_up(cx.now));
         if !self.active {
             if self.timer.deadline.is_none() && self.view_change_quorum() {
                 self.set_deadline(cx, Some(cx.now.plus(timeout)));
@@ -121,6 +150,40 @@ impl Lane {
         self.set_deadline(cx, Some(at));
     }
 
+    /// Remember a peer's `Status` for this lane (finding 7's evidence).
+    pub(crate) fn note_peer_progress(&mut self, cx: &mut Cx, from: ReplicaId, next_undecided: Slot) {
+        if let Some(p) = self.peer_next.get_mut(from.index()) {
+            *p = Some((next_undecided, cx.now));
+        }
+    }
+
+    /// f+1 peers reported, recently, a first undecided slot above ours: at
+    /// least one correct replica decided further, and we are catching up.
+    /// Reports expire, so f liars cannot hold the timer off alone for ever.
+    pub(crate) fn catching_up(&self, now: Millis) -> bool {
+        let fresh = self
+            .cfg
+            .params
+            .status_interval_ms
+            .saturating_mul(PEER_REPORT_INTERVALS);
+        let ahead = self
+            .peer_next
+            .iter()
+            .flatten()
+            .filter(|(next, at)| *next > self.next_undecided && now.0.saturating_sub(at.0) <= fresh)
+            .count();
+        ahead > self.cfg.f()
+    }
+
+    /// Blame whoever should have moved the lane past the slot it is stuck
+    /// at in the current view (`penalty.rs`).
+    pub(crate) fn blame_stuck_slot(&mut self) {
+        let stuck = self.next_undecided;
+        if let Some(r) = self.proposer_of(stuck).filter(|r| *r != self.me) {
+            self.penalties.blame(&self.cfg, r, stuck);
+        }
+    }
+
     /// `TimerId::ViewChange(lane)` fired. Stale firings (the deadline moved)
     /// are ignored, so drivers may or may not replace timers with the same id.
     pub fn on_timer(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
@@ -130,6 +193,15 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
+        if self.active {
+            self.blame_stuck_slot();
+        } else {
+            // PBFT §4.5.2: the new-view primary did not send NEW-VIEW in time.
+            let primary = new_view_primary(&self.cfg, self.id, self.view);
+            if primary != self.me {
+                self.penalties.blame(&self.cfg, primary, self.next_undecided);
+            }
+        }
         // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
         let target = self.view.next();
         self.start_view_change(cx, target, env, &mut lo);

@@ -35,6 +35,7 @@ fn fixture() -> &'static (Setup, Vec<ReplicaMsg>) {
             reproposals: vec![],
             replica: ReplicaId(1),
             sig: Signature([0; 64]),
+            excluded: Vec::new(),
         };
         nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
         let ckpt = s.checkpoint_cert(4, Digest::of(b"s"), &[0, 1, 2]);

@@ -330,6 +330,7 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
         reproposals: plan.reproposals,
         replica: ReplicaId(1),
         sig: Signature([0; 64]),
+        excluded: Vec::new(),
     };
     nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
     msg(&mut r, 20, 1, ReplicaMsg::NewView(nv));
