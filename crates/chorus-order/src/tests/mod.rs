@@ -13,6 +13,8 @@ mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_liveness;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
