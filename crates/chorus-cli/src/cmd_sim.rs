@@ -56,6 +56,9 @@ pub struct Args {
     /// Service: kv | null.
     #[arg(long, default_value = "kv")]
     pub service: String,
+    /// Leader rotation in cop mode: fixed | block-wise | random (drawn per seed).
+    #[arg(long, default_value = "random")]
+    pub rotation: String,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -90,6 +93,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.fault_window_ms = a.fault_window_ms;
     opts.executor = executor;
     opts.service = a.service.clone();
+    opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.validate().map_err(anyhow::Error::msg)?;
     let started = std::time::Instant::now();
     let mut done = 0u64;

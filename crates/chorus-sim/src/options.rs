@@ -79,6 +79,8 @@ pub struct SimOptions {
     /// The application every replica runs (`kv` or `null`).
     pub service: String,
     pub executor: ExecutorChoice,
+    /// Leader rotation in cop mode; `None`: drawn per seed.
+    pub rotation: Option<LeaderRotation>,
 }
 
 impl Default for SimOptions {
@@ -101,6 +103,7 @@ impl Default for SimOptions {
             liveness_timeout_ms: 30_000,
             service: "kv".into(),
             executor: ExecutorChoice::Sequential,
+            rotation: None,
         }
     }
 }
@@ -256,6 +259,7 @@ impl SimOptions {
             self.executor.name().to_string(),
             d.executor.name().to_string(),
         );
+        flag("rotation", rotation_name(self.rotation).into(), "random".into());
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -298,6 +302,7 @@ impl SimOptions {
                     "--executor {value}: the simulator library only knows sequential; the CLI sets others"
                 ))
             }
+            "rotation" => self.rotation = parse_rotation(value)?,
             "no-swarm" => self.swarm = false,
             other => return Err(format!("unknown option --{other}")),
         }
@@ -362,6 +367,24 @@ impl SimOptions {
     /// Does this option set allow any Byzantine replica kind?
     pub fn allows_byzantine_replicas(&self) -> bool {
         self.faults.iter().any(FaultKind::is_byzantine_replica)
+    }
+}
+
+/// `--rotation`: `fixed`, `block-wise`, or `random` (drawn per seed).
+pub fn parse_rotation(value: &str) -> Result<Option<LeaderRotation>, String> {
+    match value {
+        "fixed" => Ok(Some(LeaderRotation::Fixed)),
+        "block-wise" => Ok(Some(LeaderRotation::BlockWise)),
+        "random" => Ok(None),
+        other => Err(format!("--rotation {other:?}: fixed, block-wise or random")),
+    }
+}
+
+pub fn rotation_name(r: Option<LeaderRotation>) -> &'static str {
+    match r {
+        Some(LeaderRotation::Fixed) => "fixed",
+        Some(LeaderRotation::BlockWise) => "block-wise",
+        None => "random",
     }
 }
 
