@@ -209,6 +209,6 @@ fn cop_n4_silent_seed_1000002_blockwise_silent_leader_is_excluded() {
     assert!(
         r.virtual_us < 12_000_000,
         "{BLOCKWISE_COLLAPSE}: {} µs of virtual time\n{r}",
-        r.virtual_us.0
+        r.virtual_us
     );
 }
