@@ -208,6 +208,10 @@ pub struct Status {
     pub next_undecided: Slot,
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
+    /// The sender's progress timer expired on a waiting request the lane's
+    /// leaders do not propose (suspected censorship). A replica leaves the
+    /// view for that reason only once f+1 replicas suspect (PBFT §4.5.2).
+    pub suspects: bool,
 }
 
 /// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).

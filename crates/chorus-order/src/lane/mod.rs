@@ -184,6 +184,11 @@ pub struct Lane {
     pub(crate) excluded: Vec<Exclusion>,
     /// Each peer's last reported `next_undecided` of this lane, and when.
     pub(crate) peer_next: Vec<Option<(Slot, Millis)>>,
+    /// When each peer last reported suspecting censorship in our view.
+    pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
+    /// Our timer expired on a waiting request alone (`timer.rs`): we report
+    /// it in `Status` and leave the view once f others report it too.
+    pub(crate) suspecting: bool,
     /// A stable checkpoint above `env.stable` that a NEW-VIEW proved and our
     /// low follows (see `install_new_view`); our VIEW-CHANGEs carry it.
     pub(crate) learnt_stable: Option<CheckpointCert>,
@@ -223,6 +228,8 @@ impl Lane {
             penalties: Penalties::new(n),
             excluded: Vec::new(),
             peer_next: vec![None; n],
+            peer_suspects: vec![None; n],
+            suspecting: false,
             learnt_stable: None,
         }
     }

@@ -32,7 +32,7 @@ use super::{Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{Action, TimerId};
 use crate::roles::new_view_primary;
-use chorus_core::{Millis, ReplicaId, Seq, Slot};
+use chorus_core::{Millis, ReplicaId, Seq, Slot, View};
 
 /// Back-off stops doubling at 2^4 = 16 × the base timeout. The doubling is
 /// only there to outgrow an unknown message delay after GST (PBFT §4.5.2);
@@ -54,6 +54,9 @@ pub(crate) struct ProgressTimer {
     /// `next_undecided` when the timer was last evaluated: progress is
     /// contiguous progress only.
     pub seen_next: Slot,
+    /// The deadline was armed only by a waiting request (no open slot, the
+    /// merger not waiting for us): suspected censorship.
+    pub censorship_only: bool,
 }
 
 impl ProgressTimer {
@@ -135,7 +138,12 @@ impl Lane {
             }
             return;
         }
-        let needs = oldest_pending.is_some() || self.has_open_slots() || self.behind(frontier);
+        if oldest_pending.is_none() {
+            self.suspecting = false;
+        }
+        let visible = self.has_open_slots() || self.behind(frontier);
+        let needs = oldest_pending.is_some() || visible;
+        self.timer.censorship_only = !visible;
         if !needs {
             return self.set_deadline(cx, None);
         }
@@ -143,7 +151,9 @@ impl Lane {
             Some(d) if !progressed => d,
             _ => cx.now.plus(timeout),
         };
-        if let Some(since) = oldest_pending {
+        // While we wait for others to confirm a suspicion, the waiting
+        // request no longer pulls the deadline in (it is already past).
+        if let Some(since) = oldest_pending.filter(|_| !self.suspecting) {
             let since = since.max(self.view_started);
             at = at.min(since.plus(timeout).max(cx.now));
         }
@@ -151,10 +161,37 @@ impl Lane {
     }
 
     /// Remember a peer's `Status` for this lane (finding 7's evidence).
-    pub(crate) fn note_peer_progress(&mut self, cx: &mut Cx, from: ReplicaId, next_undecided: Slot) {
+    pub(crate) fn note_peer_progress(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        st_view: View,
+        next_undecided: Slot,
+        suspects: bool,
+    ) {
         if let Some(p) = self.peer_next.get_mut(from.index()) {
             *p = Some((next_undecided, cx.now));
         }
+        if let Some(p) = self.peer_suspects.get_mut(from.index()) {
+            *p = suspects.then_some((st_view, cx.now));
+        }
+    }
+
+    /// At least f peers suspect censorship in our view: with us, f+1, so at
+    /// least one correct replica sees a request the leaders do not propose.
+    fn suspicion_confirmed(&self, now: Millis) -> bool {
+        let fresh = self
+            .cfg
+            .params
+            .status_interval_ms
+            .saturating_mul(PEER_REPORT_INTERVALS);
+        let others = self
+            .peer_suspects
+            .iter()
+            .flatten()
+            .filter(|(v, at)| *v == self.view && now.0.saturating_sub(at.0) <= fresh)
+            .count();
+        others >= self.cfg.f()
     }
 
     /// f+1 peers reported, recently, a first undecided slot above ours: at
@@ -193,6 +230,17 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
+        // Finding 7: a waiting request that nobody else waits for (ordered
+        // already, e.g. below a checkpoint we installed) is no evidence; a
+        // request the leaders censor waits at every correct replica, so f+1
+        // of us report it and the view changes one status interval later.
+        if self.active && self.timer.censorship_only && !self.suspicion_confirmed(cx.now) {
+            self.suspecting = true;
+            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
+            self.set_deadline(cx, Some(retry));
+            return lo;
+        }
+        self.suspecting = false;
         if self.active {
             self.blame_stuck_slot();
         } else {

@@ -196,6 +196,7 @@ fn status(stable: u64) -> ReplicaMsg {
         view: View(0),
         next_undecided: Slot(0),
         stable_seq: Seq(stable),
+        suspects: false,
     })
 }
 
@@ -304,4 +305,54 @@ fn a_restarted_replica_catches_up_in_the_view_of_the_others() {
         assert_eq!(st.views, vec![View(0)], "replica {i} left view 0");
         assert_eq!(st.view_changing, vec![false], "replica {i}");
     }
+}
+
+fn suspecting_status(from_view: u64) -> ReplicaMsg {
+    ReplicaMsg::Status(Status {
+        lane: L0,
+        view: View(from_view),
+        next_undecided: Slot(0),
+        stable_seq: Seq(0),
+        suspects: true,
+    })
+}
+
+/// Finding 7 (the demo's case): a request waits at one replica only (the
+/// others ordered it below a checkpoint this replica installed, so its pool
+/// cannot know). Its timer expiring is no evidence against the leader: it
+/// reports the suspicion in `Status` and leaves view 0 only once f peers
+/// (f+1 with itself) report it too, as every correct replica does for a
+/// request the leaders really censor.
+#[test]
+fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    handle(&mut r1, 1, Event::Request(s.request(0, 1, b"x")));
+    let t = deadline(&r1).expect("a waiting request arms the timer");
+    let e = handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(
+        !broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
+        "a lone suspicion sends no VIEW-CHANGE"
+    );
+    assert_eq!(r1.status().views, vec![View(0)]);
+    assert_eq!(r1.status().view_changing, vec![false]);
+    let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects)));
+    // Still alone one retry later.
+    let t2 = deadline(&r1).expect("re-armed");
+    handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert_eq!(r1.status().view_changing, vec![false]);
+    // Replica 2 suspects too: f+1 together, the view changes.
+    msg(&mut r1, t2.0 + 1, 2, suspecting_status(0));
+    let t3 = deadline(&r1).expect("re-armed");
+    let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
 }
