@@ -189,6 +189,8 @@ pub struct Lane {
     /// Our timer expired on a waiting request alone (`timer.rs`): we report
     /// it in `Status` and leave the view once f others report it too.
     pub(crate) suspecting: bool,
+    /// Recovered and not yet heard from f+1 peers: the timer waits.
+    pub(crate) awaiting_peers: bool,
     /// A stable checkpoint above `env.stable` that a NEW-VIEW proved and our
     /// low follows (see `install_new_view`); our VIEW-CHANGEs carry it.
     pub(crate) learnt_stable: Option<CheckpointCert>,
@@ -230,6 +232,7 @@ impl Lane {
             peer_next: vec![None; n],
             peer_suspects: vec![None; n],
             suspecting: false,
+            awaiting_peers: false,
             learnt_stable: None,
         }
     }

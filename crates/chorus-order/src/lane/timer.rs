@@ -15,10 +15,14 @@
 //! requests may be ordered already and its restored pre-prepares decided
 //! long ago, so they are no evidence against the leader, and such a replica
 //! would only run off alone to a view nobody else joins (PBFT §4.5.2: leave
-//! a view on f+1 evidence). While catching up, waiting requests do not arm
-//! the timer; open slots and the merger waiting for us still do, and the
-//! decisions the peers send us re-arm it, so a catch-up that stalls still
-//! ends in a view change.
+//! a view on f+1 evidence). While catching up (and after recovery until f+1
+//! peers reported) the timer does not run: a correct replica is ahead, so
+//! the catch-up (notices, state transfer) ends, and reports expire, so f
+//! liars cannot hold it off. A timeout caused only by a waiting request
+//! (suspected censorship) changes the view only once f peers report the
+//! same suspicion in `Status`: a censored request waits at every correct
+//! replica, a request ordered already (e.g. below a checkpoint we
+//! installed) only at us.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
@@ -131,7 +135,6 @@ impl Lane {
         self.timer.seen_next = self.next_undecided;
         let progressed = std::mem::take(&mut self.progressed) || moved;
         let timeout = self.timer.timeout_ms(self.cfg.params.view_change_timeout_ms);
-        let oldest_pending = oldest_pending.filter(|_| !self.catching_up(cx.now));
         if !self.active {
             if self.timer.deadline.is_none() && self.view_change_quorum() {
                 self.set_deadline(cx, Some(cx.now.plus(timeout)));
@@ -140,6 +143,20 @@ impl Lane {
         }
         if oldest_pending.is_none() {
             self.suspecting = false;
+        }
+        // Finding 7: a replica that just recovered has not heard from its
+        // peers yet, and one that f+1 peers report ahead of it is catching
+        // up: neither its waiting requests (maybe ordered already) nor its
+        // restored or lagging open slots are evidence against the leader.
+        if self.awaiting_peers {
+            let heard = self.peer_next.iter().flatten().count();
+            if heard <= self.cfg.f() {
+                return self.set_deadline(cx, None);
+            }
+            self.awaiting_peers = false;
+        }
+        if self.catching_up(cx.now) {
+            return self.set_deadline(cx, None);
         }
         let visible = self.has_open_slots() || self.behind(frontier);
         let needs = oldest_pending.is_some() || visible;
@@ -241,6 +258,17 @@ impl Lane {
             return lo;
         }
         self.suspecting = false;
+        tracing::debug!(
+            lane = ?self.id,
+            view = ?self.view,
+            active = self.active,
+            open = self.has_open_slots(),
+            censorship = self.timer.censorship_only,
+            next = ?self.next_undecided,
+            max_seen = ?self.max_seen,
+            low = ?self.low,
+            "progress timer expired"
+        );
         if self.active {
             self.blame_stuck_slot();
         } else {
