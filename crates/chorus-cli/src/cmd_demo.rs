@@ -225,6 +225,14 @@ async fn demo(a: &Args) -> Result<()> {
         }
     }
     let all_equal = digests.len() == n && digests.windows(2).all(|w| w[0] == w[1]);
+    // Every replica in the same view on every lane: a replica left alone in
+    // a higher view votes in no quorum, so the cluster would have no fault
+    // margin left although the digests agree.
+    let views: Vec<_> = reports
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|s| s.core.views.clone()))
+        .collect();
+    let same_views = views.len() == n && views.windows(2).all(|w| w[0] == w[1]);
     println!(
         "\nacknowledged writes checked: {} of {} distinct keys, lost: {lost}",
         sample.len(),
@@ -239,6 +247,10 @@ async fn demo(a: &Args) -> Result<()> {
             "NO — digests differ"
         }
     );
+    println!(
+        "all replicas in the same view on every lane: {}",
+        if same_views { "yes" } else { "NO — views differ" }
+    );
     if let Some((i, st)) = cluster.exited() {
         println!(
             "replica {i} exited on its own ({st}); last log lines:\n{}",
@@ -251,8 +263,8 @@ async fn demo(a: &Args) -> Result<()> {
             let _ = t.keep();
         }
     }
-    if !all_equal || lost > 0 {
-        bail!("demo found a problem: digests equal = {all_equal}, lost writes = {lost}");
+    if !all_equal || lost > 0 || !same_views {
+        bail!("demo found a problem: digests equal = {all_equal}, same views = {same_views}, lost writes = {lost}");
     }
     Ok(())
 }
@@ -354,9 +366,15 @@ async fn wait_converged(
         for r in config.replica_ids() {
             reports.push(query(config, id, key, r).await.context("status query"));
         }
+        // Converged: same position, state and views (lanes may still be
+        // settling a view change when the load stops).
         let keys: Vec<_> = reports
             .iter()
-            .filter_map(|r| r.as_ref().ok().map(|s| (s.executed_seq, s.state_digest.clone())))
+            .filter_map(|r| {
+                r.as_ref()
+                    .ok()
+                    .map(|s| (s.executed_seq, s.state_digest.clone(), s.core.views.clone()))
+            })
             .collect();
         let converged = keys.len() == reports.len() && keys.windows(2).all(|w| w[0] == w[1]);
         if converged || Instant::now() > deadline {

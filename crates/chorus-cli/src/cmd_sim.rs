@@ -72,6 +72,9 @@ pub struct Args {
     /// every lane.
     #[arg(long)]
     pub no_view_check: bool,
+    /// Leader rotation in cop mode: fixed | block-wise | random (drawn per seed).
+    #[arg(long, default_value = "random")]
+    pub rotation: String,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -116,6 +119,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.byzantine_clients = a.byzantine_clients;
     opts.executor = executor;
     opts.service = a.service.clone();
+    opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {
         return long_run(&opts, minutes, a.verbose);

@@ -188,6 +188,7 @@ impl Validate for NewView {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
         check(self.view_changes.len() <= l.n, "too many view changes")?;
         check(self.reproposals.len() <= l.window_slots, "too many re-proposals")?;
+        check(self.excluded.len() <= l.n, "too many exclusions")?;
         self.view_changes.iter().try_for_each(|v| v.validate(l))
     }
 }

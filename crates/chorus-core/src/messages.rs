@@ -158,6 +158,17 @@ pub struct Reproposal {
     pub digest: Digest,
 }
 
+/// A replica left out of a lane's block-wise leader rotation for slots below
+/// `until` of the view a NEW-VIEW starts, after `failures` view changes it was
+/// blamed for (RCC §III-C: a failed primary is excluded for a period that
+/// doubles with each repeated failure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exclusion {
+    pub replica: ReplicaId,
+    pub failures: u32,
+    pub until: Slot,
+}
+
 /// PBFT new view for one lane, sent by the lane's new-view primary.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewView {
@@ -167,6 +178,10 @@ pub struct NewView {
     pub reproposals: Vec<Reproposal>,
     pub replica: ReplicaId,
     pub sig: Signature,
+    /// Leaders excluded from the view's rotation (at most f; signed with the
+    /// rest, so every replica that enters the view through this NEW-VIEW
+    /// computes the same leader for every slot).
+    pub excluded: Vec<Exclusion>,
 }
 
 impl NewView {
@@ -177,9 +192,10 @@ impl NewView {
             &self.view_changes,
             &self.reproposals,
             self.replica,
+            &self.excluded,
         );
         let bytes = postcard::to_allocvec(&body).unwrap_or_default();
-        Digest::of_parts("chorus new-view v1", &[&bytes])
+        Digest::of_parts("chorus new-view v2", &[&bytes])
     }
 }
 
@@ -192,6 +208,10 @@ pub struct Status {
     pub next_undecided: Slot,
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
+    /// The sender's progress timer expired on a waiting request the lane's
+    /// leaders do not propose (suspected censorship). A replica leaves the
+    /// view for that reason only once f+1 replicas suspect (PBFT §4.5.2).
+    pub suspects: bool,
 }
 
 /// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).

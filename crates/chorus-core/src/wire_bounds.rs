@@ -134,6 +134,12 @@ impl WireBounds {
             slot: SLOT,
             digest: DIGEST,
         });
+        // `Validate` admits at most n exclusions.
+        let exclusion = len(&Exclusion {
+            replica: REPLICA,
+            failures: u32::MAX,
+            until: SLOT,
+        });
         let new_view_body = (len(&NewView {
             lane: LANE,
             view: VIEW,
@@ -141,9 +147,11 @@ impl WireBounds {
             reproposals: vec![],
             replica: REPLICA,
             sig: SIG,
-        }) - 2)
+            excluded: vec![],
+        }) - 3)
             .saturating_add(vec_of(n, view_change_body))
-            .saturating_add(vec_of(window, reproposal));
+            .saturating_add(vec_of(window, reproposal))
+            .saturating_add(vec_of(n, exclusion));
 
         // A request without its operation, with the longer authenticator.
         let bare = |auth| Request {
@@ -216,6 +224,7 @@ impl WireBounds {
                 view: VIEW,
                 next_undecided: SLOT,
                 stable_seq: SEQ,
+                suspects: true,
             })),
             len(&ReplicaMsg::Decided(Decided {
                 lane: LANE,

@@ -107,6 +107,14 @@ fn new_view(c: &ClusterConfig, view_changes: usize, prepares: usize, votes: usiz
             .collect(),
         replica: ReplicaId(u32::MAX),
         sig: SIG,
+        // As many exclusions as `Validate` admits (n), each at its longest.
+        excluded: (0..c.n())
+            .map(|_| Exclusion {
+                replica: ReplicaId(u32::MAX),
+                failures: u32::MAX,
+                until: Slot(u64::MAX),
+            })
+            .collect(),
     }
 }
 

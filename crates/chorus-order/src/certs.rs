@@ -4,8 +4,8 @@
 
 use crate::roles::{new_view_primary, prepares_needed, slot_leader};
 use chorus_core::{
-    CheckpointCert, CheckpointVote, ClusterConfig, Digest, LaneId, PrePrepare, Prepare, PreparedCert,
-    PublicIdentity, ReplicaId, Signature, Slot, View, ViewChange,
+    CheckpointCert, CheckpointVote, ClusterConfig, Digest, LaneId, LeaderRotation, PrePrepare, Prepare,
+    PreparedCert, PublicIdentity, ReplicaId, Signature, Slot, View, ViewChange,
 };
 use std::collections::BTreeSet;
 
@@ -27,7 +27,10 @@ fn key(cfg: &ClusterConfig, r: ReplicaId) -> Option<&PublicIdentity> {
 /// primary. Accepting either is safe: correct replicas accept exactly one
 /// pre-prepare per (lane, view, slot) and a correct primary re-proposes only
 /// slots no correct leader proposes in that view, so two certificates for
-/// different digests would still need a correct replica to vouch twice.
+/// different digests would still need a correct replica to vouch twice. (In
+/// general: each certificate has 2f+1 distinct vouchers, its signer and 2f
+/// preparers; two of them share f+1, one of them correct, and a correct
+/// replica pre-prepares or prepares at most one digest per (view, slot).)
 pub fn pre_prepare_signer(
     cfg: &ClusterConfig,
     lane: LaneId,
@@ -42,6 +45,13 @@ pub fn pre_prepare_signer(
     let mut candidates = vec![leader];
     if view.0 > 0 && primary != leader {
         candidates.push(primary);
+    }
+    // A view's NEW-VIEW may exclude leaders (`lane/penalty.rs`), which moves
+    // slots to other replicas; the verifier need not know that NEW-VIEW: the
+    // certificate stays sound whoever signed it, as long as the signer is not
+    // among the 2f preparers (see above), so any replica's key is tried last.
+    if view.0 > 0 && cfg.params.leader_rotation == LeaderRotation::BlockWise {
+        candidates.extend(cfg.replica_ids().filter(|r| *r != leader && *r != primary));
     }
     candidates
         .into_iter()

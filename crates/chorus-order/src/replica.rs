@@ -276,7 +276,7 @@ impl Replica {
                     return cx.reject("bad-lane");
                 };
                 if let ReplicaMsg::Status(st) = &other {
-                    self.transfer.note_peer_stable(from, st.stable_seq);
+                    self.transfer.note_peer_stable(from, st.stable_seq, now);
                     // One vote per peer per status round (lane 0's status).
                     if st.lane.0 == 0 {
                         if let Some(v) = self.checkpointer.vote_for_peer(st.stable_seq) {

@@ -1,7 +1,7 @@
 //! Who does what: quorum sizes, the new-view primary of a lane, and which
 //! lane's pillar is on checkpoint duty.
 
-use chorus_core::{Cell, ClusterConfig, LaneId, LeaderRotation, ReplicaId, Seq, Slot, View};
+use chorus_core::{Cell, ClusterConfig, Exclusion, LaneId, LeaderRotation, ReplicaId, Seq, Slot, View};
 
 /// Matching commits needed to decide, and the size of a prepared certificate
 /// counting the pre-prepare (PBFT §4.2: 2f+1 when n = 3f+1).
@@ -47,6 +47,33 @@ pub fn slot_leader(cfg: &ClusterConfig, lane: LaneId, slot: Slot, view: View) ->
     cfg.leader(Cell { lane, slot }, view)
 }
 
+/// The leader of `slot` in a view whose NEW-VIEW excluded `excluded`
+/// (`lane/penalty.rs`): block-wise rotation over the replicas not excluded at
+/// that slot. A pure function of the view, the slot and the NEW-VIEW, so every
+/// replica in the view agrees; without exclusions it is `slot_leader`.
+pub fn slot_leader_in(
+    cfg: &ClusterConfig,
+    lane: LaneId,
+    slot: Slot,
+    view: View,
+    excluded: &[Exclusion],
+) -> ReplicaId {
+    let plain = slot_leader(cfg, lane, slot, view);
+    if cfg.params.leader_rotation != LeaderRotation::BlockWise {
+        return plain;
+    }
+    let is_out = |r: ReplicaId| excluded.iter().any(|e| e.replica == r && slot < e.until);
+    let active = cfg.replica_ids().filter(|r| !is_out(*r)).count() as u64;
+    if active == cfg.n() as u64 || active == 0 {
+        return plain;
+    }
+    let k = ((slot.0 % active) + (view.0 % active)) % active;
+    cfg.replica_ids()
+        .filter(|r| !is_out(*r))
+        .nth(k as usize)
+        .unwrap_or(plain)
+}
+
 /// COP §4.2.2: checkpoint duty rotates round-robin over pillars. The
 /// checkpoint at global position `seq` (a multiple of K) is the duty of lane
 /// `(seq / K) mod P`: in the runtime that lane's pillar gathers the votes and
@@ -79,6 +106,38 @@ mod tests {
         p.leader_rotation = LeaderRotation::Fixed;
         let c = ClusterConfig::for_testing(4, 1, p, 1).0;
         assert_eq!(new_view_primary(&c, LaneId(3), View(5)), ReplicaId(1));
+    }
+
+    #[test]
+    fn excluded_replicas_lead_no_slot_until_their_penalty_ends() {
+        let p = ProtocolParams {
+            pillars: 1,
+            mode: chorus_core::OrderingMode::Pbft,
+            checkpoint_interval: 4,
+            leader_rotation: LeaderRotation::BlockWise,
+            ..ProtocolParams::default()
+        };
+        let c = ClusterConfig::for_testing(4, 1, p, 1).0;
+        let ex = [Exclusion {
+            replica: ReplicaId(2),
+            failures: 1,
+            until: Slot(100),
+        }];
+        let leaders: Vec<u32> = (0..100)
+            .map(|s| slot_leader_in(&c, LaneId(0), Slot(s), View(3), &ex).0)
+            .collect();
+        assert!(!leaders.contains(&2));
+        for r in [0, 1, 3] {
+            assert!(leaders.contains(&r));
+        }
+        assert_eq!(
+            slot_leader_in(&c, LaneId(0), Slot(103), View(3), &ex),
+            slot_leader(&c, LaneId(0), Slot(103), View(3))
+        );
+        assert_eq!(
+            slot_leader_in(&c, LaneId(0), Slot(7), View(3), &[]),
+            slot_leader(&c, LaneId(0), Slot(7), View(3))
+        );
     }
 
     #[test]

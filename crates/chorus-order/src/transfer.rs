@@ -22,6 +22,9 @@ use std::sync::Arc;
 /// Byzantine sender announcing a huge chunk count).
 pub const MAX_STATE_BYTES: u64 = 1 << 30;
 
+/// A peer's stable-checkpoint claim counts for this many status intervals.
+const PEER_CLAIM_INTERVALS: u64 = 8;
+
 struct Incoming {
     cert: CheckpointCert,
     source: ReplicaId,
@@ -49,8 +52,8 @@ pub enum Installed {
 pub struct StateTransfer {
     cfg: Arc<ClusterConfig>,
     me: ReplicaId,
-    /// Stable checkpoint each peer last reported in `Status`.
-    peer_stable: Vec<Seq>,
+    /// Stable checkpoint each peer last reported in `Status`, and when.
+    peer_stable: Vec<Option<(Seq, Millis)>>,
     /// The highest valid certificate we know of (from votes or view changes).
     known_cert: Option<Seq>,
     requested: Option<Requested>,
@@ -73,7 +76,7 @@ impl StateTransfer {
         StateTransfer {
             cfg,
             me,
-            peer_stable: vec![Seq(0); n],
+            peer_stable: vec![None; n],
             known_cert: None,
             requested: None,
             incoming: None,
@@ -103,10 +106,36 @@ impl StateTransfer {
         self.retry_floor.map_or(next.next(), |f| f.max(next.next()))
     }
 
-    pub fn note_peer_stable(&mut self, peer: ReplicaId, stable: Seq) {
-        if let Some(s) = self.peer_stable.get_mut(peer.index()) {
-            *s = (*s).max(stable);
+    /// A peer's `Status` claims its stable checkpoint. Claims are unproven,
+    /// so one only counts while fresh (a few status intervals), a report
+    /// replaces the previous one, and a transfer starts only for a
+    /// checkpoint f+1 peers claim (`vouched_stable`): a Byzantine peer's lie
+    /// can neither be remembered for ever nor keep us fetching state.
+    pub fn note_peer_stable(&mut self, peer: ReplicaId, stable: Seq, now: Millis) {
+        let k = self.cfg.params.checkpoint_interval.max(1);
+        if peer == self.me || !stable.0.is_multiple_of(k) {
+            return;
         }
+        if let Some(s) = self.peer_stable.get_mut(peer.index()) {
+            *s = Some((stable, now));
+        }
+    }
+
+    /// The peer's claim if it is recent enough to act on.
+    fn fresh_claim(&self, peer: ReplicaId, now: Millis) -> Seq {
+        let fresh = self.interval_ms().saturating_mul(PEER_CLAIM_INTERVALS);
+        match self.peer_stable.get(peer.index()).copied().flatten() {
+            Some((seq, at)) if now.0.saturating_sub(at.0) <= fresh => seq,
+            _ => Seq(0),
+        }
+    }
+
+    /// The highest checkpoint at least f+1 peers claim, so at least one
+    /// correct replica holds it.
+    fn vouched_stable(&self, now: Millis) -> Seq {
+        let mut claims: Vec<Seq> = self.cfg.replica_ids().map(|r| self.fresh_claim(r, now)).collect();
+        claims.sort_unstable_by(|a, b| b.cmp(a));
+        claims.get(self.cfg.f()).copied().unwrap_or(Seq(0))
     }
 
     /// A valid certificate above our delivery point (already verified).
@@ -135,7 +164,7 @@ impl StateTransfer {
             self.incoming = None;
         }
         let floor = self.floor(next);
-        let best_peer = self.peer_stable.iter().copied().max().unwrap_or(Seq(0));
+        let best_peer = self.vouched_stable(cx.now);
         let target = best_peer.max(self.known_cert.unwrap_or(Seq(0)));
         if target < floor || !(stuck || self.retry_floor.is_some()) {
             return;
@@ -143,7 +172,7 @@ impl StateTransfer {
         let mut candidates: Vec<ReplicaId> = self
             .cfg
             .replica_ids()
-            .filter(|r| *r != self.me && self.peer_stable[r.index()] >= floor)
+            .filter(|r| *r != self.me && self.fresh_claim(*r, cx.now) >= floor)
             .collect();
         if candidates.is_empty() {
             candidates = self.cfg.replica_ids().filter(|r| *r != self.me).collect();

@@ -526,6 +526,7 @@ impl Adversary {
                 view,
                 next_undecided: slot,
                 stable_seq: Seq(slot.0),
+                suspects: slot.0 % 2 == 0,
             }),
             6 => ReplicaMsg::Decided(Decided { lane, slot, digest }),
             7 => ReplicaMsg::FetchBatch(FetchBatch { lane, slot, digest }),

@@ -84,6 +84,8 @@ pub struct SimOptions {
     /// At the end of a run every correct replica must be active in the same
     /// view of every lane (`checker_extra::view_split`).
     pub check_views: bool,
+    /// Leader rotation in cop mode; `None`: drawn per seed.
+    pub rotation: Option<LeaderRotation>,
 }
 
 impl Default for SimOptions {
@@ -107,6 +109,7 @@ impl Default for SimOptions {
             service: "kv".into(),
             executor: ExecutorChoice::Sequential,
             check_views: true,
+            rotation: None,
         }
     }
 }
@@ -271,6 +274,7 @@ impl SimOptions {
             self.executor.name().to_string(),
             d.executor.name().to_string(),
         );
+        flag("rotation", rotation_name(self.rotation).into(), "random".into());
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -317,6 +321,7 @@ impl SimOptions {
                     "--executor {value}: the simulator library only knows sequential; the CLI sets others"
                 ))
             }
+            "rotation" => self.rotation = parse_rotation(value)?,
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
             other => return Err(format!("unknown option --{other}")),
@@ -383,6 +388,24 @@ impl SimOptions {
     /// Does this option set allow any Byzantine replica kind?
     pub fn allows_byzantine_replicas(&self) -> bool {
         self.faults.iter().any(FaultKind::is_byzantine_replica)
+    }
+}
+
+/// `--rotation`: `fixed`, `block-wise`, or `random` (drawn per seed).
+pub fn parse_rotation(value: &str) -> Result<Option<LeaderRotation>, String> {
+    match value {
+        "fixed" => Ok(Some(LeaderRotation::Fixed)),
+        "block-wise" => Ok(Some(LeaderRotation::BlockWise)),
+        "random" => Ok(None),
+        other => Err(format!("--rotation {other:?}: fixed, block-wise or random")),
+    }
+}
+
+pub fn rotation_name(r: Option<LeaderRotation>) -> &'static str {
+    match r {
+        Some(LeaderRotation::Fixed) => "fixed",
+        Some(LeaderRotation::BlockWise) => "block-wise",
+        None => "random",
     }
 }
 

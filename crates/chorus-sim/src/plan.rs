@@ -81,9 +81,14 @@ impl Plan {
             ClientAuthKind::MacVector
         };
         let compact_store = rng.gen_bool(0.5);
-        let leader_rotation = match opts.mode {
+        let drawn_rotation = match opts.mode {
             OrderingMode::Cop if rng.gen_bool(0.5) => LeaderRotation::BlockWise,
             _ => LeaderRotation::Fixed,
+        };
+        // Drawn even when overridden, so the rest of the seed stays the same.
+        let leader_rotation = match opts.mode {
+            OrderingMode::Cop => opts.rotation.unwrap_or(drawn_rotation),
+            OrderingMode::Pbft => drawn_rotation,
         };
         let link_faults = LinkFaults {
             loss_ppm: ppm_if(drawn, FaultKind::Loss, rng, 5_000..=50_000),

@@ -325,6 +325,8 @@ impl SmartAdversary {
             reproposals: plan.reproposals.clone(),
             replica: self.me,
             sig: Signature([0; 64]),
+            // The honest NEW-VIEW's exclusions keep the forgery valid.
+            excluded: honest.excluded.clone(),
         };
         crate::byzantine::resign_new_view(&self.identity, &mut nv);
         let mut out = vec![ReplicaMsg::NewView(nv)];
@@ -492,6 +494,7 @@ mod tests {
             reproposals: vec![],
             replica: ReplicaId(1),
             sig: Signature([0; 64]),
+            excluded: vec![],
         };
         crate::byzantine::resign_new_view(&keys[1], &mut honest);
         let out = adv.outgoing(&mut rng, 0, ReplicaId(0), ReplicaMsg::NewView(honest), &mut c);

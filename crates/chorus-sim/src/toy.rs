@@ -219,6 +219,7 @@ impl<const SEND_BEFORE_PERSIST: bool> SimReplica for Sequencer<SEND_BEFORE_PERSI
                             view: View(0),
                             next_undecided: Slot(self.next_delivery),
                             stable_seq: Seq(0),
+                            suspects: false,
                         }),
                     );
                 }

@@ -19,6 +19,7 @@ impl Lane {
             view: self.view,
             next_undecided: self.next_undecided,
             stable_seq: env.stable_seq,
+            suspects: self.suspecting,
         }));
         if !self.active {
             if let Some(vc) = &self.own_vc {
@@ -30,6 +31,7 @@ impl Lane {
     }
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
+        self.note_peer_progress(cx, from, st.view, st.next_undecided, st.suspects);
         if st.view < self.view && self.active {
             self.resend_new_view(cx, from);
         }

@@ -21,6 +21,7 @@
 
 mod catchup;
 mod normal;
+mod penalty;
 mod plan;
 mod recovery;
 mod slot;
@@ -35,9 +36,10 @@ use crate::counters::Cx;
 use crate::sigkeys::ReplicaKeys;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Millis, NewView, PublicIdentity,
-    ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
+    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Exclusion, Identity, LaneId, Millis, NewView,
+    PublicIdentity, ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
 };
+use penalty::Penalties;
 use slot::SlotState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -176,6 +178,22 @@ pub struct Lane {
     pub(crate) notices: BTreeMap<Slot, BTreeMap<ReplicaId, Digest>>,
     pub(crate) wants: BTreeMap<Slot, Want>,
     pub(crate) nv_sent: Vec<Option<Millis>>,
+    /// Whom we blamed for view changes, merged with what NEW-VIEWs excluded.
+    pub(crate) penalties: Penalties,
+    /// The current view's excluded leaders (from its NEW-VIEW; none in view 0).
+    pub(crate) excluded: Vec<Exclusion>,
+    /// Each peer's last reported `next_undecided` of this lane, and when.
+    pub(crate) peer_next: Vec<Option<(Slot, Millis)>>,
+    /// When each peer last reported suspecting censorship in our view.
+    pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
+    /// Our timer expired on a waiting request alone (`timer.rs`): we report
+    /// it in `Status` and leave the view once f others report it too.
+    pub(crate) suspecting: bool,
+    /// Recovered and not yet heard from f+1 peers: the timer waits.
+    pub(crate) awaiting_peers: bool,
+    /// A stable checkpoint above `env.stable` that a NEW-VIEW proved and our
+    /// low follows (see `install_new_view`); our VIEW-CHANGEs carry it.
+    pub(crate) learnt_stable: Option<CheckpointCert>,
 }
 
 impl Lane {
@@ -209,6 +227,13 @@ impl Lane {
             notices: BTreeMap::new(),
             wants: BTreeMap::new(),
             nv_sent: vec![None; n],
+            penalties: Penalties::new(n),
+            excluded: Vec::new(),
+            peer_next: vec![None; n],
+            peer_suspects: vec![None; n],
+            suspecting: false,
+            awaiting_peers: false,
+            learnt_stable: None,
         }
     }
 

@@ -4,7 +4,7 @@ use super::slot::Accepted;
 use super::{Admit, Decision, Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{PersistRecord, RejectReason};
-use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader};
+use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use crate::verify::VerifiedHint;
 use chorus_core::{
     Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg,
@@ -34,7 +34,13 @@ impl Lane {
                 return Some(new_view_primary(&self.cfg, self.id, self.view));
             }
         }
-        Some(slot_leader(&self.cfg, self.id, slot, self.view))
+        Some(self.leader_of(slot))
+    }
+
+    /// The fresh-proposal leader of `slot` in the current view: the rotation
+    /// minus the leaders the view's NEW-VIEW excluded (`penalty.rs`).
+    pub(crate) fn leader_of(&self, slot: Slot) -> ReplicaId {
+        slot_leader_in(&self.cfg, self.id, slot, self.view, &self.excluded)
     }
 
     pub(crate) fn reproposal_digest(&self, slot: Slot) -> Option<Digest> {
@@ -85,7 +91,7 @@ impl Lane {
         let end = limit.min(self.high());
         let mut s = self.next_free_slot();
         while s < end {
-            if slot_leader(&self.cfg, self.id, s, self.view) == self.me {
+            if self.leader_of(s) == self.me {
                 return Some(s);
             }
             if !eager {
@@ -108,7 +114,7 @@ impl Lane {
         self.active
             && slot >= self.fresh_start()
             && slot < self.high()
-            && slot_leader(&self.cfg, self.id, slot, self.view) == self.me
+            && self.leader_of(slot) == self.me
             && self
                 .slots
                 .get(&slot)
@@ -581,7 +587,8 @@ impl Lane {
         if self.active {
             self.timer.failures = 0;
         }
-        self.progressed = true;
+        // Only contiguous progress re-arms the progress timer (`timer.rs`
+        // compares `next_undecided`), so no `self.progressed` here.
         self.note_seen(slot);
         cx.counters.decided += 1;
         lo.decided.push(Decision { slot, digest, batch });

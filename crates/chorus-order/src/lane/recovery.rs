@@ -89,6 +89,9 @@ impl Lane {
         let lo = LaneOutput::default();
         self.advance_next_undecided();
         self.view_started = cx.now;
+        // Our peers' progress is unknown until their statuses arrive; our
+        // restored pre-prepares may have been decided long ago (`timer.rs`).
+        self.awaiting_peers = true;
         if self.view.0 == 0 {
             self.active = true;
             self.resolve_roles();

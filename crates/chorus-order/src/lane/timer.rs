@@ -3,9 +3,26 @@
 //! While the lane is active the timer runs whenever the lane has work that is
 //! not getting done: pre-prepared slots not yet decided, another lane ahead of
 //! it (the merger waits for this one), or requests waiting to be proposed.
-//! A decision re-arms it, but never past "oldest waiting request + timeout":
-//! like PBFT's per-request timer, this catches a leader that keeps deciding
-//! other requests while censoring one.
+//! Contiguous progress (`next_undecided` moved, the window moved, a new view)
+//! re-arms it, but never past "oldest waiting request + timeout": like
+//! PBFT's per-request timer, this catches a leader that keeps deciding other
+//! requests while censoring one. A decision above a gap does not re-arm it: a
+//! leader that never pre-prepares slot s but lets s+1, s+2, … decide just
+//! under every timeout would otherwise stall delivery without a view change.
+//!
+//! A lane that f+1 peers report ahead of it (at least one correct replica
+//! decided further) is catching up, e.g. after a restart: its pending
+//! requests may be ordered already and its restored pre-prepares decided
+//! long ago, so they are no evidence against the leader, and such a replica
+//! would only run off alone to a view nobody else joins (PBFT §4.5.2: leave
+//! a view on f+1 evidence). While catching up (and after recovery until f+1
+//! peers reported) the timer does not run: a correct replica is ahead, so
+//! the catch-up (notices, state transfer) ends, and reports expire, so f
+//! liars cannot hold it off. A timeout caused only by a waiting request
+//! (suspected censorship) changes the view only once f peers report the
+//! same suspicion in `Status`: a censored request waits at every correct
+//! replica, a request ordered already (e.g. below a checkpoint we
+//! installed) only at us.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
@@ -18,16 +35,32 @@
 use super::{Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{Action, TimerId};
-use chorus_core::{Millis, Seq};
+use crate::roles::new_view_primary;
+use chorus_core::{Millis, ReplicaId, Seq, Slot, View};
 
-/// Back-off stops doubling after 2^6 = 64 × the base timeout.
-const MAX_BACKOFF_SHIFT: u32 = 6;
+/// Back-off stops doubling at 2^4 = 16 × the base timeout. The doubling is
+/// only there to outgrow an unknown message delay after GST (PBFT §4.5.2);
+/// 16 × the base (32 s with the default 2 s) is far above any round trip a
+/// view change needs, while a higher cap makes every view whose primary is
+/// faulty cost that much more once several views in a row failed (with
+/// f faulty new-view primaries in a row, the sum of the waits is what
+/// clients see).
+const MAX_BACKOFF_SHIFT: u32 = 4;
+
+/// A peer's progress report counts for this many status intervals.
+const PEER_REPORT_INTERVALS: u64 = 4;
 
 #[derive(Default, Debug)]
 pub(crate) struct ProgressTimer {
     pub deadline: Option<Millis>,
     /// View changes in a row without a decision in between.
     pub failures: u32,
+    /// `next_undecided` when the timer was last evaluated: progress is
+    /// contiguous progress only.
+    pub seen_next: Slot,
+    /// The deadline was armed only by a waiting request (no open slot, the
+    /// merger not waiting for us): suspected censorship.
+    pub censorship_only: bool,
 }
 
 impl ProgressTimer {
@@ -98,7 +131,9 @@ impl Lane {
     /// bound). `frontier`: the highest global position pre-prepared or decided
     /// in any lane.
     pub fn refresh_timer(&mut self, cx: &mut Cx, oldest_pending: Option<Millis>, frontier: Option<Seq>) {
-        let progressed = std::mem::take(&mut self.progressed);
+        let moved = self.timer.seen_next != self.next_undecided;
+        self.timer.seen_next = self.next_undecided;
+        let progressed = std::mem::take(&mut self.progressed) || moved;
         let timeout = self.timer.timeout_ms(self.cfg.params.view_change_timeout_ms);
         if !self.active {
             if self.timer.deadline.is_none() && self.view_change_quorum() {
@@ -106,7 +141,26 @@ impl Lane {
             }
             return;
         }
-        let needs = oldest_pending.is_some() || self.has_open_slots() || self.behind(frontier);
+        if oldest_pending.is_none() {
+            self.suspecting = false;
+        }
+        // Finding 7: a replica that just recovered has not heard from its
+        // peers yet, and one that f+1 peers report ahead of it is catching
+        // up: neither its waiting requests (maybe ordered already) nor its
+        // restored or lagging open slots are evidence against the leader.
+        if self.awaiting_peers {
+            let heard = self.peer_next.iter().flatten().count();
+            if heard <= self.cfg.f() {
+                return self.set_deadline(cx, None);
+            }
+            self.awaiting_peers = false;
+        }
+        if self.catching_up(cx.now) {
+            return self.set_deadline(cx, None);
+        }
+        let visible = self.has_open_slots() || self.behind(frontier);
+        let needs = oldest_pending.is_some() || visible;
+        self.timer.censorship_only = !visible;
         if !needs {
             return self.set_deadline(cx, None);
         }
@@ -114,11 +168,74 @@ impl Lane {
             Some(d) if !progressed => d,
             _ => cx.now.plus(timeout),
         };
-        if let Some(since) = oldest_pending {
+        // While we wait for others to confirm a suspicion, the waiting
+        // request no longer pulls the deadline in (it is already past).
+        if let Some(since) = oldest_pending.filter(|_| !self.suspecting) {
             let since = since.max(self.view_started);
             at = at.min(since.plus(timeout).max(cx.now));
         }
         self.set_deadline(cx, Some(at));
+    }
+
+    /// Remember a peer's `Status` for this lane (finding 7's evidence).
+    pub(crate) fn note_peer_progress(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        st_view: View,
+        next_undecided: Slot,
+        suspects: bool,
+    ) {
+        if let Some(p) = self.peer_next.get_mut(from.index()) {
+            *p = Some((next_undecided, cx.now));
+        }
+        if let Some(p) = self.peer_suspects.get_mut(from.index()) {
+            *p = suspects.then_some((st_view, cx.now));
+        }
+    }
+
+    /// At least f peers suspect censorship in our view: with us, f+1, so at
+    /// least one correct replica sees a request the leaders do not propose.
+    fn suspicion_confirmed(&self, now: Millis) -> bool {
+        let fresh = self
+            .cfg
+            .params
+            .status_interval_ms
+            .saturating_mul(PEER_REPORT_INTERVALS);
+        let others = self
+            .peer_suspects
+            .iter()
+            .flatten()
+            .filter(|(v, at)| *v == self.view && now.0.saturating_sub(at.0) <= fresh)
+            .count();
+        others >= self.cfg.f()
+    }
+
+    /// f+1 peers reported, recently, a first undecided slot above ours: at
+    /// least one correct replica decided further, and we are catching up.
+    /// Reports expire, so f liars cannot hold the timer off alone for ever.
+    pub(crate) fn catching_up(&self, now: Millis) -> bool {
+        let fresh = self
+            .cfg
+            .params
+            .status_interval_ms
+            .saturating_mul(PEER_REPORT_INTERVALS);
+        let ahead = self
+            .peer_next
+            .iter()
+            .flatten()
+            .filter(|(next, at)| *next > self.next_undecided && now.0.saturating_sub(at.0) <= fresh)
+            .count();
+        ahead > self.cfg.f()
+    }
+
+    /// Blame whoever should have moved the lane past the slot it is stuck
+    /// at in the current view (`penalty.rs`).
+    pub(crate) fn blame_stuck_slot(&mut self) {
+        let stuck = self.next_undecided;
+        if let Some(r) = self.proposer_of(stuck).filter(|r| *r != self.me) {
+            self.penalties.blame(&self.cfg, r, stuck);
+        }
     }
 
     /// `TimerId::ViewChange(lane)` fired. Stale firings (the deadline moved)
@@ -130,6 +247,37 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
+        // Finding 7: a waiting request that nobody else waits for (ordered
+        // already, e.g. below a checkpoint we installed) is no evidence; a
+        // request the leaders censor waits at every correct replica, so f+1
+        // of us report it and the view changes one status interval later.
+        if self.active && self.timer.censorship_only && !self.suspicion_confirmed(cx.now) {
+            self.suspecting = true;
+            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
+            self.set_deadline(cx, Some(retry));
+            return lo;
+        }
+        self.suspecting = false;
+        tracing::debug!(
+            lane = ?self.id,
+            view = ?self.view,
+            active = self.active,
+            open = self.has_open_slots(),
+            censorship = self.timer.censorship_only,
+            next = ?self.next_undecided,
+            max_seen = ?self.max_seen,
+            low = ?self.low,
+            "progress timer expired"
+        );
+        if self.active {
+            self.blame_stuck_slot();
+        } else {
+            // PBFT §4.5.2: the new-view primary did not send NEW-VIEW in time.
+            let primary = new_view_primary(&self.cfg, self.id, self.view);
+            if primary != self.me {
+                self.penalties.blame(&self.cfg, primary, self.next_undecided);
+            }
+        }
         // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
         let target = self.view.next();
         self.start_view_change(cx, target, env, &mut lo);

@@ -10,6 +10,7 @@
 //! change, every certificate, and the recomputed re-proposals) before
 //! entering the view.
 
+use super::penalty::check_exclusions;
 use super::plan::{plan_new_view, NewViewPlan};
 use super::{Lane, LaneEnv, LaneOutput, NvRange, StoredVc, WantReason, MAX_VIEW};
 use crate::certs::{low_slot_of, verify_view_change, verify_view_change_sig};
@@ -42,6 +43,7 @@ impl Lane {
         self.active = false;
         self.nv = None;
         self.nv_msg = None;
+        self.excluded.clear();
         for st in self.slots.values_mut() {
             st.clear_votes();
         }
@@ -70,7 +72,14 @@ impl Lane {
     /// and, for every slot above it inside its window, our prepared
     /// certificate with the highest view below the target.
     pub(crate) fn build_view_change(&self, env: &LaneEnv) -> ViewChange {
-        let vc_low = low_slot_of(&self.cfg, env.stable);
+        // A checkpoint a NEW-VIEW proved may be above the one we hold; our low
+        // follows it, so it is the one that covers the slots we dropped.
+        let stable = match (env.stable, &self.learnt_stable) {
+            (Some(e), Some(l)) if l.seq > e.seq => Some(l),
+            (None, Some(l)) => Some(l),
+            (e, _) => e,
+        };
+        let vc_low = low_slot_of(&self.cfg, stable);
         // PBFT §4.4: the certificates must cover every slot above the
         // checkpoint we send; a log truncated above it would omit some.
         debug_assert!(
@@ -92,7 +101,7 @@ impl Lane {
         let mut vc = ViewChange {
             lane: self.id,
             new_view: self.view,
-            stable: env.stable.cloned(),
+            stable: stable.cloned(),
             prepared,
             replica: self.me,
             sig: Signature([0; 64]),
@@ -149,6 +158,18 @@ impl Lane {
         }
         higher.sort_unstable_by(|a, b| b.cmp(a));
         let target = higher[f];
+        // We did not time out, but a leader that never pre-prepared the slot
+        // we are stuck at is to blame here too (`penalty.rs`).
+        if self.active {
+            let stuck = self.next_undecided;
+            if self
+                .slots
+                .get(&stuck)
+                .is_none_or(|st| st.accepted_in(self.view).is_none())
+            {
+                self.blame_stuck_slot();
+            }
+        }
         self.start_view_change(cx, target, env, lo);
     }
 
@@ -197,6 +218,7 @@ impl Lane {
             return;
         }
         let plan = plan_new_view(&self.cfg, &chosen);
+        let fresh = Slot(plan.low.0 + plan.reproposals.len() as u64);
         let mut nv = NewView {
             lane: self.id,
             view,
@@ -204,6 +226,7 @@ impl Lane {
             reproposals: plan.reproposals.clone(),
             replica: self.me,
             sig: Signature([0; 64]),
+            excluded: self.penalties.exclusions(&self.cfg, fresh),
         };
         nv.sig = self.identity.sign(nv.signing_digest().as_bytes());
         tracing::debug!(lane = ?self.id, ?view, reproposals = nv.reproposals.len(), "sending new view");
@@ -278,6 +301,8 @@ impl Lane {
         if plan.reproposals != nv.reproposals {
             return Err("nv-reproposal-mismatch");
         }
+        let fresh = Slot(plan.low.0 + plan.reproposals.len() as u64);
+        check_exclusions(&self.cfg, &nv.excluded, fresh)?;
         Ok(plan)
     }
 
@@ -297,9 +322,27 @@ impl Lane {
                 st.clear_votes();
             }
         }
+        // PBFT §4.4: min-s may be a checkpoint above ours, and the view's
+        // window starts there. Re-proposals up to `min-s + L` would fall
+        // above our window, so move the low there first (finding 8); the
+        // certificate proves the slots below, state transfer brings their
+        // state, and our VIEW-CHANGEs carry it from now on.
+        let plan_low = plan.low;
+        if plan_low > self.low {
+            if let Some(c) = plan.stable.clone() {
+                debug_assert_eq!(low_slot_of(&self.cfg, Some(&c)), plan_low);
+                let old_low = self.low;
+                self.learnt_stable = Some(c);
+                self.truncate_below(plan_low);
+                // Pool entries in flight below are no longer ours to decide.
+                lo.release_from = Some(old_low);
+            }
+        }
         self.view = nv.view;
         self.active = true;
         self.view_started = cx.now;
+        self.excluded = nv.excluded.clone();
+        self.penalties.adopt(&nv.excluded);
         self.nv = Some(NvRange {
             low: plan.low,
             digests: nv.reproposals.iter().map(|r| r.digest).collect(),
@@ -313,7 +356,7 @@ impl Lane {
         if let Some(c) = plan.stable.filter(|c| c.seq > env.stable_seq) {
             lo.higher_stable = Some(c);
         }
-        lo.release_from = Some(plan.low);
+        lo.release_from = Some(lo.release_from.map_or(plan.low, |r| r.min(plan.low)));
         self.resolve_roles();
         tracing::debug!(lane = ?self.id, ?view, "entered view");
         if new_view_primary(&self.cfg, self.id, view) == self.me {

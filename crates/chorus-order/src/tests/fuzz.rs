@@ -35,6 +35,7 @@ fn fixture() -> &'static (Setup, Vec<ReplicaMsg>) {
             reproposals: vec![],
             replica: ReplicaId(1),
             sig: Signature([0; 64]),
+            excluded: Vec::new(),
         };
         nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
         let ckpt = s.checkpoint_cert(4, Digest::of(b"s"), &[0, 1, 2]);
@@ -50,6 +51,7 @@ fn fixture() -> &'static (Setup, Vec<ReplicaMsg>) {
                 view: View(0),
                 next_undecided: Slot(0),
                 stable_seq: Seq(0),
+                suspects: false,
             }),
             ReplicaMsg::Decided(Decided {
                 lane: LaneId(0),
@@ -189,7 +191,7 @@ proptest! {
                 c.lane = LaneId(lane);
                 ReplicaMsg::Commit(c)
             }
-            2 => ReplicaMsg::Status(Status { lane: LaneId(lane), view: View(view), next_undecided: Slot(slot), stable_seq: Seq(seq) }),
+            2 => ReplicaMsg::Status(Status { lane: LaneId(lane), view: View(view), next_undecided: Slot(slot), stable_seq: Seq(seq), suspects: seq % 2 == 0 }),
             3 => ReplicaMsg::Decided(Decided { lane: LaneId(lane), slot: Slot(slot), digest: d }),
             4 => ReplicaMsg::FetchBatch(FetchBatch { lane: LaneId(lane), slot: Slot(slot), digest: d }),
             5 => ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(seq) }),

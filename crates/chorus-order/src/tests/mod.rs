@@ -14,6 +14,7 @@ mod harness;
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
+mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

@@ -188,6 +188,7 @@ fn lagging_replica_fetches_state_in_chunks_and_resumes_at_the_checkpoint() {
             view: View(0),
             next_undecided: Slot(2),
             stable_seq: Seq(2),
+            suspects: false,
         };
         msg(&mut r, 1, peer, ReplicaMsg::Status(status));
     }
@@ -250,6 +251,7 @@ fn a_snapshot_that_does_not_match_its_certificate_is_discarded_and_fetched_again
             view: View(0),
             next_undecided: Slot(2),
             stable_seq: Seq(2),
+            suspects: false,
         };
         msg(&mut r, 1, peer, ReplicaMsg::Status(status));
     }
@@ -330,6 +332,7 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
         reproposals: plan.reproposals,
         replica: ReplicaId(1),
         sig: Signature([0; 64]),
+        excluded: Vec::new(),
     };
     nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
     msg(&mut r, 20, 1, ReplicaMsg::NewView(nv));

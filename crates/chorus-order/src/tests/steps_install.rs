@@ -188,8 +188,14 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
             view: View(0),
             next_undecided: Slot(2),
             stable_seq: Seq(2),
+            suspects: false,
         };
         msg(&mut r2, 10, peer, ReplicaMsg::Status(status));
+    }
+    // Two claims are not f+1 (finding 12a); the certificate itself is
+    // evidence: 3, 4 and 5 re-send their pending votes, which reach 2.
+    for v in &cert.votes {
+        msg(&mut r2, 11, v.replica.0, ReplicaMsg::Checkpoint(v.clone()));
     }
     handle(&mut r2, 50, Event::Timer(TimerId::Status));
     let e = handle(&mut r2, 100, Event::Timer(TimerId::Status));
@@ -257,6 +263,7 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
         reproposals: plan.reproposals.clone(),
         replica: ReplicaId(1),
         sig: Signature([0; 64]),
+        excluded: vec![],
     };
     nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
     let batch0 = match slot0 {
@@ -322,12 +329,14 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
     );
     let snap = Bytes::from_static(b"the state at 2");
     let cert = s.checkpoint_cert(2, Digest::of(&snap), &[0, 1, 3, 4, 5]);
-    for peer in [3u32, 4] {
+    // f+1 peers claim it (finding 12a: fewer could be lying).
+    for peer in [3u32, 4, 5] {
         let status = Status {
             lane: L0,
             view: View(0),
             next_undecided: Slot(2),
             stable_seq: Seq(2),
+            suspects: false,
         };
         msg(&mut r2, 10, peer, ReplicaMsg::Status(status));
     }

@@ -72,6 +72,7 @@ fn status(view: u64, next: u64) -> ReplicaMsg {
         view: View(view),
         next_undecided: Slot(next),
         stable_seq: chorus_core::Seq(0),
+        suspects: false,
     })
 }
 

@@ -1,0 +1,133 @@
+//! Leaders that cost a view change leave the block-wise rotation for a while
+//! (RCC §III-C: a primary that failed is replaced for a period that doubles
+//! with every repeated failure; SAREK's preferred leader in spirit).
+//!
+//! With block-wise rotation a silent replica leads every n-th slot of every
+//! lane, and each of those slots costs a view-change timeout. Each replica
+//! keeps a local record of whom it blamed for leaving a view (the leader of
+//! the slot the lane was stuck at, or the new-view primary that never sent
+//! NEW-VIEW). The local record never decides a leader by itself: the
+//! new-view primary copies its record into the NEW-VIEW (`excluded`, at most
+//! f entries), which is signed and validated with the rest, so every replica
+//! that enters the view through that NEW-VIEW computes the same leader for
+//! every slot (`roles::slot_leader_in`). Replicas merge the exclusions of
+//! every NEW-VIEW they accept into their record, so the next primary knows
+//! them even if it did not see the failures itself.
+//!
+//! Safety does not depend on who leads: a correct replica pre-prepares or
+//! prepares at most one digest per (view, slot), whoever it believes leads,
+//! and a prepared certificate is checked against its actual signer
+//! (`certs::pre_prepare_signer`). A Byzantine primary that names correct
+//! replicas only moves load for a bounded number of slots.
+
+use chorus_core::{ClusterConfig, Exclusion, LeaderRotation, ReplicaId, Slot};
+
+/// The exclusion doubles with each failure up to 2^6 windows.
+pub(crate) const MAX_PENALTY_SHIFT: u32 = 6;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Penalty {
+    /// View changes this replica was blamed for (saturating).
+    pub failures: u32,
+    /// Excluded from leading slots below this one.
+    pub until: Slot,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Penalties {
+    pub by_replica: Vec<Penalty>,
+}
+
+/// Slots a replica is excluded for after its `failures`-th failure.
+pub(crate) fn penalty_slots(cfg: &ClusterConfig, failures: u32) -> u64 {
+    let shift = failures.saturating_sub(1).min(MAX_PENALTY_SHIFT);
+    cfg.params.window_slots.max(1).saturating_mul(1 << shift)
+}
+
+/// The furthest an exclusion may reach above the first fresh slot of a view.
+pub(crate) fn max_exclusion_reach(cfg: &ClusterConfig) -> u64 {
+    penalty_slots(cfg, MAX_PENALTY_SHIFT + 1).saturating_add(cfg.params.window_slots)
+}
+
+impl Penalties {
+    pub fn new(n: usize) -> Penalties {
+        Penalties {
+            by_replica: vec![Penalty::default(); n],
+        }
+    }
+
+    /// `r` cost a view change while the lane was stuck at `at`.
+    pub fn blame(&mut self, cfg: &ClusterConfig, r: ReplicaId, at: Slot) {
+        let Some(p) = self.by_replica.get_mut(r.index()) else {
+            return;
+        };
+        p.failures = p.failures.saturating_add(1).min(MAX_PENALTY_SHIFT + 1);
+        let until = Slot(at.0.saturating_add(penalty_slots(cfg, p.failures)));
+        p.until = p.until.max(until);
+    }
+
+    /// Merge the exclusions of a NEW-VIEW we accepted.
+    pub fn adopt(&mut self, excluded: &[Exclusion]) {
+        for e in excluded {
+            if let Some(p) = self.by_replica.get_mut(e.replica.index()) {
+                p.failures = p.failures.max(e.failures.min(MAX_PENALTY_SHIFT + 1));
+                p.until = p.until.max(e.until);
+            }
+        }
+    }
+
+    /// What a NEW-VIEW whose fresh slots start at `from` excludes: the (at
+    /// most f) replicas still penalised there, most-failed first. Only
+    /// block-wise rotation has per-slot leaders to skip.
+    pub fn exclusions(&self, cfg: &ClusterConfig, from: Slot) -> Vec<Exclusion> {
+        if cfg.params.leader_rotation != LeaderRotation::BlockWise {
+            return Vec::new();
+        }
+        let reach = Slot(from.0.saturating_add(max_exclusion_reach(cfg)));
+        let mut out: Vec<Exclusion> = self
+            .by_replica
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.until > from)
+            .map(|(i, p)| Exclusion {
+                replica: ReplicaId(i as u32),
+                failures: p.failures,
+                until: p.until.min(reach),
+            })
+            .collect();
+        out.sort_by(|a, b| (b.failures, b.until, a.replica).cmp(&(a.failures, a.until, b.replica)));
+        out.truncate(cfg.f());
+        out.sort_by_key(|e| e.replica);
+        out
+    }
+}
+
+/// A NEW-VIEW's exclusions are well-formed: at most f distinct replicas, only
+/// with block-wise rotation, none reaching further than a primary could have
+/// blamed (a Byzantine primary cannot exclude anyone for ever).
+pub(crate) fn check_exclusions(
+    cfg: &ClusterConfig,
+    excluded: &[Exclusion],
+    from: Slot,
+) -> Result<(), &'static str> {
+    if excluded.is_empty() {
+        return Ok(());
+    }
+    if cfg.params.leader_rotation != LeaderRotation::BlockWise || excluded.len() > cfg.f() {
+        return Err("nv-bad-exclusions");
+    }
+    let reach = from.0.saturating_add(max_exclusion_reach(cfg));
+    let mut last: Option<ReplicaId> = None;
+    for e in excluded {
+        if e.replica.index() >= cfg.n()
+            || last.is_some_and(|l| e.replica <= l)
+            || e.failures == 0
+            || e.failures > MAX_PENALTY_SHIFT + 1
+            || e.until.0 > reach
+        {
+            return Err("nv-bad-exclusions");
+        }
+        last = Some(e.replica);
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! Liveness under Byzantine leaders, catch-up and view-change corner cases
+//! (issue 8, findings 2, 3, 7, 8, 12a).
+
+use super::harness::Cluster;
+use super::util::{broadcasts, effects, params, sends, setup, Setup};
+use crate::io::{Action, Event, Outbox, TimerId};
+use crate::replica::Replica;
+use chorus_core::{
+    Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Signature, Slot,
+    Status, View, ViewChange,
+};
+
+const L0: LaneId = LaneId(0);
+
+fn replica(s: &Setup, me: u32) -> Replica {
+    let mut out = Outbox::new();
+    Replica::new(
+        s.cfg.clone(),
+        ReplicaId(me),
+        s.keys[me as usize].clone(),
+        Millis(0),
+        &mut out,
+    )
+}
+
+fn handle(r: &mut Replica, now: u64, ev: Event) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(Millis(now), ev, &mut out);
+    effects(&mut out)
+}
+
+fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
+    handle(
+        r,
+        now,
+        Event::Message {
+            from: ReplicaId(from),
+            msg: m,
+        },
+    )
+}
+
+fn deadline(r: &Replica) -> Option<Millis> {
+    r.lane(L0).and_then(|l| l.timer_deadline())
+}
+
+/// Replicas `from` prepare and commit `batch` at `slot` (view 0), so that
+/// replica `me` decides it.
+fn decide_at(s: &Setup, r: &mut Replica, me: u32, now: u64, slot: u64, batch: &Batch) {
+    let d = batch.digest();
+    for p in [1, 2, 3].into_iter().filter(|p| *p != me) {
+        msg(r, now, p, ReplicaMsg::Prepare(s.prepare(p, 0, 0, slot, d)));
+    }
+    for p in [0, 1, 2, 3].into_iter().filter(|p| *p != me) {
+        msg(r, now, p, ReplicaMsg::Commit(s.commit(p, 0, 0, slot, d)));
+    }
+}
+
+/// Finding 3: a primary that never pre-prepares slot 0 but lets slot 1 decide
+/// just before the timeout must not push the timer back: delivery waits for
+/// slot 0, so nothing progressed.
+#[test]
+fn a_decision_above_a_gap_does_not_rearm_the_progress_timer() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    let b1 = s.batch(0, 1..2);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 1, &b1)),
+    );
+    let armed = deadline(&r1).expect("an open slot arms the timer");
+    decide_at(&s, &mut r1, 1, armed.0 - 10, 1, &b1);
+    assert_eq!(
+        r1.lane(L0).map(|l| l.next_undecided()),
+        Some(Slot(0)),
+        "slot 1 decided, slot 0 still open"
+    );
+    assert_eq!(
+        deadline(&r1),
+        Some(armed),
+        "a decision above the gap is not progress"
+    );
+    // Contiguous progress does re-arm (here: nothing is left to wait for).
+    let b0 = s.batch(1, 1..2);
+    msg(
+        &mut r1,
+        armed.0 - 5,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
+    );
+    decide_at(&s, &mut r1, 1, armed.0 - 5, 0, &b0);
+    assert_eq!(r1.lane(L0).map(|l| l.next_undecided()), Some(Slot(2)));
+    assert_ne!(deadline(&r1), Some(armed));
+}
+
+fn view_change(
+    s: &Setup,
+    replica: u32,
+    view: u64,
+    stable: Option<chorus_core::CheckpointCert>,
+    prepared: Vec<chorus_core::PreparedCert>,
+) -> ViewChange {
+    let mut vc = ViewChange {
+        lane: L0,
+        new_view: View(view),
+        stable,
+        prepared,
+        replica: ReplicaId(replica),
+        sig: Signature([0; 64]),
+    };
+    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc
+}
+
+/// Finding 8: the new-view primary (replica 1) holds no stable checkpoint
+/// (low 0, window [0, 16)); the view changes of 2 and 3 carry checkpoint 16
+/// and a prepared certificate at slot 20. The view's window is [16, 32): the
+/// primary must re-propose slots 16..=20 although they are above its own
+/// window, instead of leaving the lane to change view again.
+#[test]
+fn new_view_primary_behind_the_new_checkpoint_reproposes_the_whole_range() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    assert_eq!(s.cfg.params.window_slots, 16);
+    let mut r1 = replica(&s, 1);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &s.batch(0, 1..2))),
+    );
+    let t = deadline(&r1).expect("armed");
+    handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    let cert = s.checkpoint_cert(16, Digest::of(b"state at 16"), &[0, 2, 3]);
+    let c = s.batch(1, 1..3);
+    let pc = s.prepared_cert(0, 0, 0, 20, &c, &[2, 3]);
+    msg(
+        &mut r1,
+        t.0 + 1,
+        2,
+        ReplicaMsg::ViewChange(view_change(&s, 2, 1, Some(cert.clone()), vec![pc.clone()])),
+    );
+    let e = msg(
+        &mut r1,
+        t.0 + 2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 1, Some(cert), vec![pc])),
+    );
+    let nv = broadcasts(&e)
+        .into_iter()
+        .find_map(|m| match m {
+            ReplicaMsg::NewView(nv) => Some(nv),
+            _ => None,
+        })
+        .expect("new view sent");
+    assert_eq!(nv.reproposals.first().map(|r| r.slot), Some(Slot(16)));
+    assert_eq!(nv.reproposals.last().map(|r| r.slot), Some(Slot(20)));
+    let proposed: Vec<Slot> = broadcasts(&e)
+        .into_iter()
+        .filter_map(|m| match m {
+            ReplicaMsg::PrePrepare(pp) => Some(pp.slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        proposed,
+        vec![Slot(16), Slot(17), Slot(18), Slot(19)],
+        "the no-ops are pre-prepared at once"
+    );
+    assert!(
+        sends(&e)
+            .iter()
+            .any(|(_, m)| matches!(m, ReplicaMsg::FetchBatch(f) if f.slot == Slot(20))),
+        "the batch of slot 20 is fetched to be re-proposed"
+    );
+    assert_eq!(r1.lane(L0).map(|l| l.low()), Some(Slot(16)));
+    // Our next VIEW-CHANGE carries the checkpoint that covers the new low.
+    let t2 = deadline(&r1).expect("open re-proposals arm the timer");
+    let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    let vc = broadcasts(&e)
+        .into_iter()
+        .find_map(|m| match m {
+            ReplicaMsg::ViewChange(vc) => Some(vc),
+            _ => None,
+        })
+        .expect("view change to 2");
+    assert_eq!(vc.stable.map(|c| c.seq), Some(Seq(16)));
+}
+
+fn status(stable: u64) -> ReplicaMsg {
+    ReplicaMsg::Status(Status {
+        lane: L0,
+        view: View(0),
+        next_undecided: Slot(0),
+        stable_seq: Seq(stable),
+        suspects: false,
+    })
+}
+
+fn state_requests(e: &[Action]) -> usize {
+    sends(e)
+        .iter()
+        .filter(|(_, m)| matches!(m, ReplicaMsg::StateRequest(_)))
+        .count()
+}
+
+/// Finding 12a: one peer (f = 1) claiming a far checkpoint cannot make a
+/// replica fetch state; f+1 claims can, and claims expire.
+#[test]
+fn one_peers_stable_claim_does_not_start_a_state_transfer() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut r0 = replica(&s, 0);
+    let tick = s.cfg.params.status_interval_ms;
+    let mut requests = 0;
+    for i in 1..=6 {
+        msg(&mut r0, i * tick - 1, 3, status(400));
+        requests += state_requests(&handle(&mut r0, i * tick, Event::Timer(TimerId::Status)));
+    }
+    assert_eq!(requests, 0, "a lone claim is not evidence");
+    let mut requests = 0;
+    for i in 7..=9 {
+        msg(&mut r0, i * tick - 1, 3, status(400));
+        msg(&mut r0, i * tick - 1, 2, status(400));
+        requests += state_requests(&handle(&mut r0, i * tick, Event::Timer(TimerId::Status)));
+    }
+    assert!(requests > 0, "f+1 claims start a transfer");
+}
+
+/// Finding 2: with block-wise rotation a crashed replica leads every n-th
+/// slot; once blamed for a view change it is excluded by the next NEW-VIEW,
+/// for a period that doubles, instead of costing a view change every n slots.
+#[test]
+fn a_silent_replica_costs_few_view_changes_with_blockwise_rotation() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::BlockWise;
+    let mut c = Cluster::new(4, 4, p);
+    c.crash(2);
+    let mut reqs = Vec::new();
+    for seq in 1..=60 {
+        for cl in 0..4 {
+            c.submit(cl, seq);
+            reqs.push((cl, seq));
+        }
+        c.run_for(30);
+    }
+    assert!(
+        c.run_until(120_000, |c| c.all_executed(&reqs)),
+        "every request executes"
+    );
+    c.check_agreement();
+    let slots = c.replica(0).lane(L0).map(|l| l.next_undecided().0).unwrap_or(0);
+    let vcs = c.replica(0).status().counters.view_changes;
+    assert!(slots >= 40, "enough slots to matter ({slots})");
+    assert!(
+        vcs <= 6,
+        "{vcs} view changes over {slots} slots: the silent replica kept its slots"
+    );
+}
+
+/// Finding 7: a replica restarted while the others kept ordering catches up
+/// a long backlog through `Decided` notices. Client retransmissions of
+/// requests the others ordered while it was down reach it at once; they wait
+/// in its pool until the catch-up reaches their slots, longer than the
+/// view-change timeout. That is no evidence against the leader (f+1 peers
+/// report progress beyond ours): the replica must not run off alone to view 1
+/// and end there while everyone else is in view 0.
+#[test]
+fn a_restarted_replica_catches_up_in_the_view_of_the_others() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    // No checkpoint during the outage: the backlog is caught up slot by slot.
+    p.checkpoint_interval = 1024;
+    p.window_slots = 2048;
+    p.max_lane_drift_slots = 2048;
+    let mut c = Cluster::new(4, 3, p);
+    let mut reqs = Vec::new();
+    let mut seq = 0;
+    let mut rounds = |c: &mut Cluster, reqs: &mut Vec<(usize, u64)>, n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            for cl in 0..3 {
+                c.submit(cl, seq);
+                reqs.push((cl, seq));
+            }
+            c.run_for(5);
+        }
+    };
+    rounds(&mut c, &mut reqs, 10);
+    c.crash(3);
+    rounds(&mut c, &mut reqs, 800);
+    c.restart(3);
+    let retransmitted: Vec<(usize, u64)> = reqs.iter().rev().take(60).copied().collect();
+    for (cl, s) in retransmitted {
+        c.submit_to(cl, s, &[3]);
+    }
+    rounds(&mut c, &mut reqs, 40);
+    assert!(c.run_until(30_000, |c| c.all_executed(&reqs)));
+    c.run_for(3_000);
+    c.check_agreement();
+    for i in 0..4 {
+        let st = c.replica(i).status();
+        assert_eq!(st.views, vec![View(0)], "replica {i} left view 0");
+        assert_eq!(st.view_changing, vec![false], "replica {i}");
+    }
+}
+
+fn suspecting_status(from_view: u64) -> ReplicaMsg {
+    ReplicaMsg::Status(Status {
+        lane: L0,
+        view: View(from_view),
+        next_undecided: Slot(0),
+        stable_seq: Seq(0),
+        suspects: true,
+    })
+}
+
+/// Finding 7 (the demo's case): a request waits at one replica only (the
+/// others ordered it below a checkpoint this replica installed, so its pool
+/// cannot know). Its timer expiring is no evidence against the leader: it
+/// reports the suspicion in `Status` and leaves view 0 only once f peers
+/// (f+1 with itself) report it too, as every correct replica does for a
+/// request the leaders really censor.
+#[test]
+fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    handle(&mut r1, 1, Event::Request(s.request(0, 1, b"x")));
+    let t = deadline(&r1).expect("a waiting request arms the timer");
+    let e = handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(
+        !broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
+        "a lone suspicion sends no VIEW-CHANGE"
+    );
+    assert_eq!(r1.status().views, vec![View(0)]);
+    assert_eq!(r1.status().view_changing, vec![false]);
+    let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects)));
+    // Still alone one retry later.
+    let t2 = deadline(&r1).expect("re-armed");
+    handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert_eq!(r1.status().view_changing, vec![false]);
+    // Replica 2 suspects too: f+1 together, the view changes.
+    msg(&mut r1, t2.0 + 1, 2, suspecting_status(0));
+    let t3 = deadline(&r1).expect("re-armed");
+    let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
+}
