@@ -2,9 +2,9 @@
 //! found the bugs of issue 8 on the code before their fixes
 //! (docs/sim-findings.md has the commands and the violations printed).
 //!
-//! They fail on that code, so they are `#[ignore]`d until the fixes are
-//! merged; then remove the `#[ignore]` (each must pass: the bug named stays
-//! fixed). Each takes a few seconds in release mode:
+//! They failed on that code. `fixed!` seeds pass since the fixes were merged
+//! and run by default (the bug named stays fixed); `found!` seeds still fail
+//! and stay `#[ignore]`d until their fix lands:
 //! `cargo test --release -p chorus-sim --test adversary_seeds -- --ignored`.
 
 use chorus_core::OrderingMode::{self, Cop};
@@ -31,6 +31,17 @@ fn no_swarm(mut o: SimOptions) -> SimOptions {
     o
 }
 
+/// A seed whose bug is fixed: runs in every test run.
+macro_rules! fixed {
+    ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            must_pass($opts, $seed, $finding);
+        }
+    };
+}
+
 fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
     let r: RunReport = run_one(&opts, seed);
     assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
@@ -47,37 +58,37 @@ macro_rules! found {
     };
 }
 
-found!(
+fixed!(
     /// Block-wise rotation, r0 silent for ever: views [v36, v34, v36, v34],
     /// 641 of 1200 requests incomplete 30 s after healing (the seed named in
     /// issue 8; `classic` replays the pre-issue-9 `all`).
     cop_n4_classic_seed_1000029_block_wise_collapse: heavy(Cop, 4, 4, "classic", 150, 25_000), seed 1000029, "finding 2"
 );
 
-found!(
+fixed!(
     /// Block-wise rotation, r2 silent and withhold-pace drawn: 498 of 1200 incomplete.
     cop_n4_all_seed_1000005_block_wise_collapse: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000005, "finding 2"
 );
 
-found!(
+fixed!(
     /// withhold-pace r1 (persistent), block-wise rotation: in every view it
     /// leads a lane in, one slot never comes and the later ones trickle in
     /// under the timeout; 182 of 1200 requests incomplete.
     cop_n4_withhold_pace_seed_3: no_swarm(heavy(Cop, 4, 4, "withhold-pace", 150, 25_000)), seed 3, "finding 3"
 );
 
-found!(
+fixed!(
     /// withhold-pace r1 (persistent), block-wise rotation: 73 of 1200 incomplete.
     cop_n4_withhold_pace_seed_6: no_swarm(heavy(Cop, 4, 4, "withhold-pace", 150, 25_000)), seed 6, "finding 3"
 );
 
-found!(
+fixed!(
     /// Everything done, yet r1 stays alone in view change to v5 of lane 0
     /// while r0 and r2 are active in v4 (view check).
     cop_n4_all_seed_1000003_lone_replica_in_higher_view: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000003, "finding 7"
 );
 
-found!(
+fixed!(
     /// Outage and twins: r3 alone changing to v10 of lane 2 at the end.
     cop_n4_all_seed_1000047_lone_replica_in_higher_view: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000047, "finding 7"
 );
@@ -87,7 +98,7 @@ found!(
     pbft_n4_all_seed_18_lone_replica_in_higher_view: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 18, "finding 7"
 );
 
-found!(
+fixed!(
     /// n=7, block-wise rotation, r3 silent for ever: 11 of 480 incomplete.
     cop_n7_all_seed_1400016_block_wise_collapse: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400016, "finding 2"
 );
