@@ -111,3 +111,44 @@ found!(
     /// every lane's window fills, no timer runs, 315 of 480 incomplete.
     cop_n7_all_seed_1400022_fetches_only_from_liars: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400022, "findings 5 and 12"
 );
+
+/// The default sweep's configuration at n=7 (8 requests per client).
+fn sweep_n7(mode: OrderingMode, pillars: u32) -> SimOptions {
+    let mut o = SimOptions::new(mode, pillars, 7);
+    o.requests_per_client = 8;
+    o
+}
+
+found!(
+    /// Stalled catch-up (found after the issue-8 fixes): r1, primary of v1,
+    /// times out its own view alone and moves to v2; r0 and r3 stay active in
+    /// v1 at s7 with requests waiting, but r1 (correct) and r2 (Byzantine)
+    /// report being at s8, so `catching_up` (f+1 peers ahead) keeps their
+    /// timers off while one correct replica alone cannot give them the f+1
+    /// Decided notices they need. Nobody reaches 2f+1 for v2.
+    pbft_n4_all_seed_69_stalled_catch_up: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 69, "open: catching_up suppresses the timer"
+);
+
+found!(
+    /// Full window, no timer: r1 and r3 at s20 with stable #8; nothing can be
+    /// proposed, `oldest_pending` is empty, so no progress timer runs; the
+    /// checkpoint at 20 is stable only at r2, alone in a view change to v2.
+    pbft_n4_all_seed_165_full_window_no_timer: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 165, "open: requests waiting behind a full window"
+);
+
+found!(
+    /// garbage-snapshot active: r2 stuck at position #1 (its state install
+    /// keeps failing); with r0 Byzantine only r1 and r3 vote the checkpoint
+    /// at 16, one short, and the window stays full.
+    pbft_n4_all_seed_196_install_stall_full_window: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 196, "open: state install from liars + full window"
+);
+
+found!(
+    /// n=7 liveness stall after the issue-8 fixes (cause not yet traced).
+    pbft_n7_all_seed_27_stall: sweep_n7(OrderingMode::Pbft, 1), seed 27, "open: n=7 stall"
+);
+
+found!(
+    /// n=7 liveness stall after the issue-8 fixes (cause not yet traced).
+    pbft_n7_all_seed_52_stall: sweep_n7(OrderingMode::Pbft, 1), seed 52, "open: n=7 stall"
+);
