@@ -142,3 +142,96 @@ fn a_replica_fed_garbage_by_liars_gets_the_state_from_a_correct_peer() {
         "each liar is asked at most once before every correct peer has been tried: {asked:?}"
     );
 }
+
+/// Simulator seeds 27 and 52 (`--mode pbft --n 7 --requests 8`): replica 2
+/// jumped to checkpoint 16 by state transfer, from a certificate the
+/// Byzantine replicas assembled while withholding their own votes from the
+/// correct ones. The four other correct replicas executed up to 16 and need
+/// a fifth correct vote to make it stable; replica 2 holds the verified state
+/// at 16, so it must vote for it, or their windows stay full for ever.
+#[test]
+fn a_replica_that_installed_a_checkpoint_votes_for_it() {
+    let s = setup_n7();
+    let mut out = Outbox::new();
+    let mut r4 = Replica::new(
+        s.cfg.clone(),
+        ReplicaId(ME),
+        s.keys[ME as usize].clone(),
+        Millis(0),
+        &mut out,
+    );
+    let state = Bytes::from_static(b"the state at 2");
+    let digest = Digest::of(&state);
+    let cert = s.checkpoint_cert(2, digest, &[0, 1, 2, 3, 5]);
+    let interval = s.cfg.params.status_interval_ms;
+    let mut installed = false;
+    for tick in 1..=4u64 {
+        let now = tick * interval;
+        for p in [0u32, 1, 3] {
+            status(&mut r4, now - 1, p, 2);
+        }
+        let e = handle(&mut r4, now, Event::Timer(TimerId::Status));
+        let Some((peer, _)) = sends(&e)
+            .into_iter()
+            .find(|(_, m)| matches!(m, ReplicaMsg::StateRequest(_)))
+        else {
+            continue;
+        };
+        let chunk = StateChunk {
+            cert: cert.clone(),
+            index: 0,
+            count: 1,
+            data: state.clone(),
+        };
+        handle(
+            &mut r4,
+            now + 1,
+            Event::Message {
+                from: peer,
+                msg: ReplicaMsg::StateChunk(chunk),
+            },
+        );
+        handle(
+            &mut r4,
+            now + 2,
+            Event::StateInstalled {
+                seq: Seq(2),
+                state_digest: digest,
+            },
+        );
+        installed = true;
+        break;
+    }
+    assert!(installed, "replica 4 fetched the state");
+    assert_eq!(r4.status().stable_seq, Seq(2));
+    // Peer 6 executed up to 2 and still waits for the checkpoint's quorum.
+    let before = 10 * interval;
+    let e = {
+        let st = Status {
+            lane: LaneId(0),
+            view: View(0),
+            next_undecided: Slot(2),
+            stable_seq: Seq(0),
+            suspects: false,
+        };
+        handle(
+            &mut r4,
+            before,
+            Event::Message {
+                from: ReplicaId(6),
+                msg: ReplicaMsg::Status(st),
+            },
+        )
+    };
+    let votes: Vec<_> = sends(&e)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            ReplicaMsg::Checkpoint(v) => Some((to, v)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(votes.len(), 1, "replica 4 votes for the checkpoint it installed: {votes:?}");
+    let (to, v) = &votes[0];
+    assert_eq!((*to, v.seq, v.state_digest, v.replica), (ReplicaId(6), Seq(2), digest, ReplicaId(ME)));
+    crate::certs::verify_vote_sig(&s.cfg, v).expect("a valid signature");
+}
