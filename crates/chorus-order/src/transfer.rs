@@ -347,7 +347,12 @@ impl StateTransfer {
 
     /// The driver installed a snapshot and computed its state digest.
     pub fn on_installed(&mut self, seq: Seq, state_digest: chorus_core::Digest) -> Installed {
-        let Some(Installing { cert, snapshot, source }) = self.installing.take() else {
+        let Some(Installing {
+            cert,
+            snapshot,
+            source,
+        }) = self.installing.take()
+        else {
             return Installed::NotOurs;
         };
         if cert.seq == seq && cert.state_digest == state_digest {

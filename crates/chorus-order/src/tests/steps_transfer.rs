@@ -11,8 +11,8 @@ use crate::io::{Action, Event, Outbox, TimerId};
 use crate::replica::Replica;
 use bytes::Bytes;
 use chorus_core::{
-    Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot, StateChunk, Status,
-    View,
+    Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot, StateChunk,
+    Status, View,
 };
 
 const LIARS: [u32; 2] = [0, 3];
@@ -97,7 +97,10 @@ fn a_replica_fed_garbage_by_liars_gets_the_state_from_a_correct_peer() {
         let (cert, data) = if liar {
             (lie_cert.clone(), garbage.clone())
         } else {
-            assert!(req.min_seq <= Seq(2), "asked correct peer {peer:?} for more than it holds: {req:?}");
+            assert!(
+                req.min_seq <= Seq(2),
+                "asked correct peer {peer:?} for more than it holds: {req:?}"
+            );
             (good_cert.clone(), good.clone())
         };
         let chunk = StateChunk {
@@ -230,8 +233,15 @@ fn a_replica_that_installed_a_checkpoint_votes_for_it() {
             _ => None,
         })
         .collect();
-    assert_eq!(votes.len(), 1, "replica 4 votes for the checkpoint it installed: {votes:?}");
+    assert_eq!(
+        votes.len(),
+        1,
+        "replica 4 votes for the checkpoint it installed: {votes:?}"
+    );
     let (to, v) = &votes[0];
-    assert_eq!((*to, v.seq, v.state_digest, v.replica), (ReplicaId(6), Seq(2), digest, ReplicaId(ME)));
+    assert_eq!(
+        (*to, v.seq, v.state_digest, v.replica),
+        (ReplicaId(6), Seq(2), digest, ReplicaId(ME))
+    );
     crate::certs::verify_vote_sig(&s.cfg, v).expect("a valid signature");
 }
