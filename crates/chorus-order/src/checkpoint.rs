@@ -115,6 +115,15 @@ impl Checkpointer {
             cx.reject("unexpected-checkpoint");
             return VoteOutcome::Nothing;
         }
+        let vote = self.sign_vote(seq, state_digest);
+        self.own.insert(seq, (state_digest, snapshot));
+        self.own_votes.insert(seq, vote.clone());
+        self.votes.entry(seq).or_default().insert(self.me, vote.clone());
+        cx.out.broadcast(ReplicaMsg::Checkpoint(vote));
+        self.check(cx, seq)
+    }
+
+    fn sign_vote(&self, seq: Seq, state_digest: Digest) -> CheckpointVote {
         let mut vote = CheckpointVote {
             seq,
             state_digest,
@@ -124,11 +133,7 @@ impl Checkpointer {
         vote.sig = self
             .identity
             .sign(CheckpointVote::signing_digest(seq, &state_digest, self.me).as_bytes());
-        self.own.insert(seq, (state_digest, snapshot));
-        self.own_votes.insert(seq, vote.clone());
-        self.votes.entry(seq).or_default().insert(self.me, vote.clone());
-        cx.out.broadcast(ReplicaMsg::Checkpoint(vote));
-        self.check(cx, seq)
+        vote
     }
 
     /// A peer's vote (PBFT §4.3).
@@ -245,11 +250,22 @@ impl Checkpointer {
     }
 
     /// Adopt a checkpoint whose state was installed (state transfer, recovery).
+    ///
+    /// The driver checked the state against the certificate, so we hold that
+    /// state now and vote for it like one we computed (PBFT §4.3: a vote says
+    /// "my state at n has digest d"). Without our vote, a certificate that
+    /// only the Byzantine replicas hold (they withheld their own votes from
+    /// the correct ones) can stay short of 2f+1 at every correct replica
+    /// that reached the checkpoint by execution, when those need every
+    /// correct vote: their windows fill and the lanes stall (issue 8,
+    /// findings 5 and 12). `vote_for_peer` hands it to peers still below.
     pub fn install(&mut self, cert: CheckpointCert, snapshot: Bytes) {
         if cert.seq <= self.stable_seq() {
             return;
         }
+        let vote = self.sign_vote(cert.seq, cert.state_digest);
         self.adopt(StableCheckpoint { cert, snapshot });
+        self.own_votes.insert(vote.seq, vote);
     }
 
     /// Our votes above the stable checkpoint, re-sent on every status tick so

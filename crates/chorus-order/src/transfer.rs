@@ -9,6 +9,19 @@
 //! driver checks the service state digest against the certificate and answers
 //! `StateInstalled`; only then is the checkpoint adopted and persisted. A bad
 //! snapshot (Byzantine sender) is dropped and another peer is asked.
+//!
+//! Peer choice. A valid certificate proves that 2f+1 replicas computed a
+//! state, not that any correct replica still *serves* it: Byzantine replicas
+//! can collect the correct replicas' votes, withhold their own, and so hold a
+//! certificate that is stable only among themselves, then serve it with
+//! garbage bytes (issue 8, findings 1, 5, 12). So a failure never raises what
+//! we ask for above what we need (correct peers may hold only a lower stable
+//! checkpoint), and every failure (a bad snapshot, or no answer in time)
+//! counts against the peer that caused it: the next request goes to one of
+//! the peers with the fewest failures, in rotation. A liar's count grows each
+//! time it is asked while a correct peer's does not, so with f liars at most
+//! f attempts in a row go to liars and a correct peer that holds the needed
+//! checkpoint is always asked eventually.
 
 use crate::certs::verify_checkpoint_cert;
 use crate::counters::Cx;
@@ -38,6 +51,13 @@ struct Requested {
     at: Millis,
 }
 
+/// A reassembled snapshot handed to the driver, and who sent it.
+struct Installing {
+    cert: CheckpointCert,
+    snapshot: Bytes,
+    source: ReplicaId,
+}
+
 /// The outcome of `StateInstalled`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Installed {
@@ -58,10 +78,10 @@ pub struct StateTransfer {
     known_cert: Option<Seq>,
     requested: Option<Requested>,
     incoming: Option<Incoming>,
-    installing: Option<(CheckpointCert, Bytes)>,
-    /// After a failed install at `C`, any certificate at or above C will do
-    /// (C is certified, so correct replicas hold it or a later one).
-    retry_floor: Option<Seq>,
+    installing: Option<Installing>,
+    /// Failed transfers per peer (bad snapshot or no answer): peers with the
+    /// fewest are asked first, so no liar can be chosen for ever.
+    failures: Vec<u32>,
     attempts: u64,
     /// `next_delivery` at the previous tick: a transfer starts only after a
     /// whole status interval without delivery progress.
@@ -81,7 +101,7 @@ impl StateTransfer {
             requested: None,
             incoming: None,
             installing: None,
-            retry_floor: None,
+            failures: vec![0; n],
             attempts: 0,
             last_tick_next: None,
             served: vec![None; n],
@@ -102,8 +122,16 @@ impl StateTransfer {
 
     /// The lowest checkpoint that would help a replica delivering at `next`.
     /// Never at or below `next`: installing it would rewind the executor.
+    /// Never raised after a failure either: the certificate a liar served may
+    /// be stable at no correct replica, which then could not answer.
     fn floor(&self, next: Seq) -> Seq {
-        self.retry_floor.map_or(next.next(), |f| f.max(next.next()))
+        next.next()
+    }
+
+    fn blame(&mut self, peer: ReplicaId) {
+        if let Some(f) = self.failures.get_mut(peer.index()) {
+            *f = f.saturating_add(1);
+        }
     }
 
     /// A peer's `Status` claims its stable checkpoint. Claims are unproven,
@@ -146,10 +174,6 @@ impl StateTransfer {
     /// Status tick: start a transfer when we are stuck below a checkpoint.
     pub fn on_tick(&mut self, cx: &mut Cx, next: Seq) {
         let stuck = self.last_tick_next == Some(next);
-        if self.retry_floor.is_some_and(|f| next >= f) {
-            // Delivery got past the failed checkpoint on its own.
-            self.retry_floor = None;
-        }
         self.last_tick_next = Some(next);
         if self.installing.is_some() {
             return;
@@ -160,13 +184,14 @@ impl StateTransfer {
                 return;
             }
             cx.counters.reject("state-transfer-timeout");
+            self.blame(r.peer);
             self.requested = None;
             self.incoming = None;
         }
         let floor = self.floor(next);
         let best_peer = self.vouched_stable(cx.now);
         let target = best_peer.max(self.known_cert.unwrap_or(Seq(0)));
-        if target < floor || !(stuck || self.retry_floor.is_some()) {
+        if target < floor || !stuck {
             return;
         }
         let mut candidates: Vec<ReplicaId> = self
@@ -177,9 +202,10 @@ impl StateTransfer {
         if candidates.is_empty() {
             candidates = self.cfg.replica_ids().filter(|r| *r != self.me).collect();
         }
-        if candidates.is_empty() {
+        let Some(fewest) = candidates.iter().map(|r| self.failures[r.index()]).min() else {
             return;
-        }
+        };
+        candidates.retain(|r| self.failures[r.index()] == fewest);
         let peer = candidates[(self.attempts % candidates.len() as u64) as usize];
         self.attempts += 1;
         tracing::debug!(?peer, ?floor, "requesting state transfer");
@@ -311,21 +337,31 @@ impl StateTransfer {
             buf.extend_from_slice(&c);
         }
         let snapshot = buf.freeze();
-        self.installing = Some((inc.cert.clone(), snapshot.clone()));
+        self.installing = Some(Installing {
+            cert: inc.cert.clone(),
+            snapshot: snapshot.clone(),
+            source: inc.source,
+        });
         Some((inc.cert, snapshot))
     }
 
     /// The driver installed a snapshot and computed its state digest.
     pub fn on_installed(&mut self, seq: Seq, state_digest: chorus_core::Digest) -> Installed {
-        let Some((cert, snapshot)) = self.installing.take() else {
+        let Some(Installing {
+            cert,
+            snapshot,
+            source,
+        }) = self.installing.take()
+        else {
             return Installed::NotOurs;
         };
         if cert.seq == seq && cert.state_digest == state_digest {
-            self.retry_floor = None;
             self.known_cert = None;
             Installed::Done(cert, snapshot)
         } else {
-            self.retry_floor = Some(cert.seq);
+            // A valid certificate with bytes that do not match it: the
+            // sender lied. Ask the others first from now on.
+            self.blame(source);
             Installed::Mismatch
         }
     }

@@ -109,14 +109,32 @@ found!(
     /// state only from them, every 250 ms, for ever (garbage each time), so it
     /// never votes the next checkpoints, which need all five correct votes:
     /// every lane's window fills, no timer runs, 315 of 480 incomplete.
+    /// Fixed in `transfer.rs` (see the test below, without the view check);
+    /// what remains is finding 7's end-of-run view split (r6 alone changing
+    /// to v3 with the two liars' censorship suspicion): un-ignore with it.
     cop_n7_all_seed_1400022_fetches_only_from_liars: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400022, "findings 5 and 12"
 );
 
-/// The default sweep's configuration at n=7 (8 requests per client).
-fn sweep_n7(mode: OrderingMode, pillars: u32) -> SimOptions {
-    let mut o = SimOptions::new(mode, pillars, 7);
-    o.requests_per_client = 8;
-    o
+/// Seed 1400022's liveness failure (above) alone: every request completes
+/// once a replica fed garbage asks the other peers, for a state they hold.
+#[test]
+fn cop_n7_all_seed_1400022_state_comes_from_a_correct_peer() {
+    let mut o = heavy(Cop, 4, 7, "all", 60, 15_000);
+    o.check_views = false;
+    must_pass(o, 1400022, "findings 5 and 12");
+}
+
+/// `--mode pbft --n 7 --requests 8`, r0 nv-forge and r1 garbage-snapshot
+/// (seed 27; seed 52 likewise): r2 installs checkpoint 16 from the
+/// colluders' certificate and never votes for it, so the other four correct
+/// replicas, at 16 by execution, never reach 2f+1 votes: 2 of 24 incomplete.
+#[test]
+fn pbft_n7_all_seeds_27_52_installed_checkpoint_gets_a_vote() {
+    for seed in [27, 52] {
+        let mut o = SimOptions::new(OrderingMode::Pbft, 1, 7);
+        o.requests_per_client = 8;
+        must_pass(o, seed, "findings 5 and 12");
+    }
 }
 
 found!(
@@ -130,25 +148,9 @@ found!(
 );
 
 found!(
-    /// Full window, no timer: r1 and r3 at s20 with stable #8; nothing can be
-    /// proposed, `oldest_pending` is empty, so no progress timer runs; the
-    /// checkpoint at 20 is stable only at r2, alone in a view change to v2.
-    pbft_n4_all_seed_165_full_window_no_timer: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 165, "open: requests waiting behind a full window"
-);
-
-found!(
-    /// garbage-snapshot active: r2 stuck at position #1 (its state install
-    /// keeps failing); with r0 Byzantine only r1 and r3 vote the checkpoint
-    /// at 16, one short, and the window stays full.
+    /// garbage-snapshot active: r2's installs from the liars failed; since
+    /// the state-transfer fix it gets further, but r1 and r2 then sit at slot
+    /// 12 in v1 while r3 is alone in a view change to v2 (likely the same
+    /// `catching_up` suppression as seed 69).
     pbft_n4_all_seed_196_install_stall_full_window: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 196, "open: state install from liars + full window"
-);
-
-found!(
-    /// n=7 liveness stall after the issue-8 fixes (cause not yet traced).
-    pbft_n7_all_seed_27_stall: sweep_n7(OrderingMode::Pbft, 1), seed 27, "open: n=7 stall"
-);
-
-found!(
-    /// n=7 liveness stall after the issue-8 fixes (cause not yet traced).
-    pbft_n7_all_seed_52_stall: sweep_n7(OrderingMode::Pbft, 1), seed 52, "open: n=7 stall"
 );

@@ -22,5 +22,7 @@ mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_transfer;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_view_change;
 mod util;

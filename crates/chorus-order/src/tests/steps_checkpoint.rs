@@ -276,14 +276,16 @@ fn a_snapshot_that_does_not_match_its_certificate_is_discarded_and_fetched_again
     assert!(e.is_empty());
     assert_eq!(r.counters().rejected("bad-installed-state"), 1);
     assert_eq!(r.status().stable_seq, Seq(0));
-    // The next tick asks another peer for a state at or above 2.
+    // The next tick asks another peer, for any state above our delivery
+    // point: the failed certificate may be stable at no correct replica, so
+    // asking for it or more could leave only liars able to answer.
     let e = handle(&mut r, 150, Event::Timer(TimerId::Status));
+    let asked = sends(&e);
+    assert_eq!(asked.len(), 1, "one state request: {asked:?}");
+    assert_ne!(asked[0].0, ReplicaId(1), "not the peer that sent garbage");
     assert_eq!(
-        sends(&e),
-        vec![(
-            ReplicaId(2),
-            ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(2) })
-        )]
+        asked[0].1,
+        ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(1) })
     );
 }
 
