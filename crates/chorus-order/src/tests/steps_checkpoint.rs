@@ -1,12 +1,12 @@
 //! PBFT §4.3 checkpoints and state transfer, asserting the exact actions.
 
-use super::util::{effects, kinds, params, persists, sends, setup, Setup};
-use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
+use super::util::{handle, kinds, msg, params, persists, replica, sends, setup, Setup};
+use crate::io::{Action, Event, PersistRecord, TimerId};
 use crate::replica::Replica;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, CheckpointCert, Digest, LaneId, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot,
-    StateChunk, StateRequest, Status, View,
+    Batch, CheckpointCert, Digest, LaneId, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot, StateChunk,
+    StateRequest, Status, View,
 };
 
 const L0: LaneId = LaneId(0);
@@ -16,34 +16,6 @@ fn setup_k2() -> Setup {
     p.checkpoint_interval = 2;
     p.state_chunk_bytes = 64;
     setup(4, 2, p)
-}
-
-fn replica(s: &Setup, me: u32) -> Replica {
-    let mut out = Outbox::new();
-    Replica::new(
-        s.cfg.clone(),
-        ReplicaId(me),
-        s.keys[me as usize].clone(),
-        Millis(0),
-        &mut out,
-    )
-}
-
-fn handle(r: &mut Replica, now: u64, ev: Event) -> Vec<Action> {
-    let mut out = Outbox::new();
-    r.handle(Millis(now), ev, &mut out);
-    effects(&mut out)
-}
-
-fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
-    handle(
-        r,
-        now,
-        Event::Message {
-            from: ReplicaId(from),
-            msg: m,
-        },
-    )
 }
 
 /// Drive `slot` to a decision at backup `me` with messages from the others.

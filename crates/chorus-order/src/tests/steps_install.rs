@@ -4,14 +4,13 @@
 //! can fill a committed slot with a no-op (PBFT §4.4: a VIEW-CHANGE carries
 //! the stable checkpoint and *every* prepared certificate above it).
 
-use super::util::{broadcasts, effects, params, sends, setup, Setup};
-use crate::io::{Action, Event, Outbox, TimerId};
+use super::util::{broadcasts, handle, msg, params, replica, sends, setup, Setup};
+use crate::io::{Action, Event, TimerId};
 use crate::lane::plan_new_view;
-use crate::replica::Replica;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Digest, LaneId, LeaderRotation, Millis, NewView, OrderingMode, ReplicaId, ReplicaMsg, Seq,
-    Signature, Slot, StateChunk, StateRequest, Status, View, ViewChange,
+    Batch, Digest, LaneId, LeaderRotation, NewView, OrderingMode, ReplicaId, ReplicaMsg, Seq, Signature,
+    Slot, StateChunk, StateRequest, Status, View, ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -24,34 +23,6 @@ fn setup_n7() -> Setup {
     p.checkpoint_interval = 2;
     p.state_chunk_bytes = 64;
     setup(7, 2, p)
-}
-
-fn replica(s: &Setup, me: u32) -> Replica {
-    let mut out = Outbox::new();
-    Replica::new(
-        s.cfg.clone(),
-        ReplicaId(me),
-        s.keys[me as usize].clone(),
-        Millis(0),
-        &mut out,
-    )
-}
-
-fn handle(r: &mut Replica, now: u64, ev: Event) -> Vec<Action> {
-    let mut out = Outbox::new();
-    r.handle(Millis(now), ev, &mut out);
-    effects(&mut out)
-}
-
-fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
-    handle(
-        r,
-        now,
-        Event::Message {
-            from: ReplicaId(from),
-            msg: m,
-        },
-    )
 }
 
 fn one<T>(v: Vec<T>, what: &str) -> T {

@@ -2,8 +2,8 @@
 //! (issue 8, findings 2, 3, 7, 8, 12a).
 
 use super::harness::Cluster;
-use super::util::{broadcasts, effects, params, sends, setup, Setup};
-use crate::io::{Action, Event, Outbox, TimerId};
+use super::util::{broadcasts, handle, msg, params, replica, sends, setup, Setup};
+use crate::io::{Action, Event, TimerId};
 use crate::replica::Replica;
 use chorus_core::{
     Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Signature, Slot,
@@ -11,34 +11,6 @@ use chorus_core::{
 };
 
 const L0: LaneId = LaneId(0);
-
-fn replica(s: &Setup, me: u32) -> Replica {
-    let mut out = Outbox::new();
-    Replica::new(
-        s.cfg.clone(),
-        ReplicaId(me),
-        s.keys[me as usize].clone(),
-        Millis(0),
-        &mut out,
-    )
-}
-
-fn handle(r: &mut Replica, now: u64, ev: Event) -> Vec<Action> {
-    let mut out = Outbox::new();
-    r.handle(Millis(now), ev, &mut out);
-    effects(&mut out)
-}
-
-fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
-    handle(
-        r,
-        now,
-        Event::Message {
-            from: ReplicaId(from),
-            msg: m,
-        },
-    )
-}
 
 fn deadline(r: &Replica) -> Option<Millis> {
     r.lane(L0).and_then(|l| l.timer_deadline())

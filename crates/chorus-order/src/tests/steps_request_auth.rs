@@ -3,7 +3,7 @@
 //! of another lane).
 
 use super::harness::Cluster;
-use super::util::{broadcasts, effects, params, setup, Setup};
+use super::util::{broadcasts, effects, params, replica, setup, Setup};
 use crate::io::{Action, Event, Outbox, PersistRecord};
 use crate::replica::Replica;
 use chorus_core::{
@@ -13,17 +13,6 @@ use chorus_core::{
 
 fn pbft() -> ProtocolParams {
     params(OrderingMode::Pbft, 1)
-}
-
-fn replica(s: &Setup, me: u32) -> Replica {
-    let mut out = Outbox::new();
-    Replica::new(
-        s.cfg.clone(),
-        ReplicaId(me),
-        s.keys[me as usize].clone(),
-        Millis(0),
-        &mut out,
-    )
 }
 
 fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {

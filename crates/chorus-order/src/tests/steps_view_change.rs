@@ -1,7 +1,7 @@
 //! PBFT §4.4 per lane: view-change contents, NEW-VIEW construction with
 //! re-proposals and no-op gap filling, and acceptance by a backup.
 
-use super::util::{broadcasts, effects, kinds, params, persists, sends, setup, Setup};
+use super::util::{broadcasts, effects, kinds, params, persists, replica, sends, setup, Setup};
 use crate::certs::verify_view_change;
 use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::replica::Replica;
@@ -11,17 +11,6 @@ use chorus_core::{
 };
 
 const L0: LaneId = LaneId(0);
-
-fn replica(s: &Setup, me: u32) -> Replica {
-    let mut out = Outbox::new();
-    Replica::new(
-        s.cfg.clone(),
-        ReplicaId(me),
-        s.keys[me as usize].clone(),
-        Millis(0),
-        &mut out,
-    )
-}
 
 fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
     let mut out = Outbox::new();

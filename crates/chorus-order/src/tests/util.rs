@@ -219,3 +219,34 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
         })
         .collect()
 }
+
+/// A fresh replica `me` of the setup's cluster at time 0.
+pub fn replica(s: &Setup, me: u32) -> crate::replica::Replica {
+    let mut out = Outbox::new();
+    crate::replica::Replica::new(
+        s.cfg.clone(),
+        chorus_core::ReplicaId(me),
+        s.keys[me as usize].clone(),
+        chorus_core::Millis(0),
+        &mut out,
+    )
+}
+
+/// Feed one event to `r` at `now` ms and return what it emitted.
+pub fn handle(r: &mut crate::replica::Replica, now: u64, ev: crate::io::Event) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(chorus_core::Millis(now), ev, &mut out);
+    effects(&mut out)
+}
+
+/// `handle` for a message from replica `from`.
+pub fn msg(r: &mut crate::replica::Replica, now: u64, from: u32, m: chorus_core::ReplicaMsg) -> Vec<Action> {
+    handle(
+        r,
+        now,
+        crate::io::Event::Message {
+            from: chorus_core::ReplicaId(from),
+            msg: m,
+        },
+    )
+}
