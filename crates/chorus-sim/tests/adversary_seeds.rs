@@ -137,20 +137,34 @@ fn pbft_n7_all_seeds_27_52_installed_checkpoint_gets_a_vote() {
     }
 }
 
-found!(
+fixed!(
     /// Stalled catch-up (found after the issue-8 fixes): r1, primary of v1,
     /// times out its own view alone and moves to v2; r0 and r3 stay active in
     /// v1 at s7 with requests waiting, but r1 (correct) and r2 (Byzantine)
     /// report being at s8, so `catching_up` (f+1 peers ahead) keeps their
     /// timers off while one correct replica alone cannot give them the f+1
-    /// Decided notices they need. Nobody reaches 2f+1 for v2.
-    pbft_n4_all_seed_69_stalled_catch_up: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 69, "open: catching_up suppresses the timer"
+    /// Decided notices they need. Nobody reaches 2f+1 for v2. Fixed:
+    /// `catching_up` counts only peers that report our view.
+    pbft_n4_all_seed_69_stalled_catch_up: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 69, "catching_up counted peers that had left the view"
 );
 
-found!(
+fixed!(
     /// garbage-snapshot active: r2's installs from the liars failed; since
     /// the state-transfer fix it gets further, but r1 and r2 then sit at slot
     /// 12 in v1 while r3 is alone in a view change to v2 (likely the same
-    /// `catching_up` suppression as seed 69).
-    pbft_n4_all_seed_196_install_stall_full_window: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 196, "open: state install from liars + full window"
+    /// `catching_up` suppression as seed 69; fixed with it).
+    pbft_n4_all_seed_196_install_stall_full_window: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 196, "catching_up counted peers that had left the view"
+);
+
+fn no_view_check(mut o: SimOptions) -> SimOptions {
+    o.check_views = false;
+    o
+}
+
+fixed!(
+    /// Found by `chorus sim --minutes 10` (cop/4, n=4, default workload) after
+    /// the issue-8 fixes: r1 alone changing lane 1 to v2 while r0 and r2 stay
+    /// in v1 there without progress (the `catching_up` suppression of seed 69;
+    /// fixed with it).
+    cop_n4_all_seed_5000555_lone_view_change_stall: no_view_check(SimOptions::new(Cop, 4, 4)), seed 5000555, "catching_up counted peers that had left the view"
 );

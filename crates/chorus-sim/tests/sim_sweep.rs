@@ -17,8 +17,7 @@ use chorus_sim::{run_many, FaultKind, SimOptions, ViolationKind};
 /// the sweep). Each is a `found!` test in `tests/adversary_seeds.rs` and is
 /// listed with its cause under "Open" in `docs/sim.md`; a listed seed that
 /// starts passing fails this test until it is moved to `fixed!`.
-const KNOWN_OPEN: &[(OrderingMode, usize, u64)] =
-    &[(OrderingMode::Pbft, 4, 69), (OrderingMode::Pbft, 4, 196)];
+const KNOWN_OPEN: &[(OrderingMode, usize, u64)] = &[];
 
 fn is_stall(kind: ViolationKind) -> bool {
     matches!(kind, ViolationKind::Liveness | ViolationKind::ViewSplit)

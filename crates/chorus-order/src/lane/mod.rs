@@ -182,8 +182,9 @@ pub struct Lane {
     pub(crate) penalties: Penalties,
     /// The current view's excluded leaders (from its NEW-VIEW; none in view 0).
     pub(crate) excluded: Vec<Exclusion>,
-    /// Each peer's last reported `next_undecided` of this lane, and when.
-    pub(crate) peer_next: Vec<Option<(Slot, Millis)>>,
+    /// Each peer's last reported `next_undecided` of this lane, its view,
+    /// and when.
+    pub(crate) peer_next: Vec<Option<(Slot, View, Millis)>>,
     /// When each peer last reported suspecting censorship in our view.
     pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
     /// Our timer expired on a waiting request alone (`timer.rs`): we report

@@ -187,7 +187,7 @@ impl Lane {
         suspects: bool,
     ) {
         if let Some(p) = self.peer_next.get_mut(from.index()) {
-            *p = Some((next_undecided, cx.now));
+            *p = Some((next_undecided, st_view, cx.now));
         }
         if let Some(p) = self.peer_suspects.get_mut(from.index()) {
             *p = suspects.then_some((st_view, cx.now));
@@ -211,8 +211,13 @@ impl Lane {
         others >= self.cfg.f()
     }
 
-    /// f+1 peers reported, recently, a first undecided slot above ours: at
-    /// least one correct replica decided further, and we are catching up.
+    /// f+1 peers reported, recently and *in our view*, a first undecided slot
+    /// above ours: at least one correct replica decided further in this view,
+    /// and we are catching up. A peer that reports a higher view has left
+    /// ours: its decisions say nothing about whether this view still makes
+    /// progress, and counting it let one correct replica that had moved on
+    /// plus one liar hold the timer off for ever (sim seed 69: the primary of
+    /// v1 left alone for v2, the other two never timed out to follow).
     /// Reports expire, so f liars cannot hold the timer off alone for ever.
     pub(crate) fn catching_up(&self, now: Millis) -> bool {
         let fresh = self
@@ -224,7 +229,9 @@ impl Lane {
             .peer_next
             .iter()
             .flatten()
-            .filter(|(next, at)| *next > self.next_undecided && now.0.saturating_sub(at.0) <= fresh)
+            .filter(|(next, view, at)| {
+                *next > self.next_undecided && *view == self.view && now.0.saturating_sub(at.0) <= fresh
+            })
             .count();
         ahead > self.cfg.f()
     }
