@@ -4,6 +4,8 @@
 use chorus_core::{ReplicaId, ReplicaMsg};
 use std::collections::VecDeque;
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct FutureBuffer {
     queues: Vec<VecDeque<ReplicaMsg>>,
     cap_per_peer: usize,

@@ -36,6 +36,8 @@ pub enum VoteOutcome {
     CertWithoutState(CheckpointCert),
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct Checkpointer {
     cfg: Arc<ClusterConfig>,
     me: ReplicaId,

@@ -11,6 +11,8 @@ use chorus_core::{Batch, Cell, ClusterConfig, Seq};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct Merger {
     cfg: Arc<ClusterConfig>,
     /// The next position to deliver. Every position below it was delivered

@@ -29,6 +29,8 @@ enum State {
     InFlight(Cell),
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct Entry {
     req: Request,
     lane: LaneId,
@@ -36,7 +38,7 @@ struct Entry {
     state: State,
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, Debug)]
 struct Load {
     count: usize,
     bytes: usize,
@@ -61,6 +63,8 @@ pub enum Admitted {
     Duplicate,
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct Pool {
     cfg: Arc<ClusterConfig>,
     verifier: RequestVerifier,

@@ -71,6 +71,12 @@ pub struct LaneStatus {
 /// (see `propose_one`).
 pub const PROPOSAL_DEPTH: usize = 2;
 
+/// `Debug` covers the whole protocol state of every component (and is what
+/// the fuzz tests compare before and after a rejected message, so a field
+/// added anywhere is covered without touching them). `Clone` exists only in
+/// tests: two live copies of one replica could sign conflicting messages.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct Replica {
     pub(crate) cfg: Arc<ClusterConfig>,
     pub(crate) me: ReplicaId,

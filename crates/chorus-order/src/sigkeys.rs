@@ -8,7 +8,7 @@
 use chorus_core::{ClusterConfig, ReplicaId, Signature};
 use ed25519_dalek::{Verifier, VerifyingKey};
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ReplicaKeys {
     keys: Vec<Option<VerifyingKey>>,
 }

@@ -38,6 +38,8 @@ pub const MAX_STATE_BYTES: u64 = 1 << 30;
 /// A peer's stable-checkpoint claim counts for this many status intervals.
 const PEER_CLAIM_INTERVALS: u64 = 8;
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct Incoming {
     cert: CheckpointCert,
     source: ReplicaId,
@@ -46,12 +48,16 @@ struct Incoming {
     bytes: u64,
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct Requested {
     peer: ReplicaId,
     at: Millis,
 }
 
 /// A reassembled snapshot handed to the driver, and who sent it.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct Installing {
     cert: CheckpointCert,
     snapshot: Bytes,
@@ -69,6 +75,8 @@ pub enum Installed {
     NotOurs,
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct StateTransfer {
     cfg: Arc<ClusterConfig>,
     me: ReplicaId,

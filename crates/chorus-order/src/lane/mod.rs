@@ -113,6 +113,8 @@ impl NvRange {
     }
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct StoredVc {
     pub vc: ViewChange,
     /// Full validation is deferred until the view change is used.
@@ -128,6 +130,8 @@ pub(crate) enum WantReason {
 }
 
 /// A batch we need and are fetching.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct Want {
     pub digest: Digest,
     pub reason: WantReason,
@@ -145,6 +149,8 @@ pub(crate) enum Admit {
     Stale,
 }
 
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct Lane {
     pub(crate) id: LaneId,
     pub(crate) cfg: Arc<ClusterConfig>,

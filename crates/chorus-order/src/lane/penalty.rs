@@ -34,6 +34,7 @@ pub(crate) struct Penalty {
 }
 
 #[derive(Debug, Default)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct Penalties {
     pub by_replica: Vec<Penalty>,
 }

@@ -24,6 +24,7 @@ pub(crate) struct Accepted {
 }
 
 #[derive(Default, Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct SlotState {
     pub pp: Option<Accepted>,
     pub batches: Vec<(Digest, Arc<Batch>)>,

@@ -51,6 +51,7 @@ const MAX_BACKOFF_SHIFT: u32 = 4;
 const PEER_REPORT_INTERVALS: u64 = 4;
 
 #[derive(Default, Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct ProgressTimer {
     pub deadline: Option<Millis>,
     /// View changes in a row without a decision in between.
