@@ -36,6 +36,7 @@ use chorus_core::{
     ReplicaMsg, Reproposal, Seq, Signature, Slot, StateChunk, StateRequest, Status, View, ViewChange,
 };
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 fn cases() -> u32 {
@@ -207,8 +208,10 @@ fn bases() -> &'static [Base] {
 /// The replica's protocol state as text, without the rejection counters.
 fn fingerprint(r: &mut Replica) -> String {
     let rejected = std::mem::take(&mut r.counters.rejected);
+    let requests_rejected = std::mem::take(&mut r.counters.requests_rejected);
     let s = format!("{r:#?}");
     r.counters.rejected = rejected;
+    r.counters.requests_rejected = requests_rejected;
     s
 }
 
@@ -229,7 +232,11 @@ fn fingerprint(r: &mut Replica) -> String {
 /// "state-divergence": a valid checkpoint vote is stored, and completes a
 /// certificate for a state digest other than our own snapshot's. The count
 /// flags our own executor's divergence, not the vote.
-const DEFERRED_VERDICTS: &[&str] = &["bad-view-change", "state-divergence"];
+///
+/// "busy": a client request refused for want of pool space leaves its seq
+/// in `Pool::busy_waiting`, so the space freed next goes to the client's
+/// oldest request (see there). The request was authenticated first.
+const DEFERRED_VERDICTS: &[&str] = &["bad-view-change", "state-divergence", "busy"];
 
 /// The differing middle of two fingerprints, with some context above it
 /// (pretty `Debug` puts the field names there).
@@ -243,8 +250,19 @@ fn diff(before: &str, after: &str) -> String {
         .zip(a[pre..].iter().rev())
         .take_while(|(x, y)| x == y)
         .count();
-    let mut d = String::new();
-    for l in &b[pre.saturating_sub(12)..pre] {
+    // Where in the state: the enclosing lines of ever smaller indentation.
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut path = Vec::new();
+    let mut level = b.get(pre).map_or(0, |l| indent(l));
+    for l in b[..pre].iter().rev() {
+        if indent(l) < level {
+            level = indent(l);
+            path.push(l.trim());
+        }
+    }
+    path.reverse();
+    let mut d = format!("at {}\n", path.join(" > "));
+    for l in &b[pre.saturating_sub(6)..pre] {
         d += &format!("  {l}\n");
     }
     for l in b[pre..b.len() - suf].iter().take(40) {
@@ -259,44 +277,64 @@ fn diff(before: &str, after: &str) -> String {
 /// Feed `msg` to a copy of `base`; if the replica rejected it, its protocol
 /// state must be exactly what it was.
 fn feed(base: &Base, from: u32, msg: ReplicaMsg) {
-    feed_all(base, vec![(0, from, msg)]);
+    feed_all(base, vec![(0, ev(from, msg))]);
 }
 
-/// Feed the messages in turn to one copy of `base`, each `delay` ms after
-/// the previous one, checking every rejection: earlier messages (accepted
-/// or not) set up the state later ones are judged in.
-fn feed_all(base: &Base, msgs: Vec<(u64, u32, ReplicaMsg)>) {
+/// Feed the events (peer messages, client requests) in turn to one copy of
+/// `base`, each `delay` ms after the previous one, checking every
+/// rejection: earlier events (accepted or not) set up the state later ones
+/// are judged in. A rejected event may change nothing but its rejection
+/// counter, and may emit nothing but timers and (for a request) its
+/// `Reject` answer.
+fn feed_all(base: &Base, events: Vec<(u64, Event)>) {
     let mut r = base.replica.clone();
     let mut now = base.now;
     let mut out = Outbox::new();
-    for (step, (delay, from, msg)) in msgs.into_iter().enumerate() {
+    for (step, (delay, event)) in events.into_iter().enumerate() {
         now += delay;
         // Settle at `now` first with a message refused before anything is
         // looked at, so what time alone does happens before the snapshot.
         let settle = ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(0) });
         r.handle(Millis(now), ev(u32::MAX, settle), &mut out);
+        out.drain().for_each(drop);
         let before = fingerprint(&mut r);
-        let rejected = r.counters.rejected.clone();
-        let shown = format!("{msg:?}");
-        r.handle(Millis(now), ev(from, msg), &mut out);
-        let reasons: Vec<(&str, u64)> = r
-            .counters
-            .rejected
-            .iter()
-            .filter(|(k, v)| rejected.get(*k) != Some(*v))
-            .map(|(k, v)| (*k, v - rejected.get(k).copied().unwrap_or(0)))
-            .collect();
-        if std::env::var("FUZZ_STATS").is_ok() { eprintln!("STAT {} {} {:?}", base.name, shown.split('(').next().unwrap_or(""), reasons.iter().map(|(k,_)| *k).collect::<Vec<_>>()); }
-        if reasons.iter().any(|(k, _)| !DEFERRED_VERDICTS.contains(k)) {
-            let after = fingerprint(&mut r);
-            assert!(
-                after == before,
-                "base {}, message {step} from {from} at {now} ms, rejected for {reasons:?}, changed the state:\n{}\nmessage: {shown:.800}",
-                base.name,
-                diff(&before, &after)
-            );
+        let counted = r.counters.clone();
+        let shown = format!("{event:?}");
+        r.handle(Millis(now), event, &mut out);
+        let reasons = new_reasons(&counted.rejected, &r.counters.rejected)
+            .into_iter()
+            .chain(new_reasons(&counted.requests_rejected, &r.counters.requests_rejected))
+            .collect::<Vec<_>>();
+        if !reasons.iter().any(|k| !DEFERRED_VERDICTS.contains(k)) {
+            continue;
         }
+        let what = format!(
+            "base {}, event {step} at {now} ms, rejected for {reasons:?}",
+            base.name
+        );
+        let effects: Vec<String> = super::util::kinds(&super::util::effects(&mut out))
+            .into_iter()
+            .filter(|k| !k.starts_with("reject "))
+            .collect();
+        assert!(effects.is_empty(), "{what}, emitted {effects:?}\nevent: {shown:.800}");
+        let after = fingerprint(&mut r);
+        assert!(
+            after == before,
+            "{what}, changed the state:\n{}\nevent: {shown:.800}",
+            diff(&before, &after)
+        );
     }
+}
+
+fn new_reasons(
+    before: &BTreeMap<&'static str, u64>,
+    after: &BTreeMap<&'static str, u64>,
+) -> Vec<&'static str> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(*v))
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 /// Valid, signed messages of the fixture (the seeds for byte flips).
@@ -723,9 +761,58 @@ proptest! {
             .iter()
             .map(|(k, from, delay)| {
                 let (sender, m) = forge(setup4(), k);
-                (*delay, from.unwrap_or(sender), m)
+                (*delay, ev(from.unwrap_or(sender), m))
             })
             .collect();
         feed_all(base(b), msgs);
+    }
+
+    /// Client requests: authentic, with a wrong MAC for this or another
+    /// replica, a short MAC vector, a forged signature, unknown flags, an
+    /// unknown client, an oversized operation, duplicates.
+    #[test]
+    fn forged_requests_rejected_without_effect(
+        reqs in proptest::collection::vec(
+            (0u64..3, 1u64..6, 0u8..7, prop_oneof![4 => 0usize..16, 1 => Just(70_000usize)], prop_oneof![Just(0u64), Just(1)]),
+            1..6,
+        ),
+        b in any::<usize>(),
+    ) {
+        let events = reqs
+            .into_iter()
+            .map(|(client, seq, auth, len, delay)| (delay, Event::Request(forged_request(client, seq, auth, len))))
+            .collect();
+        feed_all(base(b), events);
+    }
+}
+
+/// A request of `client` (2 is not configured), made wrong by `auth`.
+fn forged_request(client: u64, seq: u64, auth: u8, len: usize) -> chorus_core::Request {
+    let s = setup4();
+    let op = vec![seq as u8; len];
+    let mut r = s.request((client % 2) as usize, seq, &op);
+    r.client = chorus_core::ClientId(client);
+    let content = chorus_core::Request::content_digest(r.client, r.seq, r.flags, &r.op);
+    match auth {
+        // Our entry (replica 1) is wrong.
+        1 => set_mac(&mut r, 1),
+        // Another replica's entry is wrong.
+        2 => set_mac(&mut r, 2),
+        3 => {
+            if let Authenticator::Macs(m) = &mut r.auth {
+                m.pop();
+            }
+        }
+        4 => r.auth = Authenticator::Signature(s.clients[(client % 2) as usize].sign(content.as_bytes())),
+        5 => r.auth = Authenticator::Signature(s.keys[0].sign(content.as_bytes())),
+        6 => r.flags = 0x80,
+        _ => {}
+    }
+    r
+}
+
+fn set_mac(r: &mut chorus_core::Request, i: usize) {
+    if let Authenticator::Macs(m) = &mut r.auth {
+        m[i] = Mac([9; 16]);
     }
 }
