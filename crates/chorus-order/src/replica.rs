@@ -22,8 +22,8 @@ use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, ReplicaId,
-    ReplicaMsg, Request, Seq, Slot, Validate, View,
+    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
+    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 
@@ -448,8 +448,20 @@ impl Replica {
         }
     }
 
-    /// Highest global position pre-prepared or decided in any lane.
+    /// Highest global position pre-prepared or decided in any lane. In `rcc`
+    /// the position just above the highest such round: an instance is behind
+    /// as soon as another one proposed for its round (RCC §III-E: an idle
+    /// primary proposes a no-op when it sees proposals for the round).
     fn frontier(&self) -> Option<Seq> {
+        if self.cfg.params.mode == OrderingMode::Rcc {
+            let m = self.cfg.lanes() as u64;
+            return self
+                .lanes
+                .iter()
+                .filter_map(|l| l.max_seen_slot())
+                .max()
+                .map(|r| Seq(r.0.saturating_add(1).saturating_mul(m)));
+        }
         self.lanes
             .iter()
             .filter_map(|l| {

@@ -7,8 +7,8 @@ use crate::io::{PersistRecord, RejectReason};
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use crate::verify::VerifiedHint;
 use chorus_core::{
-    Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg,
-    Signature, Slot,
+    Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
+    ReplicaMsg, Signature, Slot,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,6 +41,14 @@ impl Lane {
     /// minus the leaders the view's NEW-VIEW excluded (`penalty.rs`).
     pub(crate) fn leader_of(&self, slot: Slot) -> ReplicaId {
         slot_leader_in(&self.cfg, self.id, slot, self.view, &self.excluded)
+    }
+
+    /// RCC §III-C: `slot` is a round in which this instance is stopped by
+    /// the current view's stop (its coordinating leader proposes it).
+    pub fn is_stopped_slot(&self, slot: Slot) -> bool {
+        self.cfg.params.mode == OrderingMode::Rcc
+            && slot >= self.fresh_start()
+            && self.leader_of(slot) != self.cfg.instance_primary(self.id)
     }
 
     pub(crate) fn reproposal_digest(&self, slot: Slot) -> Option<Digest> {
