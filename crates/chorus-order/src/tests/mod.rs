@@ -18,6 +18,8 @@ mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_rcc;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;
