@@ -101,7 +101,10 @@ mod tests {
         let d = Digest::of(b"m");
         assert_ne!(ta.bind(SigKind::Prepare, &d), tb.bind(SigKind::Prepare, &d));
         assert_ne!(ta.bind(SigKind::Prepare, &d), ta.bind(SigKind::PrePrepare, &d));
-        assert_eq!(ta.bind(SigKind::Prepare, &d), ClusterTag::of(&a.clone()).bind(SigKind::Prepare, &d));
+        assert_eq!(
+            ta.bind(SigKind::Prepare, &d),
+            ClusterTag::of(&a.clone()).bind(SigKind::Prepare, &d)
+        );
     }
 
     #[test]

@@ -65,7 +65,10 @@ impl Request {
         keys: &[MacKey],
     ) -> Request {
         let d = Self::content_digest(client, seq, flags, &op);
-        let macs = keys.iter().map(|k| k.mac_bound(tag, SigKind::Request, &d)).collect();
+        let macs = keys
+            .iter()
+            .map(|k| k.mac_bound(tag, SigKind::Request, &d))
+            .collect();
         Request {
             client,
             seq,
@@ -223,7 +226,14 @@ mod tests {
     fn mac_vector_verifies_at_each_replica_only() {
         let (c, rs) = setup();
         let keys: Vec<_> = rs.iter().map(|r| c.pairwise_key(&r.public())).collect();
-        let req = Request::with_macs(&tag("a"), ClientId(7), RequestSeq(1), 0, Bytes::from_static(b"op"), &keys);
+        let req = Request::with_macs(
+            &tag("a"),
+            ClientId(7),
+            RequestSeq(1),
+            0,
+            Bytes::from_static(b"op"),
+            &keys,
+        );
         for (i, r) in rs.iter().enumerate() {
             let k = r.pairwise_key(&c.public());
             assert!(req.verify(&tag("a"), ReplicaId(i as u32), &k, &c.public()));
@@ -272,7 +282,16 @@ mod tests {
     #[test]
     fn batch_digest_depends_on_every_request() {
         let (c, _) = setup();
-        let r = |s| Request::with_signature(&tag("a"), ClientId(1), RequestSeq(s), 0, Bytes::from_static(b"x"), &c);
+        let r = |s| {
+            Request::with_signature(
+                &tag("a"),
+                ClientId(1),
+                RequestSeq(s),
+                0,
+                Bytes::from_static(b"x"),
+                &c,
+            )
+        };
         let a = Batch {
             requests: vec![r(1), r(2)],
         };

@@ -132,7 +132,12 @@ pub fn verify_view_change_sig(cfg: &ClusterConfig, vc: &ViewChange) -> CertResul
         return Err("bad-lane");
     }
     let k = key(cfg, vc.replica).ok_or("bad-replica")?;
-    if k.verify_bound(&ClusterTag::of(cfg), SigKind::ViewChange, &vc.signing_digest(), &vc.sig) {
+    if k.verify_bound(
+        &ClusterTag::of(cfg),
+        SigKind::ViewChange,
+        &vc.signing_digest(),
+        &vc.sig,
+    ) {
         Ok(())
     } else {
         Err("bad-signature")

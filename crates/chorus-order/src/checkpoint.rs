@@ -13,8 +13,9 @@
 use crate::certs::verify_vote_sig;
 use crate::counters::Cx;
 use bytes::Bytes;
-use chorus_core::{ClusterTag, SigKind, 
-    CheckpointCert, CheckpointVote, ClusterConfig, Digest, Identity, ReplicaId, ReplicaMsg, Seq, Signature,
+use chorus_core::{
+    CheckpointCert, CheckpointVote, ClusterConfig, ClusterTag, Digest, Identity, ReplicaId, ReplicaMsg, Seq,
+    SigKind, Signature,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -187,7 +187,12 @@ mod tests {
     fn verifies_anywhere(r: &Request, config: &ClusterConfig, replicas: &[chorus_core::Identity]) -> bool {
         replicas.iter().enumerate().any(|(i, id)| {
             let key = id.pairwise_key(&config.clients[0].identity);
-            r.verify(&ClusterTag::of(config), ReplicaId(i as u32), &key, &config.clients[0].identity)
+            r.verify(
+                &ClusterTag::of(config),
+                ReplicaId(i as u32),
+                &key,
+                &config.clients[0].identity,
+            )
         })
     }
 
@@ -195,7 +200,12 @@ mod tests {
         (0..replicas.len())
             .filter(|&i| {
                 let key = replicas[i].pairwise_key(&config.clients[0].identity);
-                r.verify(&ClusterTag::of(config), ReplicaId(i as u32), &key, &config.clients[0].identity)
+                r.verify(
+                    &ClusterTag::of(config),
+                    ReplicaId(i as u32),
+                    &key,
+                    &config.clients[0].identity,
+                )
             })
             .collect()
     }

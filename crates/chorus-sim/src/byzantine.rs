@@ -11,8 +11,8 @@ use crate::stats::Counters;
 use bytes::Bytes;
 use chorus_core::{
     Batch, BatchReply, CheckpointVote, ClusterTag, Commit, Decided, Digest, FetchBatch, Identity, LaneId,
-    NewView, PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, SigKind, Signature, Slot, StateRequest,
-    Status, View, ViewChange,
+    NewView, PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, SigKind, Signature, Slot,
+    StateRequest, Status, View, ViewChange,
 };
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -566,7 +566,14 @@ mod tests {
     }
 
     fn request(seq: u64) -> Request {
-        Request::with_signature(&tag(), ClientId(1), RequestSeq(seq), 0, Bytes::from_static(b"op"), &id(9))
+        Request::with_signature(
+            &tag(),
+            ClientId(1),
+            RequestSeq(seq),
+            0,
+            Bytes::from_static(b"op"),
+            &id(9),
+        )
     }
 
     fn pre_prepare(me: &Identity, batch: Batch) -> PrePrepare {

@@ -520,9 +520,12 @@ mod tests {
             assert_eq!(verify_view_change(&cfg, vc), Ok(()));
         }
         assert_eq!(nv.reproposals, plan_new_view(&cfg, &nv.view_changes).reproposals);
-        assert!(keys[1]
-            .public()
-            .verify_bound(&ClusterTag::of(&cfg), chorus_core::SigKind::NewView, &nv.signing_digest(), &nv.sig));
+        assert!(keys[1].public().verify_bound(
+            &ClusterTag::of(&cfg),
+            chorus_core::SigKind::NewView,
+            &nv.signing_digest(),
+            &nv.sig
+        ));
         assert_eq!(c.faults["byz-nv-forge"], 1);
     }
 

@@ -12,8 +12,8 @@
 
 use crate::node::SimReplica;
 use chorus_core::{
-    Batch, BatchReply, ClientId, ClusterConfig, ClusterTag, Identity, LaneId, MacKey, Millis, ReplicaId, ReplicaMsg,
-    Request, RequestSeq, Seq, Slot, Status, View,
+    Batch, BatchReply, ClientId, ClusterConfig, ClusterTag, Identity, LaneId, MacKey, Millis, ReplicaId,
+    ReplicaMsg, Request, RequestSeq, Seq, Slot, Status, View,
 };
 use chorus_order::{Action, Event, Outbox, PersistRecord, RejectReason, TimerId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -35,9 +35,9 @@ use crate::buffer::FutureBuffer;
 use crate::counters::Cx;
 use crate::sigkeys::ReplicaKeys;
 use crate::verify::{RequestVerifier, VerifiedHint};
-use chorus_core::{ClusterTag, 
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Exclusion, Identity, LaneId, Millis, NewView,
-    PublicIdentity, ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
+use chorus_core::{
+    Batch, Cell, CheckpointCert, ClusterConfig, ClusterTag, Digest, Exclusion, Identity, LaneId, Millis,
+    NewView, PublicIdentity, ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
 };
 use penalty::Penalties;
 use slot::SlotState;

@@ -6,8 +6,8 @@ use crate::counters::Cx;
 use crate::io::{PersistRecord, RejectReason};
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use crate::verify::VerifiedHint;
-use chorus_core::{SigKind, 
-    Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg,
+use chorus_core::{
+    Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg, SigKind,
     Signature, Slot,
 };
 use std::collections::BTreeSet;

@@ -17,7 +17,9 @@ use crate::certs::{low_slot_of, verify_view_change, verify_view_change_sig};
 use crate::counters::Cx;
 use crate::io::PersistRecord;
 use crate::roles::new_view_primary;
-use chorus_core::{Batch, Digest, NewView, ReplicaId, ReplicaMsg, SigKind, Signature, Slot, View, ViewChange};
+use chorus_core::{
+    Batch, Digest, NewView, ReplicaId, ReplicaMsg, SigKind, Signature, Slot, View, ViewChange,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

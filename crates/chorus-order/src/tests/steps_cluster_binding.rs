@@ -9,8 +9,8 @@ use crate::certs::{verify_checkpoint_cert, verify_prepared_cert, verify_view_cha
 use crate::io::{Action, Event, RejectReason};
 use bytes::Bytes;
 use chorus_core::{
-    Batch, ClientId, Digest, LaneId, NewView, OrderingMode, ReplicaId, ReplicaMsg, Request, RequestSeq, SigKind,
-    Signature, View, ViewChange,
+    Batch, ClientId, Digest, LaneId, NewView, OrderingMode, ReplicaId, ReplicaMsg, Request, RequestSeq,
+    SigKind, Signature, View, ViewChange,
 };
 use std::sync::Arc;
 
@@ -88,7 +88,12 @@ fn a_request_authenticated_for_another_cluster_is_rejected_with_the_same_keys() 
     let batch = Batch {
         requests: vec![b.request(0, 1, b"ok"), signed(&a, 3)],
     };
-    let e = msg(&mut backup, 1, 0, ReplicaMsg::PrePrepare(b.pre_prepare(0, 0, 0, 0, &batch)));
+    let e = msg(
+        &mut backup,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(b.pre_prepare(0, 0, 0, 0, &batch)),
+    );
     assert!(broadcasts(&e).is_empty(), "{e:?}");
     assert_eq!(backup.counters().rejected("bad-request-auth"), 1);
 }
@@ -102,11 +107,21 @@ fn signed_replica_messages_from_another_cluster_are_rejected_and_counted() {
     // Pre-prepare: A's leader signature is refused by B's backup (the batch
     // itself is B's, so only the signature is foreign).
     let mut r1 = replica(&b, 1);
-    let e = msg(&mut r1, 1, 0, ReplicaMsg::PrePrepare(a.pre_prepare(0, 0, 0, 0, &batch)));
+    let e = msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(a.pre_prepare(0, 0, 0, 0, &batch)),
+    );
     assert!(broadcasts(&e).is_empty(), "{e:?}");
     assert_eq!(r1.counters().rejected("bad-signature"), 1);
     // B's own pre-prepare is accepted: replica 1 prepares.
-    let e = msg(&mut r1, 2, 0, ReplicaMsg::PrePrepare(b.pre_prepare(0, 0, 0, 0, &batch)));
+    let e = msg(
+        &mut r1,
+        2,
+        0,
+        ReplicaMsg::PrePrepare(b.pre_prepare(0, 0, 0, 0, &batch)),
+    );
     assert!(broadcasts(&e).iter().any(|m| matches!(m, ReplicaMsg::Prepare(_))));
 
     // Prepares: A-signed ones never complete the certificate.
@@ -119,7 +134,12 @@ fn signed_replica_messages_from_another_cluster_are_rejected_and_counted() {
     assert!(broadcasts(&e).iter().any(|m| matches!(m, ReplicaMsg::Commit(_))));
 
     // Checkpoint vote.
-    let e = msg(&mut r1, 5, 2, ReplicaMsg::Checkpoint(a.vote(2, 4, Digest::of(b"s"))));
+    let e = msg(
+        &mut r1,
+        5,
+        2,
+        ReplicaMsg::Checkpoint(a.vote(2, 4, Digest::of(b"s"))),
+    );
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(r1.counters().rejected("bad-vote-signature"), 1);
 
@@ -152,13 +172,19 @@ fn signed_replica_messages_from_another_cluster_are_rejected_and_counted() {
 fn certificates_from_another_cluster_do_not_verify() {
     let (a, b) = twins();
     let state = Digest::of(b"state");
-    assert_eq!(verify_checkpoint_cert(&a.cfg, &a.checkpoint_cert(4, state, &[0, 1, 2])), Ok(()));
+    assert_eq!(
+        verify_checkpoint_cert(&a.cfg, &a.checkpoint_cert(4, state, &[0, 1, 2])),
+        Ok(())
+    );
     assert_eq!(
         verify_checkpoint_cert(&b.cfg, &a.checkpoint_cert(4, state, &[0, 1, 2])),
         Err("bad-vote-signature")
     );
     let batch = b.batch(0, 1..2);
-    assert_eq!(verify_prepared_cert(&a.cfg, &a.prepared_cert(0, 0, 0, 0, &batch, &[1, 2])), Ok(()));
+    assert_eq!(
+        verify_prepared_cert(&a.cfg, &a.prepared_cert(0, 0, 0, 0, &batch, &[1, 2])),
+        Ok(())
+    );
     assert_eq!(
         verify_prepared_cert(&b.cfg, &a.prepared_cert(0, 0, 0, 0, &batch, &[1, 2])),
         Err("cert-bad-pre-prepare-sig")

@@ -22,7 +22,14 @@ pub fn batch(tag: u64, n: usize) -> Batch {
         .map(|i| {
             let op = Bytes::from(format!("op-{tag}-{i}").into_bytes());
             let cluster = chorus_core::ClusterTag::from_digest(chorus_core::Digest::of(b"store tests"));
-            Request::with_signature(&cluster, ClientId(tag % 7), RequestSeq(tag * 100 + i as u64), 0, op, &id)
+            Request::with_signature(
+                &cluster,
+                ClientId(tag % 7),
+                RequestSeq(tag * 100 + i as u64),
+                0,
+                op,
+                &id,
+            )
         })
         .collect();
     Batch { requests }
