@@ -354,6 +354,7 @@ mod tests {
         let reqs = (1..=4)
             .map(|i| {
                 Request::with_signature(
+                    &chorus_core::ClusterTag::of(&config),
                     ClientId(0),
                     RequestSeq(i),
                     0,

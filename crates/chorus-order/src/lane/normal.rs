@@ -8,7 +8,7 @@ use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_i
 use crate::verify::VerifiedHint;
 use chorus_core::{
     Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
-    ReplicaMsg, Signature, Slot,
+    ReplicaMsg, SigKind, Signature, Slot,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -158,9 +158,8 @@ impl Lane {
     ) {
         let (lane, view, me) = (self.id, self.view, self.me);
         debug_assert!(self.active, "pre-prepare while changing view");
-        let sig = self
-            .identity
-            .sign(PrePrepare::signing_digest(lane, view, slot, &digest).as_bytes());
+        let sd = PrePrepare::signing_digest(lane, view, slot, &digest);
+        let sig = self.identity.sign_bound(&self.tag, SigKind::PrePrepare, &sd);
         let st = self.slot_mut(slot);
         debug_assert!(
             st.accepted_in(view).is_none(),
@@ -213,7 +212,7 @@ impl Lane {
             slot,
             digest,
             replica: self.me,
-            sig: self.identity.sign(sd.as_bytes()),
+            sig: self.identity.sign_bound(&self.tag, SigKind::Prepare, &sd),
         }
     }
 
@@ -237,7 +236,7 @@ impl Lane {
             return cx.reject("wrong-leader");
         }
         let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
-        if !self.keys.verify(from, sd.as_bytes(), &pp.sig) {
+        if !self.keys.verify(from, SigKind::PrePrepare, &sd, &pp.sig) {
             return cx.reject("bad-signature");
         }
         if pp.batch.digest() != pp.digest {
@@ -508,7 +507,7 @@ impl Lane {
             }
             let ok = st.prepares.get(&r).is_some_and(|p| {
                 let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
-                self.keys.verify(r, sd.as_bytes(), &p.sig)
+                self.keys.verify(r, SigKind::Prepare, &sd, &p.sig)
             });
             st.unverified.remove(&r);
             if ok {
@@ -605,7 +604,7 @@ impl Lane {
     /// Sign a pre-prepare again (Ed25519 is deterministic: the same bytes as
     /// the one sent before a crash).
     pub(crate) fn resign_pre_prepare(&self, slot: Slot, digest: &Digest) -> Signature {
-        self.identity
-            .sign(PrePrepare::signing_digest(self.id, self.view, slot, digest).as_bytes())
+        let sd = PrePrepare::signing_digest(self.id, self.view, slot, digest);
+        self.identity.sign_bound(&self.tag, SigKind::PrePrepare, &sd)
     }
 }

@@ -18,7 +18,8 @@ use crate::counters::Cx;
 use crate::io::PersistRecord;
 use crate::roles::new_view_primary;
 use chorus_core::{
-    Batch, Digest, Exclusion, NewView, OrderingMode, ReplicaId, ReplicaMsg, Signature, Slot, View, ViewChange,
+    Batch, Digest, Exclusion, NewView, OrderingMode, ReplicaId, ReplicaMsg, SigKind, Signature, Slot, View,
+    ViewChange,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -108,7 +109,9 @@ impl Lane {
             replica: self.me,
             sig: Signature([0; 64]),
         };
-        vc.sig = self.identity.sign(vc.signing_digest().as_bytes());
+        vc.sig = self
+            .identity
+            .sign_bound(&self.tag, SigKind::ViewChange, &vc.signing_digest());
         vc
     }
 
@@ -230,7 +233,9 @@ impl Lane {
             sig: Signature([0; 64]),
             excluded: self.new_view_exclusions(view, fresh),
         };
-        nv.sig = self.identity.sign(nv.signing_digest().as_bytes());
+        nv.sig = self
+            .identity
+            .sign_bound(&self.tag, SigKind::NewView, &nv.signing_digest());
         tracing::debug!(lane = ?self.id, ?view, reproposals = nv.reproposals.len(), "sending new view");
         cx.out.persist(PersistRecord::View { lane: self.id, view });
         cx.out.broadcast(ReplicaMsg::NewView(nv.clone()));
@@ -274,7 +279,7 @@ impl Lane {
     /// replicas, and its re-proposals are exactly what they imply.
     fn validate_new_view(&self, nv: &NewView) -> Result<NewViewPlan, &'static str> {
         let key = self.key(nv.replica).ok_or("bad-replica")?;
-        if !key.verify(nv.signing_digest().as_bytes(), &nv.sig) {
+        if !key.verify_bound(&self.tag, SigKind::NewView, &nv.signing_digest(), &nv.sig) {
             return Err("bad-signature");
         }
         if nv.view_changes.len() < self.cfg.quorum() || nv.view_changes.len() > self.cfg.n() {

@@ -27,7 +27,7 @@ fn fixture() -> &'static (Setup, Vec<ReplicaMsg>) {
             replica: ReplicaId(2),
             sig: Signature([0; 64]),
         };
-        vc.sig = s.keys[2].sign(vc.signing_digest().as_bytes());
+        vc.sig = s.sign(2, chorus_core::SigKind::ViewChange, &vc.signing_digest());
         let mut nv = NewView {
             lane: LaneId(0),
             view: View(1),
@@ -37,7 +37,7 @@ fn fixture() -> &'static (Setup, Vec<ReplicaMsg>) {
             sig: Signature([0; 64]),
             excluded: Vec::new(),
         };
-        nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
+        nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
         let ckpt = s.checkpoint_cert(4, Digest::of(b"s"), &[0, 1, 2]);
         let msgs = vec![
             ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)),

@@ -13,6 +13,8 @@ mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_cluster_binding;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

@@ -31,7 +31,7 @@ fn failure(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::Prepar
         replica: ReplicaId(replica),
         sig: Signature([0; 64]),
     };
-    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
     vc
 }
 
@@ -172,7 +172,7 @@ fn a_stop_with_too_few_failures_a_forged_signature_or_a_chosen_restart_is_reject
     let (s, _, _, nv) = stopped();
     let resign = |mut nv: NewView, signer: u32| {
         nv.replica = ReplicaId(signer);
-        nv.sig = s.keys[signer as usize].sign(nv.signing_digest().as_bytes());
+        nv.sig = s.sign(signer, chorus_core::SigKind::NewView, &nv.signing_digest());
         nv
     };
     let cases: Vec<(NewView, &str)> = vec![
