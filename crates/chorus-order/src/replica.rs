@@ -65,6 +65,13 @@ pub struct LaneStatus {
     pub next_undecided: Slot,
     /// Pool entries in flight at a cell that does not list them (all lanes).
     pub orphaned: usize,
+    /// Who proposes the lane's next free slot in its current view.
+    pub proposer: ReplicaId,
+    /// RCC §III-C: the round the stopped instance resumes at, while stopped.
+    pub stopped_until: Option<Slot>,
+    /// Who assembles the NEW-VIEW of the lane's current view (RCC: the
+    /// coordinating leader `L_i` that proposes the stop).
+    pub new_view_primary: ReplicaId,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -164,6 +171,13 @@ impl Replica {
                     in_flight: self.pool.in_flight_summary(LaneId(l as u32)),
                     next_undecided: self.lanes[l].next_undecided(),
                     orphaned: self.pool.orphaned_in_flight(),
+                    proposer: self.lanes[l].leader_of(self.lanes[l].next_free_slot()),
+                    stopped_until: self.lanes[l].rcc_stopped_until(),
+                    new_view_primary: crate::roles::new_view_primary(
+                        &self.cfg,
+                        LaneId(l as u32),
+                        self.lanes[l].view(),
+                    ),
                 })
                 .collect(),
             counters: self.counters.clone(),

@@ -39,7 +39,7 @@ impl Lane {
 
     /// The fresh-proposal leader of `slot` in the current view: the rotation
     /// minus the leaders the view's NEW-VIEW excluded (`penalty.rs`).
-    pub(crate) fn leader_of(&self, slot: Slot) -> ReplicaId {
+    pub fn leader_of(&self, slot: Slot) -> ReplicaId {
         slot_leader_in(&self.cfg, self.id, slot, self.view, &self.excluded)
     }
 
@@ -49,6 +49,19 @@ impl Lane {
         self.cfg.params.mode == OrderingMode::Rcc
             && slot >= self.fresh_start()
             && self.leader_of(slot) != self.cfg.instance_primary(self.id)
+    }
+
+    /// RCC: while the current view's stop still covers the next undecided
+    /// round, the round at which the instance's primary resumes.
+    pub fn rcc_stopped_until(&self) -> Option<Slot> {
+        if self.cfg.params.mode != OrderingMode::Rcc {
+            return None;
+        }
+        let primary = self.cfg.instance_primary(self.id);
+        self.excluded
+            .iter()
+            .find(|e| e.replica == primary && e.until > self.next_undecided)
+            .map(|e| e.until)
     }
 
     pub(crate) fn reproposal_digest(&self, slot: Slot) -> Option<Digest> {
