@@ -132,6 +132,59 @@ fn timeline(root: &Area, title: &str, r: &RunResult) -> Result<(), Box<dyn std::
     Ok(())
 }
 
+/// Throughput over time of every run of a sweep, one line each, with the
+/// moment of a `--kill-replica` marked.
+pub fn plot_timelines(path: &Path, results: &[RunResult], sweep: &str) -> Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let xmax = results
+            .iter()
+            .filter_map(|r| r.timeline.last().map(|t| t.0))
+            .fold(1.0, f64::max);
+        let ymax = results
+            .iter()
+            .flat_map(|r| r.timeline.iter().map(|t| t.1))
+            .fold(1.0, f64::max)
+            * 1.15;
+        let title = match results.iter().find_map(|r| r.killed) {
+            Some((victim, _)) => format!("throughput over time, {sweep}, replica {victim} killed"),
+            None => format!("throughput over time, {sweep}"),
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(20)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+        chart.configure_mesh().x_desc("seconds").y_desc("ops/s").draw()?;
+        let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+        for (i, r) in results.iter().enumerate() {
+            let color = colors[i % colors.len()];
+            chart
+                .draw_series(LineSeries::new(r.timeline.clone(), color.stroke_width(2)))?
+                .label(r.name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            if let Some((_, at)) = r.killed {
+                chart.draw_series(LineSeries::new(
+                    vec![(at, 0.0), (at, ymax)],
+                    color.mix(0.4).stroke_width(1),
+                ))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow!("plotting: {e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
 /// CBASE Fig. 5(b)-style plot: throughput of both executors per parallelism factor.
 pub fn plot_exec(
     path: &Path,

@@ -59,6 +59,8 @@ pub struct RunResult {
     pub replica_peak_rss_mib: Vec<f64>,
     /// (second, ops/s) samples of the measurement.
     pub timeline: Vec<(f64, f64)>,
+    /// `--kill-replica`: which replica was SIGKILLed, and when (measured seconds).
+    pub killed: Option<(usize, f64)>,
 }
 
 impl RunResult {
@@ -94,6 +96,12 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     } else {
         a.pillars
     };
+    if a.kill_replica.is_some() && a.target.is_some() {
+        bail!("--kill-replica needs the local cluster (no --target)");
+    }
+    if a.kill_replica.is_some_and(|r| r >= a.n) {
+        bail!("--kill-replica must be below --n");
+    }
     let mut _tmp = None;
     let mut cluster_procs: Option<Cluster> = None;
     let (dir, config): (PathBuf, ClusterConfig) = match &a.target {
@@ -238,8 +246,22 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let mut timeline = Vec::new();
     let mut last = ops0;
     let mut last_t = Instant::now();
+    let mut killed = None;
+    // Finer samples when a kill is to be seen in the timeline.
+    let tick = if a.kill_replica.is_some() {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_secs(1)
+    };
     while start.elapsed() < Duration::from_secs(a.duration) {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(tick).await;
+        if let (Some(victim), None, Some(c)) = (a.kill_replica, killed, cluster_procs.as_mut()) {
+            if start.elapsed().as_secs_f64() >= a.kill_at {
+                c.kill(victim);
+                killed = Some((victim, start.elapsed().as_secs_f64()));
+                eprintln!("\n  SIGKILL replica {victim}");
+            }
+        }
         let now = stats.committed.load(Ordering::Relaxed);
         timeline.push((
             start.elapsed().as_secs_f64(),
@@ -309,6 +331,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         replica_cpu_s: cpu0.iter().zip(&cpu1).map(|(a, b)| b - a).collect(),
         replica_peak_rss_mib: rss,
         timeline,
+        killed,
     })
 }
 

@@ -18,7 +18,7 @@ pub struct Args {
     /// Replicas of the local cluster (3f+1).
     #[arg(long, default_value_t = 4)]
     pub n: usize,
-    /// Ordering mode: pbft | cop.
+    /// Ordering mode: pbft | cop | rcc.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (forced to 1 for pbft).
@@ -92,6 +92,12 @@ pub struct Args {
     /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
+    /// SIGKILL this local replica during the measurement (a failure run).
+    #[arg(long)]
+    pub kill_replica: Option<usize>,
+    /// Measured seconds after which `--kill-replica` is killed.
+    #[arg(long, default_value_t = 5.0)]
+    pub kill_at: f64,
     /// A label stored with each result.
     #[arg(long, default_value = "")]
     pub label: String,
@@ -193,6 +199,12 @@ pub fn run(a: Args) -> Result<()> {
     crate::bench_out::write_json(&a.out.join("results.json"), &results)?;
     let plot = a.out.join("plot.png");
     crate::bench_plot::plot(&plot, &results, a.sweep.as_deref())?;
+    if results.len() > 1 {
+        // Throughput over time, one line per run (e.g. per mode with a kill).
+        let tl = a.out.join("timeline.png");
+        crate::bench_plot::plot_timelines(&tl, &results, a.sweep.as_deref().unwrap_or(""))?;
+        println!("wrote {}", tl.display());
+    }
     println!(
         "\nwrote {}, {} and {}",
         a.out.join("results.json").display(),

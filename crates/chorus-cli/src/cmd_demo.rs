@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop.
+    /// Ordering mode: pbft | cop | rcc.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop.
+    /// Ordering mode: pbft | cop | rcc.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (lanes); forced to 1 for pbft.

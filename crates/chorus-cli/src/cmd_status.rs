@@ -43,6 +43,52 @@ pub fn run(a: Args) -> Result<()> {
                 Err(e) => println!("{:<8} unreachable: {e:#}", r.to_string()),
             }
         }
+        if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Rcc {
+            print_instances(&c.cluster, c.id, &c.identity).await;
+        }
         Ok(())
     })
+}
+
+/// RCC: each instance as the first reachable replica sees it: its round,
+/// whether it is running, has a FAILURE out (view change) or is stopped until
+/// a round, and the coordinating consensus' view and leader.
+async fn print_instances(
+    cluster: &chorus_core::ClusterConfig,
+    id: chorus_core::ClientId,
+    identity: &chorus_core::Identity,
+) {
+    for r in cluster.replica_ids() {
+        let Ok(s) = query(cluster, id, identity, r).await else {
+            continue;
+        };
+        println!("\nRCC instances as seen by {r}:");
+        println!(
+            "{:<9} {:>8} {:>8} {:>6} {:>12}  state",
+            "instance", "primary", "round", "view", "coordinator"
+        );
+        for (i, d) in s.core.lane_detail.iter().enumerate() {
+            let lane = chorus_core::LaneId(i as u32);
+            let view = s.core.views.get(i).copied().unwrap_or(0);
+            let state = match (d.view_changing, d.stopped_until) {
+                (true, _) => "FAILURE sent, awaiting stop".to_string(),
+                (false, Some(until)) => format!("stopped until round {until} (proposer r{})", d.proposer),
+                (false, None) => "running".to_string(),
+            };
+            let coordinator = if view == 0 {
+                "-".to_string()
+            } else {
+                format!("r{}", d.new_view_primary)
+            };
+            println!(
+                "{:<9} {:>8} {:>8} {:>6} {:>12}  {state}",
+                i,
+                cluster.instance_primary(lane).to_string(),
+                d.next_undecided,
+                view,
+                coordinator
+            );
+        }
+        return;
+    }
 }

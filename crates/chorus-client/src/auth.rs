@@ -2,7 +2,9 @@
 //! authenticator itself, so a proposer cannot forge or alter a request.
 
 use bytes::Bytes;
-use chorus_core::{flags, ClientAuthKind, ClientId, ClusterConfig, Identity, MacKey, Request, RequestSeq};
+use chorus_core::{
+    flags, ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Identity, MacKey, Request, RequestSeq,
+};
 
 /// Signs or MACs this client's requests as the configuration asks.
 pub struct RequestAuth {
@@ -11,6 +13,9 @@ pub struct RequestAuth {
     identity: Identity,
     /// `keys[i]` is shared with replica `i` (PBFT's authenticator vector).
     keys: Vec<MacKey>,
+    /// The cluster the requests are for: replicas of any other cluster
+    /// reject them even where the keys are the same (`chorus_core::domain`).
+    tag: ClusterTag,
 }
 
 impl RequestAuth {
@@ -28,14 +33,17 @@ impl RequestAuth {
             kind: config.params.client_auth,
             identity,
             keys,
+            tag: ClusterTag::of(config),
         }
     }
 
     pub fn request(&self, seq: RequestSeq, read_only: bool, op: Bytes) -> Request {
         let fl = if read_only { flags::READ_ONLY } else { 0 };
         match self.kind {
-            ClientAuthKind::MacVector => Request::with_macs(self.client, seq, fl, op, &self.keys),
-            ClientAuthKind::Signature => Request::with_signature(self.client, seq, fl, op, &self.identity),
+            ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.client, seq, fl, op, &self.keys),
+            ClientAuthKind::Signature => {
+                Request::with_signature(&self.tag, self.client, seq, fl, op, &self.identity)
+            }
         }
     }
 }
@@ -54,6 +62,10 @@ mod tests {
             };
             let (config, replicas, clients) = ClusterConfig::for_testing(4, 2, params, 3);
             let auth = RequestAuth::new(&config, ClientId(1), clients[1].clone());
+            let tag = ClusterTag::of(&config);
+            let mut elsewhere = config.clone();
+            elsewhere.params.cluster_id = "another cluster".into();
+            let other_tag = ClusterTag::of(&elsewhere);
             let req = auth.request(RequestSeq(9), true, Bytes::from_static(b"get k"));
             assert!(req.is_read_only());
             assert_eq!(
@@ -62,10 +74,12 @@ mod tests {
             );
             for (i, r) in replicas.iter().enumerate() {
                 let key = r.pairwise_key(&clients[1].public());
-                assert!(req.verify(ReplicaId(i as u32), &key, &clients[1].public()));
+                assert!(req.verify(&tag, ReplicaId(i as u32), &key, &clients[1].public()));
                 // Client 0's key does not make client 1's request valid.
                 let other = r.pairwise_key(&clients[0].public());
-                assert!(!req.verify(ReplicaId(i as u32), &other, &clients[0].public()));
+                assert!(!req.verify(&tag, ReplicaId(i as u32), &other, &clients[0].public()));
+                // Nor does a cluster that reuses the same keys.
+                assert!(!req.verify(&other_tag, ReplicaId(i as u32), &key, &clients[1].public()));
             }
         }
     }

@@ -247,6 +247,7 @@ mod tests {
             .map(|i| id.pairwise_key(&Identity::from_seed(&[i]).public()))
             .collect();
         let req = Request::with_macs(
+            &crate::ClusterTag::from_digest(Digest::of(b"cluster")),
             ClientId(1),
             RequestSeq(1),
             0,

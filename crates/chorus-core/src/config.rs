@@ -8,7 +8,7 @@ use crate::quorum;
 use serde::{Deserialize, Serialize};
 
 /// How cells are decided and merged (DESIGN §1). Only the modes that exist are
-/// listed; `rcc`, `dispel` and `sarek` plug in as described in docs/modes.md.
+/// listed; `dispel` and `sarek` plug in as described in docs/modes.md.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderingMode {
@@ -17,6 +17,19 @@ pub enum OrderingMode {
     /// COP: `pillars` lanes share one global sequence, `c -> (c mod P, c div P)`.
     #[default]
     Cop,
+    /// RCC: one PBFT instance (lane) per replica, instance `i` proposed by
+    /// replica `i`; rounds merged in a hash-seeded order (RCC §III, §IV).
+    Rcc,
+}
+
+impl OrderingMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderingMode::Pbft => "pbft",
+            OrderingMode::Cop => "cop",
+            OrderingMode::Rcc => "rcc",
+        }
+    }
 }
 
 impl std::str::FromStr for OrderingMode {
@@ -25,7 +38,10 @@ impl std::str::FromStr for OrderingMode {
         match s {
             "pbft" => Ok(OrderingMode::Pbft),
             "cop" => Ok(OrderingMode::Cop),
-            other => Err(format!("unknown ordering mode {other:?} (expected pbft or cop)")),
+            "rcc" => Ok(OrderingMode::Rcc),
+            other => Err(format!(
+                "unknown ordering mode {other:?} (expected pbft, cop or rcc)"
+            )),
         }
     }
 }
@@ -206,10 +222,21 @@ impl ClusterConfig {
         match self.params.mode {
             OrderingMode::Pbft => 1,
             OrderingMode::Cop => self.params.pillars,
+            // RCC §III-B: m = n instances, one per replica.
+            OrderingMode::Rcc => self.n() as u32,
         }
     }
 
+    /// The replica that proposes every fresh slot of an RCC instance (RCC
+    /// §III-B: instance `i` is coordinated by replica `i`).
+    pub fn instance_primary(&self, lane: LaneId) -> ReplicaId {
+        ReplicaId(lane.0 % self.n().max(1) as u32)
+    }
+
     /// COP §4.1: global sequence `c` is decided in lane `c mod P`, slot `c div P`.
+    /// In `rcc` this is only a key (storage, pruning): round `c div m` is
+    /// delivered in a permuted lane order (`chorus-order`'s `merger`), so a
+    /// delivered position's lane is not `c mod m`, but its slot is `c div m`.
     pub fn cell_of(&self, seq: Seq) -> Cell {
         let p = self.lanes() as u64;
         Cell {
@@ -222,9 +249,15 @@ impl ClusterConfig {
         Seq(cell.slot.0 * self.lanes() as u64 + cell.lane.0 as u64)
     }
 
-    /// The leader of a cell in a view (COP §4.3.2).
+    /// The leader of a cell in a view (COP §4.3.2). In `rcc` the instance's
+    /// own primary in every view: a failed instance is stopped, not handed to
+    /// another primary (RCC §III-C; the stop's no-op slots are assigned in
+    /// `chorus-order`'s `roles`).
     pub fn leader(&self, cell: Cell, view: View) -> ReplicaId {
         let n = self.n() as u64;
+        if self.params.mode == OrderingMode::Rcc {
+            return self.instance_primary(cell.lane);
+        }
         match self.params.leader_rotation {
             LeaderRotation::Fixed => ReplicaId((view.0 % n) as u32),
             LeaderRotation::BlockWise => ReplicaId(((cell.slot.0 + view.0) % n) as u32),
@@ -235,6 +268,19 @@ impl ClusterConfig {
     /// proposed by two lanes (DESIGN §4).
     pub fn owner_lane(&self, client: ClientId) -> LaneId {
         LaneId((client.0 % self.lanes() as u64) as u32)
+    }
+
+    /// Rounds the checkpoint interval up to a multiple of the lane count (RCC
+    /// has `n` lanes, so a default K need not divide): checkpoints then fall
+    /// on round boundaries, where every lane's low watermark is `K / lanes`.
+    pub fn fit_checkpoint_interval(&mut self) {
+        let lanes = self.lanes().max(1) as u64;
+        let k = self.params.checkpoint_interval.max(1);
+        self.params.checkpoint_interval = k.div_ceil(lanes) * lanes;
+        let per_lane = self.checkpoint_slots_per_lane();
+        if self.params.window_slots <= per_lane {
+            self.params.window_slots = per_lane * 2;
+        }
     }
 
     /// Slots per lane between two checkpoints.

@@ -3,6 +3,7 @@
 //!
 //! Sans-IO: key generation takes the RNG as an argument.
 
+use crate::domain::{ClusterTag, SigKind};
 use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
 use rand_core::CryptoRngCore;
 use serde::{Deserialize, Serialize};
@@ -143,6 +144,15 @@ impl fmt::Debug for PublicIdentity {
 }
 
 impl PublicIdentity {
+    /// Whether `sig` is this key's signature on `digest` of a `kind` message
+    /// of cluster `tag` (see `domain.rs`). Every protocol signature is
+    /// checked through here.
+    pub fn verify_bound(&self, tag: &ClusterTag, kind: SigKind, digest: &Digest, sig: &Signature) -> bool {
+        self.verify(tag.bind(kind, digest).as_bytes(), sig)
+    }
+
+    /// Raw verification over `msg`, bound to no cluster: only for transcripts
+    /// that carry the cluster tag themselves (the channel handshake).
     pub fn verify(&self, msg: &[u8], sig: &Signature) -> bool {
         let Ok(vk) = VerifyingKey::from_bytes(&self.sign) else {
             return false;
@@ -197,6 +207,14 @@ impl Identity {
         }
     }
 
+    /// Signs `digest` of a `kind` message of cluster `tag` (see `domain.rs`).
+    /// Every protocol signature is made through here.
+    pub fn sign_bound(&self, tag: &ClusterTag, kind: SigKind, digest: &Digest) -> Signature {
+        self.sign(tag.bind(kind, digest).as_bytes())
+    }
+
+    /// Raw signature over `msg`, bound to no cluster: only for transcripts
+    /// that carry the cluster tag themselves (the channel handshake).
     pub fn sign(&self, msg: &[u8]) -> Signature {
         Signature(self.signing.sign(msg).to_bytes())
     }
@@ -229,6 +247,17 @@ impl fmt::Debug for MacKey {
 }
 
 impl MacKey {
+    /// MAC over `digest` of a `kind` message of cluster `tag` (see `domain.rs`).
+    pub fn mac_bound(&self, tag: &ClusterTag, kind: SigKind, digest: &Digest) -> Mac {
+        self.mac(tag.bind(kind, digest).as_bytes())
+    }
+
+    pub fn verify_bound(&self, tag: &ClusterTag, kind: SigKind, digest: &Digest, mac: &Mac) -> bool {
+        self.verify(tag.bind(kind, digest).as_bytes(), mac)
+    }
+
+    /// Raw MAC over `msg`, bound to no cluster: only for transcripts that
+    /// carry the cluster tag themselves (the channel handshake).
     pub fn mac(&self, msg: &[u8]) -> Mac {
         let full = blake3::keyed_hash(&self.0, msg);
         let mut out = [0u8; 16];

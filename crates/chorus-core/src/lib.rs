@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod config;
 pub mod crypto;
+pub mod domain;
 pub mod ids;
 pub mod messages;
 pub mod quorum;
@@ -15,6 +16,7 @@ pub use config::{
     ReplicaInfo,
 };
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+pub use domain::{ClusterTag, SigKind};
 pub use ids::*;
 pub use messages::*;
 pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};

@@ -1,6 +1,7 @@
 //! Client requests, batches and replies (DESIGN §4).
 
 use crate::crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+use crate::domain::{ClusterTag, SigKind};
 use crate::ids::{ClientId, ReplicaId, RequestSeq};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,11 @@ pub struct Request {
 }
 
 impl Request {
-    /// What the authenticator covers: everything but the authenticator.
+    /// The request's identity: everything but the authenticator. The client
+    /// table, batch digests and replies name a request by it. The
+    /// authenticator covers it bound to the cluster
+    /// (`ClusterTag::bind(SigKind::Request, ..)`), so a request authenticated
+    /// for one cluster does not verify in another that shares the keys.
     pub fn content_digest(client: ClientId, seq: RequestSeq, flags: u8, op: &[u8]) -> Digest {
         Digest::of_parts(
             "chorus request v1",
@@ -49,10 +54,21 @@ impl Request {
         self.flags & flags::READ_ONLY != 0
     }
 
-    /// Build a request with a MAC for each replica (`keys[i]` shared with replica i).
-    pub fn with_macs(client: ClientId, seq: RequestSeq, flags: u8, op: Bytes, keys: &[MacKey]) -> Request {
+    /// Build a request for cluster `tag` with a MAC for each replica
+    /// (`keys[i]` shared with replica i).
+    pub fn with_macs(
+        tag: &ClusterTag,
+        client: ClientId,
+        seq: RequestSeq,
+        flags: u8,
+        op: Bytes,
+        keys: &[MacKey],
+    ) -> Request {
         let d = Self::content_digest(client, seq, flags, &op);
-        let macs = keys.iter().map(|k| k.mac(d.as_bytes())).collect();
+        let macs = keys
+            .iter()
+            .map(|k| k.mac_bound(tag, SigKind::Request, &d))
+            .collect();
         Request {
             client,
             seq,
@@ -62,27 +78,38 @@ impl Request {
         }
     }
 
-    pub fn with_signature(client: ClientId, seq: RequestSeq, flags: u8, op: Bytes, id: &Identity) -> Request {
+    /// Build a request for cluster `tag` signed by the client's key.
+    pub fn with_signature(
+        tag: &ClusterTag,
+        client: ClientId,
+        seq: RequestSeq,
+        flags: u8,
+        op: Bytes,
+        id: &Identity,
+    ) -> Request {
         let d = Self::content_digest(client, seq, flags, &op);
         Request {
             client,
             seq,
             flags,
             op,
-            auth: Authenticator::Signature(id.sign(d.as_bytes())),
+            auth: Authenticator::Signature(id.sign_bound(tag, SigKind::Request, &d)),
         }
     }
 
     /// Replica `me` checks the authenticator on its own (DESIGN §6): with its
-    /// pairwise key for a MAC vector, with the client's public key for a signature.
-    pub fn verify(&self, me: ReplicaId, key: &MacKey, client_pk: &PublicIdentity) -> bool {
+    /// pairwise key for a MAC vector, with the client's public key for a
+    /// signature; either must be bound to this replica's cluster `tag`.
+    pub fn verify(&self, tag: &ClusterTag, me: ReplicaId, key: &MacKey, client_pk: &PublicIdentity) -> bool {
         if self.flags & !flags::KNOWN != 0 {
             return false;
         }
         let d = self.digest();
         match &self.auth {
-            Authenticator::Macs(macs) => macs.get(me.index()).is_some_and(|m| key.verify(d.as_bytes(), m)),
-            Authenticator::Signature(sig) => client_pk.verify(d.as_bytes(), sig),
+            Authenticator::Macs(macs) => macs
+                .get(me.index())
+                .is_some_and(|m| key.verify_bound(tag, SigKind::Request, &d, m)),
+            Authenticator::Signature(sig) => client_pk.verify_bound(tag, SigKind::Request, &d, sig),
         }
     }
 
@@ -191,27 +218,39 @@ mod tests {
         (c, rs)
     }
 
+    fn tag(name: &str) -> ClusterTag {
+        ClusterTag::from_digest(Digest::of(name.as_bytes()))
+    }
+
     #[test]
     fn mac_vector_verifies_at_each_replica_only() {
         let (c, rs) = setup();
         let keys: Vec<_> = rs.iter().map(|r| c.pairwise_key(&r.public())).collect();
-        let req = Request::with_macs(ClientId(7), RequestSeq(1), 0, Bytes::from_static(b"op"), &keys);
+        let req = Request::with_macs(
+            &tag("a"),
+            ClientId(7),
+            RequestSeq(1),
+            0,
+            Bytes::from_static(b"op"),
+            &keys,
+        );
         for (i, r) in rs.iter().enumerate() {
             let k = r.pairwise_key(&c.public());
-            assert!(req.verify(ReplicaId(i as u32), &k, &c.public()));
+            assert!(req.verify(&tag("a"), ReplicaId(i as u32), &k, &c.public()));
         }
         let mut bad = req.clone();
         bad.op = Bytes::from_static(b"oq");
         let k0 = rs[0].pairwise_key(&c.public());
-        assert!(!bad.verify(ReplicaId(0), &k0, &c.public()));
+        assert!(!bad.verify(&tag("a"), ReplicaId(0), &k0, &c.public()));
         // Replica 5 has no MAC in the vector.
-        assert!(!req.verify(ReplicaId(5), &k0, &c.public()));
+        assert!(!req.verify(&tag("a"), ReplicaId(5), &k0, &c.public()));
     }
 
     #[test]
     fn signature_auth_verifies() {
         let (c, rs) = setup();
         let req = Request::with_signature(
+            &tag("a"),
             ClientId(1),
             RequestSeq(3),
             flags::READ_ONLY,
@@ -219,17 +258,40 @@ mod tests {
             &c,
         );
         let k = rs[0].pairwise_key(&c.public());
-        assert!(req.verify(ReplicaId(0), &k, &c.public()));
-        assert!(!req.verify(ReplicaId(0), &k, &rs[1].public()));
+        assert!(req.verify(&tag("a"), ReplicaId(0), &k, &c.public()));
+        assert!(!req.verify(&tag("a"), ReplicaId(0), &k, &rs[1].public()));
         let mut unknown_flag = req.clone();
         unknown_flag.flags |= 0x80;
-        assert!(!unknown_flag.verify(ReplicaId(0), &k, &c.public()));
+        assert!(!unknown_flag.verify(&tag("a"), ReplicaId(0), &k, &c.public()));
+    }
+
+    #[test]
+    fn a_request_authenticated_for_one_cluster_fails_in_another_with_the_same_keys() {
+        let (c, rs) = setup();
+        let keys: Vec<_> = rs.iter().map(|r| c.pairwise_key(&r.public())).collect();
+        let op = Bytes::from_static(b"op");
+        let macs = Request::with_macs(&tag("a"), ClientId(7), RequestSeq(1), 0, op.clone(), &keys);
+        let signed = Request::with_signature(&tag("a"), ClientId(7), RequestSeq(1), 0, op, &c);
+        let k0 = rs[0].pairwise_key(&c.public());
+        for req in [&macs, &signed] {
+            assert!(req.verify(&tag("a"), ReplicaId(0), &k0, &c.public()));
+            assert!(!req.verify(&tag("b"), ReplicaId(0), &k0, &c.public()));
+        }
     }
 
     #[test]
     fn batch_digest_depends_on_every_request() {
         let (c, _) = setup();
-        let r = |s| Request::with_signature(ClientId(1), RequestSeq(s), 0, Bytes::from_static(b"x"), &c);
+        let r = |s| {
+            Request::with_signature(
+                &tag("a"),
+                ClientId(1),
+                RequestSeq(s),
+                0,
+                Bytes::from_static(b"x"),
+                &c,
+            )
+        };
         let a = Batch {
             requests: vec![r(1), r(2)],
         };

@@ -68,11 +68,15 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
         rand::RngCore::fill_bytes(&mut rng, &mut id);
         params.cluster_id = hex::encode(id);
     }
-    let cluster = ClusterConfig {
+    let mut cluster = ClusterConfig {
         params,
         replicas,
         clients,
     };
+    if cluster.params.mode == chorus_core::OrderingMode::Rcc {
+        // RCC has n lanes: checkpoints must fall on round boundaries.
+        cluster.fit_checkpoint_interval();
+    }
     cluster
         .validate()
         .context("the requested cluster parameters are invalid")?;

@@ -619,6 +619,8 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
         return;
     };
     let key = shared.identity.pairwise_key(&client_pk);
+    // Requests must be authenticated for this cluster (`chorus_core::domain`).
+    let tag = chorus_core::ClusterTag::of(&shared.config);
     let conn_id = {
         let mut n = shared.next_conn.borrow_mut();
         *n += 1;
@@ -698,7 +700,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                 }
                 // The core admits requests without checking again
                 // (`Replica::handle_verified_request`): this is the check.
-                if !req.verify(shared.me, &key, &client_pk) {
+                if !req.verify(&tag, shared.me, &key, &client_pk) {
                     shared.metrics.reject("bad-authenticator");
                     continue;
                 }

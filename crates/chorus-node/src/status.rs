@@ -28,11 +28,24 @@ pub struct LaneDetail {
     pub next_undecided: u64,
     #[serde(default)]
     pub orphaned: usize,
+    /// Who proposes the next free slot (RCC: the instance primary, or the
+    /// coordinating leader while the instance is stopped).
+    #[serde(default)]
+    pub proposer: u32,
+    /// RCC: the round a stopped instance resumes at.
+    #[serde(default)]
+    pub stopped_until: Option<u64>,
+    /// The lane is in a view change (RCC: its FAILURE is out, no stop yet).
+    #[serde(default)]
+    pub view_changing: bool,
+    /// The current view's new-view primary (RCC: the coordinating leader).
+    #[serde(default)]
+    pub new_view_primary: u32,
 }
 
 impl CoreStatus {
     pub fn from_replica(s: &ReplicaStatus) -> CoreStatus {
-        CoreStatus {
+        let mut c = CoreStatus {
             next_delivery: s.next_delivery.0,
             stable_seq: s.stable_seq.0,
             views: s.views.iter().map(|v| v.0).collect(),
@@ -53,9 +66,17 @@ impl CoreStatus {
                     ),
                     next_undecided: l.next_undecided.0,
                     orphaned: l.orphaned,
+                    proposer: l.proposer.0,
+                    stopped_until: l.stopped_until.map(|s| s.0),
+                    view_changing: false,
+                    new_view_primary: l.new_view_primary.0,
                 })
                 .collect(),
+        };
+        for (d, changing) in c.lane_detail.iter_mut().zip(&s.view_changing) {
+            d.view_changing = *changing;
         }
+        c
     }
 }
 

@@ -4,8 +4,8 @@
 
 use crate::roles::{new_view_primary, prepares_needed, slot_leader};
 use chorus_core::{
-    CheckpointCert, CheckpointVote, ClusterConfig, Digest, LaneId, LeaderRotation, PrePrepare, Prepare,
-    PreparedCert, PublicIdentity, ReplicaId, Signature, Slot, View, ViewChange,
+    CheckpointCert, CheckpointVote, ClusterConfig, ClusterTag, Digest, LaneId, LeaderRotation, PrePrepare,
+    Prepare, PreparedCert, PublicIdentity, ReplicaId, SigKind, Signature, Slot, View, ViewChange,
 };
 use std::collections::BTreeSet;
 
@@ -40,6 +40,7 @@ pub fn pre_prepare_signer(
     sig: &Signature,
 ) -> Option<ReplicaId> {
     let sd = PrePrepare::signing_digest(lane, view, slot, digest);
+    let tag = ClusterTag::of(cfg);
     let leader = slot_leader(cfg, lane, slot, view);
     let primary = new_view_primary(cfg, lane, view);
     let mut candidates = vec![leader];
@@ -55,7 +56,7 @@ pub fn pre_prepare_signer(
     }
     candidates
         .into_iter()
-        .find(|r| key(cfg, *r).is_some_and(|k| k.verify(sd.as_bytes(), sig)))
+        .find(|r| key(cfg, *r).is_some_and(|k| k.verify_bound(&tag, SigKind::PrePrepare, &sd, sig)))
 }
 
 /// PBFT §4.4: a prepared certificate is a pre-prepare plus 2f matching
@@ -72,6 +73,7 @@ pub fn verify_prepared_cert(cfg: &ClusterConfig, c: &PreparedCert) -> CertResult
     }
     let signer = pre_prepare_signer(cfg, c.lane, c.view, c.slot, &c.digest, &c.pre_prepare_sig)
         .ok_or("cert-bad-pre-prepare-sig")?;
+    let tag = ClusterTag::of(cfg);
     let mut seen = BTreeSet::new();
     for p in &c.prepares {
         if (p.lane, p.view, p.slot, p.digest) != (c.lane, c.view, c.slot, c.digest) {
@@ -85,7 +87,7 @@ pub fn verify_prepared_cert(cfg: &ClusterConfig, c: &PreparedCert) -> CertResult
         }
         let k = key(cfg, p.replica).ok_or("cert-unknown-replica")?;
         let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
-        if !k.verify(sd.as_bytes(), &p.sig) {
+        if !k.verify_bound(&tag, SigKind::Prepare, &sd, &p.sig) {
             return Err("cert-bad-prepare-sig");
         }
     }
@@ -117,7 +119,7 @@ pub fn verify_checkpoint_cert(cfg: &ClusterConfig, c: &CheckpointCert) -> CertRe
 pub fn verify_vote_sig(cfg: &ClusterConfig, v: &CheckpointVote) -> CertResult {
     let k = key(cfg, v.replica).ok_or("cert-unknown-replica")?;
     let sd = CheckpointVote::signing_digest(v.seq, &v.state_digest, v.replica);
-    if k.verify(sd.as_bytes(), &v.sig) {
+    if k.verify_bound(&ClusterTag::of(cfg), SigKind::Checkpoint, &sd, &v.sig) {
         Ok(())
     } else {
         Err("bad-vote-signature")
@@ -130,7 +132,12 @@ pub fn verify_view_change_sig(cfg: &ClusterConfig, vc: &ViewChange) -> CertResul
         return Err("bad-lane");
     }
     let k = key(cfg, vc.replica).ok_or("bad-replica")?;
-    if k.verify(vc.signing_digest().as_bytes(), &vc.sig) {
+    if k.verify_bound(
+        &ClusterTag::of(cfg),
+        SigKind::ViewChange,
+        &vc.signing_digest(),
+        &vc.sig,
+    ) {
         Ok(())
     } else {
         Err("bad-signature")

@@ -14,7 +14,8 @@ use crate::certs::verify_vote_sig;
 use crate::counters::Cx;
 use bytes::Bytes;
 use chorus_core::{
-    CheckpointCert, CheckpointVote, ClusterConfig, Digest, Identity, ReplicaId, ReplicaMsg, Seq, Signature,
+    CheckpointCert, CheckpointVote, ClusterConfig, ClusterTag, Digest, Identity, ReplicaId, ReplicaMsg, Seq,
+    SigKind, Signature,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub struct Checkpointer {
     cfg: Arc<ClusterConfig>,
     me: ReplicaId,
     identity: Identity,
+    /// What our votes are bound to (`domain.rs`).
+    tag: ClusterTag,
     stable: Option<StableCheckpoint>,
     /// Our own snapshots above the stable checkpoint, awaiting their quorum.
     own: BTreeMap<Seq, (Digest, Bytes)>,
@@ -59,6 +62,7 @@ pub struct Checkpointer {
 impl Checkpointer {
     pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Checkpointer {
         Checkpointer {
+            tag: ClusterTag::of(&cfg),
             cfg,
             me,
             identity,
@@ -132,9 +136,8 @@ impl Checkpointer {
             replica: self.me,
             sig: Signature([0; 64]),
         };
-        vote.sig = self
-            .identity
-            .sign(CheckpointVote::signing_digest(seq, &state_digest, self.me).as_bytes());
+        let sd = CheckpointVote::signing_digest(seq, &state_digest, self.me);
+        vote.sig = self.identity.sign_bound(&self.tag, SigKind::Checkpoint, &sd);
         vote
     }
 

@@ -22,6 +22,7 @@ pub mod merger;
 pub mod pool;
 pub mod replica;
 pub mod roles;
+pub mod round_order;
 pub mod sigkeys;
 pub mod transfer;
 pub mod verify;

@@ -6,10 +6,19 @@
 //! `slot * P + lane` (COP §4.2.1, `config.seq_of`), delivered in increasing
 //! position, exactly once, without gaps. The execution stage "has to wait for
 //! the very next sequence number", which is why empty lanes propose no-ops.
+//!
+//! `rcc` delivers round by round (RCC §III-B): round `r` once every instance
+//! decided slot `r` (a stopped instance decides no-ops), its cells at
+//! positions `r · m + rank` in the order `round_order` draws from the round's
+//! batch digests (RCC §IV).
 
-use chorus_core::{Batch, Cell, ClusterConfig, Seq};
-use std::collections::BTreeMap;
+use crate::round_order::{round_permutation, round_seed};
+use chorus_core::{Batch, Cell, ClusterConfig, LaneId, OrderingMode, Seq, Slot};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+
+/// The cells of one incomplete `rcc` round, by lane.
+type Round = Vec<Option<Arc<Batch>>>;
 
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone))]
@@ -23,6 +32,10 @@ pub struct Merger {
     paused: bool,
     /// The last position delivered, to assert "no gaps, no repeats".
     last: Option<Seq>,
+    /// `rcc`: decided cells of rounds not yet complete, and the ordered cells
+    /// of the next complete round waiting to be popped.
+    rounds: BTreeMap<Slot, Round>,
+    ready: VecDeque<(Seq, Cell, Arc<Batch>)>,
 }
 
 impl Merger {
@@ -33,7 +46,17 @@ impl Merger {
             decided: BTreeMap::new(),
             paused: false,
             last: None,
+            rounds: BTreeMap::new(),
+            ready: VecDeque::new(),
         }
+    }
+
+    fn by_rounds(&self) -> bool {
+        self.cfg.params.mode == OrderingMode::Rcc
+    }
+
+    fn lanes(&self) -> u64 {
+        self.cfg.lanes().max(1) as u64
     }
 
     pub fn next(&self) -> Seq {
@@ -46,11 +69,14 @@ impl Merger {
 
     /// Decided cells waiting for an earlier position.
     pub fn waiting(&self) -> usize {
-        self.decided.len()
+        self.decided.len() + self.rounds.values().flatten().flatten().count() + self.ready.len()
     }
 
     /// A decided cell. Cells below `next` are already covered and ignored.
     pub fn insert(&mut self, cell: Cell, batch: Arc<Batch>) {
+        if self.by_rounds() {
+            return self.insert_in_round(cell, batch);
+        }
         let seq = self.cfg.seq_of(cell);
         if seq < self.next {
             return;
@@ -63,18 +89,69 @@ impl Merger {
         self.decided.insert(seq, (cell, batch));
     }
 
+    fn insert_in_round(&mut self, cell: Cell, batch: Arc<Batch>) {
+        let m = self.lanes();
+        if cell.lane.0 as u64 >= m || self.cfg.seq_of(cell) < self.next {
+            return;
+        }
+        let round = self
+            .rounds
+            .entry(cell.slot)
+            .or_insert_with(|| vec![None; m as usize]);
+        let at = &mut round[cell.lane.index()];
+        if let Some(old) = at {
+            debug_assert_eq!(old.digest(), batch.digest(), "two decisions for {cell:?}");
+            return;
+        }
+        *at = Some(batch);
+    }
+
+    /// RCC: once the round at `next` is complete, order it into `ready`.
+    fn order_next_round(&mut self) {
+        let m = self.lanes();
+        if !self.ready.is_empty() || !self.next.0.is_multiple_of(m) {
+            return;
+        }
+        let r = Slot(self.next.0 / m);
+        if !self.rounds.get(&r).is_some_and(|c| c.iter().all(Option::is_some)) {
+            return;
+        }
+        let Some(cells) = self.rounds.remove(&r) else {
+            return;
+        };
+        let batches: Vec<Arc<Batch>> = cells.into_iter().flatten().collect();
+        let digests: Vec<_> = batches.iter().map(|b| b.digest()).collect();
+        let order = round_permutation(&round_seed(r, &digests), batches.len());
+        for (rank, lane) in order.into_iter().enumerate() {
+            let cell = Cell {
+                lane: LaneId(lane),
+                slot: r,
+            };
+            let seq = Seq(r.0 * m + rank as u64);
+            self.ready.push_back((seq, cell, batches[lane as usize].clone()));
+        }
+    }
+
     /// The next deliverable position, if decided (and not paused).
     pub fn pop_next(&mut self) -> Option<(Seq, Cell, Arc<Batch>)> {
         if self.paused {
             return None;
         }
-        let (cell, batch) = self.decided.remove(&self.next)?;
-        let seq = self.next;
+        let (seq, cell, batch) = if self.by_rounds() {
+            self.order_next_round();
+            let (seq, cell, batch) = self.ready.pop_front()?;
+            debug_assert_eq!(seq, self.next);
+            debug_assert_eq!(cell.slot.0, seq.0 / self.lanes());
+            (seq, cell, batch)
+        } else {
+            let (cell, batch) = self.decided.remove(&self.next)?;
+            debug_assert_eq!(self.cfg.cell_of(self.next), cell);
+            (self.next, cell, batch)
+        };
         assert!(
             self.last.is_none_or(|l| l.next() == seq),
             "gap or repeat in delivery at {seq:?}"
         );
-        debug_assert_eq!(self.cfg.cell_of(seq), cell);
         self.last = Some(seq);
         self.next = seq.next();
         Some((seq, cell, batch))
@@ -86,6 +163,11 @@ impl Merger {
             return;
         }
         self.decided = self.decided.split_off(&seq);
+        // RCC: snapshots are taken at checkpoints, which are round boundaries.
+        debug_assert!(!self.by_rounds() || seq.0.is_multiple_of(self.lanes()));
+        let round = Slot(seq.0.div_ceil(self.lanes()));
+        self.rounds = self.rounds.split_off(&round);
+        self.ready.retain(|(s, _, _)| *s >= seq);
         self.next = seq;
         self.last = seq.0.checked_sub(1).map(Seq);
     }
@@ -140,6 +222,62 @@ mod tests {
         m.insert(cell(0, 0), b.clone());
         assert!(drain(&mut m).is_empty());
         assert_eq!(m.next(), Seq(4));
+    }
+
+    fn rcc(n: usize) -> Arc<ClusterConfig> {
+        let params = ProtocolParams {
+            mode: chorus_core::OrderingMode::Rcc,
+            checkpoint_interval: 8 * n as u64,
+            window_slots: 16,
+            ..ProtocolParams::default()
+        };
+        Arc::new(ClusterConfig::for_testing(n, 1, params, 1).0)
+    }
+
+    fn req_batch(tag: u8) -> Arc<Batch> {
+        let mut b = Batch::noop();
+        b.requests.push(chorus_core::Request {
+            client: chorus_core::ClientId(tag as u64),
+            seq: chorus_core::RequestSeq(1),
+            flags: 0,
+            op: bytes::Bytes::from(vec![tag]),
+            auth: chorus_core::Authenticator::Macs(Vec::new()),
+        });
+        Arc::new(b)
+    }
+
+    /// RCC §III-B: a round is delivered only once every instance decided it,
+    /// in the order `round_order` draws from its batches; positions stay
+    /// contiguous and each round's cells are the round's.
+    #[test]
+    fn rcc_delivers_complete_rounds_in_the_drawn_order() {
+        let mut m = Merger::new(rcc(4));
+        for lane in 0..3 {
+            m.insert(cell(lane, 0), req_batch(lane as u8));
+        }
+        m.insert(cell(0, 1), req_batch(10));
+        assert!(drain(&mut m).is_empty(), "lane 3 has not decided round 0");
+        m.insert(cell(3, 0), req_batch(3));
+        let mut got = Vec::new();
+        while let Some((seq, c, b)) = m.pop_next() {
+            got.push((seq.0, c.lane.0, c.slot.0, b.digest()));
+        }
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert!(got.iter().all(|g| g.2 == 0));
+        let digests: Vec<_> = (0..4).map(|l| req_batch(l).digest()).collect();
+        let order = round_permutation(&round_seed(Slot(0), &digests), 4);
+        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), order);
+        for g in &got {
+            assert_eq!(g.3, req_batch(g.1 as u8).digest(), "each lane keeps its batch");
+        }
+        // Round 1 waits for its other three instances.
+        for lane in 1..4 {
+            m.insert(cell(lane, 1), Arc::new(Batch::noop()));
+        }
+        assert_eq!(drain(&mut m), vec![4, 5, 6, 7]);
+        m.jump_to(Seq(12));
+        m.insert(cell(0, 2), Arc::new(Batch::noop()));
+        assert_eq!(m.waiting(), 0, "below the snapshot: ignored");
     }
 
     #[test]

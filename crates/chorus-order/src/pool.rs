@@ -577,6 +577,7 @@ mod tests {
             .map(|r| s.clients[client].pairwise_key(&r.public()))
             .collect();
         Request::with_macs(
+            &chorus_core::ClusterTag::of(&s.cfg),
             ClientId(client as u64),
             RequestSeq(seq),
             0,

@@ -22,8 +22,8 @@ use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, ReplicaId,
-    ReplicaMsg, Request, Seq, Slot, Validate, View,
+    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
+    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 
@@ -65,6 +65,13 @@ pub struct LaneStatus {
     pub next_undecided: Slot,
     /// Pool entries in flight at a cell that does not list them (all lanes).
     pub orphaned: usize,
+    /// Who proposes the lane's next free slot in its current view.
+    pub proposer: ReplicaId,
+    /// RCC §III-C: the round the stopped instance resumes at, while stopped.
+    pub stopped_until: Option<Slot>,
+    /// Who assembles the NEW-VIEW of the lane's current view (RCC: the
+    /// coordinating leader `L_i` that proposes the stop).
+    pub new_view_primary: ReplicaId,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -170,6 +177,13 @@ impl Replica {
                     in_flight: self.pool.in_flight_summary(LaneId(l as u32)),
                     next_undecided: self.lanes[l].next_undecided(),
                     orphaned: self.pool.orphaned_in_flight(),
+                    proposer: self.lanes[l].leader_of(self.lanes[l].next_free_slot()),
+                    stopped_until: self.lanes[l].rcc_stopped_until(),
+                    new_view_primary: crate::roles::new_view_primary(
+                        &self.cfg,
+                        LaneId(l as u32),
+                        self.lanes[l].view(),
+                    ),
                 })
                 .collect(),
             counters: self.counters.clone(),
@@ -454,8 +468,20 @@ impl Replica {
         }
     }
 
-    /// Highest global position pre-prepared or decided in any lane.
+    /// Highest global position pre-prepared or decided in any lane. In `rcc`
+    /// the position just above the highest such round: an instance is behind
+    /// as soon as another one proposed for its round (RCC §III-E: an idle
+    /// primary proposes a no-op when it sees proposals for the round).
     fn frontier(&self) -> Option<Seq> {
+        if self.cfg.params.mode == OrderingMode::Rcc {
+            let m = self.cfg.lanes() as u64;
+            return self
+                .lanes
+                .iter()
+                .filter_map(|l| l.max_seen_slot())
+                .max()
+                .map(|r| Seq(r.0.saturating_add(1).saturating_mul(m)));
+        }
         self.lanes
             .iter()
             .filter_map(|l| {

@@ -1,7 +1,9 @@
 //! Who does what: quorum sizes, the new-view primary of a lane, and which
 //! lane's pillar is on checkpoint duty.
 
-use chorus_core::{Cell, ClusterConfig, Exclusion, LaneId, LeaderRotation, ReplicaId, Seq, Slot, View};
+use chorus_core::{
+    Cell, ClusterConfig, Exclusion, LaneId, LeaderRotation, OrderingMode, ReplicaId, Seq, Slot, View,
+};
 
 /// Matching commits needed to decide, and the size of a prepared certificate
 /// counting the pre-prepare (PBFT §4.2: 2f+1 when n = 3f+1).
@@ -36,10 +38,27 @@ pub fn prepares_needed(cfg: &ClusterConfig) -> usize {
 /// bottleneck).
 pub fn new_view_primary(cfg: &ClusterConfig, lane: LaneId, view: View) -> ReplicaId {
     let n = cfg.n() as u64;
+    if cfg.params.mode == OrderingMode::Rcc {
+        return coordinating_leader(cfg, lane, view);
+    }
     match cfg.params.leader_rotation {
         LeaderRotation::Fixed => ReplicaId((view.0 % n) as u32),
         LeaderRotation::BlockWise => ReplicaId(((view.0 % n + lane.0 as u64 % n) % n) as u32),
     }
+}
+
+/// RCC §III-C: the leader `L_i` of the coordinating consensus that decides
+/// `stop(i; E)` for instance `i` in (lane) view `v ≥ 1`: it collects the 2f+1
+/// FAILURE messages (our VIEW-CHANGEs, which carry the replica's prepared
+/// state, Assumption A3) and proposes the stop as a NEW-VIEW. Never the
+/// instance's own primary, whose failure is what is being recovered; a failed
+/// `L_i` is replaced by the ordinary view change to `v + 1` (PBFT §4.4),
+/// rotating over the other `n − 1` replicas.
+pub fn coordinating_leader(cfg: &ClusterConfig, lane: LaneId, view: View) -> ReplicaId {
+    let n = cfg.n().max(2) as u64;
+    let primary = cfg.instance_primary(lane).0 as u64;
+    let step = 1 + view.0.saturating_sub(1) % (n - 1);
+    ReplicaId(((primary + step) % n) as u32)
 }
 
 /// The leader of slot `slot` of `lane` in `view` (COP §4.3.2).
@@ -59,6 +78,17 @@ pub fn slot_leader_in(
     excluded: &[Exclusion],
 ) -> ReplicaId {
     let plain = slot_leader(cfg, lane, slot, view);
+    if cfg.params.mode == OrderingMode::Rcc {
+        // RCC §III-C: while stopped (`penalty::rcc_stop`), the instance's
+        // rounds are proposed by its coordinating leader (docs/decisions.md
+        // "RCC: who fills a stopped instance's rounds").
+        let stopped = excluded.iter().any(|e| e.replica == plain && slot < e.until);
+        return if stopped {
+            coordinating_leader(cfg, lane, view)
+        } else {
+            plain
+        };
+    }
     if cfg.params.leader_rotation != LeaderRotation::BlockWise {
         return plain;
     }

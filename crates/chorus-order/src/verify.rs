@@ -2,7 +2,9 @@
 //! request itself, with its pairwise MAC key or the client's public key.
 
 use crate::io::RejectReason;
-use chorus_core::{flags, Authenticator, ClientId, ClusterConfig, Identity, MacKey, ReplicaId, Request};
+use chorus_core::{
+    flags, Authenticator, ClientId, ClusterConfig, ClusterTag, Identity, MacKey, ReplicaId, Request,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -13,6 +15,8 @@ pub struct RequestVerifier {
     cfg: Arc<ClusterConfig>,
     me: ReplicaId,
     identity: Identity,
+    /// Requests verify only if authenticated for this cluster (`domain.rs`).
+    tag: ClusterTag,
     keys: BTreeMap<ClientId, MacKey>,
 }
 
@@ -31,6 +35,7 @@ impl std::fmt::Debug for RequestVerifier {
 impl RequestVerifier {
     pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> RequestVerifier {
         RequestVerifier {
+            tag: ClusterTag::of(&cfg),
             cfg,
             me,
             identity,
@@ -50,7 +55,7 @@ impl RequestVerifier {
             .keys
             .entry(req.client)
             .or_insert_with(|| self.identity.pairwise_key(&pk));
-        if req.verify(self.me, key, &pk) {
+        if req.verify(&self.tag, self.me, key, &pk) {
             Ok(())
         } else {
             Err(RejectReason::BadAuthenticator)

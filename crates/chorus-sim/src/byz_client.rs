@@ -109,7 +109,7 @@ impl ByzClient {
     /// executed (once); it must never cost a correct primary a view change.
     fn partial_mac(&mut self, seq: RequestSeq, op: Bytes, to: Vec<ReplicaId>) -> ByzSend {
         let f = chorus_core::quorum::max_faulty(self.n);
-        let mut request = Request::with_macs(self.creds.id, seq, 0, op, &self.creds.keys);
+        let mut request = Request::with_macs(&self.creds.tag, self.creds.id, seq, 0, op, &self.creds.keys);
         if let Authenticator::Macs(macs) = &mut request.auth {
             for (i, m) in macs.iter_mut().enumerate().skip(f + 1) {
                 m.0 = [0xA5 ^ i as u8; 16];
@@ -175,7 +175,7 @@ impl ByzClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{ClientId, ClusterConfig, ProtocolParams};
+    use chorus_core::{ClientId, ClusterConfig, ClusterTag, ProtocolParams};
     use rand::SeedableRng;
 
     fn setup(kind: FaultKind) -> (ByzClient, ClusterConfig, Vec<chorus_core::Identity>) {
@@ -187,7 +187,12 @@ mod tests {
     fn verifies_anywhere(r: &Request, config: &ClusterConfig, replicas: &[chorus_core::Identity]) -> bool {
         replicas.iter().enumerate().any(|(i, id)| {
             let key = id.pairwise_key(&config.clients[0].identity);
-            r.verify(ReplicaId(i as u32), &key, &config.clients[0].identity)
+            r.verify(
+                &ClusterTag::of(config),
+                ReplicaId(i as u32),
+                &key,
+                &config.clients[0].identity,
+            )
         })
     }
 
@@ -195,7 +200,12 @@ mod tests {
         (0..replicas.len())
             .filter(|&i| {
                 let key = replicas[i].pairwise_key(&config.clients[0].identity);
-                r.verify(ReplicaId(i as u32), &key, &config.clients[0].identity)
+                r.verify(
+                    &ClusterTag::of(config),
+                    ReplicaId(i as u32),
+                    &key,
+                    &config.clients[0].identity,
+                )
             })
             .collect()
     }

@@ -10,9 +10,9 @@ use crate::queue::Micros;
 use crate::stats::Counters;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, BatchReply, CheckpointVote, Commit, Decided, Digest, FetchBatch, Identity, LaneId, NewView,
-    PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, Signature, Slot, StateRequest, Status, View,
-    ViewChange,
+    Batch, BatchReply, CheckpointVote, ClusterTag, Commit, Decided, Digest, FetchBatch, Identity, LaneId,
+    NewView, PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, SigKind, Signature, Slot,
+    StateRequest, Status, View, ViewChange,
 };
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -31,35 +31,31 @@ const FLOOD_PER_SECOND: u64 = 400;
 /// What a conflicting vote targets: (message kind, lane and view, slot or seq).
 type VoteTarget = (u8, u64, u64);
 
-/// Sign a domain-separated digest the way every replica does.
-pub fn sign(id: &Identity, d: Digest) -> Signature {
-    id.sign(d.as_bytes())
+// Forgeries are signed the way every replica signs: bound to the cluster
+// (`chorus_core::domain`), so they pass the signature check and only the
+// protocol logic can catch them.
+
+pub fn resign_pre_prepare(id: &Identity, tag: &ClusterTag, m: &mut PrePrepare) {
+    let d = PrePrepare::signing_digest(m.lane, m.view, m.slot, &m.digest);
+    m.sig = id.sign_bound(tag, SigKind::PrePrepare, &d);
 }
 
-pub fn resign_pre_prepare(id: &Identity, m: &mut PrePrepare) {
-    m.sig = sign(id, PrePrepare::signing_digest(m.lane, m.view, m.slot, &m.digest));
+pub fn resign_prepare(id: &Identity, tag: &ClusterTag, m: &mut Prepare) {
+    let d = Prepare::signing_digest(m.lane, m.view, m.slot, &m.digest, m.replica);
+    m.sig = id.sign_bound(tag, SigKind::Prepare, &d);
 }
 
-pub fn resign_prepare(id: &Identity, m: &mut Prepare) {
-    m.sig = sign(
-        id,
-        Prepare::signing_digest(m.lane, m.view, m.slot, &m.digest, m.replica),
-    );
+pub fn resign_checkpoint(id: &Identity, tag: &ClusterTag, m: &mut CheckpointVote) {
+    let d = CheckpointVote::signing_digest(m.seq, &m.state_digest, m.replica);
+    m.sig = id.sign_bound(tag, SigKind::Checkpoint, &d);
 }
 
-pub fn resign_checkpoint(id: &Identity, m: &mut CheckpointVote) {
-    m.sig = sign(
-        id,
-        CheckpointVote::signing_digest(m.seq, &m.state_digest, m.replica),
-    );
+pub fn resign_view_change(id: &Identity, tag: &ClusterTag, m: &mut ViewChange) {
+    m.sig = id.sign_bound(tag, SigKind::ViewChange, &m.signing_digest());
 }
 
-pub fn resign_view_change(id: &Identity, m: &mut ViewChange) {
-    m.sig = sign(id, m.signing_digest());
-}
-
-pub fn resign_new_view(id: &Identity, m: &mut NewView) {
-    m.sig = sign(id, m.signing_digest());
+pub fn resign_new_view(id: &Identity, tag: &ClusterTag, m: &mut NewView) {
+    m.sig = id.sign_bound(tag, SigKind::NewView, &m.signing_digest());
 }
 
 fn flip_sig(sig: &mut Signature, rng: &mut ChaCha8Rng) {
@@ -75,6 +71,8 @@ pub struct Adversary {
     pub kind: FaultKind,
     me: ReplicaId,
     identity: Identity,
+    /// The cluster its forgeries are signed for.
+    tag: ClusterTag,
     n: usize,
     lanes: u32,
     history: VecDeque<ReplicaMsg>,
@@ -90,7 +88,14 @@ pub struct Adversary {
 }
 
 impl Adversary {
-    pub fn new(kind: FaultKind, me: ReplicaId, identity: Identity, n: usize, lanes: u32) -> Adversary {
+    pub fn new(
+        kind: FaultKind,
+        me: ReplicaId,
+        identity: Identity,
+        tag: ClusterTag,
+        n: usize,
+        lanes: u32,
+    ) -> Adversary {
         assert!(
             kind.is_byzantine_replica() && kind != FaultKind::Twins,
             "{kind} is not replica middleware"
@@ -99,6 +104,7 @@ impl Adversary {
             kind,
             me,
             identity,
+            tag,
             n,
             lanes,
             history: VecDeque::new(),
@@ -261,7 +267,7 @@ impl Adversary {
                 batch,
                 ..pp.clone()
             };
-            resign_pre_prepare(&self.identity, &mut alt);
+            resign_pre_prepare(&self.identity, &self.tag, &mut alt);
             let group = self.random_group(rng);
             if self.equivocations.len() == EQUIVOCATIONS_MAX {
                 self.equivocations.pop_first();
@@ -314,7 +320,7 @@ impl Adversary {
                 if let Some(d) = self.conflict(rng, (0, lane_view(m.lane, m.view), m.slot.0), to) {
                     counters.fault("byz-conflicting-vote");
                     m.digest = d;
-                    resign_prepare(&self.identity, &mut m);
+                    resign_prepare(&self.identity, &self.tag, &mut m);
                 }
                 ReplicaMsg::Prepare(m)
             }
@@ -329,14 +335,14 @@ impl Adversary {
                 if let Some(d) = self.conflict(rng, (2, m.seq.0, 0), to) {
                     counters.fault("byz-conflicting-vote");
                     m.state_digest = d;
-                    resign_checkpoint(&self.identity, &mut m);
+                    resign_checkpoint(&self.identity, &self.tag, &mut m);
                 }
                 ReplicaMsg::Checkpoint(m)
             }
             ReplicaMsg::ViewChange(mut m) if !m.prepared.is_empty() && rng.gen_bool(0.5) => {
                 counters.fault("byz-hidden-certificates");
                 m.prepared.clear();
-                resign_view_change(&self.identity, &mut m);
+                resign_view_change(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::ViewChange(m)
             }
             other => other,
@@ -359,7 +365,7 @@ impl Adversary {
                     // Signed, but the digest is not the batch's.
                     1 => {
                         m.digest = random_digest(rng);
-                        resign_pre_prepare(&self.identity, &mut m);
+                        resign_pre_prepare(&self.identity, &self.tag, &mut m);
                     }
                     // A client request altered after the client authenticated it.
                     2 if !m.batch.requests.is_empty() => {
@@ -368,7 +374,7 @@ impl Adversary {
                         op.push(b'!');
                         m.batch.requests[i].op = Bytes::from(op);
                         m.digest = m.batch.digest();
-                        resign_pre_prepare(&self.identity, &mut m);
+                        resign_pre_prepare(&self.identity, &self.tag, &mut m);
                     }
                     // A request no client issued, with a forged authenticator.
                     _ => {
@@ -376,7 +382,7 @@ impl Adversary {
                             r.seq = chorus_core::RequestSeq(r.seq.0 + 1_000);
                             m.batch.requests.push(r);
                             m.digest = m.batch.digest();
-                            resign_pre_prepare(&self.identity, &mut m);
+                            resign_pre_prepare(&self.identity, &self.tag, &mut m);
                         } else {
                             flip_sig(&mut m.sig, rng);
                         }
@@ -390,7 +396,7 @@ impl Adversary {
                 } else {
                     // Impersonation: claim another replica's vote.
                     m.replica = other;
-                    resign_prepare(&self.identity, &mut m);
+                    resign_prepare(&self.identity, &self.tag, &mut m);
                 }
                 ReplicaMsg::Prepare(m)
             }
@@ -477,7 +483,7 @@ impl Adversary {
                     batch,
                     sig: Signature([0; 64]),
                 };
-                resign_pre_prepare(&self.identity, &mut m);
+                resign_pre_prepare(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::PrePrepare(m)
             }
             1 => {
@@ -489,7 +495,7 @@ impl Adversary {
                     replica: self.me,
                     sig: Signature([0; 64]),
                 };
-                resign_prepare(&self.identity, &mut m);
+                resign_prepare(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::Prepare(m)
             }
             2 => ReplicaMsg::Commit(Commit {
@@ -508,7 +514,7 @@ impl Adversary {
                     replica: self.me,
                     sig: Signature([0; 64]),
                 };
-                resign_view_change(&self.identity, &mut m);
+                resign_view_change(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::ViewChange(m)
             }
             4 => {
@@ -518,7 +524,7 @@ impl Adversary {
                     replica: self.me,
                     sig: Signature([0; 64]),
                 };
-                resign_checkpoint(&self.identity, &mut m);
+                resign_checkpoint(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::Checkpoint(m)
             }
             5 => ReplicaMsg::Status(Status {
@@ -555,8 +561,19 @@ mod tests {
         Identity::from_seed(&[i])
     }
 
+    fn tag() -> ClusterTag {
+        ClusterTag::from_digest(Digest::of(b"byzantine tests"))
+    }
+
     fn request(seq: u64) -> Request {
-        Request::with_signature(ClientId(1), RequestSeq(seq), 0, Bytes::from_static(b"op"), &id(9))
+        Request::with_signature(
+            &tag(),
+            ClientId(1),
+            RequestSeq(seq),
+            0,
+            Bytes::from_static(b"op"),
+            &id(9),
+        )
     }
 
     fn pre_prepare(me: &Identity, batch: Batch) -> PrePrepare {
@@ -568,19 +585,19 @@ mod tests {
             batch,
             sig: Signature([0; 64]),
         };
-        resign_pre_prepare(me, &mut m);
+        resign_pre_prepare(me, &tag(), &mut m);
         m
     }
 
     fn verify_pp(me: &Identity, m: &PrePrepare) -> bool {
         let d = PrePrepare::signing_digest(m.lane, m.view, m.slot, &m.digest);
-        me.public().verify(d.as_bytes(), &m.sig)
+        me.public().verify_bound(&tag(), SigKind::PrePrepare, &d, &m.sig)
     }
 
     #[test]
     fn equivocating_primary_sends_two_signed_batches_consistently() {
         let me = id(0);
-        let mut adv = Adversary::new(FaultKind::Equivocate, ReplicaId(0), me.clone(), 4, 1);
+        let mut adv = Adversary::new(FaultKind::Equivocate, ReplicaId(0), me.clone(), tag(), 4, 1);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let mut c = Counters::default();
         let pp = pre_prepare(
@@ -618,7 +635,7 @@ mod tests {
     #[test]
     fn conflicting_prepares_are_validly_signed_for_another_digest() {
         let me = id(1);
-        let mut adv = Adversary::new(FaultKind::ConflictingVotes, ReplicaId(1), me.clone(), 4, 1);
+        let mut adv = Adversary::new(FaultKind::ConflictingVotes, ReplicaId(1), me.clone(), tag(), 4, 1);
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let mut c = Counters::default();
         let digest = Digest::of(b"batch");
@@ -630,13 +647,13 @@ mod tests {
             replica: ReplicaId(1),
             sig: Signature([0; 64]),
         };
-        resign_prepare(&me, &mut p);
+        resign_prepare(&me, &tag(), &mut p);
         let mut seen = BTreeSet::new();
         for to in [0, 2, 3] {
             let out = adv.outgoing(&mut rng, 0, ReplicaId(to), ReplicaMsg::Prepare(p.clone()), &mut c);
             let ReplicaMsg::Prepare(m) = &out[0] else { panic!() };
             let d = Prepare::signing_digest(m.lane, m.view, m.slot, &m.digest, m.replica);
-            assert!(me.public().verify(d.as_bytes(), &m.sig));
+            assert!(me.public().verify_bound(&tag(), SigKind::Prepare, &d, &m.sig));
             seen.insert(m.digest);
         }
         assert_eq!(
@@ -655,12 +672,12 @@ mod tests {
             slot: Slot(0),
             digest: Digest::of(b"x"),
         });
-        let mut silent = Adversary::new(FaultKind::Silent, ReplicaId(2), id(2), 4, 1);
+        let mut silent = Adversary::new(FaultKind::Silent, ReplicaId(2), id(2), tag(), 4, 1);
         assert!(silent
             .outgoing(&mut rng, 0, ReplicaId(0), msg.clone(), &mut c)
             .is_empty());
         assert!(silent.reply(&mut rng, Bytes::from_static(b"r"), &mut c).is_none());
-        let mut replay = Adversary::new(FaultKind::Replay, ReplicaId(2), id(2), 4, 1);
+        let mut replay = Adversary::new(FaultKind::Replay, ReplicaId(2), id(2), tag(), 4, 1);
         let mut extra = 0;
         for _ in 0..50 {
             extra += replay
@@ -675,7 +692,7 @@ mod tests {
     #[test]
     fn flooding_is_bounded_per_second_and_signed() {
         let me = id(3);
-        let mut adv = Adversary::new(FaultKind::Flood, ReplicaId(3), me.clone(), 4, 2);
+        let mut adv = Adversary::new(FaultKind::Flood, ReplicaId(3), me.clone(), tag(), 4, 2);
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let mut c = Counters::default();
         let msg = ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(0) });
@@ -698,7 +715,7 @@ mod tests {
     #[test]
     fn corruption_never_panics_on_any_message_kind() {
         let me = id(0);
-        let mut adv = Adversary::new(FaultKind::Corrupt, ReplicaId(0), me.clone(), 4, 1);
+        let mut adv = Adversary::new(FaultKind::Corrupt, ReplicaId(0), me.clone(), tag(), 4, 1);
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let mut c = Counters::default();
         adv.observe(&ReplicaMsg::PrePrepare(pre_prepare(
@@ -707,7 +724,7 @@ mod tests {
                 requests: vec![request(1)],
             },
         )));
-        let mut flooder = Adversary::new(FaultKind::Flood, ReplicaId(0), me.clone(), 4, 1);
+        let mut flooder = Adversary::new(FaultKind::Flood, ReplicaId(0), me.clone(), tag(), 4, 1);
         for i in 0..400 {
             let m = flooder.flood_message(&mut rng);
             let m = if i % 7 == 0 {

@@ -10,8 +10,8 @@ use crate::queue::Micros;
 use bytes::Bytes;
 use chorus_apps::KvOp;
 use chorus_core::{
-    ClientAuthKind, ClientId, ClusterConfig, Digest, Identity, MacKey, ReplicaId, Reply, ReplyBody, Request,
-    RequestSeq,
+    ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Digest, Identity, MacKey, ReplicaId, Reply,
+    ReplyBody, Request, RequestSeq,
 };
 use chorus_exec::REJECTED_PREFIX;
 use rand::Rng;
@@ -34,6 +34,8 @@ pub struct Credentials {
     /// Pairwise MAC key with each replica, index = replica id.
     pub keys: Vec<MacKey>,
     pub auth: ClientAuthKind,
+    /// The cluster its requests are authenticated for (`chorus_core::domain`).
+    pub tag: ClusterTag,
 }
 
 impl Credentials {
@@ -48,14 +50,17 @@ impl Credentials {
             identity,
             keys,
             auth: config.params.client_auth,
+            tag: ClusterTag::of(config),
         }
     }
 
     /// A properly authenticated request.
     pub fn request(&self, seq: RequestSeq, op: Bytes) -> Request {
         match self.auth {
-            ClientAuthKind::MacVector => Request::with_macs(self.id, seq, 0, op, &self.keys),
-            ClientAuthKind::Signature => Request::with_signature(self.id, seq, 0, op, &self.identity),
+            ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.id, seq, 0, op, &self.keys),
+            ClientAuthKind::Signature => {
+                Request::with_signature(&self.tag, self.id, seq, 0, op, &self.identity)
+            }
         }
     }
 }
@@ -334,7 +339,12 @@ mod tests {
         let (_, replica_ids, client_ids) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 3);
         for (i, r) in replica_ids.iter().enumerate() {
             let key = r.pairwise_key(&client_ids[0].public());
-            assert!(reqs[1].verify(ReplicaId(i as u32), &key, &config.clients[0].identity));
+            assert!(reqs[1].verify(
+                &ClusterTag::of(&config),
+                ReplicaId(i as u32),
+                &key,
+                &config.clients[0].identity
+            ));
         }
     }
 

@@ -360,7 +360,12 @@ impl SimOptions {
     /// changes and state transfers. Client authentication and (in cop) the
     /// leader rotation are drawn per seed.
     pub fn params(&self, client_auth: ClientAuthKind, leader_rotation: LeaderRotation) -> ProtocolParams {
-        let lanes = self.pillars as u64;
+        // RCC §III-B: one instance (lane) per replica.
+        let lanes = if self.mode == OrderingMode::Rcc {
+            self.n as u64
+        } else {
+            self.pillars as u64
+        };
         let per_lane_checkpoint = 4;
         ProtocolParams {
             mode: self.mode,
@@ -410,10 +415,7 @@ pub fn rotation_name(r: Option<LeaderRotation>) -> &'static str {
 }
 
 pub fn mode_name(mode: OrderingMode) -> &'static str {
-    match mode {
-        OrderingMode::Pbft => "pbft",
-        OrderingMode::Cop => "cop",
-    }
+    mode.name()
 }
 
 #[cfg(test)]

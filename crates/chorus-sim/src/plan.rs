@@ -88,7 +88,8 @@ impl Plan {
         // Drawn even when overridden, so the rest of the seed stays the same.
         let leader_rotation = match opts.mode {
             OrderingMode::Cop => opts.rotation.unwrap_or(drawn_rotation),
-            OrderingMode::Pbft => drawn_rotation,
+            // RCC's leaders are fixed by instance; rotation does not apply.
+            OrderingMode::Pbft | OrderingMode::Rcc => drawn_rotation,
         };
         let link_faults = LinkFaults {
             loss_ppm: ppm_if(drawn, FaultKind::Loss, rng, 5_000..=50_000),

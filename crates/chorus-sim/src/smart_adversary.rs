@@ -29,8 +29,8 @@ use crate::queue::Micros;
 use crate::stats::Counters;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, ClusterConfig, Digest, Identity, LaneId, NewView, PrePrepare, ReplicaId, ReplicaMsg, Signature,
-    Slot, View, ViewChange,
+    Batch, ClusterConfig, ClusterTag, Digest, Identity, LaneId, NewView, PrePrepare, ReplicaId, ReplicaMsg,
+    Signature, Slot, View, ViewChange,
 };
 use chorus_order::certs::verify_view_change;
 use chorus_order::lane::plan_new_view;
@@ -56,6 +56,8 @@ pub struct SmartAdversary {
     me: ReplicaId,
     identity: Identity,
     config: Arc<ClusterConfig>,
+    /// The cluster its forgeries are signed for.
+    tag: ClusterTag,
     /// The Byzantine replicas (including this one) and their keys.
     colluders: BTreeMap<ReplicaId, Identity>,
     heal_at_us: Micros,
@@ -97,6 +99,7 @@ impl SmartAdversary {
             kind,
             me,
             identity,
+            tag: ClusterTag::of(&config),
             config,
             colluders,
             heal_at_us,
@@ -234,7 +237,7 @@ impl SmartAdversary {
             replica: who,
             sig: Signature([0; 64]),
         };
-        resign_view_change(&self.colluders[&who], &mut vc);
+        resign_view_change(&self.colluders[&who], &self.tag, &mut vc);
         vc
     }
 
@@ -328,7 +331,7 @@ impl SmartAdversary {
             // The honest NEW-VIEW's exclusions keep the forgery valid.
             excluded: honest.excluded.clone(),
         };
-        crate::byzantine::resign_new_view(&self.identity, &mut nv);
+        crate::byzantine::resign_new_view(&self.identity, &self.tag, &mut nv);
         let mut out = vec![ReplicaMsg::NewView(nv)];
         let mut slots = BTreeSet::new();
         for rp in &plan.reproposals {
@@ -347,7 +350,7 @@ impl SmartAdversary {
                 batch,
                 sig: Signature([0; 64]),
             };
-            resign_pre_prepare(&self.identity, &mut pp);
+            resign_pre_prepare(&self.identity, &self.tag, &mut pp);
             slots.insert(rp.slot);
             out.push(ReplicaMsg::PrePrepare(pp));
         }
@@ -424,6 +427,12 @@ mod tests {
         (adv, cfg, keys)
     }
 
+    /// The tag of `setup`'s cluster (it depends on the cluster id and the
+    /// replica keys only, not on the parameters).
+    fn test_tag() -> ClusterTag {
+        ClusterTag::of(&ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 7).0)
+    }
+
     fn pp(keys: &[Identity], me: u32, view: u64, slot: u64) -> ReplicaMsg {
         let batch = Batch::noop();
         let mut m = PrePrepare {
@@ -434,7 +443,7 @@ mod tests {
             batch,
             sig: Signature([0; 64]),
         };
-        resign_pre_prepare(&keys[me as usize], &mut m);
+        resign_pre_prepare(&keys[me as usize], &test_tag(), &mut m);
         ReplicaMsg::PrePrepare(m)
     }
 
@@ -483,7 +492,7 @@ mod tests {
                 replica: ReplicaId(r),
                 sig: Signature([0; 64]),
             };
-            resign_view_change(&keys[r as usize], &mut vc);
+            resign_view_change(&keys[r as usize], &ClusterTag::of(&cfg), &mut vc);
             adv.observe(&ReplicaMsg::ViewChange(vc.clone()));
             vcs.push(vc);
         }
@@ -496,7 +505,7 @@ mod tests {
             sig: Signature([0; 64]),
             excluded: vec![],
         };
-        crate::byzantine::resign_new_view(&keys[1], &mut honest);
+        crate::byzantine::resign_new_view(&keys[1], &ClusterTag::of(&cfg), &mut honest);
         let out = adv.outgoing(&mut rng, 0, ReplicaId(0), ReplicaMsg::NewView(honest), &mut c);
         let ReplicaMsg::NewView(nv) = &out[0].1 else {
             panic!("{out:?}")
@@ -511,7 +520,12 @@ mod tests {
             assert_eq!(verify_view_change(&cfg, vc), Ok(()));
         }
         assert_eq!(nv.reproposals, plan_new_view(&cfg, &nv.view_changes).reproposals);
-        assert!(keys[1].public().verify(nv.signing_digest().as_bytes(), &nv.sig));
+        assert!(keys[1].public().verify_bound(
+            &ClusterTag::of(&cfg),
+            chorus_core::SigKind::NewView,
+            &nv.signing_digest(),
+            &nv.sig
+        ));
         assert_eq!(c.faults["byz-nv-forge"], 1);
     }
 

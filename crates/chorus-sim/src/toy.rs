@@ -12,8 +12,8 @@
 
 use crate::node::SimReplica;
 use chorus_core::{
-    Batch, BatchReply, ClientId, ClusterConfig, Identity, LaneId, MacKey, Millis, ReplicaId, ReplicaMsg,
-    Request, RequestSeq, Seq, Slot, Status, View,
+    Batch, BatchReply, ClientId, ClusterConfig, ClusterTag, Identity, LaneId, MacKey, Millis, ReplicaId,
+    ReplicaMsg, Request, RequestSeq, Seq, Slot, Status, View,
 };
 use chorus_order::{Action, Event, Outbox, PersistRecord, RejectReason, TimerId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -75,7 +75,7 @@ impl<const SEND_BEFORE_PERSIST: bool> Sequencer<SEND_BEFORE_PERSIST> {
             .keys
             .entry(req.client)
             .or_insert_with(|| self.identity.pairwise_key(&pk));
-        if !req.verify(self.me, key, &pk) {
+        if !req.verify(&ClusterTag::of(&self.config), self.me, key, &pk) {
             return out.push(reject(&req, RejectReason::BadAuthenticator));
         }
         if req.op.len() > self.config.params.max_op_bytes as usize {

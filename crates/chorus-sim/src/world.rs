@@ -571,9 +571,10 @@ fn build_nodes<R: SimReplica>(
             correct: kind.is_none(),
             twin: kind.is_some_and(FaultKind::is_twin),
             side,
-            adversary: kind
-                .filter(|k| !k.is_twin() && !k.is_smart())
-                .map(|k| Adversary::new(k, id, keys[r as usize].clone(), n, config.lanes())),
+            adversary: kind.filter(|k| !k.is_twin() && !k.is_smart()).map(|k| {
+                let tag = chorus_core::ClusterTag::of(config);
+                Adversary::new(k, id, keys[r as usize].clone(), tag, n, config.lanes())
+            }),
             smart: smart(r, kind),
             clock: plan.clocks[r as usize],
             store: Store::new(plan.compact_store),

@@ -178,7 +178,8 @@ impl FakeReplica {
             };
             // What a real replica does: the channel says who the client is and
             // the authenticator must verify for this replica.
-            let authentic = req.client == client && req.verify(self.id, &mac_key, &client_pk);
+            let tag = chorus_core::ClusterTag::of(&self.config);
+            let authentic = req.client == client && req.verify(&tag, self.id, &mac_key, &client_pk);
             if authentic {
                 self.seen.lock().unwrap().push((self.id, req.clone()));
             }

@@ -36,8 +36,8 @@ use crate::counters::Cx;
 use crate::sigkeys::ReplicaKeys;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Exclusion, Identity, LaneId, Millis, NewView,
-    PublicIdentity, ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
+    Batch, Cell, CheckpointCert, ClusterConfig, ClusterTag, Digest, Exclusion, Identity, LaneId, Millis,
+    NewView, PublicIdentity, ReplicaId, ReplicaMsg, Seq, Slot, View, ViewChange,
 };
 use penalty::Penalties;
 use slot::SlotState;
@@ -156,6 +156,8 @@ pub struct Lane {
     pub(crate) cfg: Arc<ClusterConfig>,
     pub(crate) me: ReplicaId,
     pub(crate) identity: Identity,
+    /// What every signature this lane makes or checks is bound to (`domain.rs`).
+    pub(crate) tag: ClusterTag,
     pub(crate) verifier: RequestVerifier,
     /// Replica keys, parsed once (normal-case signature checks).
     pub(crate) keys: ReplicaKeys,
@@ -212,6 +214,7 @@ impl Lane {
             id,
             verifier: RequestVerifier::new(cfg.clone(), me, identity.clone()),
             keys: ReplicaKeys::new(&cfg),
+            tag: ClusterTag::of(&cfg),
             buffer: FutureBuffer::new(n, cfg.params.future_msgs_per_peer as usize),
             cfg,
             me,

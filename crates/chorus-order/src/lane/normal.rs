@@ -7,8 +7,8 @@ use crate::io::{PersistRecord, RejectReason};
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use crate::verify::VerifiedHint;
 use chorus_core::{
-    Authenticator, Batch, Commit, Digest, PrePrepare, Prepare, PreparedCert, ReplicaId, ReplicaMsg,
-    Signature, Slot,
+    Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
+    ReplicaMsg, SigKind, Signature, Slot,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -39,8 +39,29 @@ impl Lane {
 
     /// The fresh-proposal leader of `slot` in the current view: the rotation
     /// minus the leaders the view's NEW-VIEW excluded (`penalty.rs`).
-    pub(crate) fn leader_of(&self, slot: Slot) -> ReplicaId {
+    pub fn leader_of(&self, slot: Slot) -> ReplicaId {
         slot_leader_in(&self.cfg, self.id, slot, self.view, &self.excluded)
+    }
+
+    /// RCC §III-C: `slot` is a round in which this instance is stopped by
+    /// the current view's stop (its coordinating leader proposes it).
+    pub fn is_stopped_slot(&self, slot: Slot) -> bool {
+        self.cfg.params.mode == OrderingMode::Rcc
+            && slot >= self.fresh_start()
+            && self.leader_of(slot) != self.cfg.instance_primary(self.id)
+    }
+
+    /// RCC: while the current view's stop still covers the next undecided
+    /// round, the round at which the instance's primary resumes.
+    pub fn rcc_stopped_until(&self) -> Option<Slot> {
+        if self.cfg.params.mode != OrderingMode::Rcc {
+            return None;
+        }
+        let primary = self.cfg.instance_primary(self.id);
+        self.excluded
+            .iter()
+            .find(|e| e.replica == primary && e.until > self.next_undecided)
+            .map(|e| e.until)
     }
 
     pub(crate) fn reproposal_digest(&self, slot: Slot) -> Option<Digest> {
@@ -150,9 +171,8 @@ impl Lane {
     ) {
         let (lane, view, me) = (self.id, self.view, self.me);
         debug_assert!(self.active, "pre-prepare while changing view");
-        let sig = self
-            .identity
-            .sign(PrePrepare::signing_digest(lane, view, slot, &digest).as_bytes());
+        let sd = PrePrepare::signing_digest(lane, view, slot, &digest);
+        let sig = self.identity.sign_bound(&self.tag, SigKind::PrePrepare, &sd);
         let st = self.slot_mut(slot);
         debug_assert!(
             st.accepted_in(view).is_none(),
@@ -205,7 +225,7 @@ impl Lane {
             slot,
             digest,
             replica: self.me,
-            sig: self.identity.sign(sd.as_bytes()),
+            sig: self.identity.sign_bound(&self.tag, SigKind::Prepare, &sd),
         }
     }
 
@@ -229,7 +249,7 @@ impl Lane {
             return cx.reject("wrong-leader");
         }
         let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
-        if !self.keys.verify(from, sd.as_bytes(), &pp.sig) {
+        if !self.keys.verify(from, SigKind::PrePrepare, &sd, &pp.sig) {
             return cx.reject("bad-signature");
         }
         if pp.batch.digest() != pp.digest {
@@ -500,7 +520,7 @@ impl Lane {
             }
             let ok = st.prepares.get(&r).is_some_and(|p| {
                 let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
-                self.keys.verify(r, sd.as_bytes(), &p.sig)
+                self.keys.verify(r, SigKind::Prepare, &sd, &p.sig)
             });
             st.unverified.remove(&r);
             if ok {
@@ -597,7 +617,7 @@ impl Lane {
     /// Sign a pre-prepare again (Ed25519 is deterministic: the same bytes as
     /// the one sent before a crash).
     pub(crate) fn resign_pre_prepare(&self, slot: Slot, digest: &Digest) -> Signature {
-        self.identity
-            .sign(PrePrepare::signing_digest(self.id, self.view, slot, digest).as_bytes())
+        let sd = PrePrepare::signing_digest(self.id, self.view, slot, digest);
+        self.identity.sign_bound(&self.tag, SigKind::PrePrepare, &sd)
     }
 }

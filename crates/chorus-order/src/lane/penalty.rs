@@ -20,7 +20,50 @@
 //! (`certs::pre_prepare_signer`). A Byzantine primary that names correct
 //! replicas only moves load for a bounded number of slots.
 
-use chorus_core::{ClusterConfig, Exclusion, LeaderRotation, ReplicaId, Slot};
+use chorus_core::{ClusterConfig, Exclusion, LaneId, LeaderRotation, ReplicaId, Slot, View};
+
+/// RCC's restart penalty grows as `2^k` rounds; beyond `2^20` (a million
+/// rounds of no-ops) it stops growing, so the arithmetic stays bounded.
+pub(crate) const RCC_MAX_STOP_SHIFT: u32 = 20;
+
+/// RCC §III-C, Fig. 4 (lines 9–12): what `stop(i; E)` decides besides the
+/// recovered proposals. Our NEW-VIEW for lane `i` in view `v` is the stop:
+/// its 2f+1 VIEW-CHANGEs are `E` (each a FAILURE carrying the sender's
+/// prepared state), its re-proposals the recovered state up to round `ρ`
+/// (the last re-proposed slot), and instance `i` resumes at round
+/// `ρ + σ · 2^k` (`rcc_round_unit`) with `k = v`, the number of stops of `i` so far (each view of an RCC lane
+/// above 0 began with one). Until then the instance is stopped: the
+/// coordinating leader proposes its rounds (the requests of the instance's
+/// clients, or no-ops when other instances are ahead), so neither the round
+/// merge nor those clients wait for the stopped primary
+/// (`roles::slot_leader_in`; docs/decisions.md, "RCC").
+///
+/// `fresh` is the first slot after the re-proposals, `ρ + 1`. A pure
+/// function of the NEW-VIEW, so every replica that accepts it computes the
+/// same stop; a Byzantine leader that sends different NEW-VIEWs to different
+/// replicas only changes who may pre-prepare which slot, which PBFT's
+/// one-digest-per-(view, slot) rule makes harmless (module comment).
+pub(crate) fn rcc_stop(cfg: &ClusterConfig, lane: LaneId, view: View, fresh: Slot) -> Exclusion {
+    debug_assert!(view.0 >= 1, "view 0 has no stop");
+    let k = view.0.clamp(1, RCC_MAX_STOP_SHIFT as u64) as u32;
+    let rounds = rcc_round_unit(cfg).saturating_mul(1u64 << k);
+    Exclusion {
+        replica: cfg.instance_primary(lane),
+        failures: k,
+        until: Slot(fresh.0.saturating_add(rounds - 1)),
+    }
+}
+
+/// The penalty's unit: `σ` rounds (`max_lane_drift_slots`) rather than one.
+/// A stop costs a failure-detection timeout, during which the other
+/// instances run at most `σ` rounds ahead; restarting a crashed primary
+/// after 2 rounds would only buy another timeout at once. With `σ · 2^k`
+/// a primary that stays down costs O(log t) timeouts over a time t, as in
+/// the paper, but the first ones are not wasted on a handful of rounds
+/// (docs/decisions.md, "RCC").
+pub(crate) fn rcc_round_unit(cfg: &ClusterConfig) -> u64 {
+    cfg.params.max_lane_drift_slots.max(1)
+}
 
 /// The exclusion doubles with each failure up to 2^6 windows.
 pub(crate) const MAX_PENALTY_SHIFT: u32 = 6;

@@ -10,14 +10,17 @@
 //! change, every certificate, and the recomputed re-proposals) before
 //! entering the view.
 
-use super::penalty::check_exclusions;
+use super::penalty::{check_exclusions, rcc_stop};
 use super::plan::{plan_new_view, NewViewPlan};
 use super::{Lane, LaneEnv, LaneOutput, NvRange, StoredVc, WantReason, MAX_VIEW};
 use crate::certs::{low_slot_of, verify_view_change, verify_view_change_sig};
 use crate::counters::Cx;
 use crate::io::PersistRecord;
 use crate::roles::new_view_primary;
-use chorus_core::{Batch, Digest, NewView, ReplicaId, ReplicaMsg, Signature, Slot, View, ViewChange};
+use chorus_core::{
+    Batch, Digest, Exclusion, NewView, OrderingMode, ReplicaId, ReplicaMsg, SigKind, Signature, Slot, View,
+    ViewChange,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -106,7 +109,9 @@ impl Lane {
             replica: self.me,
             sig: Signature([0; 64]),
         };
-        vc.sig = self.identity.sign(vc.signing_digest().as_bytes());
+        vc.sig = self
+            .identity
+            .sign_bound(&self.tag, SigKind::ViewChange, &vc.signing_digest());
         vc
     }
 
@@ -226,9 +231,11 @@ impl Lane {
             reproposals: plan.reproposals.clone(),
             replica: self.me,
             sig: Signature([0; 64]),
-            excluded: self.penalties.exclusions(&self.cfg, fresh),
+            excluded: self.new_view_exclusions(view, fresh),
         };
-        nv.sig = self.identity.sign(nv.signing_digest().as_bytes());
+        nv.sig = self
+            .identity
+            .sign_bound(&self.tag, SigKind::NewView, &nv.signing_digest());
         tracing::debug!(lane = ?self.id, ?view, reproposals = nv.reproposals.len(), "sending new view");
         cx.out.persist(PersistRecord::View { lane: self.id, view });
         cx.out.broadcast(ReplicaMsg::NewView(nv.clone()));
@@ -272,7 +279,7 @@ impl Lane {
     /// replicas, and its re-proposals are exactly what they imply.
     fn validate_new_view(&self, nv: &NewView) -> Result<NewViewPlan, &'static str> {
         let key = self.key(nv.replica).ok_or("bad-replica")?;
-        if !key.verify(nv.signing_digest().as_bytes(), &nv.sig) {
+        if !key.verify_bound(&self.tag, SigKind::NewView, &nv.signing_digest(), &nv.sig) {
             return Err("bad-signature");
         }
         if nv.view_changes.len() < self.cfg.quorum() || nv.view_changes.len() > self.cfg.n() {
@@ -302,8 +309,26 @@ impl Lane {
             return Err("nv-reproposal-mismatch");
         }
         let fresh = Slot(plan.low.0 + plan.reproposals.len() as u64);
-        check_exclusions(&self.cfg, &nv.excluded, fresh)?;
+        if self.cfg.params.mode == OrderingMode::Rcc {
+            // RCC §III-C: the stop is a function of E; nothing to choose.
+            if nv.excluded != [rcc_stop(&self.cfg, self.id, nv.view, fresh)] {
+                return Err("nv-bad-stop");
+            }
+        } else {
+            check_exclusions(&self.cfg, &nv.excluded, fresh)?;
+        }
         Ok(plan)
+    }
+
+    /// What a NEW-VIEW for `view` whose fresh slots start at `fresh`
+    /// excludes: in `rcc` the stopped instance primary (`rcc_stop`), with
+    /// block-wise rotation the replicas we blamed (`penalty.rs`).
+    fn new_view_exclusions(&self, view: View, fresh: Slot) -> Vec<Exclusion> {
+        if self.cfg.params.mode == OrderingMode::Rcc {
+            vec![rcc_stop(&self.cfg, self.id, view, fresh)]
+        } else {
+            self.penalties.exclusions(&self.cfg, fresh)
+        }
     }
 
     /// Enter `nv.view`. The primary then pre-prepares each re-proposal;

@@ -25,8 +25,10 @@
 //! `feed_all`), so nothing time-driven (timers, batch readiness) is taken
 //! for an effect of the input. Inputs come in short sequences against
 //! several base states (fresh-ish, changing view, just entered a new view,
-//! mid state transfer, a cluster node past two checkpoints, the same node
-//! recovered), so earlier inputs set up the state later ones are judged in.
+//! mid state transfer, installing a snapshot, a cluster node past two
+//! checkpoints, the same node recovered, and in `rcc` mode a replica with an
+//! open round and one that stopped an instance), so earlier inputs set up
+//! the state later ones are judged in.
 //!
 //! Cases per property: 64 by default (about a second in all); set
 //! `CHORUS_FUZZ_ITERS` for a longer run, e.g. `CHORUS_FUZZ_ITERS=20000`
@@ -40,7 +42,7 @@ use crate::roles::{new_view_primary, slot_leader};
 use chorus_core::{
     decode, encode, Authenticator, Batch, BatchReply, CheckpointCert, Decided, Digest, Exclusion, FetchBatch,
     LaneId, Limits, Mac, Millis, NewView, OrderingMode, PrePrepare, PreparedCert, ReplicaId, ReplicaMsg,
-    Reproposal, Seq, Signature, Slot, StateChunk, StateRequest, Status, View, ViewChange,
+    Reproposal, Seq, SigKind, Signature, Slot, StateChunk, StateRequest, Status, View, ViewChange,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -58,6 +60,18 @@ fn setup4() -> &'static Setup {
     S.get_or_init(|| setup(4, 2, params(OrderingMode::Cop, 2)))
 }
 
+/// RCC: one instance (lane) per replica, instance i proposed by replica i.
+fn setup_rcc() -> &'static Setup {
+    static S: OnceLock<Setup> = OnceLock::new();
+    S.get_or_init(|| {
+        let p = chorus_core::ProtocolParams {
+            max_lane_drift_slots: 4,
+            ..params(OrderingMode::Rcc, 4)
+        };
+        setup(4, 2, p)
+    })
+}
+
 fn limits() -> Limits {
     Limits::from_config(&setup4().cfg)
 }
@@ -65,6 +79,9 @@ fn limits() -> Limits {
 /// A replica in some interesting state, and the time it is at.
 struct Base {
     name: &'static str,
+    /// The keys and configuration the replica runs with (forgeries are
+    /// signed with them).
+    setup: &'static Setup,
     replica: Replica,
     now: u64,
 }
@@ -78,7 +95,10 @@ fn ev(from: u32, msg: ReplicaMsg) -> Event {
 
 /// Replica 1: slot 0 of lane 0 pre-prepared by 0 and prepared by 3.
 fn prepared_base() -> Base {
-    let s = setup4();
+    prepared_in(setup4(), "prepared")
+}
+
+fn prepared_in(s: &'static Setup, name: &'static str) -> Base {
     let mut out = Outbox::new();
     let mut r = Replica::new(
         s.cfg.clone(),
@@ -99,7 +119,8 @@ fn prepared_base() -> Base {
         &mut out,
     );
     Base {
-        name: "prepared",
+        name,
+        setup: s,
         replica: r,
         now: 1,
     }
@@ -108,8 +129,11 @@ fn prepared_base() -> Base {
 /// The prepared base after lane 0's timer expired: changing to view 1, with
 /// replica 2's VIEW-CHANGE for view 1 stored too.
 fn view_changing_base() -> Base {
-    let s = setup4();
-    let Base { mut replica, .. } = prepared_base();
+    view_changing_in(setup4(), "view-changing")
+}
+
+fn view_changing_in(s: &'static Setup, name: &'static str) -> Base {
+    let Base { mut replica, .. } = prepared_in(s, name);
     let at = replica.lanes[0]
         .timer
         .deadline
@@ -128,7 +152,8 @@ fn view_changing_base() -> Base {
     }
     assert_eq!(replica.counters.rejected("buffer-full"), 0);
     Base {
-        name: "view-changing",
+        name,
+        setup: s,
         replica,
         now: at.0,
     }
@@ -155,9 +180,26 @@ fn new_view_base() -> Base {
     assert!(replica.lanes[1].is_active() && replica.lanes[1].view() == View(1));
     Base {
         name: "new-view",
+        setup: s,
         replica,
         now,
     }
+}
+
+/// RCC: instance 0 stalled at round 0 and replica 1, its coordinating
+/// leader for view 1, stopped it with a NEW-VIEW built from the FAILUREs
+/// (VIEW-CHANGEs) of replicas 2 and 3 (RCC §III-C).
+fn rcc_stopped_base() -> Base {
+    let s = setup_rcc();
+    let mut b = view_changing_in(s, "rcc-stopped");
+    let vc = signed_vc(s, 3, 0, 1, None, vec![]);
+    b.replica.handle(
+        Millis(b.now),
+        ev(3, ReplicaMsg::ViewChange(vc)),
+        &mut Outbox::new(),
+    );
+    assert!(b.replica.lanes[0].is_active(), "instance 0 is stopped in view 1");
+    b
 }
 
 /// The prepared base after 2f+1 peers certified checkpoint 8, which it
@@ -197,6 +239,7 @@ fn transferring_base() -> Base {
     );
     Base {
         name: "transferring",
+        setup: s,
         replica,
         now: 100,
     }
@@ -227,6 +270,7 @@ fn installing_base() -> Base {
     );
     Base {
         name: "installing",
+        setup: s,
         replica,
         now,
     }
@@ -264,11 +308,13 @@ fn cluster_bases() -> Vec<Base> {
     vec![
         Base {
             name: "cluster",
+            setup: setup4(),
             replica: r,
             now: c.now.0,
         },
         Base {
             name: "recovered",
+            setup: setup4(),
             replica: recovered,
             now: c.now.0,
         },
@@ -289,6 +335,8 @@ fn bases() -> &'static [Base] {
             new_view_base(),
             transferring_base(),
             installing_base(),
+            prepared_in(setup_rcc(), "rcc-prepared"),
+            rcc_stopped_base(),
         ];
         b.extend(cluster_bases());
         b
@@ -538,7 +586,7 @@ fn signed_vc(
         replica: ReplicaId(signer),
         sig: Signature([0; 64]),
     };
-    vc.sig = s.keys[signer as usize % 4].sign(vc.signing_digest().as_bytes());
+    vc.sig = s.sign(signer % 4, SigKind::ViewChange, &vc.signing_digest());
     vc
 }
 
@@ -560,7 +608,7 @@ fn signed_nv(
         sig: Signature([0; 64]),
         excluded,
     };
-    nv.sig = s.keys[signer as usize % 4].sign(nv.signing_digest().as_bytes());
+    nv.sig = s.sign(signer % 4, SigKind::NewView, &nv.signing_digest());
     nv
 }
 
@@ -763,7 +811,7 @@ fn forge(s: &Setup, k: &Knobs) -> (u32, ReplicaMsg) {
                 // Digest that does not match the batch (signature over it).
                 let sd = PrePrepare::signing_digest(LaneId(lane), View(view), Slot(slot), &d);
                 pp.digest = d;
-                pp.sig = s.keys[signer as usize].sign(sd.as_bytes());
+                pp.sig = s.sign(signer, SigKind::PrePrepare, &sd);
             }
             if k.count % 5 == 1 {
                 pp.sig.0[k.count % 64] ^= 1;
@@ -1066,14 +1114,15 @@ proptest! {
         ),
         b in any::<usize>(),
     ) {
+        let base = base(b);
         let msgs = steps
             .iter()
             .map(|(k, from, delay)| {
-                let (sender, m) = forge(setup4(), k);
+                let (sender, m) = forge(base.setup, k);
                 (*delay, ev(from.unwrap_or(sender), m))
             })
             .collect();
-        feed_all(base(b), msgs);
+        feed_all(base, msgs);
     }
 
     /// Client requests: authentic, with a wrong MAC for this or another
@@ -1087,17 +1136,17 @@ proptest! {
         ),
         b in any::<usize>(),
     ) {
+        let base = base(b);
         let events = reqs
             .into_iter()
-            .map(|(client, seq, auth, len, delay)| (delay, Event::Request(forged_request(client, seq, auth, len))))
+            .map(|(client, seq, auth, len, delay)| (delay, Event::Request(forged_request(base.setup, client, seq, auth, len))))
             .collect();
-        feed_all(base(b), events);
+        feed_all(base, events);
     }
 }
 
 /// A request of `client` (2 is not configured), made wrong by `auth`.
-fn forged_request(client: u64, seq: u64, auth: u8, len: usize) -> chorus_core::Request {
-    let s = setup4();
+fn forged_request(s: &Setup, client: u64, seq: u64, auth: u8, len: usize) -> chorus_core::Request {
     let op = vec![seq as u8; len];
     let mut r = s.request((client % 2) as usize, seq, &op);
     r.client = chorus_core::ClientId(client);
@@ -1112,8 +1161,12 @@ fn forged_request(client: u64, seq: u64, auth: u8, len: usize) -> chorus_core::R
                 m.pop();
             }
         }
-        4 => r.auth = Authenticator::Signature(s.clients[(client % 2) as usize].sign(content.as_bytes())),
-        5 => r.auth = Authenticator::Signature(s.keys[0].sign(content.as_bytes())),
+        4 => {
+            let sig = s.clients[(client % 2) as usize].sign_bound(&s.tag(), SigKind::Request, &content);
+            r.auth = Authenticator::Signature(sig)
+        }
+        // Signed by a replica's key instead of the client's.
+        5 => r.auth = Authenticator::Signature(s.sign(0, SigKind::Request, &content)),
         6 => r.flags = 0x80,
         _ => {}
     }

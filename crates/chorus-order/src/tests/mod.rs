@@ -13,10 +13,14 @@ mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_cluster_binding;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_rcc;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

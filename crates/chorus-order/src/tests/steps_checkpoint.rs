@@ -294,7 +294,7 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
                 replica: ReplicaId(i),
                 sig: Signature([0; 64]),
             };
-            vc.sig = s.keys[i as usize].sign(vc.signing_digest().as_bytes());
+            vc.sig = s.sign(i, chorus_core::SigKind::ViewChange, &vc.signing_digest());
             vc
         })
         .collect();
@@ -308,7 +308,7 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
         sig: Signature([0; 64]),
         excluded: Vec::new(),
     };
-    nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
+    nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
     msg(&mut r, 20, 1, ReplicaMsg::NewView(nv));
     assert_eq!(r.status().views, vec![View(1)]);
     // PBFT §4.3: the certificate in the NEW-VIEW proves the state we hold.

@@ -74,7 +74,7 @@ fn view_change(s: &Setup, replica: u32, prepared: Vec<chorus_core::PreparedCert>
         replica: ReplicaId(replica),
         sig: Signature([0; 64]),
     };
-    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
     vc
 }
 
@@ -236,7 +236,7 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
         sig: Signature([0; 64]),
         excluded: vec![],
     };
-    nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
+    nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
     let batch0 = match slot0 {
         Some(d) if d == da => a.clone(),
         Some(d) if d == db => b.clone(),

@@ -249,6 +249,7 @@ fn invalid_pre_prepares_are_rejected_and_change_nothing() {
     // A request whose signature is wrong (a MAC entry wrong only here is
     // held for vouchers instead: `steps_request_auth.rs`).
     let mut forged = chorus_core::Request::with_signature(
+        &s.tag(),
         ClientId(1),
         RequestSeq(5),
         0,

@@ -85,7 +85,7 @@ fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::Pr
         replica: ReplicaId(replica),
         sig: Signature([0; 64]),
     };
-    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
     vc
 }
 

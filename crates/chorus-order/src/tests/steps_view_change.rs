@@ -34,7 +34,7 @@ fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::Pr
         replica: ReplicaId(replica),
         sig: Signature([0; 64]),
     };
-    vc.sig = s.keys[replica as usize].sign(vc.signing_digest().as_bytes());
+    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
     vc
 }
 
@@ -288,7 +288,7 @@ fn backup_rejects_a_new_view_whose_reproposals_do_not_follow_from_its_view_chang
     let mut r2 = replica(s, 2);
     let before = r2.status();
     let resign = |mut nv: NewView| {
-        nv.sig = s.keys[1].sign(nv.signing_digest().as_bytes());
+        nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
         nv
     };
     let mut tampered = sc.nv.clone();
@@ -310,7 +310,7 @@ fn backup_rejects_a_new_view_whose_reproposals_do_not_follow_from_its_view_chang
     // Signed by a replica that is not the view's primary.
     let mut usurped = sc.nv.clone();
     usurped.replica = ReplicaId(3);
-    usurped.sig = s.keys[3].sign(usurped.signing_digest().as_bytes());
+    usurped.sig = s.sign(3, chorus_core::SigKind::NewView, &usurped.signing_digest());
     msg(&mut r2, 10, 3, ReplicaMsg::NewView(usurped));
     assert_eq!(r2.counters().rejected("wrong-primary"), 1);
     let mut after = r2.status();

@@ -6,9 +6,9 @@
 use crate::io::{Action, Outbox, PersistRecord, TimerId};
 use bytes::Bytes;
 use chorus_core::{
-    Batch, CheckpointCert, CheckpointVote, ClientId, ClusterConfig, Commit, Digest, Identity, LaneId,
-    LeaderRotation, OrderingMode, PrePrepare, Prepare, PreparedCert, ProtocolParams, ReplicaId, ReplicaMsg,
-    Request, RequestSeq, Seq, Slot, View,
+    Batch, CheckpointCert, CheckpointVote, ClientId, ClusterConfig, ClusterTag, Commit, Digest, Identity,
+    LaneId, LeaderRotation, OrderingMode, PrePrepare, Prepare, PreparedCert, ProtocolParams, ReplicaId,
+    ReplicaMsg, Request, RequestSeq, Seq, SigKind, Signature, Slot, View,
 };
 use std::sync::Arc;
 
@@ -47,6 +47,16 @@ pub fn setup(n: usize, clients: usize, p: ProtocolParams) -> Setup {
 }
 
 impl Setup {
+    /// The cluster binding every signature and authenticator of this setup uses.
+    pub fn tag(&self) -> ClusterTag {
+        ClusterTag::of(&self.cfg)
+    }
+
+    /// Replica `signer`'s signature on a `kind` message of this cluster.
+    pub fn sign(&self, signer: u32, kind: SigKind, digest: &Digest) -> Signature {
+        self.keys[signer as usize].sign_bound(&self.tag(), kind, digest)
+    }
+
     pub fn request(&self, client: usize, seq: u64, op: &[u8]) -> Request {
         let macs: Vec<_> = self
             .keys
@@ -54,6 +64,7 @@ impl Setup {
             .map(|r| self.clients[client].pairwise_key(&r.public()))
             .collect();
         Request::with_macs(
+            &self.tag(),
             ClientId(client as u64),
             RequestSeq(seq),
             0,
@@ -71,7 +82,7 @@ impl Setup {
             slot: Slot(slot),
             digest,
             batch: batch.clone(),
-            sig: self.keys[signer as usize].sign(sd.as_bytes()),
+            sig: self.sign(signer, SigKind::PrePrepare, &sd),
         }
     }
 
@@ -83,7 +94,7 @@ impl Setup {
             slot: Slot(slot),
             digest,
             replica: ReplicaId(replica),
-            sig: self.keys[replica as usize].sign(sd.as_bytes()),
+            sig: self.sign(replica, SigKind::Prepare, &sd),
         }
     }
 
@@ -103,7 +114,7 @@ impl Setup {
             seq: Seq(seq),
             state_digest,
             replica: ReplicaId(replica),
-            sig: self.keys[replica as usize].sign(sd.as_bytes()),
+            sig: self.sign(replica, SigKind::Checkpoint, &sd),
         }
     }
 

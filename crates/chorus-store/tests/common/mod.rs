@@ -21,7 +21,15 @@ pub fn batch(tag: u64, n: usize) -> Batch {
     let requests = (0..n)
         .map(|i| {
             let op = Bytes::from(format!("op-{tag}-{i}").into_bytes());
-            Request::with_signature(ClientId(tag % 7), RequestSeq(tag * 100 + i as u64), 0, op, &id)
+            let cluster = chorus_core::ClusterTag::from_digest(chorus_core::Digest::of(b"store tests"));
+            Request::with_signature(
+                &cluster,
+                ClientId(tag % 7),
+                RequestSeq(tag * 100 + i as u64),
+                0,
+                op,
+                &id,
+            )
         })
         .collect();
     Batch { requests }

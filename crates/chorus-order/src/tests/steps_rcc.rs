@@ -1,0 +1,242 @@
+//! RCC (§III-C, Fig. 4) on the PBFT lane: an instance's FAILURE messages are
+//! its lane's VIEW-CHANGEs (each carries the sender's prepared state,
+//! Assumption A3), `stop(i; E)` is the NEW-VIEW that the coordinating leader
+//! `L_i` builds from 2f+1 of them, and instance `i` resumes at `ρ + 2^k`.
+
+use super::util::{broadcasts, effects, kinds, msg, params, replica, setup, Setup};
+use crate::io::{Event, Outbox, TimerId};
+use crate::replica::Replica;
+use crate::roles::{coordinating_leader, new_view_primary};
+use chorus_core::{
+    Batch, Exclusion, LaneId, NewView, OrderingMode, ReplicaId, ReplicaMsg, Signature, Slot, View, ViewChange,
+};
+
+const L0: LaneId = LaneId(0);
+
+/// σ = 4 rounds, so a first stop lasts σ · 2 = 8 rounds, inside the window.
+fn rcc() -> Setup {
+    let p = chorus_core::ProtocolParams {
+        max_lane_drift_slots: 4,
+        ..params(OrderingMode::Rcc, 4)
+    };
+    setup(4, 4, p)
+}
+
+fn failure(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
+    let mut vc = ViewChange {
+        lane: L0,
+        new_view: View(view),
+        stable: None,
+        prepared,
+        replica: ReplicaId(replica),
+        sig: Signature([0; 64]),
+    };
+    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
+    vc
+}
+
+/// Replica 1 accepted instance 0's proposal `a` at round 0 and prepared it
+/// with replica 2; instance 0's primary then went silent. Replica 1's timer
+/// expires: it halts the instance and sends FAILURE (VIEW-CHANGE to view 1).
+/// It is `L_0` for view 1, so with FAILUREs of replicas 2 and 3 it proposes
+/// the stop.
+fn stopped() -> (Setup, Batch, Replica, NewView) {
+    let s = rcc();
+    let a = s.batch(0, 1..3);
+    let mut r1 = replica(&s, 1);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &a)),
+    );
+    msg(
+        &mut r1,
+        2,
+        2,
+        ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())),
+    );
+    let deadline = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    let mut out = Outbox::new();
+    r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    let sent = effects(&mut out);
+    assert_eq!(kinds(&sent), vec!["persist view", "broadcast view-change"]);
+    let f2 = failure(&s, 2, 1, vec![s.prepared_cert(0, 0, 0, 0, &a, &[1, 2])]);
+    let f3 = failure(&s, 3, 1, vec![]);
+    assert!(msg(&mut r1, deadline.0 + 1, 2, ReplicaMsg::ViewChange(f2)).is_empty());
+    let e = msg(&mut r1, deadline.0 + 2, 3, ReplicaMsg::ViewChange(f3));
+    let nv = broadcasts(&e)
+        .into_iter()
+        .find_map(|m| match m {
+            ReplicaMsg::NewView(nv) => Some(nv),
+            _ => None,
+        })
+        .expect("L_0 proposes the stop");
+    (s, a, r1, nv)
+}
+
+#[test]
+fn the_coordinating_leader_is_never_the_stopped_primary() {
+    let s = rcc();
+    for lane in 0..4 {
+        for v in 1..20 {
+            let l = coordinating_leader(&s.cfg, LaneId(lane), View(v));
+            assert_ne!(l, ReplicaId(lane), "lane {lane} view {v}");
+            assert_eq!(new_view_primary(&s.cfg, LaneId(lane), View(v)), l);
+        }
+        // Consecutive failed coordinating leaders are replaced by the others.
+        let ls: std::collections::BTreeSet<_> = (1..4)
+            .map(|v| coordinating_leader(&s.cfg, LaneId(lane), View(v)))
+            .collect();
+        assert_eq!(ls.len(), 3);
+    }
+}
+
+/// Fig. 4 lines 7–12: `stop(0; E)` carries 2f+1 FAILUREs, recovers the
+/// proposal a correct replica accepted (round 0, `ρ = 0`), and stops
+/// instance 0 until round `ρ + σ · 2^1` (σ = 4 here).
+#[test]
+fn the_stop_recovers_accepted_proposals_and_restarts_at_rho_plus_2_to_the_k() {
+    let (_, a, _, nv) = stopped();
+    assert_eq!(nv.replica, ReplicaId(1));
+    assert_eq!(nv.view_changes.len(), 3);
+    assert_eq!(nv.reproposals.len(), 1);
+    assert_eq!(nv.reproposals[0].digest, a.digest());
+    assert_eq!(
+        nv.excluded,
+        vec![Exclusion {
+            replica: ReplicaId(0),
+            failures: 1,
+            until: Slot(8),
+        }]
+    );
+}
+
+/// A backup accepts the stop; the stopped primary's own proposal for a
+/// stopped round is refused, the coordinating leader's accepted, and the
+/// primary is back at round `ρ + 2^k`.
+#[test]
+fn a_stopped_instance_resumes_with_its_own_primary_at_the_restart_round() {
+    let (s, _, _, nv) = stopped();
+    let mut r2 = replica(&s, 2);
+    let e = msg(&mut r2, 5_000, 1, ReplicaMsg::NewView(nv.clone()));
+    assert!(kinds(&e).contains(&"persist view".to_string()), "{:?}", kinds(&e));
+    assert_eq!(r2.status().views[0], View(1));
+    // Round 1 is stopped: instance 0's primary may not propose it…
+    let b = s.batch(0, 5..6);
+    msg(
+        &mut r2,
+        5_001,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 1, 1, &b)),
+    );
+    assert_eq!(r2.counters().rejected("wrong-leader"), 1);
+    // …L_0 may (here the instance's pending clients, or a no-op).
+    let e = msg(
+        &mut r2,
+        5_002,
+        1,
+        ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 1, &Batch::noop())),
+    );
+    assert!(
+        kinds(&e).contains(&"broadcast prepare".to_string()),
+        "{:?}",
+        kinds(&e)
+    );
+    // Round 8 = ρ + σ · 2^1: the primary again, not L_0.
+    let e = msg(
+        &mut r2,
+        5_003,
+        1,
+        ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 8, &Batch::noop())),
+    );
+    assert!(!kinds(&e).contains(&"broadcast prepare".to_string()));
+    assert_eq!(r2.counters().rejected("wrong-leader"), 2);
+    let e = msg(
+        &mut r2,
+        5_004,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 1, 8, &b)),
+    );
+    assert!(
+        kinds(&e).contains(&"broadcast prepare".to_string()),
+        "{:?}",
+        kinds(&e)
+    );
+}
+
+/// Fig. 4: a stop is valid only with nf FAILUREs from distinct replicas,
+/// signed by `L_i`, and with exactly the restart round E implies.
+#[test]
+fn a_stop_with_too_few_failures_a_forged_signature_or_a_chosen_restart_is_rejected() {
+    let (s, _, _, nv) = stopped();
+    let resign = |mut nv: NewView, signer: u32| {
+        nv.replica = ReplicaId(signer);
+        nv.sig = s.sign(signer, chorus_core::SigKind::NewView, &nv.signing_digest());
+        nv
+    };
+    let cases: Vec<(NewView, &str)> = vec![
+        (
+            {
+                let mut n = nv.clone();
+                n.view_changes.truncate(2);
+                resign(n, 1)
+            },
+            "nv-view-change-count",
+        ),
+        (
+            {
+                let mut n = nv.clone();
+                n.excluded[0].until = Slot(64);
+                resign(n, 1)
+            },
+            "nv-bad-stop",
+        ),
+        (
+            {
+                let mut n = nv.clone();
+                n.excluded.clear();
+                resign(n, 1)
+            },
+            "nv-bad-stop",
+        ),
+        (
+            {
+                let mut n = nv.clone();
+                n.excluded[0].until = Slot(9);
+                n
+            },
+            "bad-signature",
+        ),
+        (resign(nv.clone(), 0), "wrong-primary"),
+    ];
+    for (bad, reason) in cases {
+        let mut r3 = replica(&s, 3);
+        let e = msg(&mut r3, 5_000, 1, ReplicaMsg::NewView(bad));
+        assert!(e.is_empty(), "{reason}: {:?}", kinds(&e));
+        assert_eq!(r3.counters().rejected(reason), 1, "{reason}");
+        assert_eq!(r3.status().views[0], View(0));
+    }
+}
+
+/// Fig. 4 line 5: f+1 FAILUREs for an instance make a replica detect its
+/// failure (and send its own FAILURE) even before its own timer expires; f
+/// do not (they may all be Byzantine).
+#[test]
+fn failure_is_detected_at_f_plus_1_failure_messages() {
+    let s = rcc();
+    let mut r3 = replica(&s, 3);
+    let e = msg(&mut r3, 10, 1, ReplicaMsg::ViewChange(failure(&s, 1, 1, vec![])));
+    assert!(broadcasts(&e).is_empty());
+    assert_eq!(r3.status().views[0], View(0));
+    let e = msg(&mut r3, 11, 2, ReplicaMsg::ViewChange(failure(&s, 2, 1, vec![])));
+    assert!(
+        broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1) && vc.replica == ReplicaId(3))),
+        "{:?}",
+        kinds(&e)
+    );
+    // Other instances are untouched (wait-free, RCC D4/D5).
+    assert_eq!(&r3.status().views[1..], &[View(0), View(0), View(0)]);
+}
