@@ -25,6 +25,7 @@ mod penalty;
 mod plan;
 mod recovery;
 mod slot;
+mod throttle;
 mod timer;
 mod view_change;
 mod watermarks;

@@ -62,6 +62,9 @@ pub(crate) struct ProgressTimer {
     /// The deadline was armed only by a waiting request (no open slot, the
     /// merger not waiting for us): suspected censorship.
     pub censorship_only: bool,
+    /// RCC: since when this lane has held the other instances at the drift
+    /// bound (`throttle.rs`), in which view.
+    pub throttled_since: Option<(View, Millis)>,
 }
 
 impl ProgressTimer {
@@ -174,6 +177,9 @@ impl Lane {
         if let Some(since) = oldest_pending.filter(|_| !self.suspecting) {
             let since = since.max(self.view_started);
             at = at.min(since.plus(timeout).max(cx.now));
+        }
+        if let Some(t) = self.throttle_deadline(cx.now, frontier, timeout) {
+            at = at.min(t.max(cx.now));
         }
         self.set_deadline(cx, Some(at));
     }

@@ -240,3 +240,84 @@ fn failure_is_detected_at_f_plus_1_failure_messages() {
     // Other instances are untouched (wait-free, RCC D4/D5).
     assert_eq!(&r3.status().views[1..], &[View(0), View(0), View(0)]);
 }
+
+/// Decide `batch` at `slot` of `lane` in view 0 at replica `r` (pre-prepare
+/// from the instance primary, prepares and commits from the others).
+fn decide(s: &Setup, r: &mut Replica, me: u32, now: u64, lane: u32, slot: u64, batch: &Batch) {
+    msg(
+        r,
+        now,
+        lane,
+        ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, slot, batch)),
+    );
+    for p in (0..4).filter(|p| *p != lane && *p != me) {
+        msg(
+            r,
+            now,
+            p,
+            ReplicaMsg::Prepare(s.prepare(p, lane, 0, slot, batch.digest())),
+        );
+    }
+    for p in (0..4).filter(|p| *p != me) {
+        msg(
+            r,
+            now,
+            p,
+            ReplicaMsg::Commit(s.commit(p, lane, 0, slot, batch.digest())),
+        );
+    }
+}
+
+/// RCC §IV: an instance that holds the others at the drift bound is
+/// suspected a timeout after it started to, even though it keeps deciding a
+/// round now and then (each decision used to push its timer back).
+#[test]
+fn a_throttling_instance_is_suspected_although_it_trickles_decisions() {
+    let s = rcc();
+    let timeout = s.cfg.params.view_change_timeout_ms;
+    let mut r1 = replica(&s, 1);
+    // Instances 1–3 are at round 7; instance 0 has decided nothing: 7 ≥ σ − 1.
+    for lane in 1..4 {
+        for slot in 0..8 {
+            msg(
+                &mut r1,
+                0,
+                lane,
+                ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, slot, &Batch::noop())),
+            );
+        }
+    }
+    // Instance 0 decides a round just before the timeout would expire.
+    decide(&s, &mut r1, 1, timeout * 3 / 4, 0, 0, &Batch::noop());
+    assert_eq!(r1.status().next_undecided[0], Slot(1));
+    let deadline = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    assert_eq!(
+        deadline.0, timeout,
+        "throttling since 0: the decision must not push the timer back"
+    );
+    let mut out = Outbox::new();
+    r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    let e = effects(&mut out);
+    assert!(
+        broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))),
+        "FAILURE for the throttling instance: {:?}",
+        kinds(&e)
+    );
+    // Without the lag (the others not ahead), decisions re-arm the timer.
+    let mut r2 = replica(&s, 2);
+    for slot in 0..2 {
+        decide(
+            &s,
+            &mut r2,
+            2,
+            (slot + 1) * timeout * 3 / 4,
+            0,
+            slot,
+            &Batch::noop(),
+        );
+    }
+    let d2 = r2.lane(L0).and_then(|l| l.timer_deadline());
+    assert!(d2.is_none_or(|d| d.0 > timeout), "{d2:?}");
+}
