@@ -16,6 +16,7 @@ mod steps_checkpoint;
 mod steps_cluster_binding;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;
