@@ -162,8 +162,13 @@ impl Dbft {
             return;
         }
         let e = msg.epoch();
+        let me = self.me.index();
         let st = self.state(e);
-        st.senders[from] = true;
+        // The join rule counts OTHER replicas: our own echo of a Byzantine
+        // INIT must not make t senders look like t+1.
+        if from != me {
+            st.senders[from] = true;
+        }
         let res = match msg {
             DbftMsg::RbInit { epoch, batch } => self.on_init(epoch, from, batch),
             DbftMsg::RbEcho { epoch, proposer, digest } => {
@@ -473,6 +478,10 @@ impl Dbft {
     fn on_batch_response(&mut self, epoch: Epoch, proposer: ReplicaId, batch: Batch) -> Result<(), DropReason> {
         let st = self.epochs.get_mut(&epoch).expect("created by caller");
         let digest = batch.digest();
+        if st.store.contains_key(&digest) && !st.fetching.contains_key(&proposer.index()) {
+            // A second holder's answer to the same request.
+            return Err(DropReason::Duplicate);
+        }
         // Digest-checked: only the bytes of the delivered digest we asked for (P12).
         if st.fetching.get(&proposer.index()) != Some(&digest) {
             return Err(DropReason::UnrequestedBatch);
