@@ -55,6 +55,8 @@ pub struct Net {
     pub decided: Vec<BTreeMap<Epoch, (Vec<bool>, Vec<(ReplicaId, Digest)>)>>,
     pub ready: Vec<BTreeMap<Epoch, Vec<(ReplicaId, Arc<Batch>)>>>,
     pub joins: Vec<Vec<Epoch>>,
+    /// Per replica, in order: ("join" | "decided" | "ready", epoch).
+    pub log: Vec<Vec<(&'static str, Epoch)>>,
     /// Answer `Action::Join` with this replica's pool batch automatically.
     pub auto_join: bool,
     pub delivered: u64,
@@ -81,6 +83,7 @@ impl Net {
             decided: vec![BTreeMap::new(); n],
             ready: vec![BTreeMap::new(); n],
             joins: vec![vec![]; n],
+            log: vec![vec![]; n],
             auto_join: true,
             delivered: 0,
         }
@@ -138,6 +141,7 @@ impl Net {
                 }
                 Action::Join { epoch } => {
                     self.joins[i].push(epoch);
+                    self.log[i].push(("join", epoch));
                     if self.auto_join {
                         self.propose(i, epoch, batch(i, epoch, 0));
                     }
@@ -147,10 +151,12 @@ impl Net {
                     assert!(prev.is_none(), "slot decided twice at {i}");
                 }
                 Action::EpochDecided { epoch, bitmask, selected } => {
+                    self.log[i].push(("decided", epoch));
                     let prev = self.decided[i].insert(epoch, (bitmask, selected));
                     assert!(prev.is_none(), "epoch decided twice at {i}");
                 }
                 Action::EpochReady { epoch, batches } => {
+                    self.log[i].push(("ready", epoch));
                     let prev = self.ready[i].insert(epoch, batches);
                     assert!(prev.is_none(), "epoch ready twice at {i}");
                 }

@@ -14,10 +14,14 @@ fn aux(round: u32, values: BinSet) -> BinMsg {
     BinMsg::Aux { round, values }
 }
 
-fn feed(cfg: &DbftConfig, b: &mut Binary, from: usize, m: BinMsg) -> (Vec<BinOut>, Result<(), DropReason>) {
+fn feed_r(cfg: &DbftConfig, b: &mut Binary, from: usize, m: BinMsg) -> (Vec<BinOut>, Result<(), DropReason>) {
     let mut out = vec![];
     let r = b.on_msg(cfg, from, &m, &mut out);
     (out, r)
+}
+
+fn feed(cfg: &DbftConfig, b: &mut Binary, from: usize, m: BinMsg) -> Vec<BinOut> {
+    feed_r(cfg, b, from, m).0
 }
 
 /// Drives a bare instance (me = 0, n = 4) through round 1 with all-zero
@@ -41,7 +45,7 @@ fn p1_messages_of_past_rounds_still_run_the_echo_rules() {
     let cfg = DbftConfig::new(4);
     let mut b = in_round_two(&cfg);
     feed(&cfg, &mut b, 1, bval(1, true));
-    let (out, r) = feed(&cfg, &mut b, 2, bval(1, true));
+    let (out, r) = feed_r(&cfg, &mut b, 2, bval(1, true));
     assert!(r.is_ok());
     assert_eq!(out, vec![BinOut::Broadcast(bval(1, true))], "echo for round 1 while in round 2");
     feed(&cfg, &mut b, 3, bval(1, true));
@@ -52,9 +56,9 @@ fn p1_messages_of_past_rounds_still_run_the_echo_rules() {
 fn p1_future_rounds_buffered_within_a_window_only() {
     let cfg = DbftConfig::new(4);
     let mut b = in_round_two(&cfg);
-    let (_, r) = feed(&cfg, &mut b, 1, bval(2 + cfg.max_round_ahead, true));
+    let (_, r) = feed_r(&cfg, &mut b, 1, bval(2 + cfg.max_round_ahead, true));
     assert!(r.is_ok(), "inside the window: kept for later");
-    let (_, r) = feed(&cfg, &mut b, 1, bval(3 + cfg.max_round_ahead, true));
+    let (_, r) = feed_r(&cfg, &mut b, 1, bval(3 + cfg.max_round_ahead, true));
     assert_eq!(r, Err(DropReason::RoundOutOfWindow));
 }
 
@@ -90,7 +94,7 @@ fn p3_aux_predicate_is_exactly_section_3_5() {
     }
     // One AUX per sender, first wins.
     feed(&cfg, &mut b, 1, aux(1, BinSet::Zero));
-    let (_, r) = feed(&cfg, &mut b, 1, aux(1, BinSet::One));
+    let (_, r) = feed_r(&cfg, &mut b, 1, aux(1, BinSet::One));
     assert_eq!(r, Err(DropReason::Duplicate));
     feed(&cfg, &mut b, 2, aux(1, BinSet::Zero));
     // {0},{0},{1}: no value has n−t supporters, yet their union {0,1} is a valid `values`.
@@ -151,13 +155,13 @@ fn p5_coord_only_from_coordinator_and_only_if_in_bin_values() {
     let mut b = Binary::new(&cfg, 1);
     let mut out = vec![];
     b.propose(&cfg, Input::Zero, &mut out);
-    let (_, r) = feed(&cfg, &mut b, 2, BinMsg::Coord { round: 1, value: false });
+    let (_, r) = feed_r(&cfg, &mut b, 2, BinMsg::Coord { round: 1, value: false });
     assert_eq!(r, Err(DropReason::NotCoordinator), "coord(1) = r0");
     for s in 1..4 {
         feed(&cfg, &mut b, s, bval(1, false));
     }
     feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: true }); // 1 ∉ bin_values
-    let (_, r) = feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: false });
+    let (_, r) = feed_r(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: false });
     assert_eq!(r, Err(DropReason::Duplicate), "first COORD per round wins");
     b.on_timer(&cfg, 1, TimerKind::First, &mut out);
     assert_eq!(b.my_aux(1), Some(BinSet::Zero), "a COORD value outside bin_values is ignored");
@@ -321,10 +325,10 @@ fn p13_exactly_one_aux_per_round_even_if_bin_values_grows() {
     b.propose(&cfg, Input::Zero, &mut out);
     let mut all = vec![];
     for s in 1..4 {
-        all.extend(feed(&cfg, &mut b, s, bval(1, false)).0);
+        all.extend(feed(&cfg, &mut b, s, bval(1, false)));
     }
     for s in 1..4 {
-        all.extend(feed(&cfg, &mut b, s, bval(1, true)).0);
+        all.extend(feed(&cfg, &mut b, s, bval(1, true)));
     }
     let auxes = all.iter().filter(|o| matches!(o, BinOut::Broadcast(BinMsg::Aux { round: 1, .. }))).count();
     assert_eq!(auxes, 1);
@@ -372,10 +376,10 @@ fn p15_decide_is_output_once() {
     b.rb_delivered(&cfg, &mut all);
     b.propose(&cfg, Input::OneViaRb, &mut all);
     for s in 1..3 {
-        all.extend(feed(&cfg, &mut b, s, BinMsg::Decided { value: true }).0);
+        all.extend(feed(&cfg, &mut b, s, BinMsg::Decided { value: true }));
     }
     for s in 1..4 {
-        all.extend(feed(&cfg, &mut b, s, aux(1, BinSet::One)).0);
+        all.extend(feed(&cfg, &mut b, s, aux(1, BinSet::One)));
     }
     assert_eq!(b.round_decided(), Some(1), "the round decision happened too");
     assert_eq!(all.iter().filter(|o| matches!(o, BinOut::Decide(_))).count(), 1);
