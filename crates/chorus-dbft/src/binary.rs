@@ -29,7 +29,11 @@ pub enum TimerKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BinOut {
     Broadcast(BinMsg),
-    SetTimer { round: Round, which: TimerKind, after_ms: u64 },
+    SetTimer {
+        round: Round,
+        which: TimerKind,
+        after_ms: u64,
+    },
     Decide(bool),
 }
 
@@ -141,7 +145,10 @@ impl Binary {
         self.round_decided
     }
     pub fn bin_values(&self, r: Round) -> [bool; 2] {
-        self.rounds.get(&r).map(|s| s.bin_values).unwrap_or([false, false])
+        self.rounds
+            .get(&r)
+            .map(|s| s.bin_values)
+            .unwrap_or([false, false])
     }
     pub fn my_aux(&self, r: Round) -> Option<BinSet> {
         self.rounds.get(&r).and_then(|s| s.my_aux)
@@ -168,9 +175,14 @@ impl Binary {
         }
         self.input = Some(input);
         self.est = !matches!(input, Input::Zero);
-        if self.phase == Phase::Idle {
-            self.start_round(cfg, out);
+        debug_assert_eq!(self.phase, Phase::Idle);
+        if self.may_stop(cfg) {
+            // Decided through 2t+1 DECIDED before being invoked: every correct
+            // replica will decide without our rounds (§3.8).
+            self.phase = Phase::Halted;
+            return;
         }
+        self.start_round(cfg, out);
         self.try_progress(cfg, out);
     }
 
@@ -186,7 +198,13 @@ impl Binary {
     }
 
     /// A message of this instance from the authenticated sender `from`.
-    pub fn on_msg(&mut self, cfg: &DbftConfig, from: usize, msg: &BinMsg, out: &mut Vec<BinOut>) -> Result<(), DropReason> {
+    pub fn on_msg(
+        &mut self,
+        cfg: &DbftConfig,
+        from: usize,
+        msg: &BinMsg,
+        out: &mut Vec<BinOut>,
+    ) -> Result<(), DropReason> {
         debug_assert!(from < cfg.n, "engine checks sender indices");
         if let Some(m) = msg.mini_round() {
             // Tracked even for rounds we do not buffer: one number per sender (P14).
@@ -231,7 +249,14 @@ impl Binary {
         res
     }
 
-    fn on_bval(&mut self, cfg: &DbftConfig, from: usize, r: Round, v: bool, out: &mut Vec<BinOut>) -> Result<(), DropReason> {
+    fn on_bval(
+        &mut self,
+        cfg: &DbftConfig,
+        from: usize,
+        r: Round,
+        v: bool,
+        out: &mut Vec<BinOut>,
+    ) -> Result<(), DropReason> {
         let vi = usize::from(v);
         let rs = self.rs(cfg, r);
         if rs.bval_from[vi][from] {
@@ -252,7 +277,13 @@ impl Binary {
         Ok(())
     }
 
-    fn on_decided(&mut self, cfg: &DbftConfig, from: usize, v: bool, out: &mut Vec<BinOut>) -> Result<(), DropReason> {
+    fn on_decided(
+        &mut self,
+        cfg: &DbftConfig,
+        from: usize,
+        v: bool,
+        out: &mut Vec<BinOut>,
+    ) -> Result<(), DropReason> {
         if self.decided_from[from].is_some() {
             return Err(DropReason::Duplicate);
         }
@@ -277,7 +308,11 @@ impl Binary {
             Some(d) => {
                 if d != v {
                     self.conflicts += 1;
-                    tracing::error!(first = d, second = v, "conflicting binary decisions: more than t faulty?");
+                    tracing::error!(
+                        first = d,
+                        second = v,
+                        "conflicting binary decisions: more than t faulty?"
+                    );
                 }
             }
             None => {
@@ -293,11 +328,14 @@ impl Binary {
 
     /// §3.8: 2t+1 DECIDED and our own sent: every correct replica will get t+1.
     fn check_stop(&mut self, cfg: &DbftConfig) {
-        if let Some(v) = self.decided {
-            if self.sent_decided && self.decided_count[usize::from(v)] >= cfg.bv_deliver() && self.phase != Phase::Idle {
-                self.phase = Phase::Halted;
-            }
+        if self.phase != Phase::Idle && self.may_stop(cfg) {
+            self.phase = Phase::Halted;
         }
+    }
+
+    fn may_stop(&self, cfg: &DbftConfig) -> bool {
+        self.decided
+            .is_some_and(|v| self.sent_decided && self.decided_count[usize::from(v)] >= cfg.bv_deliver())
     }
 
     /// A timer this instance set fired. Stale firings (earlier round or phase) are ignored.
@@ -324,7 +362,11 @@ impl Binary {
             self.timer_expired = true;
         } else {
             self.timer_expired = false;
-            out.push(BinOut::SetTimer { round: self.round, which, after_ms: self.timeout_ms });
+            out.push(BinOut::SetTimer {
+                round: self.round,
+                which,
+                after_ms: self.timeout_ms,
+            });
         }
     }
 
@@ -367,7 +409,10 @@ impl Binary {
                     };
                     if cfg.variant == Variant::Psync && cfg.coord(r) == self.me {
                         // New2: the FIRST value to enter bin_values.
-                        out.push(BinOut::Broadcast(BinMsg::Coord { round: r, value: first }));
+                        out.push(BinOut::Broadcast(BinMsg::Coord {
+                            round: r,
+                            value: first,
+                        }));
                     }
                     self.phase = Phase::WaitTimer1;
                     self.start_timer(TimerKind::First, out);
@@ -386,7 +431,10 @@ impl Binary {
                     // P13: exactly one AUX per round, a snapshot.
                     debug_assert!(rs.my_aux.is_none());
                     rs.my_aux = Some(aux);
-                    out.push(BinOut::Broadcast(BinMsg::Aux { round: r, values: aux }));
+                    out.push(BinOut::Broadcast(BinMsg::Aux {
+                        round: r,
+                        values: aux,
+                    }));
                     self.phase = Phase::WaitAuxQuorum;
                 }
                 Phase::WaitAuxQuorum => {
@@ -401,7 +449,9 @@ impl Binary {
                     if !(self.timer_expired || self.catch_up_mini(cfg) > 2 * u64::from(r)) {
                         return;
                     }
-                    let Some(values) = select_values(cfg, r, self.rs(cfg, r)) else { return };
+                    let Some(values) = select_values(cfg, r, self.rs(cfg, r)) else {
+                        return;
+                    };
                     let b = r % 2 == 1;
                     match values {
                         BinSet::Both => self.est = b,

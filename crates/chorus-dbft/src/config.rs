@@ -134,12 +134,27 @@ mod tests {
     #[test]
     fn thresholds_match_spec_table() {
         let c = DbftConfig::new(4);
-        assert_eq!((c.t, c.small_quorum(), c.bv_deliver(), c.aux_quorum(), c.echo_quorum()), (1, 2, 3, 3, 3));
+        assert_eq!(
+            (
+                c.t,
+                c.small_quorum(),
+                c.bv_deliver(),
+                c.aux_quorum(),
+                c.echo_quorum()
+            ),
+            (1, 2, 3, 3, 3)
+        );
         let c = DbftConfig::new(7);
-        assert_eq!((c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()), (2, 5, 5, 5));
+        assert_eq!(
+            (c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()),
+            (2, 5, 5, 5)
+        );
         // n ≠ 3t+1: the formulas differ and must stay separate.
         let c = DbftConfig::new(6);
-        assert_eq!((c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()), (1, 5, 4, 3));
+        assert_eq!(
+            (c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()),
+            (1, 5, 4, 3)
+        );
     }
 
     #[test]

@@ -16,19 +16,34 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `from` is the authenticated link's sender, never a payload field (P11).
-    Message { from: ReplicaId, msg: DbftMsg },
+    Message {
+        from: ReplicaId,
+        msg: DbftMsg,
+    },
     Timer(TimerId),
     /// RB-broadcast this replica's batch for `epoch` (pipeline policy, or the
     /// answer to `Action::Join`). Possibly empty (P16).
-    Propose { epoch: Epoch, batch: Batch },
+    Propose {
+        epoch: Epoch,
+        batch: Batch,
+    },
     /// Epochs below `below` are applied and past the fetch horizon: free them (§5.5).
-    Collect { below: Epoch },
+    Collect {
+        below: Epoch,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TimerId {
-    Round { inst: InstanceId, round: Round, which: TimerKind },
-    Fetch { epoch: Epoch, proposer: ReplicaId },
+    Round {
+        inst: InstanceId,
+        round: Round,
+        which: TimerKind,
+    },
+    Fetch {
+        epoch: Epoch,
+        proposer: ReplicaId,
+    },
 }
 
 /// What one proposer's slot of an epoch decided.
@@ -38,30 +53,54 @@ pub enum SlotDecision {
     Noop,
     /// Decided 1: this digest was RB-delivered; `batch` is None while the
     /// bytes are being fetched (they come with `Action::EpochReady`).
-    Batch { digest: Digest, batch: Option<Arc<Batch>> },
+    Batch {
+        digest: Digest,
+        batch: Option<Arc<Batch>>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    Send { to: ReplicaId, msg: DbftMsg },
+    Send {
+        to: ReplicaId,
+        msg: DbftMsg,
+    },
     /// To every replica except this one (it has already processed its copy).
-    Broadcast { msg: DbftMsg },
+    Broadcast {
+        msg: DbftMsg,
+    },
     /// Fire `Event::Timer(id)` at `at`. Stale firings are ignored.
-    SetTimer { id: TimerId, at: Millis },
+    SetTimer {
+        id: TimerId,
+        at: Millis,
+    },
     /// The join rule admitted `epoch`, the epoch this replica would have
     /// spawned next: answer with `Event::Propose` carrying the pool's batch
     /// (Dispel Alg. 2 lines 13–15). For other joined epochs the engine proposes
     /// an empty batch itself (line 16).
-    Join { epoch: Epoch },
+    Join {
+        epoch: Epoch,
+    },
     /// Emitted once per (epoch, proposer), when its bit is known (and, for 1,
     /// its digest RB-delivered).
-    SlotDecided { epoch: Epoch, proposer: ReplicaId, decision: SlotDecision },
+    SlotDecided {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        decision: SlotDecision,
+    },
     /// All n bits known and every selected digest delivered. `selected` is
     /// sorted by digest (then proposer).
-    EpochDecided { epoch: Epoch, bitmask: Vec<bool>, selected: Vec<(ReplicaId, Digest)> },
+    EpochDecided {
+        epoch: Epoch,
+        bitmask: Vec<bool>,
+        selected: Vec<(ReplicaId, Digest)>,
+    },
     /// Every selected batch's bytes are here: the epoch's output, sorted by
     /// digest, identical digests kept once (spec §5.2).
-    EpochReady { epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)> },
+    EpochReady {
+        epoch: Epoch,
+        batches: Vec<(ReplicaId, Arc<Batch>)>,
+    },
 }
 
 pub struct Dbft {
@@ -171,7 +210,11 @@ impl Dbft {
         }
         let res = match msg {
             DbftMsg::RbInit { epoch, batch } => self.on_init(epoch, from, batch),
-            DbftMsg::RbEcho { epoch, proposer, digest } => {
+            DbftMsg::RbEcho {
+                epoch,
+                proposer,
+                digest,
+            } => {
                 let mut out = vec![];
                 let cfg = &self.cfg;
                 let r = self.epochs.get_mut(&epoch).expect("created above").rb[proposer.index()]
@@ -179,7 +222,11 @@ impl Dbft {
                 self.rb_outs(epoch, proposer.index(), out);
                 r
             }
-            DbftMsg::RbReady { epoch, proposer, digest } => {
+            DbftMsg::RbReady {
+                epoch,
+                proposer,
+                digest,
+            } => {
                 let mut out = vec![];
                 let cfg = &self.cfg;
                 let r = self.epochs.get_mut(&epoch).expect("created above").rb[proposer.index()]
@@ -187,8 +234,16 @@ impl Dbft {
                 self.rb_outs(epoch, proposer.index(), out);
                 r
             }
-            DbftMsg::BatchRequest { epoch, proposer, digest } => self.on_batch_request(epoch, from, proposer, digest),
-            DbftMsg::BatchResponse { epoch, proposer, batch } => self.on_batch_response(epoch, proposer, batch),
+            DbftMsg::BatchRequest {
+                epoch,
+                proposer,
+                digest,
+            } => self.on_batch_request(epoch, from, proposer, digest),
+            DbftMsg::BatchResponse {
+                epoch,
+                proposer,
+                batch,
+            } => self.on_batch_response(epoch, proposer, batch),
             DbftMsg::Bin { inst, msg } => {
                 let mut out = vec![];
                 let cfg = &self.cfg;
@@ -235,8 +290,16 @@ impl Dbft {
         let p = ReplicaId(proposer as u32);
         for o in outs {
             match o {
-                RbOut::Echo(digest) => self.broadcast(DbftMsg::RbEcho { epoch, proposer: p, digest }),
-                RbOut::Ready(digest) => self.broadcast(DbftMsg::RbReady { epoch, proposer: p, digest }),
+                RbOut::Echo(digest) => self.broadcast(DbftMsg::RbEcho {
+                    epoch,
+                    proposer: p,
+                    digest,
+                }),
+                RbOut::Ready(digest) => self.broadcast(DbftMsg::RbReady {
+                    epoch,
+                    proposer: p,
+                    digest,
+                }),
                 RbOut::Deliver(digest) => self.on_rb_deliver(epoch, proposer, digest),
             }
         }
@@ -247,7 +310,10 @@ impl Dbft {
     /// batch limits, a pure function of the bytes, P9); requests are filtered
     /// deterministically at execution.
     fn on_rb_deliver(&mut self, epoch: Epoch, k: usize, _digest: Digest) {
-        let inst = InstanceId { epoch, slot: ReplicaId(k as u32) };
+        let inst = InstanceId {
+            epoch,
+            slot: ReplicaId(k as u32),
+        };
         let mut out = vec![];
         let cfg = &self.cfg;
         let st = self.epochs.get_mut(&epoch).expect("delivering epoch exists");
@@ -264,7 +330,11 @@ impl Dbft {
         for o in outs {
             match o {
                 BinOut::Broadcast(msg) => self.broadcast(DbftMsg::Bin { inst, msg }),
-                BinOut::SetTimer { round, which, after_ms } => self.out.push(Action::SetTimer {
+                BinOut::SetTimer {
+                    round,
+                    which,
+                    after_ms,
+                } => self.out.push(Action::SetTimer {
                     id: TimerId::Round { inst, round, which },
                     at: self.now.plus(after_ms),
                 }),
@@ -303,7 +373,13 @@ impl Dbft {
             }
         }
         for (k, out) in all {
-            self.bin_outs(InstanceId { epoch, slot: ReplicaId(k as u32) }, out);
+            self.bin_outs(
+                InstanceId {
+                    epoch,
+                    slot: ReplicaId(k as u32),
+                },
+                out,
+            );
         }
     }
 
@@ -327,7 +403,13 @@ impl Dbft {
             }
         }
         for (k, out) in all {
-            self.bin_outs(InstanceId { epoch, slot: ReplicaId(k as u32) }, out);
+            self.bin_outs(
+                InstanceId {
+                    epoch,
+                    slot: ReplicaId(k as u32),
+                },
+                out,
+            );
         }
         if self.epochs[&epoch].one_decided {
             self.start_zero_phase(epoch);
@@ -373,7 +455,9 @@ impl Dbft {
     /// its batches once every selected one's bytes are here (fetching the rest).
     fn try_output(&mut self, epoch: Epoch) {
         let n = self.cfg.n;
-        let Some(st) = self.epochs.get_mut(&epoch) else { return };
+        let Some(st) = self.epochs.get_mut(&epoch) else {
+            return;
+        };
         let mut to_fetch = vec![];
         for k in 0..n {
             if st.slot_emitted[k] {
@@ -384,7 +468,9 @@ impl Dbft {
                 Some(false) => SlotDecision::Noop,
                 Some(true) => {
                     // Bit 1 ⇒ a correct replica RB-delivered it; totality brings it here.
-                    let Some(digest) = st.rb[k].delivered() else { continue };
+                    let Some(digest) = st.rb[k].delivered() else {
+                        continue;
+                    };
                     let batch = st.store.get(&digest).cloned();
                     if batch.is_none() {
                         to_fetch.push((k, digest));
@@ -393,14 +479,22 @@ impl Dbft {
                 }
             };
             st.slot_emitted[k] = true;
-            self.out.push(Action::SlotDecided { epoch, proposer: ReplicaId(k as u32), decision });
+            self.out.push(Action::SlotDecided {
+                epoch,
+                proposer: ReplicaId(k as u32),
+                decision,
+            });
         }
         let mut newly_decided = false;
         if !st.decided_emitted {
             if let (Some(bitmask), Some(selected)) = (st.bitmask(), st.selected()) {
                 st.decided_emitted = true;
                 newly_decided = true;
-                self.out.push(Action::EpochDecided { epoch, bitmask, selected });
+                self.out.push(Action::EpochDecided {
+                    epoch,
+                    bitmask,
+                    selected,
+                });
             }
         }
         if st.decided_emitted && !st.ready_emitted {
@@ -446,7 +540,11 @@ impl Dbft {
         for &to in targets {
             self.out.push(Action::Send {
                 to: ReplicaId(to as u32),
-                msg: DbftMsg::BatchRequest { epoch, proposer, digest },
+                msg: DbftMsg::BatchRequest {
+                    epoch,
+                    proposer,
+                    digest,
+                },
             });
         }
         self.out.push(Action::SetTimer {
@@ -455,13 +553,21 @@ impl Dbft {
         });
     }
 
-    fn on_batch_request(&mut self, epoch: Epoch, from: usize, proposer: ReplicaId, digest: Digest) -> Result<(), DropReason> {
+    fn on_batch_request(
+        &mut self,
+        epoch: Epoch,
+        from: usize,
+        proposer: ReplicaId,
+        digest: Digest,
+    ) -> Result<(), DropReason> {
         if from == self.me.index() {
             return Ok(());
         }
         let budget = self.cfg.max_fetch_replies_per_peer;
         let st = self.epochs.get_mut(&epoch).expect("created by caller");
-        let Some(batch) = st.store.get(&digest) else { return Err(DropReason::UnknownBatch) };
+        let Some(batch) = st.store.get(&digest) else {
+            return Err(DropReason::UnknownBatch);
+        };
         let served = st.served.entry((from, proposer.index())).or_default();
         if *served >= budget {
             return Err(DropReason::FetchFlood);
@@ -470,12 +576,21 @@ impl Dbft {
         let batch = (**batch).clone();
         self.out.push(Action::Send {
             to: ReplicaId(from as u32),
-            msg: DbftMsg::BatchResponse { epoch, proposer, batch },
+            msg: DbftMsg::BatchResponse {
+                epoch,
+                proposer,
+                batch,
+            },
         });
         Ok(())
     }
 
-    fn on_batch_response(&mut self, epoch: Epoch, proposer: ReplicaId, batch: Batch) -> Result<(), DropReason> {
+    fn on_batch_response(
+        &mut self,
+        epoch: Epoch,
+        proposer: ReplicaId,
+        batch: Batch,
+    ) -> Result<(), DropReason> {
         let st = self.epochs.get_mut(&epoch).expect("created by caller");
         let digest = batch.digest();
         if st.store.contains_key(&digest) && !st.fetching.contains_key(&proposer.index()) {
@@ -496,7 +611,9 @@ impl Dbft {
         match id {
             TimerId::Round { inst, round, which } => {
                 let cfg = &self.cfg;
-                let Some(st) = self.epochs.get_mut(&inst.epoch) else { return };
+                let Some(st) = self.epochs.get_mut(&inst.epoch) else {
+                    return;
+                };
                 if inst.slot.index() >= cfg.n {
                     return;
                 }
@@ -507,7 +624,9 @@ impl Dbft {
             TimerId::Fetch { epoch, proposer } => {
                 let me = self.me.index();
                 let Some(st) = self.epochs.get(&epoch) else { return };
-                let Some(&d) = st.fetching.get(&proposer.index()) else { return };
+                let Some(&d) = st.fetching.get(&proposer.index()) else {
+                    return;
+                };
                 let all: Vec<usize> = (0..self.cfg.n).filter(|&i| i != me).collect();
                 self.send_fetch(epoch, proposer.index(), d, &all);
             }
@@ -529,7 +648,10 @@ impl Dbft {
     /// Binary decisions that contradicted a first one, over all live epochs
     /// (non-zero only with more than t faulty replicas).
     pub fn conflicts(&self) -> u64 {
-        self.epochs.values().flat_map(|s| s.bin.iter()).map(|b| b.conflicts()).sum()
+        self.epochs
+            .values()
+            .flat_map(|s| s.bin.iter())
+            .map(|b| b.conflicts())
+            .sum()
     }
 }
-

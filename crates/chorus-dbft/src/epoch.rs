@@ -94,7 +94,7 @@ impl EpochState {
                 sel.push((ReplicaId(k as u32), self.rb[k].delivered()?));
             }
         }
-        sel.sort_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)));
+        sel.sort_by_key(|&(p, d)| (d, p));
         Some(sel)
     }
 }

@@ -48,7 +48,10 @@ impl BinSet {
     }
 
     pub fn contains(self, v: bool) -> bool {
-        matches!((self, v), (BinSet::Both, _) | (BinSet::One, true) | (BinSet::Zero, false))
+        matches!(
+            (self, v),
+            (BinSet::Both, _) | (BinSet::One, true) | (BinSet::Zero, false)
+        )
     }
 
     /// ⊆ the set given as flags (the §3.5 qualification filter).
@@ -73,7 +76,9 @@ pub enum BinMsg {
 impl BinMsg {
     pub fn round(&self) -> Option<Round> {
         match self {
-            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } | BinMsg::Aux { round, .. } => Some(*round),
+            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } | BinMsg::Aux { round, .. } => {
+                Some(*round)
+            }
             BinMsg::Decided { .. } => None,
         }
     }
@@ -92,16 +97,38 @@ impl BinMsg {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DbftMsg {
     /// Sent only by the proposer (= link sender); the only message with batch bytes.
-    RbInit { epoch: Epoch, batch: Batch },
+    RbInit {
+        epoch: Epoch,
+        batch: Batch,
+    },
     /// Hash-only echo of `proposer`'s INIT ([RB21], Dispel §4.4).
-    RbEcho { epoch: Epoch, proposer: ReplicaId, digest: Digest },
+    RbEcho {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
     /// Hash-only READY.
-    RbReady { epoch: Epoch, proposer: ReplicaId, digest: Digest },
+    RbReady {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
     /// Ask for the bytes of a delivered digest (§5.3).
-    BatchRequest { epoch: Epoch, proposer: ReplicaId, digest: Digest },
+    BatchRequest {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
     /// Accepted only if its digest is one this replica asked for (§5.3).
-    BatchResponse { epoch: Epoch, proposer: ReplicaId, batch: Batch },
-    Bin { inst: InstanceId, msg: BinMsg },
+    BatchResponse {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        batch: Batch,
+    },
+    Bin {
+        inst: InstanceId,
+        msg: BinMsg,
+    },
 }
 
 impl DbftMsg {
@@ -123,10 +150,22 @@ impl DbftMsg {
             DbftMsg::RbReady { .. } => "rb-ready",
             DbftMsg::BatchRequest { .. } => "batch-request",
             DbftMsg::BatchResponse { .. } => "batch-response",
-            DbftMsg::Bin { msg: BinMsg::BVal { .. }, .. } => "bval",
-            DbftMsg::Bin { msg: BinMsg::Coord { .. }, .. } => "coord",
-            DbftMsg::Bin { msg: BinMsg::Aux { .. }, .. } => "aux",
-            DbftMsg::Bin { msg: BinMsg::Decided { .. }, .. } => "decided",
+            DbftMsg::Bin {
+                msg: BinMsg::BVal { .. },
+                ..
+            } => "bval",
+            DbftMsg::Bin {
+                msg: BinMsg::Coord { .. },
+                ..
+            } => "coord",
+            DbftMsg::Bin {
+                msg: BinMsg::Aux { .. },
+                ..
+            } => "aux",
+            DbftMsg::Bin {
+                msg: BinMsg::Decided { .. },
+                ..
+            } => "decided",
         }
     }
 
@@ -142,7 +181,9 @@ impl DbftMsg {
                         return Err(DropReason::BadIndex);
                     }
                 }
-                batch.validate(&cfg.limits()).map_err(|_| DropReason::BatchTooLarge)
+                batch
+                    .validate(&cfg.limits())
+                    .map_err(|_| DropReason::BatchTooLarge)
             }
             DbftMsg::RbEcho { proposer, .. }
             | DbftMsg::RbReady { proposer, .. }
@@ -237,12 +278,39 @@ mod tests {
     fn codec_rejects_out_of_range_and_round_zero() {
         let cfg = DbftConfig::new(4);
         let l = cfg.limits();
-        let m = DbftMsg::Bin { inst: InstanceId { epoch: 0, slot: ReplicaId(4) }, msg: BinMsg::Decided { value: true } };
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(4),
+            },
+            msg: BinMsg::Decided { value: true },
+        };
         assert!(chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).is_err());
-        let m = DbftMsg::Bin { inst: InstanceId { epoch: 0, slot: ReplicaId(1) }, msg: BinMsg::BVal { round: 0, value: true } };
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(1),
+            },
+            msg: BinMsg::BVal {
+                round: 0,
+                value: true,
+            },
+        };
         assert!(chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).is_err());
-        let m = DbftMsg::Bin { inst: InstanceId { epoch: 0, slot: ReplicaId(1) }, msg: BinMsg::Aux { round: 3, values: BinSet::Both } };
-        assert_eq!(chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).unwrap(), m);
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(1),
+            },
+            msg: BinMsg::Aux {
+                round: 3,
+                values: BinSet::Both,
+            },
+        };
+        assert_eq!(
+            chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).unwrap(),
+            m
+        );
         // An invalid BinSet tag (3) cannot be decoded: empty sets never reach the protocol.
         let mut bytes = chorus_core::encode(&m);
         let last = bytes.len() - 1;

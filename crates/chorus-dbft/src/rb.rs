@@ -77,7 +77,13 @@ impl Rb {
         }
     }
 
-    pub fn on_echo(&mut self, cfg: &DbftConfig, from: usize, d: Digest, out: &mut Vec<RbOut>) -> Result<(), DropReason> {
+    pub fn on_echo(
+        &mut self,
+        cfg: &DbftConfig,
+        from: usize,
+        d: Digest,
+        out: &mut Vec<RbOut>,
+    ) -> Result<(), DropReason> {
         if self.echo_from[from].is_some() {
             return Err(DropReason::Duplicate);
         }
@@ -91,7 +97,13 @@ impl Rb {
         Ok(())
     }
 
-    pub fn on_ready(&mut self, cfg: &DbftConfig, from: usize, d: Digest, out: &mut Vec<RbOut>) -> Result<(), DropReason> {
+    pub fn on_ready(
+        &mut self,
+        cfg: &DbftConfig,
+        from: usize,
+        d: Digest,
+        out: &mut Vec<RbOut>,
+    ) -> Result<(), DropReason> {
         if self.ready_from[from].is_some() {
             return Err(DropReason::Duplicate);
         }

@@ -27,8 +27,17 @@ pub struct BinNet {
 impl BinNet {
     pub fn new(cfg: DbftConfig, byzantine: &[usize]) -> BinNet {
         let n = cfg.n;
-        let nodes = (0..n).map(|i| (!byzantine.contains(&i)).then(|| Binary::new(&cfg, i))).collect();
-        BinNet { cfg, nodes, inflight: vec![], timers: vec![], decisions: vec![vec![]; n], sent: vec![vec![]; n] }
+        let nodes = (0..n)
+            .map(|i| (!byzantine.contains(&i)).then(|| Binary::new(&cfg, i)))
+            .collect();
+        BinNet {
+            cfg,
+            nodes,
+            inflight: vec![],
+            timers: vec![],
+            decisions: vec![vec![]; n],
+            sent: vec![vec![]; n],
+        }
     }
 
     pub fn node(&self, i: usize) -> &Binary {
@@ -73,14 +82,22 @@ impl BinNet {
                     self.sent[i].push(m.clone());
                     for to in 0..cfg.n {
                         if to != i {
-                            self.inflight.push(BFlight { from: i, to, msg: m.clone() });
+                            self.inflight.push(BFlight {
+                                from: i,
+                                to,
+                                msg: m.clone(),
+                            });
                         }
                     }
                     let mut out = vec![];
                     let _ = self.nodes[i].as_mut().unwrap().on_msg(&cfg, i, &m, &mut out);
                     q.extend(out);
                 }
-                BinOut::SetTimer { round, which, after_ms } => self.timers.push((i, round, which, after_ms)),
+                BinOut::SetTimer {
+                    round,
+                    which,
+                    after_ms,
+                } => self.timers.push((i, round, which, after_ms)),
                 BinOut::Decide(v) => self.decisions[i].push(v),
             }
         }

@@ -7,7 +7,9 @@ use crate::engine::{Action, Dbft, Event, SlotDecision, TimerId};
 use crate::msg::{DbftMsg, Epoch};
 use crate::DbftConfig;
 use bytes::Bytes;
-use chorus_core::{Authenticator, Batch, ClientId, Digest, Millis, ReplicaId, Request, RequestSeq, Signature};
+use chorus_core::{
+    Authenticator, Batch, ClientId, Digest, Millis, ReplicaId, Request, RequestSeq, Signature,
+};
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -35,6 +37,9 @@ pub struct Flight {
 }
 
 type Filter = Box<dyn FnMut(&Flight) -> bool>;
+/// Bitmask and digest-sorted selection of one epoch.
+pub type Decided = (Vec<bool>, Vec<(ReplicaId, Digest)>);
+pub type Ready = Vec<(ReplicaId, Arc<Batch>)>;
 
 pub struct Net {
     pub n: usize,
@@ -52,8 +57,8 @@ pub struct Net {
     /// true: the message is silently lost.
     pub drop: Option<Filter>,
     pub slot_decisions: Vec<BTreeMap<(Epoch, usize), SlotDecision>>,
-    pub decided: Vec<BTreeMap<Epoch, (Vec<bool>, Vec<(ReplicaId, Digest)>)>>,
-    pub ready: Vec<BTreeMap<Epoch, Vec<(ReplicaId, Arc<Batch>)>>>,
+    pub decided: Vec<BTreeMap<Epoch, Decided>>,
+    pub ready: Vec<BTreeMap<Epoch, Ready>>,
     pub joins: Vec<Vec<Epoch>>,
     /// Per replica, in order: ("join" | "decided" | "ready", epoch).
     pub log: Vec<Vec<(&'static str, Epoch)>>,
@@ -128,11 +133,19 @@ impl Net {
     fn apply(&mut self, i: usize, acts: Vec<Action>) {
         for a in acts {
             match a {
-                Action::Send { to, msg } => self.inflight.push(Flight { from: i, to: to.index(), msg }),
+                Action::Send { to, msg } => self.inflight.push(Flight {
+                    from: i,
+                    to: to.index(),
+                    msg,
+                }),
                 Action::Broadcast { msg } => {
                     for to in 0..self.n {
                         if to != i {
-                            self.inflight.push(Flight { from: i, to, msg: msg.clone() });
+                            self.inflight.push(Flight {
+                                from: i,
+                                to,
+                                msg: msg.clone(),
+                            });
                         }
                     }
                 }
@@ -146,11 +159,19 @@ impl Net {
                         self.propose(i, epoch, batch(i, epoch, 0));
                     }
                 }
-                Action::SlotDecided { epoch, proposer, decision } => {
+                Action::SlotDecided {
+                    epoch,
+                    proposer,
+                    decision,
+                } => {
                     let prev = self.slot_decisions[i].insert((epoch, proposer.index()), decision);
                     assert!(prev.is_none(), "slot decided twice at {i}");
                 }
-                Action::EpochDecided { epoch, bitmask, selected } => {
+                Action::EpochDecided {
+                    epoch,
+                    bitmask,
+                    selected,
+                } => {
                     self.log[i].push(("decided", epoch));
                     let prev = self.decided[i].insert(epoch, (bitmask, selected));
                     assert!(prev.is_none(), "epoch decided twice at {i}");
@@ -191,7 +212,13 @@ impl Net {
         self.delivered += 1;
         match self.nodes[f.to].as_mut() {
             Some(node) => {
-                let acts = node.handle(self.now, Event::Message { from: ReplicaId(f.from as u32), msg: f.msg });
+                let acts = node.handle(
+                    self.now,
+                    Event::Message {
+                        from: ReplicaId(f.from as u32),
+                        msg: f.msg,
+                    },
+                );
                 self.apply(f.to, acts);
             }
             None => self.to_byz.push(f),
@@ -200,7 +227,9 @@ impl Net {
 
     /// Fire the earliest timer (advancing time); false when none is set.
     pub fn fire_timer(&mut self) -> bool {
-        let Some((&(at, i, id), _)) = self.timers.iter().next() else { return false };
+        let Some((&(at, i, id), _)) = self.timers.iter().next() else {
+            return false;
+        };
         self.timers.remove(&(at, i, id));
         self.now = self.now.max(at);
         if self.nodes[i].is_some() {
@@ -227,9 +256,14 @@ impl Net {
     /// Every correct replica's decided bitmask and selected digests of `epoch` agree; returns them.
     pub fn agreed(&self, epoch: Epoch) -> (Vec<bool>, Vec<(ReplicaId, Digest)>) {
         let cs = self.correct();
-        let first = self.decided[cs[0]].get(&epoch).cloned().unwrap_or_else(|| panic!("r{} did not decide e{epoch}", cs[0]));
+        let first = self.decided[cs[0]]
+            .get(&epoch)
+            .cloned()
+            .unwrap_or_else(|| panic!("r{} did not decide e{epoch}", cs[0]));
         for &i in &cs[1..] {
-            let d = self.decided[i].get(&epoch).unwrap_or_else(|| panic!("r{i} did not decide e{epoch}"));
+            let d = self.decided[i]
+                .get(&epoch)
+                .unwrap_or_else(|| panic!("r{i} did not decide e{epoch}"));
             assert_eq!(d, &first, "r{i} disagrees on epoch {epoch}");
         }
         first
@@ -238,13 +272,21 @@ impl Net {
     /// Every correct replica output the same batches for `epoch`; returns them.
     pub fn agreed_ready(&self, epoch: Epoch) -> Vec<(ReplicaId, Arc<Batch>)> {
         let cs = self.correct();
-        let first = self.ready[cs[0]].get(&epoch).cloned().unwrap_or_else(|| panic!("r{} not ready e{epoch}", cs[0]));
+        let first = self.ready[cs[0]]
+            .get(&epoch)
+            .cloned()
+            .unwrap_or_else(|| panic!("r{} not ready e{epoch}", cs[0]));
         for &i in &cs[1..] {
-            let d = self.ready[i].get(&epoch).unwrap_or_else(|| panic!("r{i} not ready e{epoch}"));
+            let d = self.ready[i]
+                .get(&epoch)
+                .unwrap_or_else(|| panic!("r{i} not ready e{epoch}"));
             assert_eq!(d, &first, "r{i} output other batches for epoch {epoch}");
         }
         for w in first.windows(2) {
-            assert!(w[0].1.digest() < w[1].1.digest(), "sorted by digest, no duplicates");
+            assert!(
+                w[0].1.digest() < w[1].1.digest(),
+                "sorted by digest, no duplicates"
+            );
         }
         first
     }

@@ -47,9 +47,17 @@ fn p1_messages_of_past_rounds_still_run_the_echo_rules() {
     feed(&cfg, &mut b, 1, bval(1, true));
     let (out, r) = feed_r(&cfg, &mut b, 2, bval(1, true));
     assert!(r.is_ok());
-    assert_eq!(out, vec![BinOut::Broadcast(bval(1, true))], "echo for round 1 while in round 2");
+    assert_eq!(
+        out,
+        vec![BinOut::Broadcast(bval(1, true))],
+        "echo for round 1 while in round 2"
+    );
     feed(&cfg, &mut b, 3, bval(1, true));
-    assert_eq!(b.bin_values(1), [true, true], "a slow replica can still gather 2t+1 B_VAL");
+    assert_eq!(
+        b.bin_values(1),
+        [true, true],
+        "a slow replica can still gather 2t+1 B_VAL"
+    );
 }
 
 #[test]
@@ -134,7 +142,15 @@ fn p4_second_timer_and_new5_defeat_aux_dilution() {
         feed(&cfg, &mut b, s, bval(1, false));
         feed(&cfg, &mut b, s, bval(1, true));
     }
-    feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: false });
+    feed(
+        &cfg,
+        &mut b,
+        0,
+        BinMsg::Coord {
+            round: 1,
+            value: false,
+        },
+    );
     b.on_timer(&cfg, 1, TimerKind::First, &mut out);
     assert_eq!(b.my_aux(1), Some(BinSet::Zero));
     feed(&cfg, &mut b, 3, aux(1, BinSet::Both));
@@ -155,16 +171,44 @@ fn p5_coord_only_from_coordinator_and_only_if_in_bin_values() {
     let mut b = Binary::new(&cfg, 1);
     let mut out = vec![];
     b.propose(&cfg, Input::Zero, &mut out);
-    let (_, r) = feed_r(&cfg, &mut b, 2, BinMsg::Coord { round: 1, value: false });
+    let (_, r) = feed_r(
+        &cfg,
+        &mut b,
+        2,
+        BinMsg::Coord {
+            round: 1,
+            value: false,
+        },
+    );
     assert_eq!(r, Err(DropReason::NotCoordinator), "coord(1) = r0");
     for s in 1..4 {
         feed(&cfg, &mut b, s, bval(1, false));
     }
-    feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: true }); // 1 ∉ bin_values
-    let (_, r) = feed_r(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: false });
+    feed(
+        &cfg,
+        &mut b,
+        0,
+        BinMsg::Coord {
+            round: 1,
+            value: true,
+        },
+    ); // 1 ∉ bin_values
+    let (_, r) = feed_r(
+        &cfg,
+        &mut b,
+        0,
+        BinMsg::Coord {
+            round: 1,
+            value: false,
+        },
+    );
     assert_eq!(r, Err(DropReason::Duplicate), "first COORD per round wins");
     b.on_timer(&cfg, 1, TimerKind::First, &mut out);
-    assert_eq!(b.my_aux(1), Some(BinSet::Zero), "a COORD value outside bin_values is ignored");
+    assert_eq!(
+        b.my_aux(1),
+        Some(BinSet::Zero),
+        "a COORD value outside bin_values is ignored"
+    );
 }
 
 #[test]
@@ -185,9 +229,15 @@ fn p6_a_decided_replica_runs_rounds_d1_and_d2_then_halts() {
         assert_eq!(b.round(), 3, "ran rounds d+1 and d+2");
         assert_eq!(b.phase(), Phase::Halted);
         for r in [2, 3] {
-            assert!(net.sent[i].contains(&aux(r, BinSet::One)), "AUX of round {r} sent");
+            assert!(
+                net.sent[i].contains(&aux(r, BinSet::One)),
+                "AUX of round {r} sent"
+            );
         }
-        assert!(!net.sent[i].iter().any(|m| m.round() == Some(4)), "no round after d+2");
+        assert!(
+            !net.sent[i].iter().any(|m| m.round() == Some(4)),
+            "no round after d+2"
+        );
     }
 }
 
@@ -215,7 +265,11 @@ fn p8_rb_delivery_after_zero_input_still_puts_one_in_round_one() {
     assert_eq!(b.bin_values(1), [false, false]);
     b.rb_delivered(&cfg, &mut out);
     assert_eq!(b.bin_values(1), [false, true]);
-    assert_eq!(b.input(), Some(Input::Zero), "the input is not changed, only bin_values");
+    assert_eq!(
+        b.input(),
+        Some(Input::Zero),
+        "the input is not changed, only bin_values"
+    );
 }
 
 #[test]
@@ -240,7 +294,10 @@ fn p8_no_zero_before_a_one_is_decided_and_all_n_instances_run() {
     assert!(!zero_before_one);
     for i in net.correct() {
         let st = net.node(i).epoch(0).unwrap();
-        assert!((0..4).all(|k| st.binary(k).invoked()), "every instance invoked at r{i}");
+        assert!(
+            (0..4).all(|k| st.binary(k).invoked()),
+            "every instance invoked at r{i}"
+        );
     }
     net.agreed(0);
 }
@@ -255,7 +312,11 @@ fn p9_validity_is_a_pure_function_of_the_bytes() {
     net.inject_all(3, DbftMsg::RbInit { epoch: 0, batch: big });
     net.run(1_000);
     for i in net.correct() {
-        assert_eq!(net.node(i).counters().get(DropReason::BatchTooLarge), 1, "same verdict at every replica");
+        assert_eq!(
+            net.node(i).counters().get(DropReason::BatchTooLarge),
+            1,
+            "same verdict at every replica"
+        );
         assert!(net.node(i).epoch(0).is_none(), "nothing echoed, no state");
     }
 }
@@ -284,12 +345,30 @@ fn p11_identity_comes_from_the_link_only() {
     let cfg = DbftConfig::new(4);
     let mut d = Dbft::new(cfg, ReplicaId(0));
     // r3 sends an INIT: it is r3's proposal, there is no field naming another proposer.
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: DbftMsg::RbInit { epoch: 0, batch: batch(1, 0, 1) } });
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: DbftMsg::RbInit {
+                epoch: 0,
+                batch: batch(1, 0, 1),
+            },
+        },
+    );
     let st = d.epoch(0).unwrap();
     assert!(st.rb(3).first_init().is_some());
     assert!(st.rb(1).first_init().is_none());
     // A sender index out of range is refused before anything else.
-    d.handle(Millis(0), Event::Message { from: ReplicaId(9), msg: DbftMsg::RbInit { epoch: 0, batch: batch(1, 0, 1) } });
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(9),
+            msg: DbftMsg::RbInit {
+                epoch: 0,
+                batch: batch(1, 0, 1),
+            },
+        },
+    );
     assert_eq!(d.counters().get(DropReason::BadIndex), 1);
 }
 
@@ -299,11 +378,46 @@ fn p12_store_keyed_by_digest_under_equivocation() {
     let (b1, b2) = (batch(3, 0, 1), batch(3, 0, 2));
     let (h1, h2) = (b1.digest(), b2.digest());
     // r0, r1 get B1, r2 gets B2; the Byzantine proposer pushes h1 through.
-    net.inject(3, 0, DbftMsg::RbInit { epoch: 0, batch: b1.clone() });
-    net.inject(3, 1, DbftMsg::RbInit { epoch: 0, batch: b1.clone() });
-    net.inject(3, 2, DbftMsg::RbInit { epoch: 0, batch: b2.clone() });
-    net.inject_all(3, DbftMsg::RbEcho { epoch: 0, proposer: ReplicaId(3), digest: h1 });
-    net.inject_all(3, DbftMsg::RbReady { epoch: 0, proposer: ReplicaId(3), digest: h1 });
+    net.inject(
+        3,
+        0,
+        DbftMsg::RbInit {
+            epoch: 0,
+            batch: b1.clone(),
+        },
+    );
+    net.inject(
+        3,
+        1,
+        DbftMsg::RbInit {
+            epoch: 0,
+            batch: b1.clone(),
+        },
+    );
+    net.inject(
+        3,
+        2,
+        DbftMsg::RbInit {
+            epoch: 0,
+            batch: b2.clone(),
+        },
+    );
+    net.inject_all(
+        3,
+        DbftMsg::RbEcho {
+            epoch: 0,
+            proposer: ReplicaId(3),
+            digest: h1,
+        },
+    );
+    net.inject_all(
+        3,
+        DbftMsg::RbReady {
+            epoch: 0,
+            proposer: ReplicaId(3),
+            digest: h1,
+        },
+    );
     for i in net.correct() {
         net.propose(i, 0, batch(i, 0, 1));
     }
@@ -311,9 +425,15 @@ fn p12_store_keyed_by_digest_under_equivocation() {
     let (mask, selected) = net.agreed(0);
     assert!(mask[3]);
     assert!(selected.contains(&(ReplicaId(3), h1)));
-    assert!(net.node(2).epoch(0).unwrap().has_batch(&h2), "r2 keeps B2 by its digest");
+    assert!(
+        net.node(2).epoch(0).unwrap().has_batch(&h2),
+        "r2 keeps B2 by its digest"
+    );
     let out = net.agreed_ready(0);
-    assert!(out.iter().any(|(p, b)| p.index() == 3 && **b == b1), "r2 output B1, fetched");
+    assert!(
+        out.iter().any(|(p, b)| p.index() == 3 && **b == b1),
+        "r2 output B1, fetched"
+    );
     assert!(!out.iter().any(|(_, b)| **b == b2));
 }
 
@@ -330,7 +450,10 @@ fn p13_exactly_one_aux_per_round_even_if_bin_values_grows() {
     for s in 1..4 {
         all.extend(feed(&cfg, &mut b, s, bval(1, true)));
     }
-    let auxes = all.iter().filter(|o| matches!(o, BinOut::Broadcast(BinMsg::Aux { round: 1, .. }))).count();
+    let auxes = all
+        .iter()
+        .filter(|o| matches!(o, BinOut::Broadcast(BinMsg::Aux { round: 1, .. })))
+        .count();
     assert_eq!(auxes, 1);
     assert_eq!(b.my_aux(1), Some(BinSet::Zero), "a snapshot, not updated");
 }
@@ -340,30 +463,85 @@ fn p14_byzantine_input_is_bounded() {
     let cfg = DbftConfig::new(4);
     let w = cfg.window_epochs;
     let mut d = Dbft::new(cfg.clone(), ReplicaId(0));
-    let far = DbftMsg::RbInit { epoch: w + 1000, batch: batch(3, 0, 1) };
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: far });
+    let far = DbftMsg::RbInit {
+        epoch: w + 1000,
+        batch: batch(3, 0, 1),
+    };
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: far,
+        },
+    );
     assert_eq!(d.counters().get(DropReason::EpochTooFar), 1);
     assert_eq!(d.epochs_held(), 0, "far-future epochs create no state");
-    let huge = DbftMsg::Bin { inst: InstanceId { epoch: 0, slot: ReplicaId(1) }, msg: bval(u32::MAX, true) };
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: huge });
+    let huge = DbftMsg::Bin {
+        inst: InstanceId {
+            epoch: 0,
+            slot: ReplicaId(1),
+        },
+        msg: bval(u32::MAX, true),
+    };
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: huge,
+        },
+    );
     assert_eq!(d.counters().get(DropReason::RoundOutOfWindow), 1);
     assert_eq!(d.epoch(0).map_or(0, |s| s.binary(1).rounds_held()), 0);
     // Extra INITs: at most `max_extra_inits` kept per proposer.
     for tag in 1..10 {
-        d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: DbftMsg::RbInit { epoch: 0, batch: batch(3, 0, tag) } });
+        d.handle(
+            Millis(0),
+            Event::Message {
+                from: ReplicaId(3),
+                msg: DbftMsg::RbInit {
+                    epoch: 0,
+                    batch: batch(3, 0, tag),
+                },
+            },
+        );
     }
     assert_eq!(d.epoch(0).unwrap().stored(), 1 + cfg.max_extra_inits);
-    assert_eq!(d.counters().get(DropReason::ExtraInit), 9 - 1 - cfg.max_extra_inits as u64);
+    assert_eq!(
+        d.counters().get(DropReason::ExtraInit),
+        9 - 1 - cfg.max_extra_inits as u64
+    );
     // FETCH flood: a peer is served a bounded number of times.
     let h = batch(3, 0, 1).digest();
     for _ in 0..10 {
-        let req = DbftMsg::BatchRequest { epoch: 0, proposer: ReplicaId(3), digest: h };
-        d.handle(Millis(0), Event::Message { from: ReplicaId(2), msg: req });
+        let req = DbftMsg::BatchRequest {
+            epoch: 0,
+            proposer: ReplicaId(3),
+            digest: h,
+        };
+        d.handle(
+            Millis(0),
+            Event::Message {
+                from: ReplicaId(2),
+                msg: req,
+            },
+        );
     }
-    assert_eq!(d.counters().get(DropReason::FetchFlood), 10 - u64::from(cfg.max_fetch_replies_per_peer));
+    assert_eq!(
+        d.counters().get(DropReason::FetchFlood),
+        10 - u64::from(cfg.max_fetch_replies_per_peer)
+    );
     // Collected epochs are refused.
     d.handle(Millis(0), Event::Collect { below: 1 });
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: DbftMsg::RbInit { epoch: 0, batch: batch(3, 0, 1) } });
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: DbftMsg::RbInit {
+                epoch: 0,
+                batch: batch(3, 0, 1),
+            },
+        },
+    );
     assert_eq!(d.counters().get(DropReason::EpochTooOld), 1);
     assert_eq!(d.epochs_held(), 0);
 }
@@ -383,7 +561,12 @@ fn p15_decide_is_output_once() {
     }
     assert_eq!(b.round_decided(), Some(1), "the round decision happened too");
     assert_eq!(all.iter().filter(|o| matches!(o, BinOut::Decide(_))).count(), 1);
-    assert_eq!(all.iter().filter(|o| matches!(o, BinOut::Broadcast(BinMsg::Decided { .. }))).count(), 1);
+    assert_eq!(
+        all.iter()
+            .filter(|o| matches!(o, BinOut::Broadcast(BinMsg::Decided { .. })))
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -411,6 +594,9 @@ fn p16_every_replica_proposes_in_every_epoch_it_takes_part_in() {
     net.run(100_000);
     net.agreed(1);
     for i in 0..4 {
-        assert!((0..2).all(|e| net.node(i).epoch(e).unwrap().proposed()), "r{i} proposed in every epoch");
+        assert!(
+            (0..2).all(|e| net.node(i).epoch(e).unwrap().proposed()),
+            "r{i} proposed in every epoch"
+        );
     }
 }

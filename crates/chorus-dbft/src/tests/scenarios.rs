@@ -28,16 +28,29 @@ fn split_round(net: &mut BinNet, r: u32, maj: [usize; 2], min: usize) {
     net.inject_to(BYZ, &CORRECT, bv(!b));
     net.deliver_where(|f| f.from == BYZ);
     net.fire_timers(); // everyone sends AUX({¬b})
-    // 2. min collects the three correct AUX({¬b}).
-    net.deliver_where(|f| f.to == min && f.from != BYZ && matches!(f.msg, BinMsg::Aux { round, .. } if round == r));
+                       // 2. min collects the three correct AUX({¬b}).
+    net.deliver_where(|f| {
+        f.to == min && f.from != BYZ && matches!(f.msg, BinMsg::Aux { round, .. } if round == r)
+    });
     net.fire_timers();
     // 3. b enters maj's bin_values; maj sees {¬b} (own, each other) and {0,1} (Byzantine).
     net.inject_to(BYZ, &maj, bv(b));
     net.deliver_where(|f| f.from == BYZ);
     net.deliver_where(|f| maj.contains(&f.to) && f.from == min && f.msg == bv(b));
-    net.inject_to(BYZ, &maj, BinMsg::Aux { round: r, values: BinSet::Both });
+    net.inject_to(
+        BYZ,
+        &maj,
+        BinMsg::Aux {
+            round: r,
+            values: BinSet::Both,
+        },
+    );
     net.deliver_where(|f| f.from == BYZ);
-    net.deliver_where(|f| maj.contains(&f.to) && maj.contains(&f.from) && matches!(f.msg, BinMsg::Aux { round, .. } if round == r));
+    net.deliver_where(|f| {
+        maj.contains(&f.to)
+            && maj.contains(&f.from)
+            && matches!(f.msg, BinMsg::Aux { round, .. } if round == r)
+    });
     net.fire_timers();
     for i in CORRECT {
         assert_eq!(net.node(i).round(), r + 1, "r{i} finished round {r}");
@@ -63,10 +76,17 @@ fn scenario_b1_safe_core_loops_forever_under_the_split_schedule() {
     for r in 1..=40 {
         split_round(&mut net, r, [0, 1], 2);
         let b = r % 2 == 1;
-        assert_eq!((net.node(0).est(), net.node(1).est(), net.node(2).est()), (b, b, !b), "estimates stay split");
+        assert_eq!(
+            (net.node(0).est(), net.node(1).est(), net.node(2).est()),
+            (b, b, !b),
+            "estimates stay split"
+        );
     }
     for i in CORRECT {
-        assert!(net.decisions[i].is_empty(), "the safe core never decides under this schedule");
+        assert!(
+            net.decisions[i].is_empty(),
+            "the safe core never decides under this schedule"
+        );
     }
 }
 
@@ -76,7 +96,10 @@ fn scenario_b1_psync_decides_once_the_schedule_becomes_synchronous() {
     for r in 1..=6 {
         split_round(&mut net, r, [0, 1], 2);
     }
-    assert!(CORRECT.iter().all(|&i| net.decisions[i].is_empty()), "asynchrony: psync cannot decide either");
+    assert!(
+        CORRECT.iter().all(|&i| net.decisions[i].is_empty()),
+        "asynchrony: psync cannot decide either"
+    );
     net.sync(200);
     assert!(net.all_decided().is_some());
 }
@@ -94,12 +117,22 @@ fn scenario_b2_correct_coordinator_round_after_gst_decides_by_r_plus_1() {
         for v in [false, true] {
             net.inject_to(BYZ, &CORRECT, BinMsg::BVal { round: r, value: v });
         }
-        net.inject_to(BYZ, &CORRECT, BinMsg::Aux { round: r, values: BinSet::Both });
+        net.inject_to(
+            BYZ,
+            &CORRECT,
+            BinMsg::Aux {
+                round: r,
+                values: BinSet::Both,
+            },
+        );
     }
     net.sync(500);
     let v = net.all_decided().expect("all decide");
     for i in CORRECT {
-        assert!(net.node(i).round_decided().unwrap() <= 6, "decided in round 5 or 6 (r{i})");
+        assert!(
+            net.node(i).round_decided().unwrap() <= 6,
+            "decided in round 5 or 6 (r{i})"
+        );
     }
     let _ = v;
 }
@@ -111,11 +144,36 @@ fn scenario_b3_byzantine_coordinator_value_is_never_used() {
     for i in 1..4 {
         net.propose(i, Input::Zero);
     }
-    net.inject_to(0, &[1, 2, 3], BinMsg::Coord { round: 1, value: true });
-    net.inject_to(0, &[1, 2, 3], BinMsg::BVal { round: 1, value: true });
-    net.inject_to(0, &[1, 2, 3], BinMsg::Aux { round: 1, values: BinSet::One });
+    net.inject_to(
+        0,
+        &[1, 2, 3],
+        BinMsg::Coord {
+            round: 1,
+            value: true,
+        },
+    );
+    net.inject_to(
+        0,
+        &[1, 2, 3],
+        BinMsg::BVal {
+            round: 1,
+            value: true,
+        },
+    );
+    net.inject_to(
+        0,
+        &[1, 2, 3],
+        BinMsg::Aux {
+            round: 1,
+            values: BinSet::One,
+        },
+    );
     net.sync(200);
-    assert_eq!(net.all_decided(), Some(false), "validity: only 0 was proposed by correct replicas");
+    assert_eq!(
+        net.all_decided(),
+        Some(false),
+        "validity: only 0 was proposed by correct replicas"
+    );
     for i in 1..4 {
         assert_eq!(net.node(i).my_aux(1), Some(BinSet::Zero));
     }
@@ -133,14 +191,38 @@ fn scenario_b3_equivocating_coordinator_n7() {
             for v in [false, true] {
                 net.inject_to(byz, &[1, 2, 3, 4, 5], BinMsg::BVal { round: r, value: v });
             }
-            net.inject_to(byz, &[1, 2, 3, 4, 5], BinMsg::Aux { round: r, values: BinSet::Both });
+            net.inject_to(
+                byz,
+                &[1, 2, 3, 4, 5],
+                BinMsg::Aux {
+                    round: r,
+                    values: BinSet::Both,
+                },
+            );
         }
         // Different COORD values to different replicas.
-        net.inject_to(0, &[1, 2], BinMsg::Coord { round: r, value: false });
-        net.inject_to(0, &[3, 4, 5], BinMsg::Coord { round: r, value: true });
+        net.inject_to(
+            0,
+            &[1, 2],
+            BinMsg::Coord {
+                round: r,
+                value: false,
+            },
+        );
+        net.inject_to(
+            0,
+            &[3, 4, 5],
+            BinMsg::Coord {
+                round: r,
+                value: true,
+            },
+        );
     }
     net.sync(1000);
-    assert!(net.all_decided().is_some(), "agreement and termination despite the equivocating coordinator");
+    assert!(
+        net.all_decided().is_some(),
+        "agreement and termination despite the equivocating coordinator"
+    );
 }
 
 #[test]
@@ -155,12 +237,22 @@ fn scenario_b4_byzantine_aux_both_in_correct_coordinator_round() {
         for v in [false, true] {
             net.inject_to(BYZ, &CORRECT, BinMsg::BVal { round: r, value: v });
         }
-        net.inject_to(BYZ, &CORRECT, BinMsg::Aux { round: r, values: BinSet::Both });
+        net.inject_to(
+            BYZ,
+            &CORRECT,
+            BinMsg::Aux {
+                round: r,
+                values: BinSet::Both,
+            },
+        );
     }
     net.sync(500);
     let v = net.all_decided().expect("New5 still yields a decision");
     let w = net.node(1).my_aux(2);
-    assert!(matches!(w, Some(BinSet::Zero) | Some(BinSet::One)), "the coordinator's value");
+    assert!(
+        matches!(w, Some(BinSet::Zero) | Some(BinSet::One)),
+        "the coordinator's value"
+    );
     for i in CORRECT {
         let b = net.node(i);
         if b.round_decided() == Some(1) {
@@ -181,8 +273,22 @@ fn slow_replica_setup() -> BinNet {
     let bv = |v| BinMsg::BVal { round: 1, value: v };
     net.inject_to(BYZ, &CORRECT, bv(true));
     net.inject_to(BYZ, &[0, 2], bv(false));
-    net.inject_to(BYZ, &[0, 1], BinMsg::Aux { round: 1, values: BinSet::One });
-    net.inject_to(BYZ, &[2], BinMsg::Aux { round: 1, values: BinSet::Both });
+    net.inject_to(
+        BYZ,
+        &[0, 1],
+        BinMsg::Aux {
+            round: 1,
+            values: BinSet::One,
+        },
+    );
+    net.inject_to(
+        BYZ,
+        &[2],
+        BinMsg::Aux {
+            round: 1,
+            values: BinSet::Both,
+        },
+    );
     // r0, r1: 1 from r0, r1, r3; AUX({1}) from r0, r1, r3 → decide 1 in round 1.
     net.deliver_where(|f| [0, 1].contains(&f.to) && f.msg == bv(true));
     net.deliver_where(|f| [0, 1].contains(&f.to) && matches!(f.msg, BinMsg::Aux { round: 1, .. }));
@@ -196,7 +302,9 @@ fn slow_replica_setup() -> BinNet {
     net.deliver_where(|f| f.to == 2 && f.msg == bv(false));
     net.fire_timers();
     net.deliver_where(|f| f.to == 2 && f.msg == bv(true));
-    net.deliver_where(|f| f.to == 2 && (f.from == BYZ || f.from == 0) && matches!(f.msg, BinMsg::Aux { round: 1, .. }));
+    net.deliver_where(|f| {
+        f.to == 2 && (f.from == BYZ || f.from == 0) && matches!(f.msg, BinMsg::Aux { round: 1, .. })
+    });
     net.fire_timers();
     assert_eq!(net.node(2).round(), 2, "r2 finished round 1");
     assert!(net.decisions[2].is_empty(), "with values = {{0,1}}");
@@ -213,7 +321,11 @@ fn scenario_b5_slow_replica_decides_by_d_plus_2_with_rounds_only() {
     assert_eq!(net.decisions[2], vec![true]);
     assert!(net.node(2).round_decided().unwrap() <= 3, "by d+2");
     for i in [0, 1] {
-        assert_eq!((net.node(i).round(), net.node(i).phase()), (3, Phase::Halted), "deciders halt after d+2");
+        assert_eq!(
+            (net.node(i).round(), net.node(i).phase()),
+            (3, Phase::Halted),
+            "deciders halt after d+2"
+        );
     }
 }
 
@@ -236,11 +348,22 @@ fn equivocation(n: usize, byz: &[usize]) {
     let (b1, b2) = (batch(eq, 0, 1), batch(eq, 0, 2));
     let (h1, h2) = (b1.digest(), b2.digest());
     for (j, &i) in correct.iter().enumerate() {
-        let b = if j < correct.len() / 2 { b1.clone() } else { b2.clone() };
+        let b = if j < correct.len() / 2 {
+            b1.clone()
+        } else {
+            b2.clone()
+        };
         net.inject(eq, i, DbftMsg::RbInit { epoch: 0, batch: b });
     }
     for &z in byz {
-        net.inject_all(z, DbftMsg::RbEcho { epoch: 0, proposer: ReplicaId(eq as u32), digest: h1 });
+        net.inject_all(
+            z,
+            DbftMsg::RbEcho {
+                epoch: 0,
+                proposer: ReplicaId(eq as u32),
+                digest: h1,
+            },
+        );
     }
     for &i in &correct {
         net.propose(i, 0, batch(i, 0, 1));
@@ -271,12 +394,15 @@ fn scenario_b6_rb_equivocation_n7() {
 #[test]
 fn scenario_b7_rb_delivery_after_instance_started_with_zero() {
     let mut net = Net::new(DbftConfig::new(4), &[]);
-    net.hold = Some(Box::new(|f: &Flight| f.from == 3 && matches!(f.msg, DbftMsg::RbInit { .. })));
+    net.hold = Some(Box::new(|f: &Flight| {
+        f.from == 3 && matches!(f.msg, DbftMsg::RbInit { .. })
+    }));
     for i in 0..4 {
         net.propose(i, 0, batch(i, 0, 1));
     }
     // Until every replica has started instance 3 with 0.
-    let started = |net: &Net| (0..4).all(|i| net.node(i).epoch(0).unwrap().binary(3).input() == Some(Input::Zero));
+    let started =
+        |net: &Net| (0..4).all(|i| net.node(i).epoch(0).unwrap().binary(3).input() == Some(Input::Zero));
     while !started(&net) {
         assert!(net.step() || net.fire_timer(), "zero phase must start");
     }
@@ -287,7 +413,10 @@ fn scenario_b7_rb_delivery_after_instance_started_with_zero() {
     for i in 0..4 {
         let st = net.node(i).epoch(0).unwrap();
         assert!(st.rb(3).delivered().is_some());
-        assert!(st.binary(3).bin_values(1)[1], "r{i}: 1 entered bin_values[1] through RB");
+        assert!(
+            st.binary(3).bin_values(1)[1],
+            "r{i}: 1 entered bin_values[1] through RB"
+        );
     }
 }
 
@@ -301,7 +430,14 @@ fn scenario_b8_hash_only_decision_then_fetch_with_a_withholding_holder() {
         (f.to == 2 && f.from == 0 && matches!(f.msg, DbftMsg::RbInit { .. }))
             || (f.from == 0 && matches!(f.msg, DbftMsg::BatchResponse { .. }))
     }));
-    net.inject_all(3, DbftMsg::RbEcho { epoch: 0, proposer: ReplicaId(0), digest: h0 });
+    net.inject_all(
+        3,
+        DbftMsg::RbEcho {
+            epoch: 0,
+            proposer: ReplicaId(0),
+            digest: h0,
+        },
+    );
     for i in net.correct() {
         net.propose(i, 0, batch(i, 0, 1));
     }
@@ -310,14 +446,21 @@ fn scenario_b8_hash_only_decision_then_fetch_with_a_withholding_holder() {
     assert!(mask[0]);
     let out = net.agreed_ready(0);
     assert!(out.iter().any(|(p, b)| p.index() == 0 && b.digest() == h0));
-    assert!(net.to_byz.iter().any(|f| f.to == 3 && matches!(f.msg, DbftMsg::BatchRequest { .. })), "asked the claimed holder");
+    assert!(
+        net.to_byz
+            .iter()
+            .any(|f| f.to == 3 && matches!(f.msg, DbftMsg::BatchRequest { .. })),
+        "asked the claimed holder"
+    );
 }
 
 #[test]
 fn scenario_b9_pipelined_epochs_and_late_joiner() {
     let mut net = Net::new(DbftConfig::new(4), &[]);
     // r0's view of epoch 0 is delayed, so r0 decides epoch 1 first.
-    net.hold = Some(Box::new(|f: &Flight| f.to == 0 && f.msg.epoch() == 0 && f.from != 0));
+    net.hold = Some(Box::new(|f: &Flight| {
+        f.to == 0 && f.msg.epoch() == 0 && f.from != 0
+    }));
     for i in 0..4 {
         net.propose(i, 0, batch(i, 0, 1));
     }
@@ -325,7 +468,10 @@ fn scenario_b9_pipelined_epochs_and_late_joiner() {
         net.propose(i, 1, batch(i, 1, 1));
     }
     net.run(1_000_000);
-    assert!(net.decided[0].contains_key(&1) && !net.decided[0].contains_key(&0), "e1 decided first at r0");
+    assert!(
+        net.decided[0].contains_key(&1) && !net.decided[0].contains_key(&0),
+        "e1 decided first at r0"
+    );
     net.release();
     net.run(1_000_000);
     net.agreed(0);
@@ -364,8 +510,22 @@ fn byzantine_echo_ready_for_a_hash_never_broadcast() {
         let fake = Digest([0xAB; 32]);
         for &z in &byz {
             for p in 0..n as u32 {
-                net.inject_all(z, DbftMsg::RbEcho { epoch: 0, proposer: ReplicaId(p), digest: fake });
-                net.inject_all(z, DbftMsg::RbReady { epoch: 0, proposer: ReplicaId(p), digest: fake });
+                net.inject_all(
+                    z,
+                    DbftMsg::RbEcho {
+                        epoch: 0,
+                        proposer: ReplicaId(p),
+                        digest: fake,
+                    },
+                );
+                net.inject_all(
+                    z,
+                    DbftMsg::RbReady {
+                        epoch: 0,
+                        proposer: ReplicaId(p),
+                        digest: fake,
+                    },
+                );
             }
         }
         for i in net.correct() {
@@ -388,15 +548,48 @@ fn byzantine_bv_and_aux_for_both_values_and_lying_decided() {
         let mut net = Net::new(DbftConfig::new(n), &byz);
         for &z in &byz {
             for k in 0..n as u32 {
-                let inst = InstanceId { epoch: 0, slot: ReplicaId(k) };
+                let inst = InstanceId {
+                    epoch: 0,
+                    slot: ReplicaId(k),
+                };
                 for r in 1..=3 {
                     for v in [false, true] {
-                        net.inject_all(z, DbftMsg::Bin { inst, msg: BinMsg::BVal { round: r, value: v } });
+                        net.inject_all(
+                            z,
+                            DbftMsg::Bin {
+                                inst,
+                                msg: BinMsg::BVal { round: r, value: v },
+                            },
+                        );
                     }
-                    net.inject_all(z, DbftMsg::Bin { inst, msg: BinMsg::Aux { round: r, values: BinSet::Both } });
-                    net.inject_all(z, DbftMsg::Bin { inst, msg: BinMsg::Coord { round: r, value: r % 2 == 0 } });
+                    net.inject_all(
+                        z,
+                        DbftMsg::Bin {
+                            inst,
+                            msg: BinMsg::Aux {
+                                round: r,
+                                values: BinSet::Both,
+                            },
+                        },
+                    );
+                    net.inject_all(
+                        z,
+                        DbftMsg::Bin {
+                            inst,
+                            msg: BinMsg::Coord {
+                                round: r,
+                                value: r % 2 == 0,
+                            },
+                        },
+                    );
                 }
-                net.inject_all(z, DbftMsg::Bin { inst, msg: BinMsg::Decided { value: false } });
+                net.inject_all(
+                    z,
+                    DbftMsg::Bin {
+                        inst,
+                        msg: BinMsg::Decided { value: false },
+                    },
+                );
             }
         }
         for i in net.correct() {
@@ -405,7 +598,10 @@ fn byzantine_bv_and_aux_for_both_values_and_lying_decided() {
         net.run(1_000_000);
         let (mask, _) = net.agreed(0);
         for i in net.correct() {
-            assert!(mask[i], "n={n}: correct proposer r{i} is in (t lying DECIDED cannot decide 0)");
+            assert!(
+                mask[i],
+                "n={n}: correct proposer r{i} is in (t lying DECIDED cannot decide 0)"
+            );
         }
         net.agreed_ready(0);
     }
@@ -418,7 +614,13 @@ fn byzantine_far_future_epochs_cause_no_join_and_bounded_state() {
     let mut net = Net::new(cfg, &[5, 6]);
     for z in [5, 6] {
         for e in [3, w - 1, w + 5, u64::MAX] {
-            net.inject_all(z, DbftMsg::RbInit { epoch: e, batch: batch(z, 0, 1) });
+            net.inject_all(
+                z,
+                DbftMsg::RbInit {
+                    epoch: e,
+                    batch: batch(z, 0, 1),
+                },
+            );
         }
     }
     for i in net.correct() {

@@ -24,7 +24,8 @@ fn feed(cfg: &DbftConfig, b: &mut Binary, from: usize, m: BinMsg) -> Vec<BinOut>
 }
 
 fn has_aux(out: &[BinOut]) -> bool {
-    out.iter().any(|o| matches!(o, BinOut::Broadcast(BinMsg::Aux { .. })))
+    out.iter()
+        .any(|o| matches!(o, BinOut::Broadcast(BinMsg::Aux { .. })))
 }
 
 #[test]
@@ -38,7 +39,10 @@ fn binary_rb_fast_path_decides_one_in_round_one_without_bvalue_one() {
     assert_eq!(net.all_decided(), Some(true));
     for i in 0..4 {
         assert_eq!(net.node(i).round_decided(), Some(1));
-        assert!(!net.sent[i].contains(&bval(1, true)), "Opt1: 1 is not BV-broadcast in round 1");
+        assert!(
+            !net.sent[i].contains(&bval(1, true)),
+            "Opt1: 1 is not BV-broadcast in round 1"
+        );
         assert_eq!(net.node(i).phase(), Phase::Halted);
     }
 }
@@ -51,7 +55,10 @@ fn binary_all_zero_decides_zero_in_round_two() {
     }
     net.sync(50);
     assert_eq!(net.all_decided(), Some(false));
-    assert!(net.correct().iter().all(|&i| net.node(i).round_decided() == Some(2)));
+    assert!(net
+        .correct()
+        .iter()
+        .all(|&i| net.node(i).round_decided() == Some(2)));
 }
 
 #[test]
@@ -63,8 +70,16 @@ fn binary_first_timer_guards_the_aux_broadcast() {
     feed(&cfg, &mut b, 1, bval(1, false));
     feed(&cfg, &mut b, 2, bval(1, false));
     let out = feed(&cfg, &mut b, 3, bval(1, false));
-    assert_eq!(b.phase(), Phase::WaitTimer1, "New1: bin_values non-empty starts the timer");
-    assert!(out.contains(&BinOut::SetTimer { round: 1, which: TimerKind::First, after_ms: 50 }));
+    assert_eq!(
+        b.phase(),
+        Phase::WaitTimer1,
+        "New1: bin_values non-empty starts the timer"
+    );
+    assert!(out.contains(&BinOut::SetTimer {
+        round: 1,
+        which: TimerKind::First,
+        after_ms: 50
+    }));
     assert!(!has_aux(&out), "no AUX before the first timer");
     let mut out = vec![];
     b.on_timer(&cfg, 1, TimerKind::Second, &mut out);
@@ -87,12 +102,19 @@ fn binary_second_timer_guards_the_choice_of_values() {
     feed(&cfg, &mut b, 2, aux(1, BinSet::Zero));
     let out = feed(&cfg, &mut b, 3, aux(1, BinSet::Zero));
     assert_eq!(b.phase(), Phase::WaitValues, "New4: n−t AUX restart the timer");
-    assert!(out.contains(&BinOut::SetTimer { round: 1, which: TimerKind::Second, after_ms: 50 }));
+    assert!(out.contains(&BinOut::SetTimer {
+        round: 1,
+        which: TimerKind::Second,
+        after_ms: 50
+    }));
     assert_eq!(b.round(), 1, "no choice before the second timer");
     let mut out = vec![];
     b.on_timer(&cfg, 1, TimerKind::Second, &mut out);
     assert_eq!(b.round(), 2);
-    assert!(!b.est(), "values = {{0}}: est := 0 (round 1 has parity 1, no decision)");
+    assert!(
+        !b.est(),
+        "values = {{0}}: est := 0 (round 1 has parity 1, no decision)"
+    );
     assert_eq!(b.decided(), None);
 }
 
@@ -105,7 +127,10 @@ fn binary_coordinator_broadcasts_first_value_to_enter_bin_values() {
     feed(&cfg, &mut b, 1, bval(1, true));
     feed(&cfg, &mut b, 2, bval(1, true));
     let out = feed(&cfg, &mut b, 3, bval(1, true));
-    assert!(out.contains(&BinOut::Broadcast(BinMsg::Coord { round: 1, value: true })));
+    assert!(out.contains(&BinOut::Broadcast(BinMsg::Coord {
+        round: 1,
+        value: true
+    })));
     // Not coordinator in round 2: never sends COORD there.
     assert_eq!(cfg.coord(2), 1);
 }
@@ -121,9 +146,21 @@ fn binary_coordinator_value_taken_when_in_bin_values() {
         feed(&cfg, &mut b, s, bval(1, true));
     }
     assert_eq!(b.bin_values(1), [true, true]);
-    feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: true });
+    feed(
+        &cfg,
+        &mut b,
+        0,
+        BinMsg::Coord {
+            round: 1,
+            value: true,
+        },
+    );
     b.on_timer(&cfg, 1, TimerKind::First, &mut out);
-    assert_eq!(b.my_aux(1), Some(BinSet::One), "New3: AUX({{w}}) with w the coordinator's value");
+    assert_eq!(
+        b.my_aux(1),
+        Some(BinSet::One),
+        "New3: AUX({{w}}) with w the coordinator's value"
+    );
 }
 
 #[test]
@@ -160,7 +197,11 @@ fn binary_own_aux_preference_new5() {
     }
     b.on_timer(&cfg, 1, TimerKind::Second, &mut out);
     assert_eq!(b.round(), 2);
-    assert_eq!(b.decided(), None, "New5: own {{0,1}} preferred over a deciding {{1}}");
+    assert_eq!(
+        b.decided(),
+        None,
+        "New5: own {{0,1}} preferred over a deciding {{1}}"
+    );
     assert!(b.est());
 
     // Own AUX {w} (the coordinator's): {w} is taken although {0,1} is achievable.
@@ -169,7 +210,15 @@ fn binary_own_aux_preference_new5() {
     for s in [0, 1, 2] {
         feed(&cfg, &mut b, s, bval(1, false));
     }
-    feed(&cfg, &mut b, 0, BinMsg::Coord { round: 1, value: false });
+    feed(
+        &cfg,
+        &mut b,
+        0,
+        BinMsg::Coord {
+            round: 1,
+            value: false,
+        },
+    );
     for s in [0, 1, 2] {
         feed(&cfg, &mut b, s, bval(1, true));
     }
@@ -199,7 +248,10 @@ fn binary_catch_up_skips_timers_when_t_plus_1_are_ahead() {
     assert!(!has_aux(&out));
     // t+1 = 2 senders in mini-round 4 > 1: the round-1 timer is skipped.
     let out = feed(&cfg, &mut b, 2, aux(2, BinSet::Zero));
-    assert!(has_aux(&out), "catch-up: timers of earlier mini-rounds count as expired");
+    assert!(
+        has_aux(&out),
+        "catch-up: timers of earlier mini-rounds count as expired"
+    );
 }
 
 #[test]
@@ -213,7 +265,25 @@ fn binary_decided_messages_adopt_at_t_plus_1_and_stop_at_2t_plus_1() {
     let out = feed(&cfg, &mut b, 2, BinMsg::Decided { value: true });
     assert!(out.contains(&BinOut::Decide(true)));
     assert!(out.contains(&BinOut::Broadcast(BinMsg::Decided { value: true })));
-    assert_ne!(b.phase(), Phase::Halted, "own DECIDED not yet counted: only 2 < 2t+1");
+    assert_ne!(
+        b.phase(),
+        Phase::Halted,
+        "own DECIDED not yet counted: only 2 < 2t+1"
+    );
     feed(&cfg, &mut b, 0, BinMsg::Decided { value: true });
     assert_eq!(b.phase(), Phase::Halted);
+}
+
+#[test]
+fn binary_invoked_after_2t_plus_1_decided_runs_no_round() {
+    let cfg = DbftConfig::new(4);
+    let mut b = Binary::new(&cfg, 0);
+    for s in 1..4 {
+        feed(&cfg, &mut b, s, BinMsg::Decided { value: false });
+    }
+    assert_eq!(b.decided(), Some(false), "adopted while not invoked");
+    let mut out2 = vec![];
+    b.propose(&cfg, Input::Zero, &mut out2);
+    assert_eq!(b.phase(), Phase::Halted);
+    assert!(out2.is_empty(), "no B_VAL for a round nobody else will run");
 }

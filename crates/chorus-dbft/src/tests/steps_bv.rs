@@ -19,9 +19,18 @@ fn feed(cfg: &DbftConfig, b: &mut Binary, from: usize, m: BinMsg) -> Vec<BinOut>
 fn bv_echoes_once_at_t_plus_1_senders() {
     let cfg = DbftConfig::new(4);
     let mut b = Binary::new(&cfg, 0);
-    assert!(feed(&cfg, &mut b, 1, bval(1, true)).is_empty(), "one sender may be Byzantine");
-    assert_eq!(feed(&cfg, &mut b, 2, bval(1, true)), vec![BinOut::Broadcast(bval(1, true))]);
-    assert!(feed(&cfg, &mut b, 3, bval(1, true)).is_empty(), "echo at most once per value");
+    assert!(
+        feed(&cfg, &mut b, 1, bval(1, true)).is_empty(),
+        "one sender may be Byzantine"
+    );
+    assert_eq!(
+        feed(&cfg, &mut b, 2, bval(1, true)),
+        vec![BinOut::Broadcast(bval(1, true))]
+    );
+    assert!(
+        feed(&cfg, &mut b, 3, bval(1, true)).is_empty(),
+        "echo at most once per value"
+    );
     assert_eq!(b.sent_bval(1), [false, true]);
 }
 
@@ -43,8 +52,14 @@ fn bv_counts_each_sender_once_per_value() {
     let mut b = Binary::new(&cfg, 0);
     feed(&cfg, &mut b, 1, bval(1, true));
     let mut out = vec![];
-    assert_eq!(b.on_msg(&cfg, 1, &bval(1, true), &mut out), Err(DropReason::Duplicate));
-    assert!(out.is_empty(), "a repeated B_VAL must not reach the echo threshold");
+    assert_eq!(
+        b.on_msg(&cfg, 1, &bval(1, true), &mut out),
+        Err(DropReason::Duplicate)
+    );
+    assert!(
+        out.is_empty(),
+        "a repeated B_VAL must not reach the echo threshold"
+    );
     // The same sender may send the other value (one estimate, one echo).
     assert!(b.on_msg(&cfg, 1, &bval(1, false), &mut out).is_ok());
 }

@@ -45,7 +45,10 @@ fn reduction_silent_proposer_decides_noop_for_its_slot() {
     assert_eq!(mask, vec![true, true, true, false]);
     for i in net.correct() {
         assert_eq!(net.slot_decisions[i][&(0, 3)], SlotDecision::Noop);
-        assert!(matches!(net.slot_decisions[i][&(0, 0)], SlotDecision::Batch { batch: Some(_), .. }));
+        assert!(matches!(
+            net.slot_decisions[i][&(0, 0)],
+            SlotDecision::Batch { batch: Some(_), .. }
+        ));
         // Instance 3 was started with 0, only after a 1 was decided (P8).
         assert_eq!(net.node(i).epoch(0).unwrap().binary(3).input(), Some(Input::Zero));
     }
@@ -59,7 +62,11 @@ fn reduction_keeps_all_rb_delivered_batches_n7() {
     net.run(1_000_000);
     let (mask, selected) = net.agreed(0);
     assert_eq!(mask, vec![true, true, true, true, true, false, false]);
-    assert_eq!(selected.len(), 5, "the superblock keeps every delivered batch, not the min index");
+    assert_eq!(
+        selected.len(),
+        5,
+        "the superblock keeps every delivered batch, not the min index"
+    );
     assert_eq!(net.agreed_ready(0).len(), 5);
 }
 
@@ -73,7 +80,11 @@ fn reduction_identical_batches_output_once() {
     let (mask, selected) = net.agreed(0);
     assert_eq!(mask, vec![true; 4]);
     assert_eq!(selected.len(), 4);
-    assert_eq!(net.agreed_ready(0).len(), 1, "identical digests are kept once (spec §5.2)");
+    assert_eq!(
+        net.agreed_ready(0).len(),
+        1,
+        "identical digests are kept once (spec §5.2)"
+    );
 }
 
 #[test]
@@ -99,17 +110,32 @@ fn rb_echo_and_ready_carry_only_the_digest() {
 fn fetch_decided_but_missing_batch_is_digest_checked() {
     let mut net = Net::new(DbftConfig::new(4), &[]);
     // r3 never receives r0's INIT: it must decide on the digest and fetch.
-    net.drop = Some(Box::new(|f: &Flight| f.to == 3 && matches!(f.msg, DbftMsg::RbInit { .. }) && f.from == 0));
+    net.drop = Some(Box::new(|f: &Flight| {
+        f.to == 3 && matches!(f.msg, DbftMsg::RbInit { .. }) && f.from == 0
+    }));
     // A forged response (digest mismatch) is refused.
     all_propose(&mut net, 0);
     net.run(100_000);
     assert!(net.decided[3].contains_key(&0));
-    let forged = DbftMsg::BatchResponse { epoch: 0, proposer: ReplicaId(0), batch: batch(1, 0, 77) };
-    net.input(3, Event::Message { from: ReplicaId(1), msg: forged });
+    let forged = DbftMsg::BatchResponse {
+        epoch: 0,
+        proposer: ReplicaId(0),
+        batch: batch(1, 0, 77),
+    };
+    net.input(
+        3,
+        Event::Message {
+            from: ReplicaId(1),
+            msg: forged,
+        },
+    );
     assert_eq!(net.node(3).counters().get(DropReason::UnrequestedBatch), 1);
     let out = net.agreed_ready(0);
     assert!(out.iter().any(|(p, b)| p.index() == 0 && **b == batch(0, 0, 1)));
-    assert!(matches!(net.slot_decisions[3][&(0, 0)], SlotDecision::Batch { batch: None, .. }));
+    assert!(matches!(
+        net.slot_decisions[3][&(0, 0)],
+        SlotDecision::Batch { batch: None, .. }
+    ));
 }
 
 #[test]
@@ -117,19 +143,41 @@ fn fetch_response_with_wrong_digest_is_rejected_while_fetching() {
     let cfg = DbftConfig::new(4);
     let mut net = Net::new(cfg, &[]);
     net.drop = Some(Box::new(|f: &Flight| {
-        f.to == 3 && (matches!(f.msg, DbftMsg::RbInit { .. }) && f.from == 0 || matches!(f.msg, DbftMsg::BatchResponse { .. }))
+        f.to == 3
+            && (matches!(f.msg, DbftMsg::RbInit { .. }) && f.from == 0
+                || matches!(f.msg, DbftMsg::BatchResponse { .. }))
     }));
     all_propose(&mut net, 0);
     net.run(2_000);
     assert!(net.node(3).epoch(0).unwrap().is_fetching(0));
-    let wrong = DbftMsg::BatchResponse { epoch: 0, proposer: ReplicaId(0), batch: batch(0, 0, 2) };
+    let wrong = DbftMsg::BatchResponse {
+        epoch: 0,
+        proposer: ReplicaId(0),
+        batch: batch(0, 0, 2),
+    };
     net.drop = None;
-    net.input(3, Event::Message { from: ReplicaId(1), msg: wrong });
+    net.input(
+        3,
+        Event::Message {
+            from: ReplicaId(1),
+            msg: wrong,
+        },
+    );
     assert_eq!(net.node(3).counters().get(DropReason::UnrequestedBatch), 1);
     assert!(net.node(3).epoch(0).unwrap().is_fetching(0));
     assert!(!net.ready[3].contains_key(&0));
-    let right = DbftMsg::BatchResponse { epoch: 0, proposer: ReplicaId(0), batch: batch(0, 0, 1) };
-    net.input(3, Event::Message { from: ReplicaId(2), msg: right });
+    let right = DbftMsg::BatchResponse {
+        epoch: 0,
+        proposer: ReplicaId(0),
+        batch: batch(0, 0, 1),
+    };
+    net.input(
+        3,
+        Event::Message {
+            from: ReplicaId(2),
+            msg: right,
+        },
+    );
     assert!(net.ready[3].contains_key(&0));
 }
 
@@ -137,21 +185,62 @@ fn fetch_response_with_wrong_digest_is_rejected_while_fetching() {
 fn join_rule_needs_t_plus_1_senders_and_previous_epoch_decided() {
     let cfg = DbftConfig::new(4);
     let mut d = Dbft::new(cfg, ReplicaId(0));
-    let init = |e| DbftMsg::RbInit { epoch: e, batch: batch(3, e, 1) };
+    let init = |e| DbftMsg::RbInit {
+        epoch: e,
+        batch: batch(3, e, 1),
+    };
     // Epoch 1 seen from t+1 senders while epoch 0 is undecided: no join.
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: init(1) });
-    let echo = DbftMsg::RbEcho { epoch: 1, proposer: ReplicaId(3), digest: batch(3, 1, 1).digest() };
-    let acts = d.handle(Millis(0), Event::Message { from: ReplicaId(2), msg: echo });
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: init(1),
+        },
+    );
+    let echo = DbftMsg::RbEcho {
+        epoch: 1,
+        proposer: ReplicaId(3),
+        digest: batch(3, 1, 1).digest(),
+    };
+    let acts = d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(2),
+            msg: echo,
+        },
+    );
     assert!(d.epoch(1).unwrap().sender_count() >= 2);
-    assert!(!d.epoch(1).unwrap().joined(), "previous epoch not decided: far-future starvation guard");
+    assert!(
+        !d.epoch(1).unwrap().joined(),
+        "previous epoch not decided: far-future starvation guard"
+    );
     assert!(!acts.iter().any(|a| matches!(a, Action::Join { .. })));
     // Epoch 0 (= low, nothing before it) from one sender: not yet.
-    d.handle(Millis(0), Event::Message { from: ReplicaId(3), msg: init(0) });
+    d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(3),
+            msg: init(0),
+        },
+    );
     assert!(!d.epoch(0).unwrap().joined(), "one sender may be Byzantine");
-    let echo0 = DbftMsg::RbEcho { epoch: 0, proposer: ReplicaId(3), digest: batch(3, 0, 1).digest() };
-    let acts = d.handle(Millis(0), Event::Message { from: ReplicaId(1), msg: echo0 });
+    let echo0 = DbftMsg::RbEcho {
+        epoch: 0,
+        proposer: ReplicaId(3),
+        digest: batch(3, 0, 1).digest(),
+    };
+    let acts = d.handle(
+        Millis(0),
+        Event::Message {
+            from: ReplicaId(1),
+            msg: echo0,
+        },
+    );
     assert!(d.epoch(0).unwrap().joined());
-    assert!(acts.contains(&Action::Join { epoch: 0 }), "epoch 0 is the one r0 would spawn: pool batch");
+    assert!(
+        acts.contains(&Action::Join { epoch: 0 }),
+        "epoch 0 is the one r0 would spawn: pool batch"
+    );
 }
 
 #[test]
@@ -166,7 +255,10 @@ fn join_rule_whole_network_joins_epoch_spawned_by_one_replica() {
     let (mask, _) = net.agreed(0);
     assert!(mask[2], "the spawner's batch is in");
     for i in 0..4 {
-        assert!(net.node(i).epoch(0).unwrap().proposed(), "joiners proposed (auto_join answers with their pool)");
+        assert!(
+            net.node(i).epoch(0).unwrap().proposed(),
+            "joiners proposed (auto_join answers with their pool)"
+        );
     }
     // Now r1 alone spawns epoch 2 while epoch 1 does not exist anywhere else:
     // r1 may, but nobody joins 2 before 1 is decided.
@@ -180,7 +272,10 @@ fn join_rule_whole_network_joins_epoch_spawned_by_one_replica() {
     net.run(200_000);
     net.agreed(1);
     let (mask2, _) = net.agreed(2);
-    assert!(mask2[1], "r1's batch was RB-delivered before anyone joined: 1 via RB");
+    assert!(
+        mask2[1],
+        "r1's batch was RB-delivered before anyone joined: 1 via RB"
+    );
     for i in [0, 2, 3] {
         assert!(net.node(i).epoch(2).unwrap().joined());
     }
@@ -191,23 +286,54 @@ fn join_rule_empty_batch_when_not_the_epoch_it_would_spawn() {
     let cfg = DbftConfig::new(4);
     let mut d = Dbft::new(cfg, ReplicaId(0));
     // r0 takes part in epochs 0 and 1 itself; epoch 0 decided by DECIDED messages.
-    d.handle(Millis(0), Event::Propose { epoch: 0, batch: batch(0, 0, 1) });
-    d.handle(Millis(0), Event::Propose { epoch: 1, batch: batch(0, 1, 1) });
+    d.handle(
+        Millis(0),
+        Event::Propose {
+            epoch: 0,
+            batch: batch(0, 0, 1),
+        },
+    );
+    d.handle(
+        Millis(0),
+        Event::Propose {
+            epoch: 1,
+            batch: batch(0, 1, 1),
+        },
+    );
     assert_eq!(d.next_spawn(), 2);
     // Epoch 3 seen from t+1 senders; epoch 2 is not decided: wait.
     for s in [1, 2] {
-        let init = DbftMsg::RbEcho { epoch: 3, proposer: ReplicaId(1), digest: batch(1, 3, 1).digest() };
-        d.handle(Millis(0), Event::Message { from: ReplicaId(s), msg: init });
+        let init = DbftMsg::RbEcho {
+            epoch: 3,
+            proposer: ReplicaId(1),
+            digest: batch(1, 3, 1).digest(),
+        };
+        d.handle(
+            Millis(0),
+            Event::Message {
+                from: ReplicaId(s),
+                msg: init,
+            },
+        );
     }
     assert!(!d.epoch(3).unwrap().joined());
     // Decide epoch 2 (everything 0 except r1's 1 via DECIDED, bytes irrelevant here).
     for k in 0..4u32 {
         for s in [1, 2, 3] {
             let m = DbftMsg::Bin {
-                inst: crate::InstanceId { epoch: 2, slot: ReplicaId(k) },
+                inst: crate::InstanceId {
+                    epoch: 2,
+                    slot: ReplicaId(k),
+                },
                 msg: crate::BinMsg::Decided { value: false },
             };
-            d.handle(Millis(0), Event::Message { from: ReplicaId(s), msg: m });
+            d.handle(
+                Millis(0),
+                Event::Message {
+                    from: ReplicaId(s),
+                    msg: m,
+                },
+            );
         }
     }
     assert_eq!(d.epoch(2).unwrap().bitmask(), Some(vec![false; 4]));
