@@ -206,6 +206,9 @@ impl Binary {
         out: &mut Vec<BinOut>,
     ) -> Result<(), DropReason> {
         debug_assert!(from < cfg.n, "engine checks sender indices");
+        if msg.round() == Some(0) {
+            return Err(DropReason::BadRound); // P7: rounds start at 1
+        }
         if let Some(m) = msg.mini_round() {
             // Tracked even for rounds we do not buffer: one number per sender (P14).
             self.max_mini[from] = self.max_mini[from].max(m);

@@ -516,7 +516,7 @@ impl Dbft {
             self.start_fetch(epoch, k, d);
         }
         if newly_decided || self.epochs.get(&epoch).is_some_and(|s| s.bitmask().is_some()) {
-            self.check_join(epoch + 1);
+            self.check_join(epoch.saturating_add(1));
         }
     }
 

@@ -87,7 +87,9 @@ impl BinMsg {
     /// round r belong to 2r−1, AUX of round r to 2r.
     pub fn mini_round(&self) -> Option<u64> {
         match self {
-            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } => Some(2 * u64::from(*round) - 1),
+            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } => {
+                Some((2 * u64::from(*round)).saturating_sub(1))
+            }
             BinMsg::Aux { round, .. } => Some(2 * u64::from(*round)),
             BinMsg::Decided { .. } => None,
         }

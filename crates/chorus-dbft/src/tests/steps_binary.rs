@@ -287,3 +287,15 @@ fn binary_invoked_after_2t_plus_1_decided_runs_no_round() {
     assert_eq!(b.phase(), Phase::Halted);
     assert!(out2.is_empty(), "no B_VAL for a round nobody else will run");
 }
+
+#[test]
+fn binary_round_zero_fed_directly_is_refused_without_panic() {
+    let cfg = DbftConfig::new(4);
+    let mut b = Binary::new(&cfg, 0);
+    let mut out = vec![];
+    assert_eq!(
+        b.on_msg(&cfg, 1, &bval(0, true), &mut out),
+        Err(crate::DropReason::BadRound)
+    );
+    assert_eq!(b.rounds_held(), 0);
+}
