@@ -108,7 +108,8 @@ fn run(n: usize, byz: &[usize], seed: u64, epochs: u64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases by default; PROPTEST_CASES=N for a longer sweep.
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48), ..ProptestConfig::default() })]
 
     #[test]
     fn prop_any_delivery_order_same_bitmask_and_batches_n4(seed in any::<u64>(), byz in proptest::bool::ANY) {
