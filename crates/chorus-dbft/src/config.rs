@@ -1,0 +1,181 @@
+//! Parameters of one DBFT engine: membership size, thresholds, bounds and
+//! timer policy. Thresholds are kept as separate formulas so that
+//! n ≠ 3t+1 stays correct (spec §1.1).
+
+use chorus_core::ClusterConfig;
+
+/// How a binary-consensus round is run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// [TR] Fig. 2: weak coordinator, two timers per round, New5, catch-up.
+    /// The only variant a deployment may use.
+    Psync,
+    /// [TR] Fig. 1, the safe core without coordinator and timers. Safe but not
+    /// live (spec §3.3, §6.3); kept only so tests can show why psync exists
+    /// (Appendix B scenario 1).
+    SafeCore,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbftConfig {
+    pub n: usize,
+    /// Byzantine bound, ⌊(n−1)/3⌋ (spec §1).
+    pub t: usize,
+    /// Epochs kept above the lowest uncollected one (spec §5.1 "Window").
+    pub window_epochs: u64,
+    /// Rounds ahead of an instance's current round whose messages are kept (P14).
+    pub max_round_ahead: u32,
+    /// Absolute round cap: beyond it an instance refuses messages (P14). Far
+    /// above any round reached after GST (decision within t+1 synchronous rounds).
+    pub max_round: u32,
+    pub max_batch_requests: usize,
+    pub max_batch_bytes: usize,
+    pub max_op_bytes: usize,
+    /// Rounds `1..=zero_timeout_rounds` use timeout 0: the RB fast path
+    /// decides in 4 message delays (spec §3.7 recommendation, R0).
+    pub zero_timeout_rounds: u32,
+    /// First non-zero timeout; doubles every round after that (P10).
+    pub timeout_base_ms: u64,
+    /// Cap on the doubling, far above any plausible δ (spec §3.7).
+    pub timeout_cap_ms: u64,
+    /// Retry period for fetching a decided batch whose bytes are missing (§5.3).
+    pub fetch_retry_ms: u64,
+    /// How many times one peer is served the same batch (FETCH flood bound, P14).
+    pub max_fetch_replies_per_peer: u32,
+    /// Extra INITs kept per (epoch, proposer) after the first (spec §7: a small
+    /// bounded number, they may serve a fetch).
+    pub max_extra_inits: usize,
+    pub variant: Variant,
+}
+
+impl DbftConfig {
+    /// Defaults for `n` replicas; bounds like Chorus's defaults.
+    pub fn new(n: usize) -> DbftConfig {
+        assert!(n >= 1, "a cluster has at least one replica");
+        DbftConfig {
+            n,
+            t: (n - 1) / 3,
+            window_epochs: 16,
+            max_round_ahead: 8,
+            max_round: 1_000,
+            max_batch_requests: 256,
+            max_batch_bytes: (1 << 20) + 64 * 1024,
+            max_op_bytes: 64 * 1024,
+            zero_timeout_rounds: 1,
+            timeout_base_ms: 50,
+            timeout_cap_ms: 60_000,
+            fetch_retry_ms: 200,
+            max_fetch_replies_per_peer: 3,
+            max_extra_inits: 1,
+            variant: Variant::Psync,
+        }
+    }
+
+    /// Derived from the cluster configuration: batch bounds as the codec's
+    /// `Limits` (a batch may exceed the soft cut size by one request), the
+    /// epoch window as the lane window.
+    pub fn from_cluster(c: &ClusterConfig) -> DbftConfig {
+        let p = &c.params;
+        let mut d = DbftConfig::new(c.n());
+        d.max_batch_requests = p.batch_max_requests as usize;
+        d.max_batch_bytes = p.batch_max_bytes as usize + p.max_op_bytes as usize;
+        d.max_op_bytes = p.max_op_bytes as usize;
+        d.window_epochs = p.window_slots.max(1);
+        d
+    }
+
+    /// B_VAL echo and READY amplification: one correct sender among them.
+    pub fn small_quorum(&self) -> usize {
+        self.t + 1
+    }
+
+    /// B_VAL delivery and RB delivery (Bracha's 2t+1).
+    pub fn bv_deliver(&self) -> usize {
+        2 * self.t + 1
+    }
+
+    /// AUX quorum: n − t distinct senders.
+    pub fn aux_quorum(&self) -> usize {
+        self.n - self.t
+    }
+
+    /// ECHO → READY: ⌈(n+t+1)/2⌉ so two echo quorums share a correct replica.
+    pub fn echo_quorum(&self) -> usize {
+        (self.n + self.t + 1).div_ceil(2)
+    }
+
+    /// RB delivery: 2t+1 READY.
+    pub fn rb_deliver(&self) -> usize {
+        2 * self.t + 1
+    }
+
+    /// Coordinator of round r ≥ 1: (r − 1) mod n, 0-indexed (spec §3.4, P7).
+    pub fn coord(&self, round: u32) -> usize {
+        debug_assert!(round >= 1);
+        (round as usize - 1) % self.n
+    }
+
+    /// Timeout set at New1 of round r (and restarted at New4). Monotone in r.
+    pub fn timeout(&self, round: u32) -> u64 {
+        if round <= self.zero_timeout_rounds {
+            return 0;
+        }
+        let exp = (round - self.zero_timeout_rounds - 1).min(40);
+        self.timeout_base_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.timeout_cap_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_match_spec_table() {
+        let c = DbftConfig::new(4);
+        assert_eq!(
+            (
+                c.t,
+                c.small_quorum(),
+                c.bv_deliver(),
+                c.aux_quorum(),
+                c.echo_quorum()
+            ),
+            (1, 2, 3, 3, 3)
+        );
+        let c = DbftConfig::new(7);
+        assert_eq!(
+            (c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()),
+            (2, 5, 5, 5)
+        );
+        // n ≠ 3t+1: the formulas differ and must stay separate.
+        let c = DbftConfig::new(6);
+        assert_eq!(
+            (c.t, c.aux_quorum(), c.echo_quorum(), c.rb_deliver()),
+            (1, 5, 4, 3)
+        );
+    }
+
+    #[test]
+    fn p7_rounds_start_at_one_and_coordinator_rotates_over_all() {
+        let c = DbftConfig::new(4);
+        assert_eq!(c.coord(1), 0);
+        let seen: std::collections::BTreeSet<usize> = (1..=4).map(|r| c.coord(r)).collect();
+        assert_eq!(seen.len(), 4);
+        assert_eq!(c.coord(5), 0);
+    }
+
+    #[test]
+    fn p10_timeouts_grow_and_first_round_is_zero() {
+        let c = DbftConfig::new(4);
+        assert_eq!(c.timeout(1), 0);
+        let mut last = 0;
+        for r in 2..30 {
+            assert!(c.timeout(r) >= last);
+            last = c.timeout(r);
+        }
+        assert!(c.timeout(3) > c.timeout(2));
+        assert_eq!(c.timeout(1000), c.timeout_cap_ms);
+    }
+}

@@ -1,0 +1,322 @@
+//! DBFT wire messages (spec §7). Every message is bounded by the
+//! configuration: indices below n, rounds in `1..=max_round`, batches within
+//! the batch limits. The sender never travels in the payload (P11): it is the
+//! authenticated link's `from`.
+
+use crate::config::DbftConfig;
+use crate::counters::DropReason;
+use chorus_core::{Batch, CodecError, Digest, Limits, ReplicaId, Validate};
+use serde::{Deserialize, Serialize};
+
+pub type Epoch = u64;
+/// Binary-consensus rounds start at 1 (P7).
+pub type Round = u32;
+
+/// Binary instance `slot` (= proposer index) of epoch `epoch`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InstanceId {
+    pub epoch: Epoch,
+    pub slot: ReplicaId,
+}
+
+/// A non-empty subset of {0,1}. Being an enum, an empty or out-of-range set
+/// cannot be decoded at all.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum BinSet {
+    Zero,
+    One,
+    Both,
+}
+
+impl BinSet {
+    pub fn single(v: bool) -> BinSet {
+        if v {
+            BinSet::One
+        } else {
+            BinSet::Zero
+        }
+    }
+
+    /// The set `{v : bins[v]}`; None when empty.
+    pub fn from_flags(bins: [bool; 2]) -> Option<BinSet> {
+        match bins {
+            [false, false] => None,
+            [true, false] => Some(BinSet::Zero),
+            [false, true] => Some(BinSet::One),
+            [true, true] => Some(BinSet::Both),
+        }
+    }
+
+    pub fn contains(self, v: bool) -> bool {
+        matches!(
+            (self, v),
+            (BinSet::Both, _) | (BinSet::One, true) | (BinSet::Zero, false)
+        )
+    }
+
+    /// ⊆ the set given as flags (the §3.5 qualification filter).
+    pub fn subset_of(self, bins: [bool; 2]) -> bool {
+        (!self.contains(false) || bins[0]) && (!self.contains(true) || bins[1])
+    }
+}
+
+/// The binary-consensus part of the protocol, one instance per (epoch, slot).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinMsg {
+    /// EST and BV echoes (§2).
+    BVal { round: Round, value: bool },
+    /// Weak-coordinator suggestion; counts only from coord(round) (P5).
+    Coord { round: Round, value: bool },
+    /// One per round per sender, first wins (P3, P13).
+    Aux { round: Round, values: BinSet },
+    /// Definite termination (§3.8).
+    Decided { value: bool },
+}
+
+impl BinMsg {
+    pub fn round(&self) -> Option<Round> {
+        match self {
+            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } | BinMsg::Aux { round, .. } => {
+                Some(*round)
+            }
+            BinMsg::Decided { .. } => None,
+        }
+    }
+
+    /// The catch-up "mini-round" of this message (§3.7): B_VAL and COORD of
+    /// round r belong to 2r−1, AUX of round r to 2r.
+    pub fn mini_round(&self) -> Option<u64> {
+        match self {
+            BinMsg::BVal { round, .. } | BinMsg::Coord { round, .. } => {
+                Some((2 * u64::from(*round)).saturating_sub(1))
+            }
+            BinMsg::Aux { round, .. } => Some(2 * u64::from(*round)),
+            BinMsg::Decided { .. } => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DbftMsg {
+    /// Sent only by the proposer (= link sender); the only message with batch bytes.
+    RbInit {
+        epoch: Epoch,
+        batch: Batch,
+    },
+    /// Hash-only echo of `proposer`'s INIT ([RB21], Dispel §4.4).
+    RbEcho {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
+    /// Hash-only READY.
+    RbReady {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
+    /// Ask for the bytes of a delivered digest (§5.3).
+    BatchRequest {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        digest: Digest,
+    },
+    /// Accepted only if its digest is one this replica asked for (§5.3).
+    BatchResponse {
+        epoch: Epoch,
+        proposer: ReplicaId,
+        batch: Batch,
+    },
+    Bin {
+        inst: InstanceId,
+        msg: BinMsg,
+    },
+}
+
+impl DbftMsg {
+    pub fn epoch(&self) -> Epoch {
+        match self {
+            DbftMsg::RbInit { epoch, .. }
+            | DbftMsg::RbEcho { epoch, .. }
+            | DbftMsg::RbReady { epoch, .. }
+            | DbftMsg::BatchRequest { epoch, .. }
+            | DbftMsg::BatchResponse { epoch, .. } => *epoch,
+            DbftMsg::Bin { inst, .. } => inst.epoch,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DbftMsg::RbInit { .. } => "rb-init",
+            DbftMsg::RbEcho { .. } => "rb-echo",
+            DbftMsg::RbReady { .. } => "rb-ready",
+            DbftMsg::BatchRequest { .. } => "batch-request",
+            DbftMsg::BatchResponse { .. } => "batch-response",
+            DbftMsg::Bin {
+                msg: BinMsg::BVal { .. },
+                ..
+            } => "bval",
+            DbftMsg::Bin {
+                msg: BinMsg::Coord { .. },
+                ..
+            } => "coord",
+            DbftMsg::Bin {
+                msg: BinMsg::Aux { .. },
+                ..
+            } => "aux",
+            DbftMsg::Bin {
+                msg: BinMsg::Decided { .. },
+                ..
+            } => "decided",
+        }
+    }
+
+    /// Structural checks that need only the configuration (spec §7 table,
+    /// "all" row, and batch size limits). Window checks need engine state and
+    /// happen in the engine.
+    pub fn check(&self, cfg: &DbftConfig) -> Result<(), DropReason> {
+        let idx_ok = |r: &ReplicaId| (r.0 as usize) < cfg.n;
+        match self {
+            DbftMsg::RbInit { batch, .. } | DbftMsg::BatchResponse { batch, .. } => {
+                if let DbftMsg::BatchResponse { proposer, .. } = self {
+                    if !idx_ok(proposer) {
+                        return Err(DropReason::BadIndex);
+                    }
+                }
+                batch
+                    .validate(&cfg.limits())
+                    .map_err(|_| DropReason::BatchTooLarge)
+            }
+            DbftMsg::RbEcho { proposer, .. }
+            | DbftMsg::RbReady { proposer, .. }
+            | DbftMsg::BatchRequest { proposer, .. } => {
+                if idx_ok(proposer) {
+                    Ok(())
+                } else {
+                    Err(DropReason::BadIndex)
+                }
+            }
+            DbftMsg::Bin { inst, msg } => {
+                if !idx_ok(&inst.slot) {
+                    return Err(DropReason::BadIndex);
+                }
+                match msg.round() {
+                    Some(0) => Err(DropReason::BadRound),
+                    Some(r) if r > cfg.max_round => Err(DropReason::RoundOutOfWindow),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl DbftConfig {
+    /// The codec limits this configuration implies (for `Batch::validate`).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_frame_bytes: usize::MAX,
+            max_op_bytes: self.max_op_bytes,
+            max_batch_requests: self.max_batch_requests,
+            max_batch_bytes: self.max_batch_bytes,
+            n: self.n,
+            window_slots: self.window_epochs as usize,
+            max_chunk_bytes: 0,
+            max_result_bytes: 0,
+        }
+    }
+}
+
+/// Decoding support: `chorus_core::decode::<DbftMsg>` bounds what it accepts
+/// by the same rules, using only what `Limits` knows (n and batch bounds).
+impl Validate for DbftMsg {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        let idx_ok = |r: &ReplicaId| (r.0 as usize) < l.n;
+        let bad = |why| Err(CodecError::Invalid(why));
+        match self {
+            DbftMsg::RbInit { batch, .. } => batch.validate(l),
+            DbftMsg::BatchResponse { proposer, batch, .. } => {
+                if !idx_ok(proposer) {
+                    return bad("proposer out of range");
+                }
+                batch.validate(l)
+            }
+            DbftMsg::RbEcho { proposer, .. }
+            | DbftMsg::RbReady { proposer, .. }
+            | DbftMsg::BatchRequest { proposer, .. } => {
+                if idx_ok(proposer) {
+                    Ok(())
+                } else {
+                    bad("proposer out of range")
+                }
+            }
+            DbftMsg::Bin { inst, msg } => {
+                if !idx_ok(&inst.slot) {
+                    return bad("slot out of range");
+                }
+                if msg.round() == Some(0) {
+                    return bad("round 0");
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binset_algebra() {
+        assert!(BinSet::Both.contains(true) && BinSet::Both.contains(false));
+        assert!(BinSet::One.subset_of([false, true]));
+        assert!(!BinSet::Both.subset_of([false, true]));
+        assert!(BinSet::Zero.subset_of([true, true]));
+        assert_eq!(BinSet::from_flags([false, false]), None);
+        assert_eq!(BinSet::from_flags([true, true]), Some(BinSet::Both));
+    }
+
+    #[test]
+    fn codec_rejects_out_of_range_and_round_zero() {
+        let cfg = DbftConfig::new(4);
+        let l = cfg.limits();
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(4),
+            },
+            msg: BinMsg::Decided { value: true },
+        };
+        assert!(chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).is_err());
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(1),
+            },
+            msg: BinMsg::BVal {
+                round: 0,
+                value: true,
+            },
+        };
+        assert!(chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).is_err());
+        let m = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 0,
+                slot: ReplicaId(1),
+            },
+            msg: BinMsg::Aux {
+                round: 3,
+                values: BinSet::Both,
+            },
+        };
+        assert_eq!(
+            chorus_core::decode::<DbftMsg>(&chorus_core::encode(&m), &l).unwrap(),
+            m
+        );
+        // An invalid BinSet tag (3) cannot be decoded: empty sets never reach the protocol.
+        let mut bytes = chorus_core::encode(&m);
+        let last = bytes.len() - 1;
+        bytes[last] = 3;
+        assert!(chorus_core::decode::<DbftMsg>(&bytes, &l).is_err());
+    }
+}
