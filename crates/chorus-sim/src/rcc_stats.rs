@@ -154,76 +154,76 @@ pub fn chi_square_critical_001(dof: usize) -> f64 {
 pub struct WaitFree {
     /// Decisions per virtual second per lane before any lane halted.
     pub baseline: f64,
-    /// Per running lane while another lane was stopped (its stop in force).
-    pub stopped: Option<f64>,
-    /// Per running lane while another lane was in a view change.
-    pub changing: Option<f64>,
+    /// Per other lane while one lane was halted (None: none was).
+    pub halted: Option<f64>,
+    /// Windows in which a lane was halted (stopped or changing view).
+    pub halted_windows: usize,
+    /// Of those, windows in which its stop was in force at both ends.
     pub stopped_windows: usize,
-    pub changing_windows: usize,
 }
 
 impl WaitFree {
-    /// The stopped rate over the baseline (None: no lane was stopped).
-    pub fn stopped_ratio(&self) -> Option<f64> {
-        self.stopped.map(|s| s / self.baseline)
-    }
-
-    pub fn changing_ratio(&self) -> Option<f64> {
-        self.changing.map(|s| s / self.baseline)
+    /// The other lanes' rate while a lane was halted, over the baseline.
+    pub fn ratio(&self) -> Option<f64> {
+        self.halted.map(|h| h / self.baseline)
     }
 }
 
-/// Rates of the running lanes in windows between consecutive samples: the
-/// baseline over windows after `WARMUP_US` and before the first halted
-/// window, the others over windows in which a lane was halted at both ends
-/// (and no other lane was). `None` without a baseline.
+/// Rates in windows between consecutive samples. A window is halted when a
+/// lane is stopped or changing view at either end; the first such lane is
+/// the halted one and every other lane counts as "the others" (a second
+/// lane halted too counts against wait-freedom: with one faulty primary
+/// only one instance may stop). The baseline is every lane's rate in the
+/// windows after `WARMUP_US` and before the first halted one. `None`
+/// without a baseline.
 pub fn wait_free(samples: &[LaneSample]) -> Option<WaitFree> {
-    let mut base = (0u64, 0u64, 0usize); // decisions, lane-µs, windows
-    let mut stopped = (0u64, 0u64, 0usize);
-    let mut changing = (0u64, 0u64, 0usize);
-    let mut halted_yet = false;
+    let (mut base_d, mut base_us) = (0u64, 0u64);
+    let (mut halt_d, mut halt_us) = (0u64, 0u64);
+    let (mut halted_windows, mut stopped_windows) = (0, 0);
     for w in samples.windows(2) {
         let (a, b) = (&w[0], &w[1]);
         let dt = b.at_us.saturating_sub(a.at_us);
         let lanes = a.decided.len().min(b.decided.len());
-        if dt == 0 || lanes == 0 {
+        if dt == 0 || lanes < 2 {
             continue;
         }
-        let halted: Vec<usize> = (0..lanes)
-            .filter(|&l| a.states[l] != LaneState::Running || b.states[l] != LaneState::Running)
-            .collect();
-        let running: Vec<usize> = (0..lanes).filter(|l| !halted.contains(l)).collect();
-        let decisions: u64 = running
-            .iter()
-            .map(|&l| b.decided[l].saturating_sub(a.decided[l]))
-            .sum();
-        let lane_us = dt * running.len() as u64;
-        if halted.is_empty() {
-            if !halted_yet && a.at_us >= WARMUP_US {
-                base = (base.0 + decisions, base.1 + lane_us, base.2 + 1);
+        let progress = |l: usize| b.decided[l].saturating_sub(a.decided[l]);
+        let halted = (0..lanes).find(|&l| a.states[l] != LaneState::Running || b.states[l] != LaneState::Running);
+        let Some(h) = halted else {
+            if halted_windows == 0 && a.at_us >= WARMUP_US {
+                base_d += (0..lanes).map(progress).sum::<u64>();
+                base_us += dt * lanes as u64;
             }
             continue;
+        };
+        halted_windows += 1;
+        if a.states[h] == LaneState::Stopped && b.states[h] == LaneState::Stopped {
+            stopped_windows += 1;
         }
-        halted_yet = true;
-        let [l] = halted[..] else {
-            continue;
-        };
-        let acc = match (a.states[l], b.states[l]) {
-            (LaneState::Stopped, LaneState::Stopped) => &mut stopped,
-            (LaneState::Changing, LaneState::Changing) => &mut changing,
-            _ => continue,
-        };
-        *acc = (acc.0 + decisions, acc.1 + lane_us, acc.2 + 1);
+        halt_d += (0..lanes).filter(|&l| l != h).map(progress).sum::<u64>();
+        halt_us += dt * (lanes as u64 - 1);
     }
-    let rate = |(d, us, _): (u64, u64, usize)| (us > 0).then(|| d as f64 * 1e6 / us as f64);
-    let baseline = rate(base).filter(|r| *r > 0.0)?;
+    let rate = |d: u64, us: u64| (us > 0).then(|| d as f64 * 1e6 / us as f64);
+    let baseline = rate(base_d, base_us).filter(|r| *r > 0.0)?;
     Some(WaitFree {
         baseline,
-        stopped: rate(stopped),
-        changing: rate(changing),
-        stopped_windows: stopped.2,
-        changing_windows: changing.2,
+        halted: rate(halt_d, halt_us),
+        halted_windows,
+        stopped_windows,
     })
+}
+
+/// Decisions per virtual second per lane of `lanes` between the samples
+/// nearest `from_us` and `to_us` (e.g. over a whole outage, halted or not).
+pub fn lane_rate(samples: &[LaneSample], lanes: &[usize], from_us: Micros, to_us: Micros) -> Option<f64> {
+    let a = samples.iter().find(|s| s.at_us >= from_us)?;
+    let b = samples.iter().rev().find(|s| s.at_us <= to_us)?;
+    let dt = b.at_us.checked_sub(a.at_us).filter(|d| *d > 0)?;
+    let d: u64 = lanes
+        .iter()
+        .map(|&l| b.decided.get(l).copied().unwrap_or(0).saturating_sub(a.decided.get(l).copied().unwrap_or(0)))
+        .sum();
+    Some(d as f64 * 1e6 / (dt as f64 * lanes.len().max(1) as f64))
 }
 
 #[cfg(test)]
@@ -279,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn wait_free_compares_running_lanes_with_the_baseline() {
+    fn wait_free_compares_the_other_lanes_with_the_baseline() {
         let steady = vec![
             sample(500, [0, 0, 0], [Running; 3]),
             sample(600, [5, 5, 5], [Running; 3]),
@@ -291,14 +291,21 @@ mod tests {
         ];
         let w = wait_free(&steady).unwrap();
         assert_eq!(w.baseline, 50.0);
-        assert_eq!(w.changing_ratio(), Some(1.0));
-        assert_eq!(w.stopped_ratio(), Some(1.0));
-        assert_eq!((w.changing_windows, w.stopped_windows), (1, 1));
+        assert_eq!(w.ratio(), Some(1.0));
+        assert_eq!((w.halted_windows, w.stopped_windows), (4, 1));
+        assert_eq!(lane_rate(&steady, &[1, 2], 700_000, 1_100_000), Some(50.0));
         // The other lanes wait for the stopped one: the ratio shows it.
         let mut waiting = steady.clone();
         waiting[6].decided = [17, 26, 26].to_vec();
         let w = wait_free(&waiting).unwrap();
-        assert!(w.stopped_ratio().unwrap() < WAIT_FREE_MIN_RATIO);
+        assert!(w.ratio().unwrap() < WAIT_FREE_MIN_RATIO);
+        // So does a second lane halting with the first.
+        let mut both = steady.clone();
+        for s in &mut both[3..] {
+            s.states[1] = Changing;
+            s.decided[1] = 10;
+        }
+        assert!(wait_free(&both).unwrap().ratio().unwrap() < WAIT_FREE_MIN_RATIO);
         assert_eq!(wait_free(&steady[..1]), None);
     }
 }

@@ -435,14 +435,16 @@ impl<R: SimReplica> World<R> {
         let Some(w) = wait_free(&self.rcc_obs.stats.samples) else {
             return;
         };
-        if let Some(ratio) = w.stopped_ratio().filter(|r| *r < WAIT_FREE_MIN_RATIO) {
+        if let Some(ratio) = w.ratio().filter(|r| *r < WAIT_FREE_MIN_RATIO) {
             self.extra.violate(
                 crate::report::ViolationKind::WaitFree,
                 now,
                 format!(
-                    "while a lane was stopped ({} windows) the other lanes decided {:.1} slots/s each, {:.0}% of the {:.1} before",
+                    "while a lane was halted ({} windows of {} ms, {} with its stop in force) the other lanes decided {:.1} slots/s each, {:.0}% of the {:.1} before",
+                    w.halted_windows,
+                    crate::rcc_stats::SAMPLE_EVERY_US / 1_000,
                     w.stopped_windows,
-                    w.stopped.unwrap_or(0.0),
+                    w.halted.unwrap_or(0.0),
                     ratio * 100.0,
                     w.baseline
                 ),
