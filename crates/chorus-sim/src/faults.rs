@@ -424,7 +424,9 @@ mod tests {
         assert!(n.intersect(b).is_empty() && n.intersect(c).is_empty() && b.intersect(c).is_empty());
         assert_eq!(n.union(b).union(c), FaultSet::all());
         assert_eq!(
-            FaultSet::classic().union(FaultSet::smart()).union(FaultSet::rcc()),
+            FaultSet::classic()
+                .union(FaultSet::smart())
+                .union(FaultSet::rcc()),
             FaultSet::all()
         );
         assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());

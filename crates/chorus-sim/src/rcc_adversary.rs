@@ -191,8 +191,7 @@ impl RccAdversary {
     /// Drop a request on arrival? (`censor`: its replica never sees the
     /// target's requests, so it never proposes them.)
     pub fn drops_request(&self, now_us: Micros, r: &Request, counters: &mut Counters) -> bool {
-        let drop =
-            self.kind == FaultKind::Censor && self.active(now_us) && Some(r.client) == self.target;
+        let drop = self.kind == FaultKind::Censor && self.active(now_us) && Some(r.client) == self.target;
         if drop {
             counters.fault("byz-censor");
         }
@@ -269,7 +268,12 @@ impl RccAdversary {
         }
     }
 
-    fn throttle(&mut self, now_us: Micros, pp: PrePrepare, counters: &mut Counters) -> Vec<(Micros, ReplicaMsg)> {
+    fn throttle(
+        &mut self,
+        now_us: Micros,
+        pp: PrePrepare,
+        counters: &mut Counters,
+    ) -> Vec<(Micros, ReplicaMsg)> {
         let key = (pp.view, pp.slot);
         let release = match self.releases.get(&key) {
             Some(r) => *r,
@@ -435,7 +439,11 @@ impl RccAdversary {
                 }
             }
         }
-        counters.fault(if won { "byz-order-ground" } else { "byz-order-attack" });
+        counters.fault(if won {
+            "byz-order-ground"
+        } else {
+            "byz-order-attack"
+        });
         if best.digest() != pp.digest {
             pp.digest = best.digest();
             pp.batch = best;
@@ -474,7 +482,8 @@ impl RccAdversary {
             resign_view_change(&self.identity, &self.tag, &mut vc);
             for r in 0..self.config.n() as u32 {
                 if ReplicaId(r) != self.me {
-                    self.outbox.push((ReplicaId(r), ReplicaMsg::ViewChange(vc.clone())));
+                    self.outbox
+                        .push((ReplicaId(r), ReplicaMsg::ViewChange(vc.clone())));
                     counters.fault("byz-failure-spam");
                 }
             }
@@ -549,7 +558,10 @@ mod tests {
         assert_eq!(adv.outgoing(&mut rng, 10, ReplicaId(0), other, &mut c)[0].0, 0);
         // After healing (no persist) nothing is delayed.
         let late = ReplicaMsg::PrePrepare(pp(&cfg, &keys[1], 1, 9, Batch::noop()));
-        assert_eq!(adv.outgoing(&mut rng, 2_000_000, ReplicaId(0), late, &mut c)[0].0, 0);
+        assert_eq!(
+            adv.outgoing(&mut rng, 2_000_000, ReplicaId(0), late, &mut c)[0].0,
+            0
+        );
     }
 
     #[test]
@@ -562,7 +574,13 @@ mod tests {
             let m = pp(&cfg, &keys[2], 2, slot, Batch::noop());
             let mut lit = vec![];
             for to in [0, 1, 3] {
-                let out = adv.outgoing(&mut rng, 0, ReplicaId(to), ReplicaMsg::PrePrepare(m.clone()), &mut c);
+                let out = adv.outgoing(
+                    &mut rng,
+                    0,
+                    ReplicaId(to),
+                    ReplicaMsg::PrePrepare(m.clone()),
+                    &mut c,
+                );
                 if !out.is_empty() {
                     lit.push(to);
                 }
@@ -593,10 +611,18 @@ mod tests {
         let mut wins = 0;
         for round in 0..40u64 {
             let batch = Batch {
-                requests: (0..4).map(|i| request(&cfg, &ck, [0, 0, 3, 3][i], round * 4 + i as u64 + 1)).collect(),
+                requests: (0..4)
+                    .map(|i| request(&cfg, &ck, [0, 0, 3, 3][i], round * 4 + i as u64 + 1))
+                    .collect(),
             };
             let mine = pp(&cfg, &keys[0], 0, round, batch);
-            let out = adv.outgoing(&mut rng, 0, ReplicaId(1), ReplicaMsg::PrePrepare(mine.clone()), &mut c);
+            let out = adv.outgoing(
+                &mut rng,
+                0,
+                ReplicaId(1),
+                ReplicaMsg::PrePrepare(mine.clone()),
+                &mut c,
+            );
             assert!(out.is_empty(), "held until the round is known");
             let others: Vec<Digest> = (1..4)
                 .map(|l| {
@@ -610,7 +636,9 @@ mod tests {
                 .collect();
             let due = adv.take_due(0, &mut c);
             assert_eq!(due.len(), 1);
-            let ReplicaMsg::PrePrepare(sent) = &due[0].1 else { panic!() };
+            let ReplicaMsg::PrePrepare(sent) = &due[0].1 else {
+                panic!()
+            };
             assert_eq!(sent.digest, sent.batch.digest());
             let mut sorted = sent.batch.requests.clone();
             sorted.sort_by_key(|r| r.seq);
@@ -623,7 +651,9 @@ mod tests {
             assert!(sent.batch.requests[0].client == ClientId(0) || order[0] == 0);
             // Later recipients get the same version.
             let again = adv.outgoing(&mut rng, 0, ReplicaId(2), ReplicaMsg::PrePrepare(mine), &mut c);
-            let ReplicaMsg::PrePrepare(a) = &again[0].1 else { panic!() };
+            let ReplicaMsg::PrePrepare(a) = &again[0].1 else {
+                panic!()
+            };
             assert_eq!(a.digest, sent.digest);
         }
         // 4 orders of the tail, each a 1/4 chance: ground rounds win most of the time.

@@ -193,11 +193,17 @@ mod tests {
                 seen = seen.union(p.rcc.drawn);
                 assert!(p.byzantine.len() <= opts.f(), "seed {seed}");
                 for k in p.rcc.drawn.iter() {
-                    assert!(p.byzantine.iter().any(|(_, b)| *b == k), "seed {seed}: {k} unassigned");
+                    assert!(
+                        p.byzantine.iter().any(|(_, b)| *b == k),
+                        "seed {seed}: {k} unassigned"
+                    );
                 }
                 let byz: Vec<ReplicaId> = p.byzantine.iter().map(|(r, _)| *r).collect();
                 for c in p.crashes.iter().chain(&p.smart.outages) {
-                    assert!(!byz.contains(&c.replica), "seed {seed}: only correct replicas crash");
+                    assert!(
+                        !byz.contains(&c.replica),
+                        "seed {seed}: only correct replicas crash"
+                    );
                 }
             }
             assert_eq!(seen, FaultSet::rcc(), "n={n}");

@@ -188,7 +188,8 @@ pub fn wait_free(samples: &[LaneSample]) -> Option<WaitFree> {
             continue;
         }
         let progress = |l: usize| b.decided[l].saturating_sub(a.decided[l]);
-        let halted = (0..lanes).find(|&l| a.states[l] != LaneState::Running || b.states[l] != LaneState::Running);
+        let halted =
+            (0..lanes).find(|&l| a.states[l] != LaneState::Running || b.states[l] != LaneState::Running);
         let Some(h) = halted else {
             if halted_windows == 0 && a.at_us >= WARMUP_US {
                 base_d += (0..lanes).map(progress).sum::<u64>();
@@ -221,7 +222,13 @@ pub fn lane_rate(samples: &[LaneSample], lanes: &[usize], from_us: Micros, to_us
     let dt = b.at_us.checked_sub(a.at_us).filter(|d| *d > 0)?;
     let d: u64 = lanes
         .iter()
-        .map(|&l| b.decided.get(l).copied().unwrap_or(0).saturating_sub(a.decided.get(l).copied().unwrap_or(0)))
+        .map(|&l| {
+            b.decided
+                .get(l)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(a.decided.get(l).copied().unwrap_or(0))
+        })
         .sum();
     Some(d as f64 * 1e6 / (dt as f64 * lanes.len().max(1) as f64))
 }
@@ -243,9 +250,7 @@ mod tests {
     #[test]
     fn ranks_are_counted_once_per_round_for_the_attackers_own_batches() {
         let mut o = RccObserver::default();
-        let b = Batch {
-            requests: vec![],
-        };
+        let b = Batch { requests: vec![] };
         let tag = chorus_core::ClusterTag::from_digest(chorus_core::Digest::of(b"rank test"));
         let busy = Batch {
             requests: vec![chorus_core::Request::with_signature(

@@ -456,7 +456,13 @@ impl<R: SimReplica> World<R> {
     /// `restart_us` (on top of the plan), e.g. the wait-free scenario.
     pub fn with_crash(mut self, replica: ReplicaId, at_us: Micros, restart_us: Micros) -> World<R> {
         let node = self.by_replica[replica.index()][0];
-        self.schedule(at_us, Ev::Crash { node, torn_after: None });
+        self.schedule(
+            at_us,
+            Ev::Crash {
+                node,
+                torn_after: None,
+            },
+        );
         self.schedule(restart_us, Ev::Restart { node });
         self
     }
@@ -652,10 +658,12 @@ fn build_nodes<R: SimReplica>(
             correct: kind.is_none(),
             twin: kind.is_some_and(FaultKind::is_twin),
             side,
-            adversary: kind.filter(|k| !k.is_twin() && !k.is_smart() && !k.is_rcc()).map(|k| {
-                let tag = chorus_core::ClusterTag::of(config);
-                Adversary::new(k, id, keys[r as usize].clone(), tag, n, config.lanes())
-            }),
+            adversary: kind
+                .filter(|k| !k.is_twin() && !k.is_smart() && !k.is_rcc())
+                .map(|k| {
+                    let tag = chorus_core::ClusterTag::of(config);
+                    Adversary::new(k, id, keys[r as usize].clone(), tag, n, config.lanes())
+                }),
             smart: smart(r, kind),
             rcc: rcc(r, kind),
             rcc_wake: None,

@@ -99,7 +99,10 @@ fn ordering_defence_under_heavy_load() {
     o.requests_per_client = 30;
     o.client_window = 8;
     let (counts, chi2, critical) = ranks(&o);
-    assert!(chi2 < critical, "the order attacker's rank is not uniform: {counts:?}");
+    assert!(
+        chi2 < critical,
+        "the order attacker's rank is not uniform: {counts:?}"
+    );
 }
 
 /// The checker bites: the heavy-load run above shows a biased rank.
@@ -166,7 +169,11 @@ fn wait_free_over_the_whole_outage() {
     let r = crash_run(&o, &[0], 2_000_000, 4_500_000);
     let w = wait_free(&r.rcc.samples).expect("a baseline");
     let outage = lane_rate(&r.rcc.samples, &[1, 2, 3], 2_000_000, 4_500_000).unwrap();
-    assert!(outage / w.baseline >= WAIT_FREE_MIN_RATIO, "{outage:.1} vs {:.1}", w.baseline);
+    assert!(
+        outage / w.baseline >= WAIT_FREE_MIN_RATIO,
+        "{outage:.1} vs {:.1}",
+        w.baseline
+    );
 }
 
 /// The checker bites: with f+1 = 2 of 4 replicas down no quorum is left,
@@ -185,9 +192,11 @@ fn wait_free_checker_bites_with_f_plus_one_crashes() {
 fn all_draws_the_rcc_kinds_in_rcc_mode_only() {
     let o = rcc(4, "all").with_seeds(0, 6);
     let s = run_many(&o);
-    assert!(s.violations() == 0 || s.failures.iter().all(|r| !r.safety_violated()), "{s}");
+    assert!(
+        s.violations() == 0 || s.failures.iter().all(|r| !r.safety_violated()),
+        "{s}"
+    );
     assert!(FaultSet::rcc().iter().any(|k| s.drawn.contains_key(&k)), "{s}");
     let r = run_one(&SimOptions::new(OrderingMode::Pbft, 1, 4), 3);
     assert!(r.faults_drawn.intersect(FaultSet::rcc()).is_empty());
 }
-
