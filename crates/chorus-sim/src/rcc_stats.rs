@@ -301,7 +301,8 @@ mod tests {
         assert_eq!(lane_rate(&steady, &[1, 2], 700_000, 1_100_000), Some(50.0));
         // The other lanes wait for the stopped one: the ratio shows it.
         let mut waiting = steady.clone();
-        waiting[6].decided = [17, 26, 26].to_vec();
+        waiting[5].decided = [12, 20, 20].to_vec();
+        waiting[6].decided = [17, 20, 20].to_vec();
         let w = wait_free(&waiting).unwrap();
         assert!(w.ratio().unwrap() < WAIT_FREE_MIN_RATIO);
         // So does a second lane halting with the first.
