@@ -197,6 +197,11 @@ pub fn active_kinds(plan: &Plan, c: &Counters) -> FaultSet {
             FaultKind::GarbageSnapshot => {
                 assigned(k) && (has("byz-garbage-snapshot") || has("byz-checkpoint-withheld"))
             }
+            FaultKind::Throttle => assigned(k) && has("byz-throttle"),
+            FaultKind::InTheDark => assigned(k) && has("byz-in-the-dark"),
+            FaultKind::Censor => assigned(k) && has("byz-censor"),
+            FaultKind::OrderAttack => assigned(k) && (has("byz-order-ground") || has("byz-order-attack")),
+            FaultKind::FailureSpam => assigned(k) && has("byz-failure-spam"),
             FaultKind::BadAuth => has("byz-client-bad-auth"),
             FaultKind::DupSeq => has("byz-client-dup-seq"),
             FaultKind::Oversized => has("byz-client-oversized"),

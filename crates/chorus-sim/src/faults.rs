@@ -66,10 +66,27 @@ pub enum FaultKind {
     Outage,
     /// Twins whose network split is drawn anew every time a new view forms.
     TwinsResplit,
+    // The rcc kinds below (RCC §III-D, §IV) are drawn only in rcc mode, from
+    // a third RNG stream (`rcc_plan.rs`): seeds of other modes, and rcc seeds
+    // that draw none of them, run exactly as before they existed.
+    /// Byzantine instance primary that proposes its own lane's rounds as
+    /// slowly as the timers allow (RCC §IV's throttling attack).
+    Throttle,
+    /// Byzantine instance primary that sends its pre-prepares to only 2f+1
+    /// replicas, itself included, a different subset every round (RCC §III-D).
+    InTheDark,
+    /// Byzantine instance primary that never proposes one of its own clients' requests.
+    Censor,
+    /// Byzantine instance primary that puts its favoured client first and
+    /// grinds its batches for rank 0 in the round order (RCC §IV's ordering attack).
+    OrderAttack,
+    /// Byzantine replica that keeps sending false FAILUREs (VIEW-CHANGEs for
+    /// the next view) for correct instances.
+    FailureSpam,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 28] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -93,10 +110,17 @@ impl FaultKind {
         FaultKind::GarbageSnapshot,
         FaultKind::Outage,
         FaultKind::TwinsResplit,
+        FaultKind::Throttle,
+        FaultKind::InTheDark,
+        FaultKind::Censor,
+        FaultKind::OrderAttack,
+        FaultKind::FailureSpam,
     ];
 
     /// The kinds that existed before the smart adversaries (`--faults classic`).
     pub const CLASSIC: usize = 18;
+    /// The first rcc kind; the smart kinds are `CLASSIC..RCC`.
+    pub const RCC: usize = 23;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -123,6 +147,11 @@ impl FaultKind {
             FaultKind::GarbageSnapshot => "garbage-snapshot",
             FaultKind::Outage => "outage",
             FaultKind::TwinsResplit => "twins-resplit",
+            FaultKind::Throttle => "throttle",
+            FaultKind::InTheDark => "in-the-dark",
+            FaultKind::Censor => "censor",
+            FaultKind::OrderAttack => "order-attack",
+            FaultKind::FailureSpam => "failure-spam",
         }
     }
 
@@ -141,6 +170,11 @@ impl FaultKind {
                 | FaultKind::NvForge
                 | FaultKind::GarbageSnapshot
                 | FaultKind::TwinsResplit
+                | FaultKind::Throttle
+                | FaultKind::InTheDark
+                | FaultKind::Censor
+                | FaultKind::OrderAttack
+                | FaultKind::FailureSpam
         )
     }
 
@@ -151,7 +185,12 @@ impl FaultKind {
 
     /// Drawn from the plan's second RNG stream (see `FaultKind::CLASSIC`).
     pub fn is_smart(self) -> bool {
-        (self as usize) >= FaultKind::CLASSIC
+        (FaultKind::CLASSIC..FaultKind::RCC).contains(&(self as usize))
+    }
+
+    /// Drawn only in rcc mode, from the plan's third RNG stream (`rcc_plan.rs`).
+    pub fn is_rcc(self) -> bool {
+        (self as usize) >= FaultKind::RCC
     }
 
     pub fn is_byzantine_client(self) -> bool {
@@ -182,7 +221,7 @@ impl FromStr for FaultKind {
             .ok_or_else(|| {
                 let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
                 format!(
-                    "unknown fault kind {s:?}; expected none, all, classic, smart, network, byzantine, clients or one of: {}",
+                    "unknown fault kind {s:?}; expected none, all, classic, smart, rcc, network, byzantine, clients or one of: {}",
                     names.join(", ")
                 )
             })
@@ -235,7 +274,12 @@ impl FaultSet {
 
     /// The smart adversaries and the harsher crash schedules.
     pub fn smart() -> FaultSet {
-        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::CLASSIC..])
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::CLASSIC..FaultKind::RCC])
+    }
+
+    /// The RCC-specific Byzantine primaries (drawn only in rcc mode).
+    pub fn rcc() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::RCC..])
     }
 
     pub fn byzantine_clients() -> FaultSet {
@@ -307,7 +351,7 @@ impl fmt::Display for FaultSet {
 impl FromStr for FaultSet {
     type Err = String;
     /// `none`, `all`, or a comma-separated list of kinds and groups
-    /// (`network`, `byzantine`, `clients`, `classic`, `smart`).
+    /// (`network`, `byzantine`, `clients`, `classic`, `smart`, `rcc`).
     fn from_str(s: &str) -> Result<FaultSet, String> {
         let s = s.trim();
         if s.is_empty() {
@@ -323,6 +367,7 @@ impl FromStr for FaultSet {
                 "clients" => set = set.union(FaultSet::byzantine_clients()),
                 "classic" => set = set.union(FaultSet::classic()),
                 "smart" => set = set.union(FaultSet::smart()),
+                "rcc" => set = set.union(FaultSet::rcc()),
                 kind => set.insert(kind.parse()?),
             }
         }
@@ -360,6 +405,7 @@ mod tests {
             "loss,crash",
             "silent,twins,oversized",
             "nv-forge,outage",
+            "throttle,in-the-dark,censor,order-attack,failure-spam",
         ] {
             let set: FaultSet = s.parse().unwrap();
             assert_eq!(set.to_string(), s);
@@ -377,10 +423,20 @@ mod tests {
         let c = FaultSet::byzantine_clients();
         assert!(n.intersect(b).is_empty() && n.intersect(c).is_empty() && b.intersect(c).is_empty());
         assert_eq!(n.union(b).union(c), FaultSet::all());
-        assert_eq!(FaultSet::classic().union(FaultSet::smart()), FaultSet::all());
+        assert_eq!(
+            FaultSet::classic()
+                .union(FaultSet::smart())
+                .union(FaultSet::rcc()),
+            FaultSet::all()
+        );
         assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());
+        assert!(FaultSet::smart().intersect(FaultSet::rcc()).is_empty());
         assert!(FaultKind::ALL
             .iter()
             .all(|k| k.is_smart() == FaultSet::smart().contains(*k)));
+        assert!(FaultKind::ALL
+            .iter()
+            .all(|k| k.is_rcc() == FaultSet::rcc().contains(*k)));
+        assert!(FaultSet::rcc().iter().all(FaultKind::is_byzantine_replica));
     }
 }

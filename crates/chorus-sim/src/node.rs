@@ -4,6 +4,7 @@
 
 use crate::byzantine::Adversary;
 use crate::clock::Clock;
+use crate::rcc_adversary::RccAdversary;
 use crate::smart_adversary::SmartAdversary;
 use crate::store::Store;
 use bytes::Bytes;
@@ -48,6 +49,12 @@ pub trait SimReplica: Sized {
     /// changing view), for the end-of-run view agreement check; empty for
     /// protocols without views.
     fn lane_views(&self) -> Vec<(u64, bool)> {
+        Vec::new()
+    }
+
+    /// Each lane's decided frontier, view change and RCC stop, for the
+    /// wait-free checker (`rcc_stats.rs`); empty for protocols without lanes.
+    fn lane_progress(&self) -> Vec<crate::rcc_stats::LaneProgress> {
         Vec::new()
     }
 }
@@ -102,6 +109,10 @@ pub struct SimNode<R> {
     pub adversary: Option<Adversary>,
     /// A smart adversary (`smart_adversary.rs`) instead of a classic one.
     pub smart: Option<SmartAdversary>,
+    /// An rcc adversary (`rcc_adversary.rs`) instead of the others.
+    pub rcc: Option<RccAdversary>,
+    /// When the rcc adversary's next wake-up is scheduled, if one is.
+    pub rcc_wake: Option<crate::queue::Micros>,
     pub clock: Clock,
     pub store: Store,
     pub live: Option<Live<R>>,

@@ -84,6 +84,10 @@ pub struct SimOptions {
     /// At the end of a run every correct replica must be active in the same
     /// view of every lane (`checker_extra::view_split`).
     pub check_views: bool,
+    /// rcc: while a lane is stopped, the other lanes must keep deciding at
+    /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their earlier rate (off by
+    /// default: with random faults the rate is too noisy to judge).
+    pub check_wait_free: bool,
     /// Leader rotation in cop mode; `None`: drawn per seed.
     pub rotation: Option<LeaderRotation>,
 }
@@ -109,6 +113,7 @@ impl Default for SimOptions {
             service: "kv".into(),
             executor: ExecutorChoice::Sequential,
             check_views: true,
+            check_wait_free: false,
             rotation: None,
         }
     }
@@ -281,6 +286,9 @@ impl SimOptions {
         if !self.check_views {
             cmd.push_str(" --no-view-check");
         }
+        if self.check_wait_free {
+            cmd.push_str(" --wait-free-check");
+        }
         if cfg!(feature = "weak-quorum") {
             cmd.push_str("   # build with --features chorus-sim/weak-quorum");
         }
@@ -292,7 +300,8 @@ impl SimOptions {
     /// (the first seed), `seeds`, `clients`, `requests`, `window`, `pool`,
     /// `byzantine` (a number or `f`), `byzantine-clients`, `fault-window-ms`,
     /// `liveness-ms`, `service`, `executor` (`sequential`, or the name of the
-    /// custom executor already set), `no-swarm` and `no-view-check` (no value).
+    /// custom executor already set), `no-swarm`, `no-view-check` and
+    /// `wait-free-check` (no value).
     pub fn set(&mut self, flag: &str, value: &str) -> Result<(), String> {
         fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
             v.parse().map_err(|_| format!("--{flag}: not a number: {v:?}"))
@@ -324,6 +333,7 @@ impl SimOptions {
             "rotation" => self.rotation = parse_rotation(value)?,
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
+            "wait-free-check" => self.check_wait_free = true,
             other => return Err(format!("unknown option --{other}")),
         }
         Ok(())
@@ -341,7 +351,7 @@ impl SimOptions {
             let flag = arg
                 .strip_prefix("--")
                 .ok_or_else(|| format!("expected --flag, got {arg:?}"))?;
-            if flag == "no-swarm" || flag == "no-view-check" {
+            if flag == "no-swarm" || flag == "no-view-check" || flag == "wait-free-check" {
                 o.set(flag, "")?;
                 continue;
             }

@@ -44,6 +44,8 @@ pub struct Plan {
     pub byz_clients: Vec<FaultKind>,
     /// The smart draws (`smart_plan.rs`): empty unless a smart kind is allowed.
     pub smart: SmartPlan,
+    /// The rcc draws (`rcc_plan.rs`): empty unless the mode is rcc and an rcc kind is allowed.
+    pub rcc: crate::rcc_plan::RccPlan,
 }
 
 /// Crashes start no earlier than this and restart at least this long before heal.
@@ -63,6 +65,9 @@ impl Plan {
         };
         let mut plan = Plan::draw_classic(&classic_opts, rng);
         crate::smart_plan::draw_smart(opts, &mut plan, &mut smart_rng);
+        let mut rcc_rng = rng.clone();
+        rcc_rng.set_stream(crate::rcc_plan::RCC_STREAM);
+        crate::rcc_plan::draw_rcc(opts, &mut plan, &mut rcc_rng);
         plan
     }
 
@@ -141,6 +146,7 @@ impl Plan {
             byzantine,
             byz_clients,
             smart: SmartPlan::default(),
+            rcc: Default::default(),
         }
     }
 
@@ -150,7 +156,7 @@ impl Plan {
 
     /// The drawn setup that is not a fault, e.g. `auth=mac-vector rotation=fixed storage=compacting`.
     pub fn setup(&self) -> String {
-        let smart = self.smart.describe();
+        let smart = self.smart.describe() + &self.rcc.describe();
         let auth = match self.client_auth {
             ClientAuthKind::MacVector => "mac-vector",
             ClientAuthKind::Signature => "signature",
@@ -353,7 +359,8 @@ mod tests {
         let mut all = opts.clone();
         all.swarm = false;
         let p = Plan::draw(&all, &mut ChaCha8Rng::seed_from_u64(1));
-        assert_eq!(p.drawn, FaultSet::all());
+        // The rcc kinds are drawn in rcc mode only.
+        assert_eq!(p.drawn, FaultSet::classic().union(FaultSet::smart()));
         assert_eq!(p.byzantine.len(), 1);
         assert_eq!(p.byz_clients.len(), 2);
     }

@@ -48,6 +48,22 @@ impl SimReplica for Replica {
             .collect()
     }
 
+    fn lane_progress(&self) -> Vec<crate::rcc_stats::LaneProgress> {
+        let s = self.status();
+        (0..s.views.len())
+            .map(|l| {
+                let next = s.next_undecided[l];
+                crate::rcc_stats::LaneProgress {
+                    next_undecided: next.0,
+                    changing: s.view_changing[l],
+                    stopped: self
+                        .lane(chorus_core::LaneId(l as u32))
+                        .is_some_and(|lane| lane.is_stopped_slot(next)),
+                }
+            })
+            .collect()
+    }
+
     fn describe(&self) -> String {
         let s = self.status();
         format!(

@@ -34,6 +34,9 @@ pub enum ViolationKind {
     /// At the end of a run correct replicas are not all active in one view
     /// of every lane (a replica left alone in another view).
     ViewSplit,
+    /// rcc: while one instance was stopped, the others decided at less than
+    /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their rate before (RCC §III-C).
+    WaitFree,
 }
 
 impl ViolationKind {
@@ -41,7 +44,10 @@ impl ViolationKind {
     pub fn is_safety(self) -> bool {
         !matches!(
             self,
-            ViolationKind::Liveness | ViolationKind::Panic | ViolationKind::ViewSplit
+            ViolationKind::Liveness
+                | ViolationKind::Panic
+                | ViolationKind::ViewSplit
+                | ViolationKind::WaitFree
         )
     }
 
@@ -57,6 +63,7 @@ impl ViolationKind {
             ViolationKind::Panic => "panic",
             ViolationKind::PoolLeak => "pool-leak",
             ViolationKind::ViewSplit => "view-split",
+            ViolationKind::WaitFree => "wait-free",
         }
     }
 }
@@ -115,6 +122,8 @@ pub struct RunReport {
     pub replay: String,
     /// Digest over every event the run processed: equal digests = identical runs.
     pub trace: Digest,
+    /// rcc: the order attacker's ranks and the lane samples (`rcc_stats.rs`).
+    pub rcc: crate::rcc_stats::RccStats,
 }
 
 impl RunReport {
@@ -183,6 +192,8 @@ pub struct SimSummary {
     pub events: u64,
     /// Reports of the seeds that failed, in seed order.
     pub failures: Vec<RunReport>,
+    /// rcc: the order attacker's rank counts over all seeds (RCC §IV).
+    pub attacker_ranks: Vec<u64>,
 }
 
 impl SimSummary {
@@ -203,6 +214,13 @@ impl SimSummary {
             *self.active.entry(k).or_insert(0) += 1;
         }
         self.events += r.events;
+        let ranks = &r.rcc.attacker_ranks;
+        if self.attacker_ranks.len() < ranks.len() {
+            self.attacker_ranks.resize(ranks.len(), 0);
+        }
+        for (k, c) in ranks.iter().enumerate() {
+            self.attacker_ranks[k] += c;
+        }
         if !r.ok() {
             self.failures.push(r);
         }
@@ -271,6 +289,18 @@ impl fmt::Display for SimSummary {
             for (k, v) in &self.counters.notes {
                 writeln!(f, "    {k:<24} {v}")?;
             }
+        }
+        if !self.attacker_ranks.is_empty() {
+            use crate::rcc_stats::{chi_square, chi_square_critical_001};
+            let dof = self.attacker_ranks.len() - 1;
+            writeln!(
+                f,
+                "  order-attack ranks {:?} over {} rounds: chi² {:.2} (dof {dof}, 0.1% critical {:.2})",
+                self.attacker_ranks,
+                self.attacker_ranks.iter().sum::<u64>(),
+                chi_square(&self.attacker_ranks),
+                chi_square_critical_001(dof)
+            )?;
         }
         if self.failures.is_empty() {
             writeln!(f, "  violations         none")?;

@@ -56,6 +56,7 @@ fn failed(opts: &SimOptions, seed: u64, kind: ViolationKind, detail: String) -> 
         violations_dropped: 0,
         replay: opts.replay_command(seed),
         trace: Digest::default(),
+        rcc: Default::default(),
     }
 }
 

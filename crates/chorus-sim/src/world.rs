@@ -87,6 +87,10 @@ pub(crate) enum Ev {
         to: ReplicaId,
         msg: ReplicaMsg,
     },
+    /// The rcc adversary on `node` releases what it held back.
+    RccWake {
+        node: usize,
+    },
 }
 
 impl Ev {
@@ -102,6 +106,7 @@ impl Ev {
             Ev::Crash { node, .. } => (7, *node as u64),
             Ev::Restart { node } => (8, *node as u64),
             Ev::Delayed { node, .. } => (9, *node as u64),
+            Ev::RccWake { node } => (10, *node as u64),
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct World<R: SimReplica> {
     events: u64,
     /// The smart checks and drivers (`checker_extra.rs`).
     pub(crate) extra: crate::checker_extra::Extra,
+    /// The rcc checkers' measurements (`rcc_stats.rs`).
+    pub(crate) rcc_obs: crate::rcc_stats::RccObserver,
 }
 
 impl<R: SimReplica> World<R> {
@@ -146,7 +153,7 @@ impl<R: SimReplica> World<R> {
         );
         config.validate().expect("simulator parameters are valid");
         let config = Arc::new(config);
-        let nodes = build_nodes(&config, &plan, &replica_keys, &mut rng);
+        let nodes = build_nodes(&config, &plan, &replica_keys, opts.clients, &mut rng);
         let extra = crate::checker_extra::Extra::new(opts, &plan);
         let mut by_replica = vec![Vec::new(); opts.n];
         for (i, nd) in nodes.iter().enumerate() {
@@ -183,6 +190,7 @@ impl<R: SimReplica> World<R> {
             log_replica: log_replica_from_env(),
             events: 0,
             extra,
+            rcc_obs: Default::default(),
         }
     }
 
@@ -303,6 +311,9 @@ impl<R: SimReplica> World<R> {
                 break;
             }
             NOW_US.with(|c| c.set(t));
+            if self.opts.mode == chorus_core::OrderingMode::Rcc && self.rcc_obs.sample_due(t) {
+                self.sample_lanes(t);
+            }
             let (tag, who) = ev.tag();
             self.trace_words(&[t, tag as u64, who]);
             self.dispatch(ev);
@@ -343,6 +354,7 @@ impl<R: SimReplica> World<R> {
             Ev::Crash { node, torn_after } => self.on_crash(node, torn_after),
             Ev::Restart { node } => self.on_restart(node),
             Ev::Delayed { node, to, msg } => self.on_delayed(node, to, msg),
+            Ev::RccWake { node } => self.on_rcc_wake(node),
         }
     }
 
@@ -376,6 +388,10 @@ impl<R: SimReplica> World<R> {
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
         let delivered_positions = self.checker.delivered_positions();
         self.trace_words(&[delivered_positions, requests_committed]);
+        if !cut_short && self.opts.check_wait_free {
+            self.check_wait_free(now);
+        }
+        let rcc = std::mem::take(&mut self.rcc_obs.stats);
         let mut violations_extra = std::mem::take(&mut self.extra.violations);
         let (mut violations, mut violations_dropped) = self.checker.finish();
         violations.append(&mut violations_extra);
@@ -397,7 +413,58 @@ impl<R: SimReplica> World<R> {
             violations_dropped,
             replay: self.opts.replay_command(self.seed),
             trace: Digest(*self.trace.finalize().as_bytes()),
+            rcc,
         }
+    }
+
+    /// Every live correct replica's lane progress, into the rcc samples.
+    fn sample_lanes(&mut self, now: Micros) {
+        let progress: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|nd| nd.correct)
+            .filter_map(|nd| nd.live.as_ref().map(|l| l.replica.lane_progress()))
+            .collect();
+        self.rcc_obs.sample(now, &progress);
+    }
+
+    /// RCC §III-C, wait-freedom: while a lane was stopped, the others kept
+    /// deciding at `WAIT_FREE_MIN_RATIO` of their rate before.
+    fn check_wait_free(&mut self, now: Micros) {
+        use crate::rcc_stats::{wait_free, WAIT_FREE_MIN_RATIO};
+        let Some(w) = wait_free(&self.rcc_obs.stats.samples) else {
+            return;
+        };
+        if let Some(ratio) = w.ratio().filter(|r| *r < WAIT_FREE_MIN_RATIO) {
+            self.extra.violate(
+                crate::report::ViolationKind::WaitFree,
+                now,
+                format!(
+                    "while a lane was halted ({} windows of {} ms, {} with its stop in force) the other lanes decided {:.1} slots/s each, {:.0}% of the {:.1} before",
+                    w.halted_windows,
+                    crate::rcc_stats::SAMPLE_EVERY_US / 1_000,
+                    w.stopped_windows,
+                    w.halted.unwrap_or(0.0),
+                    ratio * 100.0,
+                    w.baseline
+                ),
+            );
+        }
+    }
+
+    /// Test scenarios: crash a correct replica at `at_us` and restart it at
+    /// `restart_us` (on top of the plan), e.g. the wait-free scenario.
+    pub fn with_crash(mut self, replica: ReplicaId, at_us: Micros, restart_us: Micros) -> World<R> {
+        let node = self.by_replica[replica.index()][0];
+        self.schedule(
+            at_us,
+            Ev::Crash {
+                node,
+                torn_after: None,
+            },
+        );
+        self.schedule(restart_us, Ev::Restart { node });
+        self
     }
 
     /// The oldest request of a correct client past its own deadline: the
@@ -515,6 +582,11 @@ fn byzantine_counter(kind: FaultKind) -> &'static str {
         FaultKind::NvForge => "byzantine-replica-nv-forge",
         FaultKind::GarbageSnapshot => "byzantine-replica-garbage-snapshot",
         FaultKind::TwinsResplit => "byzantine-replica-twins-resplit",
+        FaultKind::Throttle => "byzantine-replica-throttle",
+        FaultKind::InTheDark => "byzantine-replica-in-the-dark",
+        FaultKind::Censor => "byzantine-replica-censor",
+        FaultKind::OrderAttack => "byzantine-replica-order-attack",
+        FaultKind::FailureSpam => "byzantine-replica-failure-spam",
         other => unreachable!("{other} is not a replica fault"),
     }
 }
@@ -534,6 +606,7 @@ fn build_nodes<R: SimReplica>(
     config: &Arc<ClusterConfig>,
     plan: &Plan,
     keys: &[Identity],
+    correct_clients: u32,
     rng: &mut ChaCha8Rng,
 ) -> Vec<SimNode<R>> {
     let n = config.n();
@@ -559,6 +632,20 @@ fn build_nodes<R: SimReplica>(
             )
         })
     };
+    let rcc = |r: u32, kind: Option<FaultKind>| {
+        kind.filter(|k| k.is_rcc()).map(|k| {
+            crate::rcc_adversary::RccAdversary::new(
+                k,
+                ReplicaId(r),
+                keys[r as usize].clone(),
+                config.clone(),
+                colluders.keys().copied().collect(),
+                plan.heal_at_us,
+                plan.rcc.persist,
+                correct_clients,
+            )
+        })
+    };
     let mut halves: Vec<u32> = (0..n as u32).collect();
     halves.shuffle(rng);
     let side_of = |r: u32| halves.iter().position(|x| *x == r).map_or(0, |p| (p % 2) as u8);
@@ -571,11 +658,15 @@ fn build_nodes<R: SimReplica>(
             correct: kind.is_none(),
             twin: kind.is_some_and(FaultKind::is_twin),
             side,
-            adversary: kind.filter(|k| !k.is_twin() && !k.is_smart()).map(|k| {
-                let tag = chorus_core::ClusterTag::of(config);
-                Adversary::new(k, id, keys[r as usize].clone(), tag, n, config.lanes())
-            }),
+            adversary: kind
+                .filter(|k| !k.is_twin() && !k.is_smart() && !k.is_rcc())
+                .map(|k| {
+                    let tag = chorus_core::ClusterTag::of(config);
+                    Adversary::new(k, id, keys[r as usize].clone(), tag, n, config.lanes())
+                }),
             smart: smart(r, kind),
+            rcc: rcc(r, kind),
+            rcc_wake: None,
             clock: plan.clocks[r as usize],
             store: Store::new(plan.compact_store),
             live: None,

@@ -100,7 +100,11 @@ impl<R: SimReplica> World<R> {
         if let Some(adv) = self.nodes[i].smart.as_mut() {
             adv.observe(&msg);
         }
+        if let Some(adv) = self.nodes[i].rcc.as_mut() {
+            adv.observe(&msg);
+        }
         self.handle(i, Event::Message { from, msg });
+        self.rcc_release(i);
     }
 
     pub(crate) fn on_request(&mut self, i: usize, request: Request) {
@@ -108,6 +112,12 @@ impl<R: SimReplica> World<R> {
             return;
         };
         self.counters.messages_delivered += 1;
+        let now = self.now_us();
+        if let Some(adv) = self.nodes[i].rcc.as_ref() {
+            if adv.drops_request(now, &request, &mut self.counters) {
+                return;
+            }
+        }
         let d = request.digest();
         // A reused seq with another operation never gets the first one's reply.
         if live
@@ -262,6 +272,16 @@ impl<R: SimReplica> World<R> {
     fn send_replica(&mut self, i: usize, to: ReplicaId, msg: ReplicaMsg) {
         let now = self.now_us();
         self.smart_hooks(i, &msg);
+        if let Some(adv) = self.nodes[i].rcc.as_mut() {
+            for (delay, m) in adv.outgoing(&mut self.rng, now, to, msg, &mut self.counters) {
+                if delay == 0 {
+                    self.emit(i, to, m);
+                } else {
+                    self.schedule(now + delay, Ev::Delayed { node: i, to, msg: m });
+                }
+            }
+            return self.rcc_release(i);
+        }
         if let Some(adv) = self.nodes[i].smart.as_mut() {
             for (delay, m) in adv.outgoing(&mut self.rng, now, to, msg, &mut self.counters) {
                 if delay == 0 {
@@ -278,6 +298,31 @@ impl<R: SimReplica> World<R> {
         };
         for m in msgs {
             self.emit(i, to, m);
+        }
+    }
+
+    /// What the rcc adversary on node `i` has due now goes out, and its
+    /// next wake-up is scheduled.
+    fn rcc_release(&mut self, i: usize) {
+        let now = self.now_us();
+        let Some(adv) = self.nodes[i].rcc.as_mut() else {
+            return;
+        };
+        let due = adv.take_due(now, &mut self.counters);
+        let wake = adv.wake_at();
+        for (to, m) in due {
+            self.emit(i, to, m);
+        }
+        if let Some(at) = wake.filter(|at| self.nodes[i].rcc_wake != Some(*at)) {
+            self.nodes[i].rcc_wake = Some(at);
+            self.schedule(at.max(now), Ev::RccWake { node: i });
+        }
+    }
+
+    pub(crate) fn on_rcc_wake(&mut self, i: usize) {
+        self.nodes[i].rcc_wake = None;
+        if self.nodes[i].is_live() {
+            self.rcc_release(i);
         }
     }
 
@@ -428,6 +473,9 @@ impl<R: SimReplica> World<R> {
         self.trace_words(&[0xde11, i as u64, seq.0]);
         self.trace.update(digest.as_bytes());
         self.checker.delivered(now, &self.config, id, seq, cell, &batch);
+        if self.nodes[i].correct {
+            self.count_attacker_rank(seq, cell, &batch);
+        }
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
@@ -449,6 +497,22 @@ impl<R: SimReplica> World<R> {
         }
         self.drain_results(i);
         self.checkpoint_if_due(i, seq.next(), follow_ups);
+    }
+
+    /// RCC §IV: where the order attacker's own batches land in their rounds.
+    fn count_attacker_rank(&mut self, seq: Seq, cell: Cell, batch: &Batch) {
+        let Some(adv) = self
+            .nodes
+            .iter()
+            .filter_map(|nd| nd.rcc.as_ref())
+            .find(|a| a.kind == crate::faults::FaultKind::OrderAttack)
+        else {
+            return;
+        };
+        let own = adv.proposed(&batch.digest());
+        let lane = adv.lane().0;
+        let m = self.config.lanes() as u64;
+        self.rcc_obs.delivered(seq, cell, batch, m, lane, own);
     }
 
     fn drain_results(&mut self, i: usize) {

@@ -51,3 +51,18 @@ fn weak_quorum_cop_twin_forks() {
     let r = first_safety_violation(&o);
     eprint!("{r}");
 }
+
+/// rcc: every replica is an instance primary; an equivocating one forks
+/// its own instance under the weakened quorum, and the rcc-aware delivery
+/// checks (a round's lanes in a drawn order) still see the fork.
+#[test]
+fn weak_quorum_rcc_equivocating_instance_primary_forks() {
+    let mut o = byzantine_within_f(OrderingMode::Rcc, 1, &[FaultKind::Equivocate]);
+    o.check_views = false;
+    let r = first_safety_violation(&o);
+    eprint!("{r}");
+    assert!(
+        r.has(ViolationKind::Agreement) || r.has(ViolationKind::StateDigest),
+        "{r}"
+    );
+}
