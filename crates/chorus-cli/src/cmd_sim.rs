@@ -72,6 +72,10 @@ pub struct Args {
     /// every lane.
     #[arg(long)]
     pub no_view_check: bool,
+    /// RCC: require every other instance to keep deciding at ≥ 80 % of its
+    /// earlier rate while one instance is halted (noisy on random seeds).
+    #[arg(long)]
+    pub wait_free_check: bool,
     /// Leader rotation in cop mode: fixed | block-wise | random (drawn per seed).
     #[arg(long, default_value = "random")]
     pub rotation: String,
@@ -109,6 +113,7 @@ pub fn run(a: Args) -> Result<()> {
         .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;
     opts.check_views = !a.no_view_check;
+    opts.check_wait_free = a.wait_free_check;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;
     opts.client_window = a.window;
