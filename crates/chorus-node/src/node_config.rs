@@ -5,8 +5,10 @@ use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// `replica-<i>.toml`.
+/// `replica-<i>.toml`. Unknown keys are refused, naming the key and listing
+/// the valid ones (issue 14 item 4: `fsycn = "always"` was ignored).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     pub id: ReplicaId,
     /// The public cluster description, relative to this file's directory.
@@ -63,6 +65,7 @@ fn default_metrics_host() -> String {
 
 /// `client-<i>.toml`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClientFile {
     pub id: ClientId,
     pub cluster_file: PathBuf,
@@ -71,6 +74,7 @@ pub struct ClientFile {
 
 /// A secret key file: hex of the Ed25519 and X25519 secrets.
 #[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeyFile {
     pub sign: String,
     pub dh: String,
@@ -212,6 +216,18 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// Issue 14 item 4: `fsycn = "always"` was ignored (fsync stayed `batch`).
+    #[test]
+    fn a_misspelt_replica_setting_is_refused_naming_it() {
+        let text = "id = 0\ncluster_file = \"cluster.toml\"\nkey_file = \"k\"\ndata_dir = \"d\"\nfsycn = \"always\"\n";
+        let e = toml::from_str::<NodeConfig>(text).unwrap_err().to_string();
+        assert!(e.contains("fsycn"), "{e}");
+        assert!(e.contains("fsync"), "lists the valid keys: {e}");
+        assert!(e.contains("line 5"), "says where: {e}");
+        let ok = text.replace("fsycn", "fsync");
+        assert_eq!(toml::from_str::<NodeConfig>(&ok).unwrap().fsync, "always");
+    }
 
     #[test]
     fn key_files_open_to_others_are_flagged() {
