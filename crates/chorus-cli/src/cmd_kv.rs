@@ -41,6 +41,8 @@ pub enum Op {
 
 pub fn run(a: Args) -> Result<()> {
     let c = chorus_node::node_config::load_client(&a.config)?;
+    // One identity per process: a second one would steal this one's replies.
+    let _held = chorus_node::node_config::lock_identity(&c.key_path, c.id)?;
     let (op, read_only) = match &a.op {
         Op::Get { key } => (KvOp::get(key.clone()), true),
         Op::Put { key, value } => (KvOp::put(key.clone(), value.clone()), false),
