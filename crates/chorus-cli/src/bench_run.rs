@@ -90,8 +90,14 @@ impl RunResult {
         }
         format!(
             "  cpu/replica {:?} s  rss {:?} MiB",
-            self.replica_cpu_s.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
-            self.replica_peak_rss_mib.iter().map(|c| c.round()).collect::<Vec<_>>(),
+            self.replica_cpu_s
+                .iter()
+                .map(|c| (c * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
+            self.replica_peak_rss_mib
+                .iter()
+                .map(|c| c.round())
+                .collect::<Vec<_>>(),
         )
     }
 }

@@ -51,7 +51,10 @@ pub fn run(a: Args) -> Result<()> {
             start,
             limit_pos,
             limit,
-        } => (KvOp::scan(start.clone(), limit_pos.or(*limit).unwrap_or(100)), true),
+        } => (
+            KvOp::scan(start.clone(), limit_pos.or(*limit).unwrap_or(100)),
+            true,
+        ),
     };
     let client = chorus_client::BlockingClient::connect(
         Arc::new(c.cluster),

@@ -108,7 +108,10 @@ fn a_replica_whose_port_is_taken_fails_before_creating_its_data_directory() {
     let o = chorus(&["replica", "--config", p(&dir.path().join("replica-0.toml"))]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains(&format!("binding 127.0.0.1:{}", info.client_port)), "{out}");
+    assert!(
+        out.contains(&format!("binding 127.0.0.1:{}", info.client_port)),
+        "{out}"
+    );
     assert!(
         !dir.path().join("data").exists(),
         "a failed start left a data directory behind"
@@ -120,7 +123,15 @@ fn status_help_explains_its_columns_and_exit_codes() {
     let o = chorus(&["status", "--help"]);
     let out = text(&o);
     assert!(o.status.success());
-    for col in ["delivered", "executed", "stable", "views", "peers", "clients", "state digest"] {
+    for col in [
+        "delivered",
+        "executed",
+        "stable",
+        "views",
+        "peers",
+        "clients",
+        "state digest",
+    ] {
         assert!(out.contains(&format!("  {col}")), "legend lacks {col}: {out}");
     }
     assert!(out.contains("2f+1"), "{out}");
@@ -195,10 +206,20 @@ fn on_a_live_cluster_status_kv_and_bench_behave_as_documented() {
     assert!(text(&o).contains("existed"));
     let o = kv(&["scan", "a", "1"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1, "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        1,
+        "{}",
+        text(&o)
+    );
     let o = kv(&["scan", "--limit", "2"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        2,
+        "{}",
+        text(&o)
+    );
 
     // One identity per process: a second holder is refused at once.
     let held = std::fs::File::open(c.path().join("keys/client-1.key")).unwrap();

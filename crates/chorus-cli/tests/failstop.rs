@@ -102,8 +102,14 @@ fn a_corrupt_database_stops_the_replica_with_a_clear_message_and_wiping_it_recov
     assert!(started.elapsed() < Duration::from_secs(10));
     let log = c.log(3);
     assert!(log.contains("corrupt"), "{log}");
-    assert!(log.contains(&file.display().to_string()), "the message names the file:\n{log}");
-    assert!(log.contains("state transfer"), "the message says how to recover:\n{log}");
+    assert!(
+        log.contains(&file.display().to_string()),
+        "the message names the file:\n{log}"
+    );
+    assert!(
+        log.contains("state transfer"),
+        "the message says how to recover:\n{log}"
+    );
     assert!(!log.contains("panicked"), "a clear error, not a panic:\n{log}");
 
     // The advice works: wipe the directory, restart, state transfer rebuilds it.
@@ -182,12 +188,21 @@ fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowl
         round += 1;
     }
     let status = c.wait_exit(3, Duration::from_secs(5)).expect("replica 3 exited");
-    assert_eq!(status.code(), Some(5), "fatal errors exit with code 5; log:\n{}", c.log(3));
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "fatal errors exit with code 5; log:\n{}",
+        c.log(3)
+    );
     let log = c.log(3);
     assert!(log.contains("full"), "the message says the disk is full:\n{log}");
     assert!(log.contains(&dir.display().to_string()), "and where:\n{log}");
     // The rest of the cluster keeps serving and lost nothing it acknowledged.
     acked.extend(rt.block_on(put_many(&c, "after", 200, 64)));
-    assert!(acked.len() >= 200, "the cluster keeps serving, acked {}", acked.len());
+    assert!(
+        acked.len() >= 200,
+        "the cluster keeps serving, acked {}",
+        acked.len()
+    );
     rt.block_on(check_readable(&c, &acked));
 }

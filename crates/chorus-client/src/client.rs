@@ -162,8 +162,9 @@ impl Client {
                 reason: why.to_string(),
             };
         }
-        if let Some((r, DialFailure::NotChorus(what))) =
-            failures.iter().find(|(_, f)| matches!(f, DialFailure::NotChorus(_)))
+        if let Some((r, DialFailure::NotChorus(what))) = failures
+            .iter()
+            .find(|(_, f)| matches!(f, DialFailure::NotChorus(_)))
         {
             let addr = self
                 .config

@@ -77,7 +77,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn outcome(stopping: bool, body: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> Option<FatalError> {
+    fn outcome(
+        stopping: bool,
+        body: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+    ) -> Option<FatalError> {
         let (tx, mut rx) = channel();
         let (_stop_tx, stop_rx) = watch::channel(stopping);
         spawn("t", tx, stop_rx, body).unwrap().join().unwrap();

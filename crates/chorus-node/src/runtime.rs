@@ -91,7 +91,9 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
     };
-    let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || core.run())?;
+    let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
+        core.run()
+    })?;
 
     let exec = ExecThread {
         config: config.clone(),
