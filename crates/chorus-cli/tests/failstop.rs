@@ -101,6 +101,7 @@ fn a_corrupt_database_stops_the_replica_with_a_clear_message_and_wiping_it_recov
     assert!(!status.success(), "exit status {status}");
     assert!(started.elapsed() < Duration::from_secs(10));
     let log = c.log(3);
+    eprintln!("replica 3 said:\n{}", common::tail(&log, 3));
     assert!(log.contains("corrupt"), "{log}");
     assert!(
         log.contains(&file.display().to_string()),
@@ -195,6 +196,7 @@ fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowl
         c.log(3)
     );
     let log = c.log(3);
+    eprintln!("replica 3 said:\n{}", common::tail(&log, 3));
     assert!(log.contains("full"), "the message says the disk is full:\n{log}");
     assert!(log.contains(&dir.display().to_string()), "and where:\n{log}");
     // The rest of the cluster keeps serving and lost nothing it acknowledged.

@@ -169,6 +169,9 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     if let Some(f) = fatal {
         // Fail-stop at once: no orderly shutdown of a replica whose thread
         // died (the store is crash-safe; persist-before-send held up to here).
+        // Marked as stopping only so the other threads, seeing their
+        // channels close as the process ends, do not report it as theirs.
+        let _ = shutdown_tx.send(true);
         return Err(f.into());
     }
     let _ = shutdown_tx.send(true);
