@@ -66,7 +66,7 @@ pub struct RunResult {
 impl RunResult {
     pub fn one_line(&self) -> String {
         format!(
-            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  commit p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  shed {}  cpu/replica {:?} s  rss {:?} MiB",
+            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  commit p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  shed {}{}",
             if self.name.is_empty() { "run" } else { &self.name },
             self.throughput_ops,
             self.p50_ms,
@@ -77,8 +77,27 @@ impl RunResult {
             self.commit_p99_ms,
             self.errors,
             self.shed,
-            self.replica_cpu_s.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
-            self.replica_peak_rss_mib.iter().map(|c| c.round()).collect::<Vec<_>>(),
+            self.resources(),
+        )
+    }
+
+    /// CPU and RSS of the replicas, measured only for a local cluster
+    /// (`--target` replicas run elsewhere): omitted when unmeasured instead of
+    /// printing empty lists (issue 14 item 4).
+    fn resources(&self) -> String {
+        if self.replica_cpu_s.is_empty() && self.replica_peak_rss_mib.is_empty() {
+            return String::new();
+        }
+        format!(
+            "  cpu/replica {:?} s  rss {:?} MiB",
+            self.replica_cpu_s
+                .iter()
+                .map(|c| (c * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
+            self.replica_peak_rss_mib
+                .iter()
+                .map(|c| c.round())
+                .collect::<Vec<_>>(),
         )
     }
 }
@@ -187,7 +206,11 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         buckets: a.buckets,
     };
     let mut clients = Vec::new();
+    // One identity per process (see `lock_identity`): held until the run ends.
+    let mut _held = Vec::new();
     for i in 0..a.clients {
+        let key = dir.join(format!("keys/client-{i}.key"));
+        _held.push(chorus_node::node_config::lock_identity(&key, ClientId(i as u64))?);
         let c = chorus_client::Client::connect(
             config.clone(),
             ClientId(i as u64),

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Exit status: 0 on success; 3 when the key does not exist (`get` prints \"(not found)\" on stderr,
+`delete` prints \"absent\"); 1 on errors (cannot reach the cluster, rejected); 2 on usage errors.")]
 pub struct Args {
     /// A client config file (`client-<i>.toml` from `chorus keygen`).
     #[arg(long)]
@@ -24,22 +27,34 @@ pub enum Op {
     Put { key: String, value: String },
     /// Remove KEY.
     Delete { key: String },
-    /// Print up to LIMIT entries with keys >= START.
+    /// Print up to LIMIT entries (default 100) with keys >= START.
     Scan {
         #[arg(default_value = "")]
         start: String,
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
+        /// Entries at most (default 100); `--limit N` works too.
+        #[arg(value_name = "LIMIT")]
+        limit_pos: Option<u32>,
+        #[arg(long, conflicts_with = "limit_pos")]
+        limit: Option<u32>,
     },
 }
 
 pub fn run(a: Args) -> Result<()> {
     let c = chorus_node::node_config::load_client(&a.config)?;
+    // One identity per process: a second one would steal this one's replies.
+    let _held = chorus_node::node_config::lock_identity(&c.key_path, c.id)?;
     let (op, read_only) = match &a.op {
         Op::Get { key } => (KvOp::get(key.clone()), true),
         Op::Put { key, value } => (KvOp::put(key.clone(), value.clone()), false),
         Op::Delete { key } => (KvOp::delete(key.clone()), false),
-        Op::Scan { start, limit } => (KvOp::scan(start.clone(), *limit), true),
+        Op::Scan {
+            start,
+            limit_pos,
+            limit,
+        } => (
+            KvOp::scan(start.clone(), limit_pos.or(*limit).unwrap_or(100)),
+            true,
+        ),
     };
     let client = chorus_client::BlockingClient::connect(
         Arc::new(c.cluster),
@@ -58,10 +73,14 @@ pub fn run(a: Args) -> Result<()> {
         KvReply::Value(Some(v)) => println!("{}", String::from_utf8_lossy(&v)),
         KvReply::Value(None) => {
             eprintln!("(not found)");
-            std::process::exit(2);
+            return Err(not_found());
         }
         KvReply::Ok => println!("OK"),
-        KvReply::Existed(e) => println!("{}", if e { "existed" } else { "absent" }),
+        KvReply::Existed(true) => println!("existed"),
+        KvReply::Existed(false) => {
+            println!("absent");
+            return Err(not_found());
+        }
         KvReply::Entries { entries, more } => {
             for (k, v) in entries {
                 println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
@@ -73,4 +92,13 @@ pub fn run(a: Args) -> Result<()> {
         KvReply::Error(e) => return Err(anyhow!("service error: {e}")),
     }
     Ok(())
+}
+
+/// Exit code 3 (not clap's usage code 2): the answer was "no such key".
+fn not_found() -> anyhow::Error {
+    crate::exit::Exit {
+        code: crate::exit::NOT_FOUND,
+        message: String::new(),
+    }
+    .into()
 }

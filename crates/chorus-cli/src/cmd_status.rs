@@ -2,7 +2,26 @@ use crate::status_query::query;
 use anyhow::Result;
 use std::path::PathBuf;
 
+/// Shown under `chorus status --help`.
+pub const LEGEND: &str = "\
+Columns (one row per replica; positions are global sequence numbers):
+  replica    replica id (r0, r1, ...)
+  mode       ordering mode: pbft, cop or rcc
+  lanes      parallel consensus lanes (COP pillars, RCC instances)
+  delivered  next position the core hands to execution (everything below is decided, in order)
+  executed   next position the executor will run (everything below has executed)
+  stable     position of the latest stable checkpoint (state transfer and log truncation start here)
+  views      current view of each lane; replicas in different views are mid view change
+  peers      live connections to other replicas (all pillars)
+  clients    live client connections
+  state digest  first 16 hex digits of the executed state's digest; equal on replicas at equal 'executed'
+A replica that does not answer within 3 s is shown as unreachable.
+
+Exit status: 0 when at least 2f+1 replicas answered, 4 when fewer did (the cluster cannot make
+progress), 1 on other errors (bad config). --json prints one JSON object per answering replica.";
+
 #[derive(clap::Args, Debug)]
+#[command(after_help = LEGEND)]
 pub struct Args {
     /// A client config file (`client-<i>.toml` from `chorus keygen`).
     #[arg(long)]
@@ -24,8 +43,11 @@ pub fn run(a: Args) -> Result<()> {
                 "replica", "mode", "lanes", "delivered", "executed", "stable", "views", "peers", "clients"
             );
         }
+        let mut answered = 0;
         for r in c.cluster.replica_ids() {
-            match query(&c.cluster, c.id, &c.identity, r).await {
+            let reply = query(&c.cluster, c.id, &c.identity, r).await;
+            answered += usize::from(reply.is_ok());
+            match reply {
                 Ok(s) if a.json => println!("{}", serde_json::to_string(&s)?),
                 Ok(s) => println!(
                     "{:<8} {:<5} {:>5} {:>10} {:>10} {:>10} {:>8} {:>6} {:>7}  {}",
@@ -40,11 +62,23 @@ pub fn run(a: Args) -> Result<()> {
                     s.client_connections,
                     &s.state_digest[..16.min(s.state_digest.len())]
                 ),
+                Err(e) if a.json => eprintln!("{r} unreachable: {e:#}"),
                 Err(e) => println!("{:<8} unreachable: {e:#}", r.to_string()),
             }
         }
         if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Rcc {
             print_instances(&c.cluster, c.id, &c.identity).await;
+        }
+        let needed = c.cluster.quorum();
+        if answered < needed {
+            return Err(crate::exit::Exit {
+                code: crate::exit::NO_QUORUM,
+                message: format!(
+                    "only {answered} of {} replicas answered; the cluster needs {needed} (2f+1) to make progress",
+                    c.cluster.n()
+                ),
+            }
+            .into());
         }
         Ok(())
     })

@@ -11,6 +11,7 @@ mod cmd_kv;
 mod cmd_replica;
 mod cmd_sim;
 mod cmd_status;
+mod exit;
 mod load;
 mod procs;
 mod status_query;
@@ -68,7 +69,11 @@ fn main() {
         Cmd::Sim(a) => cmd_sim::run(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+        // A not-found key is an answer, not a failure: no "error:" prefix.
+        match e.downcast_ref::<exit::Exit>() {
+            Some(x) if x.message.is_empty() => {}
+            _ => eprintln!("error: {e:#}"),
+        }
+        std::process::exit(exit::code_of(&e));
     }
 }

@@ -7,7 +7,7 @@ use crate::options::ClientOptions;
 use crate::stats::{ClientStats, Stats};
 use bytes::Bytes;
 use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
-use chorus_net::{spawn_peer_link, Counters, CountersSnapshot, LinkSpec, NetLimits, PeerLink};
+use chorus_net::{spawn_peer_link, Counters, CountersSnapshot, DialFailure, LinkSpec, NetLimits, PeerLink};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -130,14 +130,65 @@ impl Client {
                 return Ok(());
             }
             if start.elapsed() >= wait {
-                return Err(ClientError::NotConnected {
-                    connected,
-                    needed,
-                    n: self.config.n(),
-                    waited: wait,
-                });
+                return Err(self.why_not_connected(connected, needed, wait));
             }
             tokio::time::sleep(CONNECT_POLL).await;
+        }
+    }
+
+    /// The error for a quorum not reached in time, from why the links failed:
+    /// a refused handshake (wrong key, foreign cluster files) and a port
+    /// that is no Chorus endpoint are said as such, not as "cluster down".
+    fn why_not_connected(&self, connected: usize, needed: usize, waited: Duration) -> ClientError {
+        let n = self.config.n();
+        let failures: Vec<(ReplicaId, DialFailure)> = self
+            .config
+            .replica_ids()
+            .zip(self.links.iter())
+            .filter(|(_, l)| !l.is_connected())
+            .filter_map(|(r, l)| l.last_failure().map(|f| (r, f)))
+            .collect();
+        let refused: Vec<_> = failures
+            .iter()
+            .filter_map(|(_, f)| match f {
+                DialFailure::Refused(why) => Some(*why),
+                _ => None,
+            })
+            .collect();
+        if let Some(why) = refused.first() {
+            return ClientError::HandshakeRefused {
+                refused: refused.len(),
+                n,
+                reason: why.to_string(),
+            };
+        }
+        if let Some((r, DialFailure::NotChorus(what))) = failures
+            .iter()
+            .find(|(_, f)| matches!(f, DialFailure::NotChorus(_)))
+        {
+            let addr = self
+                .config
+                .replica(*r)
+                .map(|i| format!("{}:{}", i.host, i.client_port))
+                .unwrap_or_default();
+            return ClientError::NotChorus {
+                replica: *r,
+                addr,
+                answered: what.clone(),
+            };
+        }
+        let mut reasons: Vec<String> = failures.iter().map(|(r, f)| format!("{r}: {f}")).collect();
+        reasons.truncate(4);
+        ClientError::NotConnected {
+            connected,
+            needed,
+            n,
+            waited,
+            detail: if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", reasons.join("; "))
+            },
         }
     }
 

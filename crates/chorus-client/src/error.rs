@@ -34,12 +34,31 @@ pub enum ClientError {
     Options(&'static str),
     #[error("the configuration lists no replicas")]
     NoReplicas,
-    #[error("connected to {connected} of {n} replicas within {waited:?}; need {needed}")]
+    /// `detail`: why the links that are down failed, as text (may be empty).
+    #[error("connected to {connected} of {n} replicas within {waited:?}; need {needed}{detail}")]
     NotConnected {
         connected: usize,
         needed: usize,
         n: usize,
         waited: Duration,
+        detail: String,
+    },
+    /// Replicas refused the handshake: they hold another key or cluster id
+    /// for this client (client files from another `keygen` run), or do not
+    /// list it at all. Not a connectivity problem.
+    #[error("handshake refused by {refused} of {n} replicas: {reason}")]
+    HandshakeRefused {
+        refused: usize,
+        n: usize,
+        reason: String,
+    },
+    /// The client port of a replica is served by something else (an HTTP
+    /// server...): the cluster file's host or port is wrong.
+    #[error("replica {replica}'s client port {addr} is not a Chorus endpoint: it answered {answered} (check host and client_port in the cluster file)")]
+    NotChorus {
+        replica: chorus_core::ReplicaId,
+        addr: String,
+        answered: String,
     },
     #[error("status query to replica {0} timed out or was not answered")]
     StatusUnavailable(chorus_core::ReplicaId),

@@ -300,6 +300,60 @@ async fn connect_fails_clearly_when_no_quorum_is_reachable() {
     }
 }
 
+/// Issue 14 item 4: a client whose files come from another keygen run saw
+/// "connected to 0 of 4 replicas", the same as a dead cluster.
+#[tokio::test]
+async fn a_client_with_a_key_the_replicas_do_not_know_is_told_its_handshake_was_refused() {
+    let fake = start(&[Honest; 4], ClientAuthKind::MacVector).await;
+    // The client's own files agree with each other, the replicas' do not.
+    let stale = chorus_core::Identity::from_seed(b"client 0 of another keygen run");
+    let mut config = (*fake.config).clone();
+    config.clients[0].identity = stale.public();
+    let mut opts = Fake::opts();
+    opts.connect_timeout = Some(Duration::from_millis(500));
+    let r = Client::connect(Arc::new(config), ClientId(0), stale, opts).await;
+    match r {
+        Err(e @ ClientError::HandshakeRefused { refused: 4, n: 4, .. }) => {
+            assert!(e.to_string().contains("handshake refused"), "{e}");
+            assert!(e.to_string().contains("another key"), "{e}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("connected with a key the replicas do not know"),
+    }
+}
+
+/// Issue 14 item 4: a client port pointed at an HTTP server reported
+/// "frame of 1213486160 bytes exceeds the limit".
+#[tokio::test]
+async fn a_client_pointed_at_a_non_chorus_port_says_so() {
+    use tokio::io::AsyncWriteExt;
+    let fake = start(&[Honest; 4], ClientAuthKind::MacVector).await;
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = http.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = http.accept().await {
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        }
+    });
+    let mut config = (*fake.config).clone();
+    for r in config.replicas.iter_mut() {
+        r.client_port = port;
+    }
+    let mut opts = Fake::opts();
+    opts.connect_timeout = Some(Duration::from_millis(500));
+    let r = Client::connect(Arc::new(config), ClientId(0), fake.clients[0].clone(), opts).await;
+    match r {
+        Err(e @ ClientError::NotChorus { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("not a Chorus endpoint"), "{text}");
+            assert!(text.contains(&format!(":{port}")), "names the address: {text}");
+            assert!(text.contains("HTTP"), "{text}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("connected to an HTTP server"),
+    }
+}
+
 #[test]
 fn blocking_client_works_without_an_async_caller() {
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -103,6 +103,7 @@ impl fmt::Debug for Mac {
 /// The public half of an identity: what the configuration lists for every
 /// replica and client.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PublicIdentity {
     /// Ed25519 verifying key.
     #[serde(with = "hex32")]

@@ -98,16 +98,17 @@ impl Counters {
     pub(crate) fn record(&self, e: &NetError) {
         let c = match e {
             NetError::Oversize { .. } => &self.oversize,
-            NetError::ShortFrame(_) | NetError::BadHandshake(_) | NetError::VersionMismatch { .. } => {
-                &self.malformed
-            }
+            NetError::ShortFrame(_)
+            | NetError::BadHandshake(_)
+            | NetError::VersionMismatch { .. }
+            | NetError::NotChorus(_) => &self.malformed,
             NetError::BadMac | NetError::WeakKey => &self.auth_failures,
             NetError::Replay { .. } => &self.replays,
             NetError::UnknownPeer(_) | NetError::UnexpectedPeer { .. } => &self.unknown_peers,
             NetError::BadSignature(_) => &self.bad_signatures,
             NetError::BadProof(_) => &self.bad_proofs,
             NetError::HandshakeTimeout(_) => &self.handshake_timeouts,
-            NetError::Io(_) | NetError::Closed | NetError::Poisoned => return,
+            NetError::Io(_) | NetError::Closed | NetError::Poisoned | NetError::Refused(_) => return,
         };
         Self::bump(c);
     }

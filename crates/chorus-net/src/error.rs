@@ -3,6 +3,7 @@
 //! connection is then unusable and must be dropped (DESIGN §6: a frame that
 //! fails authentication is dropped and counted, never parsed further).
 
+use crate::handshake::HandshakeRefusal;
 use crate::role::PeerRole;
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,13 @@ pub enum NetError {
     /// The reader or writer already failed; a connection is never resumed.
     #[error("connection already failed")]
     Poisoned,
+    /// The responder refused our handshake and said why (we dialled).
+    #[error("handshake refused: {0}")]
+    Refused(HandshakeRefusal),
+    /// What answered our hello is not a Chorus endpoint (an HTTP server, a
+    /// database...): its first bytes are no handshake message at all.
+    #[error("not a Chorus endpoint: it answered {0} (is the host or port wrong?)")]
+    NotChorus(String),
 }
 
 impl NetError {
@@ -54,7 +62,11 @@ impl NetError {
     pub fn is_protocol_violation(&self) -> bool {
         !matches!(
             self,
-            NetError::Io(_) | NetError::Closed | NetError::HandshakeTimeout(_) | NetError::Poisoned
+            NetError::Io(_)
+                | NetError::Closed
+                | NetError::HandshakeTimeout(_)
+                | NetError::Poisoned
+                | NetError::Refused(_)
         )
     }
 }

@@ -62,6 +62,104 @@ const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
 /// Read buffer of a connection still in its handshake (grown after it).
 const HANDSHAKE_READ_BYTES: usize = 512;
 
+/// A responder that refuses a handshake says why before it closes, so the
+/// dialler can tell "wrong key" from "cluster down" (issue 14 item 4): these
+/// eight bytes and a reason code, in place of the challenge or of its hello.
+/// Neither a challenge (16 bytes) nor a hello (starts with `MAGIC`) can be
+/// mistaken for it. It tells an unauthenticated peer nothing the public
+/// cluster file does not: whether the identity it claims is configured.
+const REFUSAL_MAGIC: [u8; 8] = *b"CHORUSno";
+
+/// Why a responder refused a handshake (sent to the dialler).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HandshakeRefusal {
+    /// The claimed identity (client or replica id) is not in its configuration.
+    UnknownIdentity,
+    /// The proof of key possession failed: it holds another key (or another
+    /// cluster id) for the claimed identity.
+    WrongKey,
+    /// Another protocol version.
+    Version,
+}
+
+impl HandshakeRefusal {
+    fn code(self) -> u8 {
+        match self {
+            HandshakeRefusal::UnknownIdentity => 1,
+            HandshakeRefusal::WrongKey => 2,
+            HandshakeRefusal::Version => 3,
+        }
+    }
+
+    fn frame(self) -> [u8; 9] {
+        let mut f = [0u8; 9];
+        f[..8].copy_from_slice(&REFUSAL_MAGIC);
+        f[8] = self.code();
+        f
+    }
+
+    /// The refusal a handshake reply carries, if it is one.
+    fn parse(bytes: &[u8]) -> Option<HandshakeRefusal> {
+        match bytes {
+            [m @ .., code] if m == REFUSAL_MAGIC => match code {
+                1 => Some(HandshakeRefusal::UnknownIdentity),
+                2 => Some(HandshakeRefusal::WrongKey),
+                3 => Some(HandshakeRefusal::Version),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for HandshakeRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HandshakeRefusal::UnknownIdentity => {
+                "the replica's cluster configuration does not list this identity (files from another cluster?)"
+            }
+            HandshakeRefusal::WrongKey => {
+                "the replica's cluster configuration holds another key or cluster id for this identity \
+                 (key or cluster files from another keygen run?)"
+            }
+            HandshakeRefusal::Version => "the replica speaks another protocol version",
+        })
+    }
+}
+
+/// Printable start of what a non-Chorus endpoint sent, for the error.
+fn preview(bytes: &[u8]) -> String {
+    let text: String = bytes
+        .iter()
+        .take(16)
+        .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '.' })
+        .collect();
+    format!("{text:?}")
+}
+
+/// The responder's first reply to our hello: a challenge, unless it refused
+/// us or is no Chorus endpoint. Anything else than a short frame there means
+/// the latter: a length header of `0x48545450` is "HTTP".
+async fn read_first_reply(r: &mut RawReader<OwnedReadHalf>) -> Result<bytes::Bytes, NetError> {
+    let bytes = match read_msg(r).await {
+        Err(NetError::Oversize { len, .. }) => {
+            return Err(NetError::NotChorus(preview(&(len as u32).to_be_bytes())));
+        }
+        other => other?,
+    };
+    if let Some(why) = HandshakeRefusal::parse(&bytes) {
+        return Err(NetError::Refused(why));
+    }
+    Ok(bytes)
+}
+
+/// Tell the dialler why, best effort and bounded: the connection is dropped next.
+async fn refuse(wr: &mut RawWriter<OwnedWriteHalf>, why: HandshakeRefusal, within: std::time::Duration) {
+    let frame = why.frame();
+    wr.push(&[&frame]);
+    let _ = tokio::time::timeout(within, wr.flush()).await;
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Hello {
     magic: [u8; 8],
@@ -230,7 +328,9 @@ async fn initiate(
     wr.push(&[&hello_i]);
     wr.flush().await?;
 
-    let challenge: Challenge = decode_exact(&read_msg(&mut rd).await?, "challenge")?;
+    let first = read_first_reply(&mut rd).await?;
+    let challenge: Challenge =
+        decode_exact(&first, "challenge").map_err(|_| NetError::NotChorus(preview(&first)))?;
     let pairwise = me.pairwise_key(&expected.identity);
     let proof = Proof {
         mac: pairwise.mac(proof_message(&expected.cluster, &hello_i, &challenge.cookie).as_bytes()),
@@ -238,6 +338,9 @@ async fn initiate(
     send_msg(&mut wr, &proof).await?;
 
     let hello_r_bytes = read_msg(&mut rd).await?;
+    if let Some(why) = HandshakeRefusal::parse(&hello_r_bytes) {
+        return Err(NetError::Refused(why));
+    }
     let hello_r = parse_hello(&hello_r_bytes)?;
     if !expected.matches(hello_r.role) {
         return Err(NetError::UnexpectedPeer {
@@ -344,12 +447,19 @@ impl Responder {
         let hello_i_bytes = tokio::time::timeout(step, read_msg(&mut rd))
             .await
             .map_err(|_| NetError::HandshakeTimeout(step))??;
-        let hello_i = parse_hello(&hello_i_bytes)?;
+        let hello_i = match parse_hello(&hello_i_bytes) {
+            Ok(h) => h,
+            Err(e @ NetError::VersionMismatch { .. }) => {
+                refuse(&mut wr, HandshakeRefusal::Version, step).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         // Refuse unknown roles before spending anything on them.
-        let peer_key = hello_i
-            .role
-            .lookup(&self.config)
-            .ok_or(NetError::UnknownPeer(hello_i.role))?;
+        let Some(peer_key) = hello_i.role.lookup(&self.config) else {
+            refuse(&mut wr, HandshakeRefusal::UnknownIdentity, step).await;
+            return Err(NetError::UnknownPeer(hello_i.role));
+        };
         let cookie = self.cookie(&hello_i_bytes);
         let proof: Proof = tokio::time::timeout(step, async {
             send_msg(&mut wr, &Challenge { cookie }).await?;
@@ -359,6 +469,7 @@ impl Responder {
         .map_err(|_| NetError::HandshakeTimeout(step))??;
         let msg = proof_message(&self.cluster, &hello_i_bytes, &cookie);
         if !self.pairwise_key(&peer_key).verify(msg.as_bytes(), &proof.mac) {
+            refuse(&mut wr, HandshakeRefusal::WrongKey, step).await;
             return Err(NetError::BadProof(hello_i.role));
         }
         Ok(PreAuth {

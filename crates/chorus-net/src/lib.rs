@@ -23,8 +23,10 @@ mod session;
 pub use admission::{Gate, GateLimits, Pending, Refusal};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::NetError;
-pub use handshake::{accept, connect, recorded_hello, PreAuth, Responder, PROTOCOL_VERSION};
+pub use handshake::{
+    accept, connect, recorded_hello, HandshakeRefusal, PreAuth, Responder, PROTOCOL_VERSION,
+};
 pub use limits::NetLimits;
-pub use link::{spawn_peer_link, Backoff, Inbound, LinkSpec, PeerLink};
+pub use link::{spawn_peer_link, Backoff, DialFailure, Inbound, LinkSpec, PeerLink};
 pub use role::{Expected, PeerRole};
 pub use session::{FrameReader, FrameWriter, FRAME_OVERHEAD_BYTES};

@@ -111,6 +111,46 @@ pub struct Inbound {
 struct LinkState {
     connected: AtomicBool,
     connects: AtomicU64,
+    /// Why the latest connection attempt failed; `None` once one succeeds.
+    last_failure: std::sync::Mutex<Option<DialFailure>>,
+}
+
+impl LinkState {
+    fn set_failure(&self, f: Option<DialFailure>) {
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+}
+
+/// Why a link's latest connection attempt failed, for the caller to explain
+/// "cannot connect" (issue 14 item 4: a wrong key looked like a dead cluster).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DialFailure {
+    /// The replica refused the handshake and said why.
+    Refused(crate::HandshakeRefusal),
+    /// Whatever listens there is no Chorus endpoint.
+    NotChorus(String),
+    /// Anything else (connection refused, timeout...), as text.
+    Other(String),
+}
+
+impl DialFailure {
+    fn of(e: &crate::NetError) -> DialFailure {
+        match e {
+            crate::NetError::Refused(why) => DialFailure::Refused(*why),
+            crate::NetError::NotChorus(what) => DialFailure::NotChorus(what.clone()),
+            other => DialFailure::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for DialFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialFailure::Refused(why) => write!(f, "handshake refused: {why}"),
+            DialFailure::NotChorus(what) => write!(f, "not a Chorus endpoint: it answered {what}"),
+            DialFailure::Other(e) => f.write_str(e),
+        }
+    }
 }
 
 /// Handle to a running link. Dropping it stops the link and closes its connection.
@@ -138,6 +178,16 @@ impl PeerLink {
     /// Whether the link currently has an authenticated connection.
     pub fn is_connected(&self) -> bool {
         self.state.connected.load(Ordering::Relaxed)
+    }
+
+    /// Why the latest connection attempt failed (`None`: it succeeded, or
+    /// none has ended yet).
+    pub fn last_failure(&self) -> Option<DialFailure> {
+        self.state
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// How many times the link has (re)connected.
@@ -206,6 +256,7 @@ async fn run_link(
                 Counters::bump(&counters.link_connects);
                 state.connects.fetch_add(1, Ordering::Relaxed);
                 state.connected.store(true, Ordering::Relaxed);
+                state.set_failure(None);
                 delay = spec.backoff.min;
                 tracing::debug!(%peer, port = spec.port, "link connected");
                 let end = serve(
@@ -224,6 +275,7 @@ async fn run_link(
             }
             Err(e) => {
                 Counters::bump(&counters.link_connect_failures);
+                state.set_failure(Some(DialFailure::of(&e)));
                 tracing::debug!(host = %spec.host, port = spec.port, error = %e, "link connect failed");
             }
         }

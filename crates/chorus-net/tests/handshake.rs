@@ -4,7 +4,7 @@
 mod common;
 
 use chorus_core::{ClientId, Identity, ReplicaId};
-use chorus_net::{accept, connect, Expected, NetError, PeerRole};
+use chorus_net::{accept, connect, Expected, HandshakeRefusal, NetError, PeerRole};
 use common::*;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -162,7 +162,7 @@ async fn a_client_holding_another_key_than_configured_is_refused_by_the_acceptor
     let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
     let role = PeerRole::Client { id: ClientId(0) };
     // Client 1's key, claiming to be client 0.
-    let (server, _, s) = attempt(
+    let (server, client, s) = attempt(
         c.replicas[0].clone(),
         replica(0, 0),
         c.clients[1].clone(),
@@ -175,6 +175,13 @@ async fn a_client_holding_another_key_than_configured_is_refused_by_the_acceptor
         matches!(server, Err(NetError::BadProof(r)) if r == role),
         "{server:?}"
     );
+    // And the client is told so (issue 14 item 4), not left with a closed socket.
+    assert!(
+        matches!(client, Err(NetError::Refused(HandshakeRefusal::WrongKey))),
+        "{client:?}"
+    );
+    let text = client.unwrap_err().to_string();
+    assert!(text.contains("handshake refused"), "{text}");
     assert_eq!(
         (
             s.bad_proofs,
@@ -207,7 +214,10 @@ async fn unknown_ids_and_pillars_are_refused_before_any_signature() {
             matches!(server, Err(NetError::UnknownPeer(r)) if r == role),
             "{server:?}"
         );
-        assert!(client.is_err());
+        assert!(
+            matches!(client, Err(NetError::Refused(HandshakeRefusal::UnknownIdentity))),
+            "{client:?}"
+        );
         assert_eq!(s.unknown_peers, 1);
     }
 }
@@ -445,4 +455,41 @@ async fn a_silent_connection_is_dropped_at_the_hello_deadline() {
     let (r, took) = server.await.unwrap();
     assert!(matches!(r, Err(NetError::HandshakeTimeout(_))), "{r:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// Issue 14 item 4: a client pointed at an HTTP server reported "frame of
+/// 1213486160 bytes exceeds the limit" (that number is "HTTP").
+#[tokio::test]
+async fn a_dialler_that_reaches_a_non_chorus_server_is_told_so() {
+    let c = cluster();
+    for answer in [
+        &b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"[..],
+        &b"\x00\x00\x00\x05hello"[..],
+    ] {
+        let (l, port) = listener().await;
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            s.write_all(answer).await.unwrap();
+            let mut sink = [0u8; 256];
+            let _ = tokio::time::timeout(Duration::from_secs(2), s.read(&mut sink)).await;
+        });
+        let expected = Expected::replica_any_pillar(&c.config, ReplicaId(0)).unwrap();
+        let r = connect(
+            dial(port).await,
+            &c.clients[0],
+            PeerRole::Client { id: ClientId(0) },
+            &expected,
+            &limits(),
+            &counters(),
+        )
+        .await;
+        let Err(e @ NetError::NotChorus(_)) = r else {
+            panic!("expected NotChorus, got {:?}", r.map(|x| x.0));
+        };
+        assert!(e.to_string().contains("not a Chorus endpoint"), "{e}");
+        if answer.starts_with(b"HTTP") {
+            assert!(e.to_string().contains("HTTP"), "{e}");
+        }
+        server.abort();
+    }
 }

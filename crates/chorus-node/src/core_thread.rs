@@ -21,6 +21,8 @@ pub struct CoreThread {
     pub me: ReplicaId,
     pub identity: Identity,
     pub store: Store,
+    /// What `store` held at start (`Store::load`, read before the threads start).
+    pub records: Vec<PersistRecord>,
     pub input: mpsc::Receiver<CoreInput>,
     pub pillars: Vec<mpsc::Sender<PillarInput>>,
     pub exec: crate::queue::Sender<ExecInput>,
@@ -62,7 +64,7 @@ impl CoreThread {
             start,
         };
         let mut out = Outbox::new();
-        let records = driver.store.load()?;
+        let records = self.records;
         let now = driver.now();
         let mut replica = if records.is_empty() {
             Replica::new(self.config.clone(), self.me, self.identity.clone(), now, &mut out)
@@ -166,14 +168,24 @@ impl Driver {
     /// transaction and at most one fsync per batch of events (group commit).
     fn flush_persist(&mut self) -> Result<()> {
         if !self.pending_persist.is_empty() {
-            self.store.append(&self.pending_persist)?;
-            self.store.sync()?;
+            // A failed append or sync is fatal (the thread returns it, see
+            // `fatal`): sending on without the records durable would break
+            // persist-before-send.
+            self.store
+                .append(&self.pending_persist)
+                .map_err(|e| self.storage_error(e))?;
+            self.store.sync().map_err(|e| self.storage_error(e))?;
             self.metrics
                 .persisted_records
                 .inc_by(self.pending_persist.len() as u64);
             self.pending_persist.clear();
         }
         Ok(())
+    }
+
+    fn storage_error(&self, e: chorus_store::StoreError) -> anyhow::Error {
+        let dir = self.store.path().parent().unwrap_or(std::path::Path::new("."));
+        crate::storage::explain(e, dir)
     }
 
     fn pillar_of(&self, msg: &ReplicaMsg) -> usize {

@@ -3,6 +3,7 @@
 pub mod channels;
 pub mod core_thread;
 pub mod exec_thread;
+pub mod fatal;
 pub mod keygen;
 pub mod metrics;
 pub mod node_config;
@@ -10,3 +11,4 @@ pub mod pillar;
 pub mod queue;
 pub mod runtime;
 pub mod status;
+pub mod storage;

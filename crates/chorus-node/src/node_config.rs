@@ -5,8 +5,10 @@ use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// `replica-<i>.toml`.
+/// `replica-<i>.toml`. Unknown keys are refused, naming the key and listing
+/// the valid ones (issue 14 item 4: `fsycn = "always"` was ignored).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     pub id: ReplicaId,
     /// The public cluster description, relative to this file's directory.
@@ -63,6 +65,7 @@ fn default_metrics_host() -> String {
 
 /// `client-<i>.toml`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClientFile {
     pub id: ClientId,
     pub cluster_file: PathBuf,
@@ -71,6 +74,7 @@ pub struct ClientFile {
 
 /// A secret key file: hex of the Ed25519 and X25519 secrets.
 #[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeyFile {
     pub sign: String,
     pub dh: String,
@@ -184,13 +188,45 @@ pub struct LoadedClient {
     pub id: ClientId,
     pub cluster: ClusterConfig,
     pub identity: Identity,
+    /// The secret key file (what [`lock_identity`] locks).
+    pub key_path: PathBuf,
+}
+
+/// A process's claim on a client identity, held until dropped or the process
+/// ends (the kernel releases it even on SIGKILL).
+#[derive(Debug)]
+pub struct IdentityLock {
+    _file: std::fs::File,
+}
+
+/// Claim client `id` (its key file `key_path`) for this process. Replicas
+/// route a client's replies to its newest connection, so two processes
+/// under one identity steal each other's replies and hang until their
+/// timeouts although their writes were applied (issue 14 item 4). One
+/// identity per process is the rule; this enforces it between processes on
+/// one host with an exclusive lock on the key file (`flock`). Processes on
+/// different hosts must use different client files.
+pub fn lock_identity(key_path: &Path, id: ClientId) -> Result<IdentityLock> {
+    let file = std::fs::File::open(key_path).with_context(|| format!("opening {}", key_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(IdentityLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "client identity {id} is in use by another process on this host (it holds a lock on {}): \
+             run each concurrent client process with its own client-<i>.toml",
+            key_path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", key_path.display()))
+        }
+    }
 }
 
 pub fn load_client(path: &Path) -> Result<LoadedClient> {
     let c: ClientFile = read_toml(path)?;
     let cluster: ClusterConfig = read_toml(&relative_to(path, &c.cluster_file))?;
     cluster.validate().context("invalid cluster configuration")?;
-    let key: KeyFile = read_key(&relative_to(path, &c.key_file))?;
+    let key_path = relative_to(path, &c.key_file);
+    let key: KeyFile = read_key(&key_path)?;
     let identity = key.to_identity()?;
     match cluster.client(c.id) {
         Some(info) if info.identity == identity.public() => {}
@@ -205,6 +241,7 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
         id: c.id,
         cluster,
         identity,
+        key_path,
     })
 }
 
@@ -212,6 +249,30 @@ pub fn load_client(path: &Path) -> Result<LoadedClient> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_client_identity_is_held_by_one_holder_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("client-0.key");
+        std::fs::write(&p, "x").unwrap();
+        let held = lock_identity(&p, ClientId(0)).unwrap();
+        let e = lock_identity(&p, ClientId(0)).unwrap_err().to_string();
+        assert!(e.contains("in use by another process"), "{e}");
+        drop(held);
+        lock_identity(&p, ClientId(0)).unwrap();
+    }
+
+    /// Issue 14 item 4: `fsycn = "always"` was ignored (fsync stayed `batch`).
+    #[test]
+    fn a_misspelt_replica_setting_is_refused_naming_it() {
+        let text = "id = 0\ncluster_file = \"cluster.toml\"\nkey_file = \"k\"\ndata_dir = \"d\"\nfsycn = \"always\"\n";
+        let e = toml::from_str::<NodeConfig>(text).unwrap_err().to_string();
+        assert!(e.contains("fsycn"), "{e}");
+        assert!(e.contains("fsync"), "lists the valid keys: {e}");
+        assert!(e.contains("line 5"), "says where: {e}");
+        let ok = text.replace("fsycn", "fsync");
+        assert_eq!(toml::from_str::<NodeConfig>(&ok).unwrap().fsync, "always");
+    }
 
     #[test]
     fn key_files_open_to_others_are_flagged() {

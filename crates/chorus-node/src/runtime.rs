@@ -48,18 +48,19 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     let me = node.id;
     let info = config.replica(me).context("replica not in cluster")?.clone();
     let pillars = config.params.pillars as usize;
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    // Validate and bind before creating anything on disk: a start that
+    // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let store = chorus_store::Store::open(&data_dir, fsync, config.lanes()).context("opening storage")?;
     let mut executor = build_executor(&node, config.params.pool_max_per_client)?;
-    let metrics = Arc::new(Metrics::default());
-    let net_counters = Arc::new(chorus_net::Counters::default());
-
-    // Bind everything first so a port clash fails fast with a clear message.
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;
     let client_listener = bind(&info.host, info.client_port)?;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    let (store, records) = crate::storage::open(&data_dir, fsync, config.lanes())?;
+    let metrics = Arc::new(Metrics::default());
+    let net_counters = Arc::new(chorus_net::Counters::default());
+    let (fatal_tx, mut fatal_rx) = crate::fatal::channel();
 
     let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL_CAP);
     let (exec_tx, exec_rx) = crate::queue::bounded(EXEC_CHANNEL_CAP);
@@ -82,6 +83,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         me,
         identity: identity.clone(),
         store,
+        records,
         input: core_rx,
         pillars: pillar_txs.clone(),
         exec: exec_tx.clone(),
@@ -89,9 +91,9 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
     };
-    let core_handle = std::thread::Builder::new()
-        .name("chorus-core".into())
-        .spawn(move || core.run())?;
+    let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
+        core.run()
+    })?;
 
     let exec = ExecThread {
         config: config.clone(),
@@ -104,9 +106,10 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         metrics: metrics.clone(),
         outgoing: Vec::new(),
     };
-    std::thread::Builder::new()
-        .name("chorus-exec".into())
-        .spawn(move || exec.run())?;
+    crate::fatal::spawn("chorus-exec", fatal_tx.clone(), shutdown_rx.clone(), move || {
+        exec.run();
+        Ok(())
+    })?;
 
     let mut client_listener = Some(client_listener);
     let gates = crate::pillar::Gates::for_config(&config);
@@ -127,19 +130,18 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             counters: net_counters.clone(),
             gates: gates.clone(),
         };
-        std::thread::Builder::new()
-            .name(format!("chorus-pillar-{p}"))
-            .spawn(move || {
-                if let Err(e) = pillar.run() {
-                    tracing::error!(error = %e, pillar = p, "pillar stopped");
-                }
-            })?;
+        crate::fatal::spawn(
+            &format!("chorus-pillar-{p}"),
+            fatal_tx.clone(),
+            shutdown_rx.clone(),
+            move || pillar.run(),
+        )?;
     }
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let fatal = rt.block_on(async {
         if info.metrics_port != 0 {
             let m = metrics.clone();
             // Loopback unless the operator opens it (issue 16 finding 6).
@@ -159,12 +161,25 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
             info.host,
             info.client_port
         );
-        wait_for_signal().await;
+        tokio::select! {
+            () = wait_for_signal() => None,
+            f = fatal_rx.recv() => f,
+        }
     });
+    if let Some(f) = fatal {
+        // Fail-stop at once: no orderly shutdown of a replica whose thread
+        // died (the store is crash-safe; persist-before-send held up to here).
+        // Marked as stopping only so the other threads, seeing their
+        // channels close as the process ends, do not report it as theirs.
+        let _ = shutdown_tx.send(true);
+        return Err(f.into());
+    }
     let _ = shutdown_tx.send(true);
-    match core_handle.join() {
-        Ok(r) => r,
-        Err(_) => bail!("core thread panicked"),
+    let _ = core_handle.join();
+    // The core flushes the store on its way out; a failure there is fatal too.
+    match fatal_rx.try_recv() {
+        Ok(f) => Err(f.into()),
+        Err(_) => Ok(()),
     }
 }
 

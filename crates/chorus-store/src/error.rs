@@ -48,6 +48,45 @@ pub enum StoreError {
     /// recovery still needs.
     #[error("cannot prune the ledger below #{requested}: the stable checkpoint is #{stable}")]
     PruneAboveStable { requested: u64, stable: u64 },
+    /// The database file could not be opened because it is damaged (redb
+    /// refused it, or asserted on it: a truncated file trips an assertion
+    /// inside `redb::Builder::create` instead of returning an error).
+    #[error("database file {path} is corrupt: {reason}")]
+    CorruptFile { path: PathBuf, reason: String },
+}
+
+impl StoreError {
+    /// The file system is full (`ENOSPC`) or over quota: freeing space and
+    /// restarting fixes it; the database itself is fine.
+    pub fn is_disk_full(&self) -> bool {
+        let io = match self {
+            StoreError::Io { source, .. } => Some(source),
+            StoreError::Db(e) => match e.as_ref() {
+                redb::Error::Io(io) => Some(io),
+                _ => None,
+            },
+            _ => None,
+        };
+        io.is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        })
+    }
+
+    /// The stored bytes are damaged (as opposed to the disk being full, an
+    /// I/O error, or a caller bug): only wiping the data directory and letting
+    /// state transfer rebuild it helps.
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            StoreError::Corrupt { .. }
+            | StoreError::CorruptFile { .. }
+            | StoreError::LedgerTampered { .. } => true,
+            StoreError::Db(e) => matches!(e.as_ref(), redb::Error::Corrupted(_)),
+            _ => false,
+        }
+    }
 }
 
 macro_rules! from_redb {

@@ -93,10 +93,29 @@ impl Store {
         })?;
         let path = dir.join(DB_FILE_NAME);
         // `create` opens an existing file, repairing it after a crash: redb
-        // falls back to the last commit whose checksums verify.
-        let db = redb::Builder::new()
-            .set_cache_size(opts.cache_bytes)
-            .create(&path)?;
+        // falls back to the last commit whose checksums verify. A file it
+        // cannot make sense of (truncated) trips an assertion inside redb:
+        // turned into an error naming the file, never a panic of the caller.
+        let created = std::panic::catch_unwind(|| {
+            redb::Builder::new()
+                .set_cache_size(opts.cache_bytes)
+                .create(&path)
+        });
+        let db = match created {
+            Ok(Ok(db)) => db,
+            Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)))) => {
+                return Err(StoreError::CorruptFile { path, reason });
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(panic) => {
+                let reason = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "redb could not read it".into());
+                return Err(StoreError::CorruptFile { path, reason });
+            }
+        };
         let layout = Layout { lanes: opts.lanes };
         let txn = db.begin_write()?;
         let state = init_or_check(&txn, layout)?;

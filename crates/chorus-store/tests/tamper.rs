@@ -137,3 +137,23 @@ fn a_store_of_another_format_version_is_refused() {
         matches!(err, StoreError::FormatVersion { found, expected } if found == FORMAT_VERSION + 1 && expected == FORMAT_VERSION)
     );
 }
+
+/// Issue 14 item 1: a truncated database file tripped an assertion inside
+/// redb (a panic of whoever opened it); it is a typed error naming the file.
+#[test]
+fn a_truncated_database_file_is_an_error_naming_the_file_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    ledger_of_five(dir.path());
+    let file = dir.path().join(DB_FILE_NAME);
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.set_len(4096).unwrap();
+    drop(f);
+    let err = Store::open(dir.path(), FsyncPolicy::Always, 1).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(!err.is_disk_full(), "{err}");
+    match &err {
+        StoreError::CorruptFile { path, .. } => assert_eq!(path, &file),
+        other => panic!("expected CorruptFile, got {other:?}"),
+    }
+    assert!(err.to_string().contains(DB_FILE_NAME), "{err}");
+}

@@ -167,6 +167,21 @@ impl TestCluster {
         }
     }
 
+    /// Wait up to `limit` for replica `i` to exit by itself; its exit status.
+    pub fn wait_exit(&mut self, i: usize, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(c) = &mut self.children[i] {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.children[i] = None;
+                    return Some(status);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     pub fn peak_rss_mib(&self, i: usize) -> Option<f64> {
         let pid = self.children[i].as_ref()?.id();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
