@@ -6,7 +6,9 @@
 
 use bytes::Bytes;
 use chorus_core::Digest;
-use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+/// Re-exported so clients sign transfers without depending on the crate.
+pub use ed25519_dalek::SigningKey;
+use ed25519_dalek::{Signer, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 /// An account is named by its owner's Ed25519 public key.

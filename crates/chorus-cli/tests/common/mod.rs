@@ -80,6 +80,30 @@ impl TestCluster {
         clients: usize,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
+        Self::new_full(base_port, mode, pillars, clients, ("kv", ""), tweak)
+    }
+
+    /// Like `new_in_range`, running `service` with `key=value,...` options.
+    pub fn new_service_in_range(
+        lo: u16,
+        slots: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        service: (&str, &str),
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
+        Self::new_full(free_base_in(lo, slots), mode, pillars, clients, service, tweak)
+    }
+
+    fn new_full(
+        base_port: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        (service, service_options): (&str, &str),
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
         let mut params = ProtocolParams {
             mode,
@@ -97,7 +121,8 @@ impl TestCluster {
             hosts: vec!["127.0.0.1".into()],
             base_port,
             params,
-            service: "kv".into(),
+            service: service.into(),
+            service_options: service_options.into(),
             executor: "sequential".into(),
             workers: 2,
             fsync: "batch".into(),
