@@ -45,9 +45,12 @@ struct Pool {
     state: Mutex<(Vec<u64>, Vec<bool>)>,
 }
 
+/// Pools by (genesis seed, accounts).
+type Pools = Mutex<HashMap<(u64, u32), Arc<Pool>>>;
+
 /// One pool per (seed, accounts) in this process, shared by all generators.
 fn pool(accounts: u32) -> Arc<Pool> {
-    static POOLS: OnceLock<Mutex<HashMap<(u64, u32), Arc<Pool>>>> = OnceLock::new();
+    static POOLS: OnceLock<Pools> = OnceLock::new();
     let seed = ServiceOptions::default().token_seed;
     let mut pools = POOLS.get_or_init(|| Mutex::new(HashMap::new())).lock();
     pools
