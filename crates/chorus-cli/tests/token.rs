@@ -11,7 +11,7 @@ use bytes::Bytes;
 use chorus_apps::token_op::{genesis_key, Transfer};
 use chorus_apps::{Genesis, TokenError, TokenOp, TokenReply};
 use chorus_core::OrderingMode;
-use common::TestCluster;
+use common::{ServiceSpec, TestCluster};
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
 use std::process::Command;
@@ -168,7 +168,12 @@ fn signed_transfers_survive_a_sigkill_conserve_supply_and_refuse_forgeries_and_r
         OrderingMode::Cop,
         2,
         CLIENTS + 1,
-        ("token", OPTIONS),
+        ServiceSpec {
+            service: "token",
+            options: OPTIONS,
+            // CBASE: transfers between disjoint accounts execute in parallel.
+            executor: "parallel",
+        },
         |_| {},
     );
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));

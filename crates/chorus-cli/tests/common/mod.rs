@@ -9,6 +9,23 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What the replicas run: service name, `key=value,...` options, executor.
+pub struct ServiceSpec {
+    pub service: &'static str,
+    pub options: &'static str,
+    pub executor: &'static str,
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        ServiceSpec {
+            service: "kv",
+            options: "",
+            executor: "sequential",
+        }
+    }
+}
+
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub config: Arc<ClusterConfig>,
@@ -80,17 +97,17 @@ impl TestCluster {
         clients: usize,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
-        Self::new_full(base_port, mode, pillars, clients, ("kv", ""), tweak)
+        Self::new_full(base_port, mode, pillars, clients, ServiceSpec::default(), tweak)
     }
 
-    /// Like `new_in_range`, running `service` with `key=value,...` options.
+    /// Like `new_in_range`, running another service or executor.
     pub fn new_service_in_range(
         lo: u16,
         slots: u16,
         mode: OrderingMode,
         pillars: u32,
         clients: usize,
-        service: (&str, &str),
+        service: ServiceSpec,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
         Self::new_full(free_base_in(lo, slots), mode, pillars, clients, service, tweak)
@@ -101,7 +118,7 @@ impl TestCluster {
         mode: OrderingMode,
         pillars: u32,
         clients: usize,
-        (service, service_options): (&str, &str),
+        service: ServiceSpec,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
@@ -121,9 +138,9 @@ impl TestCluster {
             hosts: vec!["127.0.0.1".into()],
             base_port,
             params,
-            service: service.into(),
-            service_options: service_options.into(),
-            executor: "sequential".into(),
+            service: service.service.into(),
+            service_options: service.options.into(),
+            executor: service.executor.into(),
             workers: 2,
             fsync: "batch".into(),
             sleep_us: 1000,
