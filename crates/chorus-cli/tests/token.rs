@@ -152,7 +152,8 @@ fn cli(c: &TestCluster, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_chorus"))
         .arg("token")
         .arg("--config")
-        .arg(c.path().join(format!("client-{CLIENTS}.toml")))
+        // Its own identity: replies go to an identity's newest connection.
+        .arg(c.path().join(format!("client-{}.toml", CLIENTS + 1)))
         .arg("--service-options")
         .arg(OPTIONS)
         .args(args)
@@ -167,7 +168,7 @@ fn signed_transfers_survive_a_sigkill_conserve_supply_and_refuse_forgeries_and_r
         10,
         OrderingMode::Cop,
         2,
-        CLIENTS + 1,
+        CLIENTS + 2,
         ServiceSpec {
             service: "token",
             options: OPTIONS,
