@@ -3,12 +3,13 @@
 use crate::kv::{KvService, DEFAULT_KV_SHARDS};
 use crate::null::NullService;
 use crate::sleep::SleepService;
+use crate::token::{Genesis, TokenService};
 use chorus_exec::Service;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The names [`service_by_name`] knows.
-pub const SERVICE_NAMES: &[&str] = &["kv", "null", "sleep"];
+pub const SERVICE_NAMES: &[&str] = &["kv", "null", "sleep", "token"];
 
 /// Options for every service; each service reads its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +20,12 @@ pub struct ServiceOptions {
     pub sleep_us: u64,
     /// `sleep`: parallelism factor (keys); 0 = unlimited.
     pub buckets: u32,
+    /// `token`: genesis accounts (keys derived from `token_seed`).
+    pub token_accounts: u32,
+    /// `token`: genesis balance of each account.
+    pub token_balance: u64,
+    /// `token`: seed of the genesis account keys.
+    pub token_seed: u64,
 }
 
 impl Default for ServiceOptions {
@@ -27,12 +34,16 @@ impl Default for ServiceOptions {
             kv_shards: DEFAULT_KV_SHARDS,
             sleep_us: 1_000,
             buckets: 0,
+            token_accounts: Genesis::default().accounts,
+            token_balance: Genesis::default().balance,
+            token_seed: Genesis::default().seed,
         }
     }
 }
 
 impl ServiceOptions {
-    /// Set one option by name (`kv_shards`, `sleep_us`, `buckets`),
+    /// Set one option by name (`kv_shards`, `sleep_us`, `buckets`,
+    /// `token_accounts`, `token_balance`, `token_seed`),
     /// e.g. from a `key=value` command-line argument.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let bad = |e: std::num::ParseIntError| format!("option {key}={value}: {e}");
@@ -40,6 +51,9 @@ impl ServiceOptions {
             "kv_shards" => self.kv_shards = value.parse().map_err(bad)?,
             "sleep_us" => self.sleep_us = value.parse().map_err(bad)?,
             "buckets" => self.buckets = value.parse().map_err(bad)?,
+            "token_accounts" => self.token_accounts = value.parse().map_err(bad)?,
+            "token_balance" => self.token_balance = value.parse().map_err(bad)?,
+            "token_seed" => self.token_seed = value.parse().map_err(bad)?,
             _ => return Err(format!("unknown service option {key:?}")),
         }
         Ok(())
@@ -56,9 +70,18 @@ impl ServiceOptions {
         }
         Ok(o)
     }
+
+    /// The `token` service's genesis allocation.
+    pub fn token_genesis(&self) -> Genesis {
+        Genesis {
+            seed: self.token_seed,
+            accounts: self.token_accounts,
+            balance: self.token_balance,
+        }
+    }
 }
 
-/// The service called `name` ("kv", "null" or "sleep").
+/// The service called `name` (one of [`SERVICE_NAMES`]).
 pub fn service_by_name(name: &str, opts: &ServiceOptions) -> Result<Arc<dyn Service>, String> {
     match name {
         "kv" => Ok(Arc::new(KvService::new(opts.kv_shards))),
@@ -67,6 +90,7 @@ pub fn service_by_name(name: &str, opts: &ServiceOptions) -> Result<Arc<dyn Serv
             Duration::from_micros(opts.sleep_us),
             opts.buckets,
         ))),
+        "token" => Ok(Arc::new(TokenService::new(opts.token_genesis())?)),
         _ => Err(format!(
             "unknown service {name:?} (known: {})",
             SERVICE_NAMES.join(", ")
@@ -95,6 +119,16 @@ mod tests {
             (o.sleep_us, o.buckets, o.kv_shards),
             (20_000, 100, DEFAULT_KV_SHARDS)
         );
+        let t = ServiceOptions::parse("token_accounts=200,token_balance=5,token_seed=9").unwrap();
+        assert_eq!(
+            t.token_genesis(),
+            Genesis {
+                seed: 9,
+                accounts: 200,
+                balance: 5
+            }
+        );
+        assert!(service_by_name("token", &ServiceOptions::parse("token_accounts=0").unwrap()).is_err());
         assert!(ServiceOptions::parse("nope=1").is_err());
         assert!(ServiceOptions::parse("kv_shards").is_err());
         assert!(ServiceOptions::parse("kv_shards=x").is_err());

@@ -152,6 +152,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
                 base_port: free_base_port(a.n, pillars)?,
                 params,
                 service: a.service.clone(),
+                service_options: crate::workload_token::service_options(&a.service, a.records),
                 executor: a.executor.clone(),
                 workers: a.workers,
                 fsync: a.fsync.clone(),

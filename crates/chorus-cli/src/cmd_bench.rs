@@ -30,7 +30,8 @@ pub struct Args {
     /// Worker threads of the parallel executor.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
-    /// Service: kv | null | sleep.
+    /// Service: kv | null | sleep | token (signed transfers; `--records` accounts,
+    /// `--conflict-rate` = share of transfers to the hot account).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// sleep: service time per operation in microseconds.
@@ -132,8 +133,11 @@ impl Args {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if !["kv", "null", "sleep"].contains(&self.service.as_str()) {
-            bail!("--service must be kv, null or sleep, not {:?}", self.service);
+        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) {
+            bail!(
+                "--service must be kv, null, sleep or token, not {:?}",
+                self.service
+            );
         }
         if !["sequential", "parallel"].contains(&self.executor.as_str()) {
             bail!(

@@ -102,6 +102,7 @@ async fn demo(a: &Args) -> Result<()> {
         base_port,
         params,
         service: "kv".into(),
+        service_options: String::new(),
         executor: "sequential".into(),
         workers: 2,
         fsync: "batch".into(),

@@ -32,9 +32,13 @@ pub struct Args {
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]
     pub batch: u32,
-    /// Service: kv | null | sleep.
+    /// Service: kv | null | sleep | token.
     #[arg(long, default_value = "kv")]
     pub service: String,
+    /// Service options, `key=value,...`: e.g. the token genesis
+    /// `token_accounts=1000,token_balance=1000000,token_seed=0`.
+    #[arg(long, default_value = "")]
+    pub service_options: String,
     /// Executor: sequential | parallel.
     #[arg(long, default_value = "sequential")]
     pub executor: String,
@@ -83,6 +87,7 @@ pub fn run(a: Args) -> Result<()> {
         base_port: a.base_port,
         params: params_from(&a),
         service: a.service.clone(),
+        service_options: a.service_options.clone(),
         executor: a.executor.clone(),
         workers: a.workers,
         fsync: a.fsync.clone(),

@@ -11,11 +11,13 @@ mod cmd_kv;
 mod cmd_replica;
 mod cmd_sim;
 mod cmd_status;
+mod cmd_token;
 mod exit;
 mod load;
 mod procs;
 mod status_query;
 mod workload;
+mod workload_token;
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +40,8 @@ enum Cmd {
     Replica(cmd_replica::Args),
     /// Key-value operations against a running cluster.
     Kv(cmd_kv::Args),
+    /// Token operations (balance, signed transfer) against a `--service token` cluster.
+    Token(cmd_token::Args),
     /// Each replica's view, delivered and executed positions, connections and state digest.
     Status(cmd_status::Args),
     /// Start a local 4-replica cluster, drive a workload, kill and restart a replica.
@@ -62,6 +66,7 @@ fn main() {
         Cmd::Keygen(a) => cmd_keygen::run(a),
         Cmd::Replica(a) => cmd_replica::run(a),
         Cmd::Kv(a) => cmd_kv::run(a),
+        Cmd::Token(a) => cmd_token::run(a),
         Cmd::Status(a) => cmd_status::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),

@@ -1,5 +1,6 @@
-//! What each benchmark client sends: YCSB core workloads A–F on `kv`, or raw
-//! payloads for `null` and `sleep`.
+//! What each benchmark client sends: YCSB core workloads A–F on `kv`, raw
+//! payloads for `null` and `sleep`, signed transfers for `token`
+//! (`workload_token`).
 
 use bytes::Bytes;
 use chorus_apps::kv_op::KvOp;
@@ -55,6 +56,7 @@ pub struct Generator {
     zipf: Option<rand_distr::Zipf<f64>>,
     inserted: u64,
     payload: Bytes,
+    token: Option<crate::workload_token::TokenGen>,
 }
 
 impl Generator {
@@ -64,7 +66,11 @@ impl Generator {
             KeyDist::Uniform => None,
         };
         let payload = Bytes::from(vec![b'x'; spec.request_bytes]);
+        let token = (spec.service == "token").then(|| {
+            crate::workload_token::TokenGen::new(spec.records, spec.ycsb, spec.dist, spec.conflict_rate)
+        });
         Generator {
+            token,
             inserted: spec.records + client * 1_000_000_000,
             spec,
             zipf,
@@ -91,6 +97,9 @@ impl Generator {
     }
 
     pub fn next(&mut self, rng: &mut impl Rng) -> Op {
+        if let Some(t) = &mut self.token {
+            return t.next(rng);
+        }
         match self.spec.service.as_str() {
             "null" => Op {
                 bytes: self.payload.clone(),

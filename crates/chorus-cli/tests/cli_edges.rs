@@ -48,6 +48,7 @@ fn cluster_dir(base_port: u16) -> tempfile::TempDir {
         fsync: "batch".into(),
         sleep_us: 0,
         sleep_buckets: 1,
+        service_options: String::new(),
     })
     .unwrap();
     dir

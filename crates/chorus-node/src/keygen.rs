@@ -14,6 +14,8 @@ pub struct KeygenOptions {
     pub base_port: u16,
     pub params: ProtocolParams,
     pub service: String,
+    /// `key=value,...` service options written into every replica config.
+    pub service_options: String,
     pub executor: String,
     pub workers: usize,
     pub fsync: String,
@@ -27,6 +29,10 @@ pub struct KeygenOptions {
 /// `keys/` is 0700, each key file is created with `O_CREAT | O_EXCL |
 /// O_NOFOLLOW` and mode 0600, and nothing existing is ever overwritten.
 pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
+    // Refuse a service or options every replica would refuse at start-up.
+    let service_opts =
+        chorus_apps::ServiceOptions::parse(&opts.service_options).map_err(anyhow::Error::msg)?;
+    chorus_apps::service_by_name(&opts.service, &service_opts).map_err(anyhow::Error::msg)?;
     let mut rng = rand::rngs::OsRng;
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     create_private_dir(&opts.out.join("keys"))?;
@@ -94,6 +100,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             data_dir: format!("data/replica-{i}").into(),
             fsync: opts.fsync.clone(),
             service: opts.service.clone(),
+            service_options: opts.service_options.clone(),
             executor: opts.executor.clone(),
             workers: opts.workers,
             sleep_us: opts.sleep_us,
@@ -190,6 +197,7 @@ mod tests {
             base_port: 7000,
             params: ProtocolParams::default(),
             service: "kv".into(),
+            service_options: String::new(),
             executor: "sequential".into(),
             workers: 1,
             fsync: "off".into(),

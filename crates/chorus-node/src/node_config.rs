@@ -20,9 +20,14 @@ pub struct NodeConfig {
     /// `always` | `batch` | `off`.
     #[serde(default = "default_fsync")]
     pub fsync: String,
-    /// `kv` | `null` | `sleep`.
+    /// `kv` | `null` | `sleep` | `token`.
     #[serde(default = "default_service")]
     pub service: String,
+    /// Service options as `key=value,...` (see `chorus_apps::ServiceOptions`),
+    /// e.g. the `token` genesis: `token_accounts=1000,token_balance=1000000`.
+    /// Every replica of a cluster must use the same.
+    #[serde(default)]
+    pub service_options: String,
     /// `sequential` | `parallel`.
     #[serde(default = "default_executor")]
     pub executor: String,

@@ -13,11 +13,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
-    let opts = chorus_apps::ServiceOptions {
-        sleep_us: node.sleep_us,
-        buckets: node.sleep_buckets,
-        ..Default::default()
-    };
+    let mut opts = chorus_apps::ServiceOptions::parse(&node.service_options).map_err(anyhow::Error::msg)?;
+    opts.sleep_us = node.sleep_us;
+    opts.buckets = node.sleep_buckets;
     let service = chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)?;
     Ok(match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),

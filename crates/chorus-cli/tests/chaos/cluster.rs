@@ -42,6 +42,7 @@ impl Cluster {
             base_port: BASE_PORT,
             params,
             service: "kv".into(),
+            service_options: String::new(),
             executor: "sequential".into(),
             workers: 2,
             fsync: "batch".into(),

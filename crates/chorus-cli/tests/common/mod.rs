@@ -9,6 +9,23 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What the replicas run: service name, `key=value,...` options, executor.
+pub struct ServiceSpec {
+    pub service: &'static str,
+    pub options: &'static str,
+    pub executor: &'static str,
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        ServiceSpec {
+            service: "kv",
+            options: "",
+            executor: "sequential",
+        }
+    }
+}
+
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub config: Arc<ClusterConfig>,
@@ -80,6 +97,30 @@ impl TestCluster {
         clients: usize,
         tweak: impl FnOnce(&mut ProtocolParams),
     ) -> TestCluster {
+        Self::new_full(base_port, mode, pillars, clients, ServiceSpec::default(), tweak)
+    }
+
+    /// Like `new_in_range`, running another service or executor.
+    pub fn new_service_in_range(
+        lo: u16,
+        slots: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        service: ServiceSpec,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
+        Self::new_full(free_base_in(lo, slots), mode, pillars, clients, service, tweak)
+    }
+
+    fn new_full(
+        base_port: u16,
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        service: ServiceSpec,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
         let dir = tempfile::Builder::new().prefix("chorus-it-").tempdir().unwrap();
         let mut params = ProtocolParams {
             mode,
@@ -97,8 +138,9 @@ impl TestCluster {
             hosts: vec!["127.0.0.1".into()],
             base_port,
             params,
-            service: "kv".into(),
-            executor: "sequential".into(),
+            service: service.service.into(),
+            service_options: service.options.into(),
+            executor: service.executor.into(),
             workers: 2,
             fsync: "batch".into(),
             sleep_us: 1000,
