@@ -208,9 +208,10 @@ pub struct Status {
     pub next_undecided: Slot,
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
-    /// The sender's progress timer expired on a waiting request the lane's
-    /// leaders do not propose (suspected censorship). A replica leaves the
-    /// view for that reason only once f+1 replicas suspect (PBFT §4.5.2).
+    /// The sender's progress timer expired in `view`: on a waiting request
+    /// the lane's leaders do not propose (suspected censorship), or, during
+    /// a view change to `view`, waiting for its NEW-VIEW. A replica leaves
+    /// the view for that reason only once f+1 replicas suspect (PBFT §4.5.2).
     pub suspects: bool,
 }
 

@@ -26,8 +26,11 @@
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
-//! does not run off to ever higher views; when it expires the lane goes to
-//! `v + 1`. Until then it re-sends its VIEW-CHANGE on every status tick
+//! does not run off to ever higher views. When it expires the lane reports
+//! it (`Status.suspects` in view `v`) and goes to `v + 1` only once f+1
+//! peers gave up on `v` too (reported the same, or ask for a later view):
+//! a NEW-VIEW late only for us is no reason to leave `v` alone, and having
+//! sent VIEW-CHANGE(v+1) we could never return to `v`. Until then it re-sends its VIEW-CHANGE on every status tick
 //! (`catchup.rs`), so peers cut off when it was first sent learn it later. Every view
 //! that ends without a decision doubles the timeout (exponential back-off, so
 //! that eventually a correct primary gets enough time); a decision resets it.
@@ -141,7 +144,9 @@ impl Lane {
             }
             return;
         }
-        if oldest_pending.is_none() {
+        // A suspicion is about this view's lack of progress: progress ends
+        // it, and so does a censorship suspicion's request leaving.
+        if progressed || (oldest_pending.is_none() && self.timer.censorship_only) {
             self.suspecting = false;
         }
         // Finding 7: a replica that just recovered has not heard from its
@@ -162,6 +167,7 @@ impl Lane {
         let needs = oldest_pending.is_some() || visible;
         self.timer.censorship_only = !visible;
         if !needs {
+            self.suspecting = false;
             return self.set_deadline(cx, None);
         }
         let mut at = match self.timer.deadline {
@@ -194,21 +200,52 @@ impl Lane {
         }
     }
 
-    /// At least f peers suspect censorship in our view: with us, f+1, so at
-    /// least one correct replica sees a request the leaders do not propose.
+    /// At least f peers gave up on our view: with us, f+1, so at least one
+    /// correct replica sees a request the leaders do not propose.
     fn suspicion_confirmed(&self, now: Millis) -> bool {
+        self.peers_given_up(now) >= self.cfg.f()
+    }
+
+    /// During a view change to `v`: at least f+1 peers gave up on `v` too,
+    /// by reporting their own timer for `v` expired (`Status.suspects`) or
+    /// by asking for a later view. At least one of them is correct, so we do
+    /// not leave alone a view that the others may still enter. After GST
+    /// every correct replica in the view change to `v` times out unless the
+    /// NEW-VIEW arrives, and 2f ≥ f+1 of them are our peers, so a faulty
+    /// new-view primary is still replaced.
+    fn escalation_confirmed(&self, now: Millis) -> bool {
+        self.peers_given_up(now) > self.cfg.f()
+    }
+
+    /// Peers that gave up on our view: they reported, recently, their timer
+    /// expired in it or a later one (`Status.suspects`), or they ask for a
+    /// later view. The latter counts for a suspicion of censorship too: a
+    /// peer that left our view reports its new one, and would otherwise
+    /// never confirm ours.
+    fn peers_given_up(&self, now: Millis) -> usize {
         let fresh = self
             .cfg
             .params
             .status_interval_ms
             .saturating_mul(PEER_REPORT_INTERVALS);
-        let others = self
-            .peer_suspects
-            .iter()
-            .flatten()
-            .filter(|(v, at)| *v == self.view && now.0.saturating_sub(at.0) <= fresh)
-            .count();
-        others >= self.cfg.f()
+        let view = self.view;
+        let gave_up = |i: usize| {
+            let suspects = self
+                .peer_suspects
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|(v, at)| v >= view && now.0.saturating_sub(at.0) <= fresh);
+            let asks_later = self
+                .vcs
+                .values()
+                .any(|s| s.vc.replica.index() == i && s.vc.new_view > view);
+            suspects || asks_later
+        };
+        (0..self.cfg.n())
+            .filter(|i| *i != self.me.index())
+            .filter(|i| gave_up(*i))
+            .count()
     }
 
     /// f+1 peers reported, recently and *in our view*, a first undecided slot
@@ -258,7 +295,19 @@ impl Lane {
         // already, e.g. below a checkpoint we installed) is no evidence; a
         // request the leaders censor waits at every correct replica, so f+1
         // of us report it and the view changes one status interval later.
-        if self.active && self.timer.censorship_only && !self.suspicion_confirmed(cx.now) {
+        if self.active && !self.suspicion_confirmed(cx.now) {
+            self.suspecting = true;
+            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
+            self.set_deadline(cx, Some(retry));
+            return lo;
+        }
+        // Finding 7 (seed 18): a NEW-VIEW that is late only for us (our
+        // VIEW-CHANGE was cut off from its primary) is no evidence that the
+        // view failed; going to v+1 alone leaves us there while the others
+        // enter v and make progress without us, and we may not return to v
+        // once our VIEW-CHANGE for v+1 is out (PBFT §4.5.2). So leave v only
+        // with f+1 others that gave up on it too: one of them is correct.
+        if !self.active && !self.escalation_confirmed(cx.now) {
             self.suspecting = true;
             let retry = cx.now.plus(self.cfg.params.status_interval_ms);
             self.set_deadline(cx, Some(retry));
