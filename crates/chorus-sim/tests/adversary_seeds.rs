@@ -47,6 +47,7 @@ fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
     assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
 }
 
+#[allow(unused_macros)] // every seed found so far is fixed; the next one goes here
 macro_rules! found {
     ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
         $(#[$doc])*

@@ -187,9 +187,9 @@ pub struct Lane {
     pub(crate) peer_next: Vec<Option<(Slot, View, Millis)>>,
     /// When each peer last reported its timer expired in a view, and which.
     pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
-    /// Our timer expired on a waiting request alone (active: f others must
-    /// report it too), or waiting for NEW-VIEW (f+1 others must give up on
-    /// the view too) (`timer.rs`): we report it in `Status` and wait.
+    /// Our timer expired in this view (active: f peers must report it too;
+    /// waiting for NEW-VIEW: f+1 peers must give up on the view too,
+    /// `timer.rs`): we report it in `Status` and wait.
     pub(crate) suspecting: bool,
     /// Recovered and not yet heard from f+1 peers: the timer waits.
     pub(crate) awaiting_peers: bool,

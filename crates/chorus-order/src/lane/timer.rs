@@ -18,20 +18,38 @@
 //! a view on f+1 evidence). While catching up (and after recovery until f+1
 //! peers reported) the timer does not run: a correct replica is ahead, so
 //! the catch-up (notices, state transfer) ends, and reports expire, so f
-//! liars cannot hold it off. A timeout caused only by a waiting request
-//! (suspected censorship) changes the view only once f peers report the
-//! same suspicion in `Status`: a censored request waits at every correct
-//! replica, a request ordered already (e.g. below a checkpoint we
-//! installed) only at us.
+//! liars cannot hold it off.
+//!
+//! An expired timer is evidence about *us* first: a replica cut off by a
+//! partition, or one whose NEW-VIEW came late, times out while the others
+//! make progress in the same view, and if it then sent VIEW-CHANGE(v+1)
+//! it could never return (PBFT §4.5.2: its VIEW-CHANGE may be used in a
+//! later NEW-VIEW, so it must not prepare in a lower view). It would sit
+//! alone in v+1 until the next view change of everyone else (finding 7,
+//! the `view-split` checker). So an expired timer is first only reported
+//! (`Status.suspects`, re-checked every status interval), and the lane
+//! leaves its view once enough peers *gave up on it too* (they report the
+//! same for this view, or ask for a later one):
+//!
+//! * active in `v`: f peers (f+1 with us, so at least one correct replica
+//!   sees no progress). A censored request waits at every correct replica,
+//!   and a failed leader stalls every correct replica, so all 2f+1 report
+//!   it; k ≤ f correct replicas stalled alone are outnumbered by f+1
+//!   correct ones that decide, whose `Decided` notices and checkpoints
+//!   bring them along without a view change.
+//! * in a view change to `v`, with 2f+1 in it (the timer runs only then,
+//!   PBFT §4.5.2): f+1 peers, at least one of them correct. If any correct
+//!   replica is active in `v` its NEW-VIEW reaches us (it answers our
+//!   re-sent VIEW-CHANGE with it); if none is, every correct replica waits
+//!   in the view change to `v` or later, times out and reports it, and 2f
+//!   of them are our peers.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
-//! does not run off to ever higher views. When it expires the lane reports
-//! it (`Status.suspects` in view `v`) and goes to `v + 1` only once f+1
-//! peers gave up on `v` too (reported the same, or ask for a later view):
-//! a NEW-VIEW late only for us is no reason to leave `v` alone, and having
-//! sent VIEW-CHANGE(v+1) we could never return to `v`. Until then it re-sends its VIEW-CHANGE on every status tick
-//! (`catchup.rs`), so peers cut off when it was first sent learn it later. Every view
+//! does not run off to ever higher views. The lane re-sends its VIEW-CHANGE
+//! on every status tick (`catchup.rs`), so peers cut off when it was first
+//! sent learn it later, and peers active in `v` answer it with the NEW-VIEW.
+//! Every view
 //! that ends without a decision doubles the timeout (exponential back-off, so
 //! that eventually a correct primary gets enough time); a decision resets it.
 
@@ -200,8 +218,9 @@ impl Lane {
         }
     }
 
-    /// At least f peers gave up on our view: with us, f+1, so at least one
-    /// correct replica sees a request the leaders do not propose.
+    /// Active: at least f peers gave up on our view. With us, f+1, so at
+    /// least one correct replica sees no progress (or a request the leaders
+    /// do not propose).
     fn suspicion_confirmed(&self, now: Millis) -> bool {
         self.peers_given_up(now) >= self.cfg.f()
     }
@@ -291,10 +310,11 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
-        // Finding 7: a waiting request that nobody else waits for (ordered
-        // already, e.g. below a checkpoint we installed) is no evidence; a
-        // request the leaders censor waits at every correct replica, so f+1
-        // of us report it and the view changes one status interval later.
+        // Finding 7: a timeout nobody else reports is no evidence against
+        // the leader (we were cut off, or a waiting request was ordered
+        // already, e.g. below a checkpoint we installed); a leader that
+        // fails or censors stalls every correct replica, so f+1 of us report
+        // it and the view changes one status interval later.
         if self.active && !self.suspicion_confirmed(cx.now) {
             self.suspecting = true;
             let retry = cx.now.plus(self.cfg.params.status_interval_ms);
