@@ -218,6 +218,35 @@ impl Lane {
         }
     }
 
+    /// Our timer expired but too few peers gave up on the view: report it
+    /// (at once the first time, so that peers that timed out too learn it
+    /// without waiting for a status tick) and look again one status
+    /// interval later, or as soon as a peer's report confirms it.
+    fn suspect(&mut self, cx: &mut Cx, env: &LaneEnv) {
+        if !self.suspecting {
+            self.suspecting = true;
+            self.broadcast_status(cx, env.stable_seq);
+        }
+        let retry = cx.now.plus(self.cfg.params.status_interval_ms);
+        self.set_deadline(cx, Some(retry));
+    }
+
+    /// A peer's report arrived while we wait with an expired timer: if it
+    /// completes the evidence, leave now rather than at the next retry.
+    pub(crate) fn recheck_suspicion(&mut self, cx: &mut Cx) {
+        if !self.suspecting {
+            return;
+        }
+        let confirmed = if self.active {
+            self.suspicion_confirmed(cx.now)
+        } else {
+            self.escalation_confirmed(cx.now)
+        };
+        if confirmed && self.timer.deadline.is_some_and(|d| d > cx.now) {
+            self.set_deadline(cx, Some(cx.now));
+        }
+    }
+
     /// Active: at least f peers gave up on our view. With us, f+1, so at
     /// least one correct replica sees no progress (or a request the leaders
     /// do not propose).
@@ -316,9 +345,7 @@ impl Lane {
         // fails or censors stalls every correct replica, so f+1 of us report
         // it and the view changes one status interval later.
         if self.active && !self.suspicion_confirmed(cx.now) {
-            self.suspecting = true;
-            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
-            self.set_deadline(cx, Some(retry));
+            self.suspect(cx, env);
             return lo;
         }
         // Finding 7 (seed 18): a NEW-VIEW that is late only for us (our
@@ -328,9 +355,7 @@ impl Lane {
         // once our VIEW-CHANGE for v+1 is out (PBFT §4.5.2). So leave v only
         // with f+1 others that gave up on it too: one of them is correct.
         if !self.active && !self.escalation_confirmed(cx.now) {
-            self.suspecting = true;
-            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
-            self.set_deadline(cx, Some(retry));
+            self.suspect(cx, env);
             return lo;
         }
         self.suspecting = false;
