@@ -37,7 +37,6 @@ impl Lane {
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
         self.note_peer_progress(cx, from, st.view, st.next_undecided, st.suspects);
-        self.recheck_suspicion(cx);
         if st.view < self.view && self.active {
             self.resend_new_view(cx, from);
         }

@@ -221,7 +221,7 @@ impl Lane {
     /// Our timer expired but too few peers gave up on the view: report it
     /// (at once the first time, so that peers that timed out too learn it
     /// without waiting for a status tick) and look again one status
-    /// interval later, or as soon as a peer's report confirms it.
+    /// interval later.
     fn suspect(&mut self, cx: &mut Cx, env: &LaneEnv) {
         if !self.suspecting {
             self.suspecting = true;
@@ -229,22 +229,6 @@ impl Lane {
         }
         let retry = cx.now.plus(self.cfg.params.status_interval_ms);
         self.set_deadline(cx, Some(retry));
-    }
-
-    /// A peer's report arrived while we wait with an expired timer: if it
-    /// completes the evidence, leave now rather than at the next retry.
-    pub(crate) fn recheck_suspicion(&mut self, cx: &mut Cx) {
-        if !self.suspecting {
-            return;
-        }
-        let confirmed = if self.active {
-            self.suspicion_confirmed(cx.now)
-        } else {
-            self.escalation_confirmed(cx.now)
-        };
-        if confirmed && self.timer.deadline.is_some_and(|d| d > cx.now) {
-            self.set_deadline(cx, Some(cx.now));
-        }
     }
 
     /// Active: at least f peers gave up on our view. With us, f+1, so at
@@ -269,7 +253,12 @@ impl Lane {
     /// expired in it or a later one (`Status.suspects`), or they ask for a
     /// later view. The latter counts for a suspicion of censorship too: a
     /// peer that left our view reports its new one, and would otherwise
-    /// never confirm ours.
+    /// never confirm ours. While active, a suspicion counts only from a peer
+    /// not behind us: one that lags (catching up, or stuck on a state it
+    /// cannot install, sim seed 1400022) times out for its own reasons and
+    /// says nothing about the slot we wait for. The stalled correct replica
+    /// furthest behind still counts all the others, and once it has left,
+    /// its VIEW-CHANGE counts for them.
     fn peers_given_up(&self, now: Millis) -> usize {
         let fresh = self
             .cfg
@@ -277,13 +266,23 @@ impl Lane {
             .status_interval_ms
             .saturating_mul(PEER_REPORT_INTERVALS);
         let view = self.view;
+        let not_behind = |i: usize| {
+            !self.active
+                || self
+                    .peer_next
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|(next, _, _)| next >= self.next_undecided)
+        };
         let gave_up = |i: usize| {
             let suspects = self
                 .peer_suspects
                 .get(i)
                 .copied()
                 .flatten()
-                .is_some_and(|(v, at)| v >= view && now.0.saturating_sub(at.0) <= fresh);
+                .is_some_and(|(v, at)| v >= view && now.0.saturating_sub(at.0) <= fresh)
+                && not_behind(i);
             let asks_later = self
                 .vcs
                 .values()

@@ -151,8 +151,19 @@ fn new_view_primary_behind_the_new_checkpoint_reproposes_the_whole_range() {
     assert_eq!(r1.lane(L0).map(|l| l.low()), Some(Slot(16)));
     // Our next VIEW-CHANGE carries the checkpoint that covers the new low.
     let t2 = deadline(&r1).expect("open re-proposals arm the timer");
-    // Not alone: replica 2 gave up on view 1 too (`timer.rs`).
-    msg(&mut r1, t2.0 - 1, 2, suspecting_status(1));
+    // Not alone: replica 2, at our slot, gave up on view 1 too (`timer.rs`).
+    msg(
+        &mut r1,
+        t2.0 - 1,
+        2,
+        ReplicaMsg::Status(Status {
+            lane: L0,
+            view: View(1),
+            next_undecided: Slot(16),
+            stable_seq: Seq(16),
+            suspects: true,
+        }),
+    );
     let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     let vc = broadcasts(&e)
         .into_iter()
@@ -474,6 +485,12 @@ fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
             .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
         "a timeout nobody else reports sends no VIEW-CHANGE"
     );
+    assert!(
+        broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(0))),
+        "the suspicion is announced at once"
+    );
     assert_eq!(r1.status().view_changing, vec![false]);
     let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
     assert!(broadcasts(&e)
@@ -482,7 +499,8 @@ fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
     let t2 = deadline(&r1).expect("re-armed");
     handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert_eq!(r1.status().view_changing, vec![false], "still alone");
-    // Replica 3 timed out in view 0 too: f+1 together, the view changes.
+    // Replica 3, not behind us, timed out in view 0 too: f+1 together, the
+    // view changes at the next retry.
     msg(&mut r1, t2.0 + 1, 3, suspecting_status(0));
     let t3 = deadline(&r1).expect("re-armed");
     let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
@@ -515,4 +533,56 @@ fn progress_withdraws_a_suspicion() {
     assert!(broadcasts(&e)
         .iter()
         .any(|m| matches!(m, ReplicaMsg::Status(st) if !st.suspects)));
+}
+
+/// Sim seed 1400022 (cop n=7): two garbage-snapshot replicas, stuck behind a
+/// state nobody else has, report their own timeouts in every view; with them
+/// any correct replica that timed out alone had its f confirmations. A
+/// suspicion counts only from a peer not behind us: a lagging one times out
+/// for its own reasons.
+#[test]
+fn a_suspicion_from_a_peer_behind_us_does_not_confirm_ours() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    let b0 = s.batch(0, 1..2);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
+    );
+    decide_at(&s, &mut r1, 1, 2, 0, &b0);
+    let b1 = s.batch(1, 1..2);
+    msg(
+        &mut r1,
+        3,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 1, &b1)),
+    );
+    assert_eq!(r1.lane(L0).map(|l| l.next_undecided()), Some(Slot(1)));
+    let at = |next: u64| {
+        ReplicaMsg::Status(Status {
+            lane: L0,
+            view: View(0),
+            next_undecided: Slot(next),
+            stable_seq: Seq(0),
+            suspects: true,
+        })
+    };
+    let t = deadline(&r1).expect("an open slot arms the timer");
+    msg(&mut r1, t.0 - 1, 3, at(0));
+    handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert_eq!(
+        r1.status().view_changing,
+        vec![false],
+        "replica 3 lags: no evidence"
+    );
+    let t2 = deadline(&r1).expect("re-armed");
+    msg(&mut r1, t2.0 - 1, 3, at(1));
+    let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
 }
