@@ -208,9 +208,9 @@ pub struct Status {
     pub next_undecided: Slot,
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
-    /// The sender's progress timer expired on a waiting request the lane's
-    /// leaders do not propose (suspected censorship). A replica leaves the
-    /// view for that reason only once f+1 replicas suspect (PBFT §4.5.2).
+    /// The sender's progress timer expired in `view` (active in it, or in
+    /// the view change to it) and it waits for peers that report the same
+    /// before it leaves `view` (PBFT §4.5.2; chorus-order `lane/timer.rs`).
     pub suspects: bool,
 }
 

@@ -47,6 +47,7 @@ fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
     assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
 }
 
+#[allow(unused_macros)] // every seed found so far is fixed; the next one goes here
 macro_rules! found {
     ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
         $(#[$doc])*
@@ -93,8 +94,10 @@ fixed!(
     cop_n4_all_seed_1000047_lone_replica_in_higher_view: heavy(Cop, 4, 4, "all", 150, 25_000), seed 1000047, "finding 7"
 );
 
-found!(
-    /// Default workload (3 clients × 12): r2 alone changing to v2.
+fixed!(
+    /// Default workload (3 clients × 12): r2 alone changing to v2 (its
+    /// NEW-VIEW(1) came late; it now leaves v1 only with f+1 peers that gave
+    /// up on v1 too, `lane/timer.rs`).
     pbft_n4_all_seed_18_lone_replica_in_higher_view: SimOptions::new(OrderingMode::Pbft, 1, 4), seed 18, "finding 7"
 );
 
@@ -103,15 +106,16 @@ fixed!(
     cop_n7_all_seed_1400016_block_wise_collapse: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400016, "finding 2"
 );
 
-found!(
+fixed!(
     /// n=7, r0 and r3 garbage-snapshot (persistent; votes only to each other):
     /// they hold checkpoint certificates no correct replica has; r4 fetches
     /// state only from them, every 250 ms, for ever (garbage each time), so it
     /// never votes the next checkpoints, which need all five correct votes:
     /// every lane's window fills, no timer runs, 315 of 480 incomplete.
     /// Fixed in `transfer.rs` (see the test below, without the view check);
-    /// what remains is finding 7's end-of-run view split (r6 alone changing
-    /// to v3 with the two liars' censorship suspicion): un-ignore with it.
+    /// the end-of-run view split that remained (r6 alone changing to v3) is
+    /// gone since a timeout leaves a view only with peers that report the
+    /// same (`lane/timer.rs`).
     cop_n7_all_seed_1400022_fetches_only_from_liars: heavy(Cop, 4, 7, "all", 60, 15_000), seed 1400022, "findings 5 and 12"
 );
 

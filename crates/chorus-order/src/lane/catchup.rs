@@ -6,7 +6,8 @@
 use super::{Lane, LaneEnv, LaneOutput, Want, WantReason, DECIDED_PER_STATUS, RETRANSMIT_SLOTS};
 use crate::counters::Cx;
 use chorus_core::{
-    Batch, BatchReply, Commit, Decided, Digest, FetchBatch, PrePrepare, ReplicaId, ReplicaMsg, Slot, Status,
+    Batch, BatchReply, Commit, Decided, Digest, FetchBatch, PrePrepare, ReplicaId, ReplicaMsg, Seq, Slot,
+    Status,
 };
 use std::sync::Arc;
 
@@ -14,13 +15,7 @@ impl Lane {
     /// Status tick: announce where we are, re-send our VIEW-CHANGE while the
     /// view change lasts, and retry batch fetches.
     pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) {
-        cx.out.broadcast(ReplicaMsg::Status(Status {
-            lane: self.id,
-            view: self.view,
-            next_undecided: self.next_undecided,
-            stable_seq: env.stable_seq,
-            suspects: self.suspecting,
-        }));
+        self.broadcast_status(cx, env.stable_seq);
         if !self.active {
             if let Some(vc) = &self.own_vc {
                 cx.counters.retransmissions += 1;
@@ -28,6 +23,16 @@ impl Lane {
             }
         }
         self.retry_wants(cx);
+    }
+
+    pub(crate) fn broadcast_status(&mut self, cx: &mut Cx, stable_seq: Seq) {
+        cx.out.broadcast(ReplicaMsg::Status(Status {
+            lane: self.id,
+            view: self.view,
+            next_undecided: self.next_undecided,
+            stable_seq,
+            suspects: self.suspecting,
+        }));
     }
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {

@@ -194,10 +194,11 @@ pub struct Lane {
     /// Each peer's last reported `next_undecided` of this lane, its view,
     /// and when.
     pub(crate) peer_next: Vec<Option<(Slot, View, Millis)>>,
-    /// When each peer last reported suspecting censorship in our view.
+    /// When each peer last reported its timer expired in a view, and which.
     pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
-    /// Our timer expired on a waiting request alone (`timer.rs`): we report
-    /// it in `Status` and leave the view once f others report it too.
+    /// Our timer expired in this view (active: f peers must report it too;
+    /// waiting for NEW-VIEW: f+1 peers must give up on the view too,
+    /// `timer.rs`): we report it in `Status` and wait.
     pub(crate) suspecting: bool,
     /// Recovered and not yet heard from f+1 peers: the timer waits.
     pub(crate) awaiting_peers: bool,

@@ -18,17 +18,38 @@
 //! a view on f+1 evidence). While catching up (and after recovery until f+1
 //! peers reported) the timer does not run: a correct replica is ahead, so
 //! the catch-up (notices, state transfer) ends, and reports expire, so f
-//! liars cannot hold it off. A timeout caused only by a waiting request
-//! (suspected censorship) changes the view only once f peers report the
-//! same suspicion in `Status`: a censored request waits at every correct
-//! replica, a request ordered already (e.g. below a checkpoint we
-//! installed) only at us.
+//! liars cannot hold it off.
+//!
+//! An expired timer is evidence about *us* first: a replica cut off by a
+//! partition, or one whose NEW-VIEW came late, times out while the others
+//! make progress in the same view, and if it then sent VIEW-CHANGE(v+1)
+//! it could never return (PBFT §4.5.2: its VIEW-CHANGE may be used in a
+//! later NEW-VIEW, so it must not prepare in a lower view). It would sit
+//! alone in v+1 until the next view change of everyone else (finding 7,
+//! the `view-split` checker). So an expired timer is first only reported
+//! (`Status.suspects`, re-checked every status interval), and the lane
+//! leaves its view once enough peers *gave up on it too* (they report the
+//! same for this view, or ask for a later one):
+//!
+//! * active in `v`: f peers (f+1 with us, so at least one correct replica
+//!   sees no progress). A censored request waits at every correct replica,
+//!   and a failed leader stalls every correct replica, so all 2f+1 report
+//!   it; k ≤ f correct replicas stalled alone are outnumbered by f+1
+//!   correct ones that decide, whose `Decided` notices and checkpoints
+//!   bring them along without a view change.
+//! * in a view change to `v`, with 2f+1 in it (the timer runs only then,
+//!   PBFT §4.5.2): f+1 peers, at least one of them correct. If any correct
+//!   replica is active in `v` its NEW-VIEW reaches us (it answers our
+//!   re-sent VIEW-CHANGE with it); if none is, every correct replica waits
+//!   in the view change to `v` or later, times out and reports it, and 2f
+//!   of them are our peers.
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
-//! does not run off to ever higher views; when it expires the lane goes to
-//! `v + 1`. Until then it re-sends its VIEW-CHANGE on every status tick
-//! (`catchup.rs`), so peers cut off when it was first sent learn it later. Every view
+//! does not run off to ever higher views. The lane re-sends its VIEW-CHANGE
+//! on every status tick (`catchup.rs`), so peers cut off when it was first
+//! sent learn it later, and peers active in `v` answer it with the NEW-VIEW.
+//! Every view
 //! that ends without a decision doubles the timeout (exponential back-off, so
 //! that eventually a correct primary gets enough time); a decision resets it.
 
@@ -145,7 +166,9 @@ impl Lane {
             }
             return;
         }
-        if oldest_pending.is_none() {
+        // A suspicion is about this view's lack of progress: progress ends
+        // it, and so does a censorship suspicion's request leaving.
+        if progressed || (oldest_pending.is_none() && self.timer.censorship_only) {
             self.suspecting = false;
         }
         // Finding 7: a replica that just recovered has not heard from its
@@ -166,6 +189,7 @@ impl Lane {
         let needs = oldest_pending.is_some() || visible;
         self.timer.censorship_only = !visible;
         if !needs {
+            self.suspecting = false;
             return self.set_deadline(cx, None);
         }
         let mut at = match self.timer.deadline {
@@ -201,21 +225,81 @@ impl Lane {
         }
     }
 
-    /// At least f peers suspect censorship in our view: with us, f+1, so at
-    /// least one correct replica sees a request the leaders do not propose.
+    /// Our timer expired but too few peers gave up on the view: report it
+    /// (at once the first time, so that peers that timed out too learn it
+    /// without waiting for a status tick) and look again one status
+    /// interval later.
+    fn suspect(&mut self, cx: &mut Cx, env: &LaneEnv) {
+        if !self.suspecting {
+            self.suspecting = true;
+            self.broadcast_status(cx, env.stable_seq);
+        }
+        let retry = cx.now.plus(self.cfg.params.status_interval_ms);
+        self.set_deadline(cx, Some(retry));
+    }
+
+    /// Active: at least f peers gave up on our view. With us, f+1, so at
+    /// least one correct replica sees no progress (or a request the leaders
+    /// do not propose).
     fn suspicion_confirmed(&self, now: Millis) -> bool {
+        self.peers_given_up(now) >= self.cfg.f()
+    }
+
+    /// During a view change to `v`: at least f+1 peers gave up on `v` too,
+    /// by reporting their own timer for `v` expired (`Status.suspects`) or
+    /// by asking for a later view. At least one of them is correct, so we do
+    /// not leave alone a view that the others may still enter. After GST
+    /// every correct replica in the view change to `v` times out unless the
+    /// NEW-VIEW arrives, and 2f ≥ f+1 of them are our peers, so a faulty
+    /// new-view primary is still replaced.
+    fn escalation_confirmed(&self, now: Millis) -> bool {
+        self.peers_given_up(now) > self.cfg.f()
+    }
+
+    /// Peers that gave up on our view: they reported, recently, their timer
+    /// expired in it or a later one (`Status.suspects`), or they ask for a
+    /// later view. The latter counts for a suspicion of censorship too: a
+    /// peer that left our view reports its new one, and would otherwise
+    /// never confirm ours. While active, a suspicion counts only from a peer
+    /// not behind us: one that lags (catching up, or stuck on a state it
+    /// cannot install, sim seed 1400022) times out for its own reasons and
+    /// says nothing about the slot we wait for. The stalled correct replica
+    /// furthest behind still counts all the others, and once it has left,
+    /// its VIEW-CHANGE counts for them.
+    fn peers_given_up(&self, now: Millis) -> usize {
         let fresh = self
             .cfg
             .params
             .status_interval_ms
             .saturating_mul(PEER_REPORT_INTERVALS);
-        let others = self
-            .peer_suspects
-            .iter()
-            .flatten()
-            .filter(|(v, at)| *v == self.view && now.0.saturating_sub(at.0) <= fresh)
-            .count();
-        others >= self.cfg.f()
+        let view = self.view;
+        let not_behind = |i: usize| {
+            !self.active
+                || self
+                    .peer_next
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|(next, _, _)| next >= self.next_undecided)
+        };
+        let gave_up = |i: usize| {
+            let suspects = self
+                .peer_suspects
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|(v, at)| v >= view && now.0.saturating_sub(at.0) <= fresh)
+                && not_behind(i);
+            let asks_later = self
+                .vcs
+                .values()
+                .any(|s| s.vc.replica.index() == i && s.vc.new_view > view);
+            suspects || asks_later
+        };
+        (0..self.cfg.n())
+            .filter(|i| *i != self.me.index())
+            .filter(|i| gave_up(*i))
+            .count()
     }
 
     /// f+1 peers reported, recently and *in our view*, a first undecided slot
@@ -261,14 +345,23 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
-        // Finding 7: a waiting request that nobody else waits for (ordered
-        // already, e.g. below a checkpoint we installed) is no evidence; a
-        // request the leaders censor waits at every correct replica, so f+1
-        // of us report it and the view changes one status interval later.
-        if self.active && self.timer.censorship_only && !self.suspicion_confirmed(cx.now) {
-            self.suspecting = true;
-            let retry = cx.now.plus(self.cfg.params.status_interval_ms);
-            self.set_deadline(cx, Some(retry));
+        // Finding 7: a timeout nobody else reports is no evidence against
+        // the leader (we were cut off, or a waiting request was ordered
+        // already, e.g. below a checkpoint we installed); a leader that
+        // fails or censors stalls every correct replica, so f+1 of us report
+        // it and the view changes one status interval later.
+        if self.active && !self.suspicion_confirmed(cx.now) {
+            self.suspect(cx, env);
+            return lo;
+        }
+        // Finding 7 (seed 18): a NEW-VIEW that is late only for us (our
+        // VIEW-CHANGE was cut off from its primary) is no evidence that the
+        // view failed; going to v+1 alone leaves us there while the others
+        // enter v and make progress without us, and we may not return to v
+        // once our VIEW-CHANGE for v+1 is out (PBFT §4.5.2). So leave v only
+        // with f+1 others that gave up on it too: one of them is correct.
+        if !self.active && !self.escalation_confirmed(cx.now) {
+            self.suspect(cx, env);
             return lo;
         }
         self.suspecting = false;

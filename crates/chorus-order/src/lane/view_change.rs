@@ -44,6 +44,8 @@ impl Lane {
         tracing::debug!(lane = ?self.id, from = ?self.view, to = ?target, "starting view change");
         self.view = target;
         self.active = false;
+        // A suspicion is about the view we leave (`timer.rs`).
+        self.suspecting = false;
         self.nv = None;
         self.nv_msg = None;
         self.excluded.clear();
@@ -365,6 +367,7 @@ impl Lane {
         }
         self.view = nv.view;
         self.active = true;
+        self.suspecting = false;
         self.view_started = cx.now;
         self.excluded = nv.excluded.clone();
         self.penalties.adopt(&nv.excluded);

@@ -151,6 +151,19 @@ fn new_view_primary_behind_the_new_checkpoint_reproposes_the_whole_range() {
     assert_eq!(r1.lane(L0).map(|l| l.low()), Some(Slot(16)));
     // Our next VIEW-CHANGE carries the checkpoint that covers the new low.
     let t2 = deadline(&r1).expect("open re-proposals arm the timer");
+    // Not alone: replica 2, at our slot, gave up on view 1 too (`timer.rs`).
+    msg(
+        &mut r1,
+        t2.0 - 1,
+        2,
+        ReplicaMsg::Status(Status {
+            lane: L0,
+            view: View(1),
+            next_undecided: Slot(16),
+            stable_seq: Seq(16),
+            suspects: true,
+        }),
+    );
     let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     let vc = broadcasts(&e)
         .into_iter()
@@ -324,6 +337,251 @@ fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
     msg(&mut r1, t2.0 + 1, 2, suspecting_status(0));
     let t3 = deadline(&r1).expect("re-armed");
     let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
+}
+
+/// Replica 2 joins the view change to view 1 (replicas 0 and 1 ask for it),
+/// so 2f+1 are in it and its timer runs; the NEW-VIEW is late and the timer
+/// expires. Returns the replica and the time of that expiry.
+fn timed_out_in_view_change_to_1(s: &Setup) -> (Replica, u64) {
+    let mut r2 = replica(s, 2);
+    msg(
+        &mut r2,
+        10,
+        0,
+        ReplicaMsg::ViewChange(view_change(s, 0, 1, None, vec![])),
+    );
+    let e = msg(
+        &mut r2,
+        11,
+        1,
+        ReplicaMsg::ViewChange(view_change(s, 1, 1, None, vec![])),
+    );
+    assert!(
+        broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))),
+        "f+1 ask for view 1: replica 2 joins"
+    );
+    let t = deadline(&r2).expect("2f+1 in the view change: the timer runs");
+    let e = handle(&mut r2, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(
+        !broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view > View(1))),
+        "a NEW-VIEW late for us alone sends no VIEW-CHANGE for view 2"
+    );
+    (r2, t.0)
+}
+
+fn asks_for_view_2(e: &[Action]) -> bool {
+    broadcasts(e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(2)))
+}
+
+/// Finding 7 (`chorus sim --mode pbft --n 4 --faults all --seed 18`): the
+/// VIEW-CHANGE of replica 2 never reached the new-view primary 1 (partition),
+/// replica 3's came late, so NEW-VIEW(1) was late at replica 2 only. It went
+/// to view 2 alone, could never return to view 1 (its VIEW-CHANGE(2) was
+/// out), and stayed there while 0, 1 and 3 made progress in view 1. Its
+/// expired timer is now only reported (`Status.suspects`); one peer (maybe
+/// faulty) reporting the same is not enough, and the NEW-VIEW(1) that comes
+/// later brings it into view 1.
+#[test]
+fn a_late_new_view_alone_does_not_send_a_replica_to_the_next_view() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let (mut r2, t) = timed_out_in_view_change_to_1(&s);
+    assert_eq!(r2.status().views, vec![View(1)]);
+    assert_eq!(r2.status().view_changing, vec![true]);
+    let e = handle(&mut r2, t + 1, Event::Timer(TimerId::Status));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(1))));
+    // One peer giving up on view 1 too: f of them may be faulty.
+    msg(&mut r2, t + 2, 0, suspecting_status(1));
+    let t2 = deadline(&r2).expect("re-armed");
+    let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(!asks_for_view_2(&e), "f peers are not enough");
+    // The primary of view 1 assembles NEW-VIEW from 0, 3 and itself.
+    let mut r1 = replica(&s, 1);
+    msg(
+        &mut r1,
+        t2.0,
+        0,
+        ReplicaMsg::ViewChange(view_change(&s, 0, 1, None, vec![])),
+    );
+    let e = msg(
+        &mut r1,
+        t2.0,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 1, None, vec![])),
+    );
+    let nv = broadcasts(&e)
+        .into_iter()
+        .find(|m| matches!(m, ReplicaMsg::NewView(_)))
+        .expect("replica 1 sends NEW-VIEW(1)");
+    msg(&mut r2, t2.0 + 1, 1, nv);
+    assert_eq!(r2.status().views, vec![View(1)]);
+    assert_eq!(r2.status().view_changing, vec![false], "replica 2 is in view 1");
+}
+
+/// The other side of the rule above: when f+1 peers give up on view 1 too
+/// (the new-view primary is faulty), replica 2 goes on to view 2.
+#[test]
+fn a_view_change_goes_on_once_f_plus_1_peers_give_up_on_its_view() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let (mut r2, t) = timed_out_in_view_change_to_1(&s);
+    msg(&mut r2, t + 1, 0, suspecting_status(1));
+    msg(&mut r2, t + 2, 3, suspecting_status(1));
+    let t2 = deadline(&r2).expect("re-armed");
+    let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(asks_for_view_2(&e), "f+1 peers gave up on view 1");
+    // A peer already asking for view 2 counts as having given up on view 1.
+    let (mut r2, t) = timed_out_in_view_change_to_1(&s);
+    msg(&mut r2, t + 1, 0, suspecting_status(1));
+    msg(
+        &mut r2,
+        t + 2,
+        3,
+        ReplicaMsg::ViewChange(view_change(&s, 3, 2, None, vec![])),
+    );
+    let t2 = deadline(&r2).expect("re-armed");
+    let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(asks_for_view_2(&e), "one suspicion and one VIEW-CHANGE(2)");
+}
+
+/// Finding 7 (`chorus sim --mode pbft --n 7 --requests 8 --seed 59`, and the
+/// bulk of the view splits in the acceptance runs): replica 4, active in v1,
+/// was cut off from most prepares by a partition, so its slot stayed open
+/// while the others decided it; its timer expired and it went to v2 alone,
+/// for good. An expired timer in an active view is now only reported
+/// (`Status.suspects`): the view changes once f peers (f+1 with us) report
+/// the same, as every correct replica does when the leader really fails.
+#[test]
+fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    let b0 = s.batch(0, 1..2);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
+    );
+    let t = deadline(&r1).expect("an open slot arms the timer");
+    let e = handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(
+        !broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
+        "a timeout nobody else reports sends no VIEW-CHANGE"
+    );
+    assert!(
+        broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(0))),
+        "the suspicion is announced at once"
+    );
+    assert_eq!(r1.status().view_changing, vec![false]);
+    let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(0))));
+    let t2 = deadline(&r1).expect("re-armed");
+    handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert_eq!(r1.status().view_changing, vec![false], "still alone");
+    // Replica 3, not behind us, timed out in view 0 too: f+1 together, the
+    // view changes at the next retry.
+    msg(&mut r1, t2.0 + 1, 3, suspecting_status(0));
+    let t3 = deadline(&r1).expect("re-armed");
+    let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
+}
+
+/// Progress ends a suspicion: a replica whose timed-out slot then decides
+/// stops reporting it, so its old report cannot confirm a later timeout of
+/// a peer.
+#[test]
+fn progress_withdraws_a_suspicion() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    let b0 = s.batch(0, 1..2);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
+    );
+    let t = deadline(&r1).expect("an open slot arms the timer");
+    handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    decide_at(&s, &mut r1, 1, t.0 + 1, 0, &b0);
+    assert_eq!(r1.lane(L0).map(|l| l.next_undecided()), Some(Slot(1)));
+    let e = handle(&mut r1, t.0 + 2, Event::Timer(TimerId::Status));
+    assert!(broadcasts(&e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::Status(st) if !st.suspects)));
+}
+
+/// Sim seed 1400022 (cop n=7): two garbage-snapshot replicas, stuck behind a
+/// state nobody else has, report their own timeouts in every view; with them
+/// any correct replica that timed out alone had its f confirmations. A
+/// suspicion counts only from a peer not behind us: a lagging one times out
+/// for its own reasons.
+#[test]
+fn a_suspicion_from_a_peer_behind_us_does_not_confirm_ours() {
+    let mut p = params(OrderingMode::Pbft, 1);
+    p.leader_rotation = LeaderRotation::Fixed;
+    let s = setup(4, 2, p);
+    let mut r1 = replica(&s, 1);
+    let b0 = s.batch(0, 1..2);
+    msg(
+        &mut r1,
+        1,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
+    );
+    decide_at(&s, &mut r1, 1, 2, 0, &b0);
+    let b1 = s.batch(1, 1..2);
+    msg(
+        &mut r1,
+        3,
+        0,
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 1, &b1)),
+    );
+    assert_eq!(r1.lane(L0).map(|l| l.next_undecided()), Some(Slot(1)));
+    let at = |next: u64| {
+        ReplicaMsg::Status(Status {
+            lane: L0,
+            view: View(0),
+            next_undecided: Slot(next),
+            stable_seq: Seq(0),
+            suspects: true,
+        })
+    };
+    let t = deadline(&r1).expect("an open slot arms the timer");
+    msg(&mut r1, t.0 - 1, 3, at(0));
+    handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    assert_eq!(
+        r1.status().view_changing,
+        vec![false],
+        "replica 3 lags: no evidence"
+    );
+    let t2 = deadline(&r1).expect("re-armed");
+    msg(&mut r1, t2.0 - 1, 3, at(1));
+    let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert!(broadcasts(&e)
         .iter()
         .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));

@@ -25,6 +25,24 @@ fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
     effects(&mut out)
 }
 
+/// Peer `from` reports its timer expired in `view` (`Status.suspects`): a
+/// replica leaves a view on its timer only with peers that gave up on it too
+/// (`lane/timer.rs`).
+fn gave_up(r: &mut Replica, now: u64, from: u32, view: u64) {
+    msg(
+        r,
+        now,
+        from,
+        ReplicaMsg::Status(chorus_core::Status {
+            lane: L0,
+            view: View(view),
+            next_undecided: Slot(0),
+            stable_seq: chorus_core::Seq(0),
+            suspects: true,
+        }),
+    );
+}
+
 fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
     let mut vc = ViewChange {
         lane: L0,
@@ -67,6 +85,7 @@ fn scenario() -> (Scenario, Vec<Action>, Vec<Action>) {
         ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())),
     );
     let deadline = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    gave_up(&mut r1, deadline.0 - 1, 3, 0);
     let mut out = Outbox::new();
     r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     let vc_effects = effects(&mut out);
@@ -369,6 +388,7 @@ fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
         ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &s.batch(0, 1..2))),
     );
     let t1 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    gave_up(&mut r2, t1.0 - 1, 1, 0);
     let mut out = Outbox::new();
     r2.handle(t1, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     // Alone in view change 1: no timer (PBFT §4.5.2), no running off to view 2.
@@ -388,6 +408,8 @@ fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
     // 2f+1 asked for view 1: wait 2x the base timeout for its NEW-VIEW.
     let t2 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
     assert_eq!(t2.0 - (t1.0 + 2), 2 * 400);
+    gave_up(&mut r2, t2.0 - 2, 0, 1);
+    gave_up(&mut r2, t2.0 - 1, 3, 1);
     r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     assert_eq!(r2.status().views, vec![View(2)]);
 }
@@ -402,6 +424,7 @@ fn timed_out_replica(s: &Setup) -> (Replica, Millis) {
         ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &s.batch(0, 1..2))),
     );
     let t1 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
+    gave_up(&mut r2, t1.0 - 1, 1, 0);
     let mut out = Outbox::new();
     r2.handle(t1, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     assert_eq!(r2.status().view_changing, vec![true]);
@@ -497,7 +520,9 @@ fn replicas_split_between_v_and_v_plus_one_still_run_the_timer() {
     );
     let t2 = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("armed");
     assert_eq!(t2.0 - (t1.0 + 2), 2 * 400);
-    // On expiry: view 2, where replica 3 already is, with a doubled timeout.
+    // On expiry: view 2, where replica 3 already is, with a doubled timeout
+    // (replica 0 gave up on view 1 too).
+    gave_up(&mut r2, t2.0 - 1, 0, 1);
     let mut out = Outbox::new();
     r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     let e = effects(&mut out);
