@@ -138,6 +138,8 @@ fn view_changing_in(s: &'static Setup, name: &'static str) -> Base {
         .timer
         .deadline
         .expect("slot 0 is open: timer armed");
+    // A lone timeout only reports; replica 2 gave up on view 0 too.
+    super::util::peer_gave_up(&mut replica, at.0.saturating_sub(1), 2, 0, 0, 0);
     let mut out = Outbox::new();
     replica.handle(at, Event::Timer(TimerId::ViewChange(LaneId(0))), &mut out);
     assert!(!replica.lanes[0].is_active(), "lane 0 is changing view");

@@ -3,7 +3,7 @@
 //! Assumption A3), `stop(i; E)` is the NEW-VIEW that the coordinating leader
 //! `L_i` builds from 2f+1 of them, and instance `i` resumes at `ρ + 2^k`.
 
-use super::util::{broadcasts, effects, kinds, msg, params, replica, setup, Setup};
+use super::util::{broadcasts, effects, kinds, msg, params, peer_gave_up, replica, setup, Setup};
 use crate::io::{Event, Outbox, TimerId};
 use crate::replica::Replica;
 use crate::roles::{coordinating_leader, new_view_primary};
@@ -57,6 +57,8 @@ fn stopped() -> (Setup, Batch, Replica, NewView) {
         ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, a.digest())),
     );
     let deadline = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    // Replica 2 timed out on instance 0 too (a lone timeout only reports).
+    peer_gave_up(&mut r1, deadline.0 - 1, 2, 0, 0, 0);
     let mut out = Outbox::new();
     r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     let sent = effects(&mut out);
@@ -295,6 +297,7 @@ fn a_throttling_instance_is_suspected_although_it_trickles_decisions() {
         deadline.0, timeout,
         "throttling since 0: the decision must not push the timer back"
     );
+    peer_gave_up(&mut r1, deadline.0 - 1, 2, 0, 0, 1);
     let mut out = Outbox::new();
     r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     let e = effects(&mut out);

@@ -29,18 +29,7 @@ fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
 /// replica leaves a view on its timer only with peers that gave up on it too
 /// (`lane/timer.rs`).
 fn gave_up(r: &mut Replica, now: u64, from: u32, view: u64) {
-    msg(
-        r,
-        now,
-        from,
-        ReplicaMsg::Status(chorus_core::Status {
-            lane: L0,
-            view: View(view),
-            next_undecided: Slot(0),
-            stable_seq: chorus_core::Seq(0),
-            suspects: true,
-        }),
-    );
+    super::util::peer_gave_up(r, now, from, 0, view, 0);
 }
 
 fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {

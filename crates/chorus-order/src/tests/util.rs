@@ -261,3 +261,29 @@ pub fn msg(r: &mut crate::replica::Replica, now: u64, from: u32, m: chorus_core:
         },
     )
 }
+
+/// Peer `from` reports (`Status.suspects`) that its timer for `lane` expired
+/// in `view` while its first undecided slot was `next_undecided`: a replica
+/// leaves a view on its own timer only with peers that gave up on it too
+/// (`lane/timer.rs`).
+pub fn peer_gave_up(
+    r: &mut crate::replica::Replica,
+    now: u64,
+    from: u32,
+    lane: u32,
+    view: u64,
+    next_undecided: u64,
+) -> Vec<Action> {
+    msg(
+        r,
+        now,
+        from,
+        chorus_core::ReplicaMsg::Status(chorus_core::Status {
+            lane: chorus_core::LaneId(lane),
+            view: chorus_core::View(view),
+            next_undecided: chorus_core::Slot(next_undecided),
+            stable_seq: chorus_core::Seq(0),
+            suspects: true,
+        }),
+    )
+}
