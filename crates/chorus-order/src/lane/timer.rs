@@ -202,7 +202,11 @@ impl Lane {
             let since = since.max(self.view_started);
             at = at.min(since.plus(timeout).max(cx.now));
         }
-        if let Some(t) = self.throttle_deadline(cx.now, frontier, timeout) {
+        // Like a waiting request: once our timeout is out for confirmation,
+        // throttling no longer pulls the deadline in (it would re-fire at
+        // once, for ever, and re-announce the suspicion each time).
+        let throttle = self.throttle_deadline(cx.now, frontier, timeout);
+        if let Some(t) = throttle.filter(|_| !self.suspecting) {
             at = at.min(t.max(cx.now));
         }
         self.set_deadline(cx, Some(at));
