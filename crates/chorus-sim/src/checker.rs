@@ -41,6 +41,9 @@ pub struct Checker {
     issued: BTreeMap<Digest, Issue>,
     /// The common sequence: first digest a correct replica delivered at each position.
     common: BTreeMap<Seq, (Digest, ReplicaId)>,
+    /// The cell first delivered at each position (rcc permutes a round's
+    /// lanes: a fork report names both cells).
+    common_cells: BTreeMap<Seq, Cell>,
     /// Each replica's own history, across incarnations.
     delivered: Vec<BTreeMap<Seq, Digest>>,
     expected_next: Vec<Seq>,
@@ -66,6 +69,7 @@ impl Checker {
             correct,
             issued: BTreeMap::new(),
             common: BTreeMap::new(),
+            common_cells: BTreeMap::new(),
             delivered: vec![BTreeMap::new(); n],
             expected_next: vec![Seq(0); n],
             tainted: vec![false; n],
@@ -197,11 +201,15 @@ impl Checker {
         match self.common.get(&seq) {
             None => {
                 self.common.insert(seq, (digest, r));
+                self.common_cells.insert(seq, cell);
             }
             Some(&(d, first)) if d != digest => self.violate(
                 ViolationKind::Agreement,
                 now,
-                format!("{r:?} delivered {digest:?} at {seq:?} but {first:?} delivered {d:?}"),
+                format!(
+                    "{r:?} delivered {digest:?} at {seq:?} (cell {cell:?}) but {first:?} delivered {d:?} (cell {:?})",
+                    self.common_cells.get(&seq)
+                ),
             ),
             Some(_) => {}
         }

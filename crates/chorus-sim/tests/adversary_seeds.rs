@@ -172,3 +172,13 @@ fixed!(
     /// fixed with it).
     cop_n4_all_seed_5000555_lone_view_change_stall: no_view_check(SimOptions::new(Cop, 4, 4)), seed 5000555, "catching_up counted peers that had left the view"
 );
+
+fixed!(
+    /// Found by `chorus sim --mode rcc --n 4 --seeds 2000`: lane 1's
+    /// coordinating leader r2 had pre-prepared round 16 in view 1 after the
+    /// NEW-VIEW moved its low watermark to its checkpoint (no `Stable` record
+    /// for that); it crashed, recovery dropped the record as "above the
+    /// window", and after the restart it proposed round 16 again with a
+    /// no-op: r0 and r3 decided the batch, r1 and r2 the no-op (agreement).
+    rcc_n4_all_seed_11383_recovery_forgot_a_pre_prepare: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 11383, "recovery dropped records above the replayed window"
+);

@@ -171,6 +171,9 @@ pub struct Lane {
     /// After recovery we never assemble a NEW-VIEW for the view we recovered
     /// into: we may have sent one before the crash and must not send another.
     pub(crate) nv_forbidden: Option<View>,
+    /// Recovery: our own records of slots above the replayed window, applied
+    /// once the window reaches them (`recovery.rs`).
+    pub(crate) recovered_above: std::collections::BTreeMap<Slot, Vec<recovery::Deferred>>,
     pub(crate) low: Slot,
     pub(crate) slots: BTreeMap<Slot, SlotState>,
     pub(crate) next_undecided: Slot,
@@ -226,6 +229,7 @@ impl Lane {
             nv: None,
             nv_msg: None,
             nv_forbidden: None,
+            recovered_above: std::collections::BTreeMap::new(),
             low: Slot(0),
             slots: BTreeMap::new(),
             next_undecided: Slot(0),

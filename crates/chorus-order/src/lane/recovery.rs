@@ -21,9 +21,56 @@ use crate::io::PersistRecord;
 use chorus_core::{Batch, Digest, Millis, PreparedCert, ReplicaMsg, Slot, View};
 use std::sync::Arc;
 
+/// A persisted record of a slot above the window recovery replayed into.
+/// The window it was written in started at the low watermark of that moment,
+/// which may be above any replayed one: a NEW-VIEW moves the low to its
+/// checkpoint without a `Stable` record (the snapshot comes later, by state
+/// transfer). Dropping such a record forgot a pre-prepare we had sent, and
+/// after the restart we proposed that slot again with another batch: a fork
+/// (rcc n=4 seed 11383). So it waits until the window reaches its slot (the
+/// re-learnt NEW-VIEW moves the low again) and is applied before anything
+/// else can touch the slot: until then the slot is outside the window, so
+/// nothing is proposed, prepared or accepted there.
+#[derive(Clone, Debug)]
+pub(crate) enum Deferred {
+    Accepted {
+        view: View,
+        digest: Digest,
+        batch: Batch,
+    },
+    Prepared(PreparedCert),
+}
+
 impl Lane {
     fn in_window(&self, slot: Slot) -> bool {
         slot >= self.low && slot < self.high()
+    }
+
+    fn defer(&mut self, slot: Slot, d: Deferred) {
+        if slot >= self.high() {
+            self.recovered_above.entry(slot).or_default().push(d);
+        }
+    }
+
+    /// The window moved: apply the deferred records it now covers (in the
+    /// order they were written), drop those a stable checkpoint covers.
+    pub(crate) fn apply_recovered_above(&mut self) {
+        if self.recovered_above.is_empty() {
+            return;
+        }
+        self.recovered_above = self.recovered_above.split_off(&self.low);
+        let rest = self.recovered_above.split_off(&self.high());
+        let now_in = std::mem::replace(&mut self.recovered_above, rest);
+        for (slot, records) in now_in {
+            for d in records {
+                match d {
+                    Deferred::Accepted { view, digest, batch } => {
+                        self.restore_accepted(Millis(0), view, slot, digest, batch)
+                    }
+                    Deferred::Prepared(cert) => self.restore_prepared(cert),
+                }
+            }
+        }
     }
 
     pub(crate) fn restore_view(&mut self, view: View) {
@@ -40,8 +87,11 @@ impl Lane {
         digest: Digest,
         batch: Batch,
     ) {
-        if !self.in_window(slot) || batch.digest() != digest {
+        if batch.digest() != digest {
             return;
+        }
+        if !self.in_window(slot) {
+            return self.defer(slot, Deferred::Accepted { view, digest, batch });
         }
         self.restore_view(view);
         let st = self.slot_mut(slot);
@@ -61,7 +111,7 @@ impl Lane {
 
     pub(crate) fn restore_prepared(&mut self, cert: PreparedCert) {
         if !self.in_window(cert.slot) {
-            return;
+            return self.defer(cert.slot, Deferred::Prepared(cert));
         }
         self.restore_view(cert.view);
         let st = self.slot_mut(cert.slot);

@@ -30,6 +30,7 @@ impl Lane {
         self.notices = self.notices.split_off(&new_low);
         self.wants = self.wants.split_off(&new_low);
         self.low = new_low;
+        self.apply_recovered_above();
         self.next_undecided = self.next_undecided.max(new_low);
         self.advance_next_undecided();
         debug_assert!(self.slots.keys().all(|s| *s >= self.low && *s < self.high()));

@@ -301,7 +301,10 @@ fn a_throttling_instance_is_suspected_although_it_trickles_decisions() {
     // re-arm the timer at once (it did: a message storm in the simulator).
     let mut out = Outbox::new();
     r1.handle(deadline, Event::Timer(TimerId::ViewChange(L0)), &mut out);
-    assert!(r1.lane(L0).is_some_and(|l| l.is_active()), "a lone timeout only reports");
+    assert!(
+        r1.lane(L0).is_some_and(|l| l.is_active()),
+        "a lone timeout only reports"
+    );
     let retry = r1.lane(L0).and_then(|l| l.timer_deadline()).expect("retry armed");
     assert!(retry.0 > deadline.0, "re-armed at {retry:?}, not at once");
     peer_gave_up(&mut r1, retry.0 - 1, 2, 0, 0, 1);
