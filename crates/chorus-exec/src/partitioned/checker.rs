@@ -109,21 +109,24 @@ impl Replay<'_> {
             .map(|x| x.0 as usize)
             .filter(|&x| self.head(x).map(|e| e.id) == Some(id))
             .collect();
-        let Some(&p0) = heads_it.first() else { return false };
-        // p0 must lie on a cycle in which it is the lowest partition.
-        let mut cur = self.successor(p0);
-        let mut steps = 0;
-        let on_cycle = loop {
-            match cur {
-                Some(x) if x == p0 => break true,
-                Some(x) if x < p0 || steps > self.remaining.len() => break false,
-                Some(x) => {
-                    cur = self.successor(x);
-                    steps += 1;
+        // Some partition that `id` heads lies on a cycle in which it is the
+        // lowest partition (other partitions it heads may be on the tree
+        // leading into that cycle).
+        let on_cycle = heads_it.iter().any(|&p0| {
+            let mut cur = self.successor(p0);
+            let mut steps = 0;
+            loop {
+                match cur {
+                    Some(x) if x == p0 => break true,
+                    Some(x) if x < p0 || steps > self.remaining.len() => break false,
+                    Some(x) => {
+                        cur = self.successor(x);
+                        steps += 1;
+                    }
+                    None => break false,
                 }
-                None => break false,
             }
-        };
+        });
         on_cycle && prediction.partitions().iter().all(|x| self.stuck(x.0 as usize))
     }
 }

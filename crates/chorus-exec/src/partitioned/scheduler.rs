@@ -246,37 +246,43 @@ impl<T: Clone> RequestScheduler<T> {
         if self.release_early_sync(i) {
             return Step::Wait;
         }
-        let Some(head) = self.schedules[i].front() else {
-            return Step::Wait;
-        };
-        match head.entry.prediction.kind_in(p).expect("checked at delivery") {
-            EntryKind::Execute => Step::Run(self.hand_out(i)),
-            EntryKind::CrossBorderExec => {
-                #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
-                if self.skip_sync_wait {
-                    return Step::Run(self.hand_out_alone(i));
-                }
-                if !self.ready(i) {
+        // Each pass either hands out a job, waits, or resolved a cycle (which
+        // may change this partition's head, so look again). Resolutions move
+        // a request that then is ready, so this ends.
+        loop {
+            let Some(head) = self.schedules[i].front() else {
+                return Step::Wait;
+            };
+            match head.entry.prediction.kind_in(p).expect("checked at delivery") {
+                EntryKind::Execute => return Step::Run(self.hand_out(i)),
+                EntryKind::CrossBorderExec => {
+                    #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+                    if self.skip_sync_wait {
+                        return Step::Run(self.hand_out_alone(i));
+                    }
+                    if self.ready(i) {
+                        return Step::Run(self.hand_out(i));
+                    }
                     // Algorithm 2 line 21: try to break a request cycle.
-                    self.resolve_cycles();
+                    if !self.resolve_cycles() {
+                        return Step::Wait;
+                    }
                 }
-                if self.ready(i) {
-                    Step::Run(self.hand_out(i))
-                } else {
-                    Step::Wait
+                EntryKind::CrossBorderSync => {
+                    // The EXEC's worker runs the request; detecting cycles
+                    // from here too means no cycle waits for one worker.
+                    if !self.resolve_cycles() {
+                        return Step::Wait;
+                    }
                 }
-            }
-            EntryKind::CrossBorderSync => {
-                // The EXEC's worker runs the request; detecting cycles from
-                // here too means no cycle waits for one particular worker.
-                self.resolve_cycles();
-                Step::Wait
             }
         }
     }
 
     fn hand_out(&mut self, i: usize) -> Job<T> {
         let head = &self.schedules[i].front().expect("a head to hand out").entry;
+        // A request runs on its own partition's worker only (§IV-B 2).
+        assert_eq!(head.prediction.exec_partition().0 as usize, i, "handed out by a SYNC's worker");
         let (id, prediction, payload) = (head.id, head.prediction.clone(), head.payload.clone());
         let mut consumed = Vec::with_capacity(prediction.partitions().len());
         for q in prediction.partitions() {
