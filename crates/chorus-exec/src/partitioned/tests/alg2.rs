@@ -126,13 +126,13 @@ fn deliveries_are_checked_against_the_prediction() {
 
 /// SAREK Fig. 4: R1 and R2 both span partitions 0 and 1 and were ordered
 /// differently: 0: [R1, R2], 1: [R2, R1].
-pub(super) fn two_cycle() -> Scenario {
+pub(crate) fn two_cycle() -> Scenario {
     Scenario::new(2, &[&[0, 1], &[0, 1]], vec![vec![0, 1], vec![1, 0]])
 }
 
 /// R1(0,1), R2(1,2), R3(0,2): 0: [R1, R3], 1: [R2, R1], 2: [R3, R2]; each
 /// head waits on the next partition round the ring.
-pub(super) fn three_cycle() -> Scenario {
+pub(crate) fn three_cycle() -> Scenario {
     Scenario::new(3, &[&[0, 1], &[1, 2], &[0, 2]], vec![vec![0, 2], vec![1, 0], vec![2, 1]])
 }
 
