@@ -41,7 +41,11 @@ pub enum Violation {
     },
     /// A request ran ahead of an earlier sub-request of `partition` without
     /// a request cycle to justify it.
-    RanAhead { id: Digest, partition: PartitionId, head: Digest },
+    RanAhead {
+        id: Digest,
+        partition: PartitionId,
+        head: Digest,
+    },
     /// A SYNC was dropped on its own instead of with its EXEC.
     ReleasedApart { partition: PartitionId, position: u64 },
     /// The run ended with this sub-request never executed.
@@ -56,11 +60,16 @@ struct Replay<'a> {
 
 impl Replay<'_> {
     fn head(&self, q: usize) -> Option<&StreamEntry> {
-        self.remaining[q].first().map(|&pos| &self.streams[q][pos as usize])
+        self.remaining[q]
+            .first()
+            .map(|&pos| &self.streams[q][pos as usize])
     }
 
     fn first_of(&self, q: usize, id: Digest) -> Option<u64> {
-        self.remaining[q].iter().copied().find(|&pos| self.streams[q][pos as usize].id == id)
+        self.remaining[q]
+            .iter()
+            .copied()
+            .find(|&pos| self.streams[q][pos as usize].id == id)
     }
 
     /// The head of `q` cannot run now: cross-border and not at every head.
@@ -145,7 +154,11 @@ pub fn check_serial_order(
     };
     let mut violations = Vec::new();
     let mut order = Vec::new();
-    let known = |p: PartitionId, pos: u64| streams.get(p.0 as usize).is_some_and(|s| (pos as usize) < s.len());
+    let known = |p: PartitionId, pos: u64| {
+        streams
+            .get(p.0 as usize)
+            .is_some_and(|s| (pos as usize) < s.len())
+    };
     for event in log {
         match event {
             LogEvent::Resolved { .. } => {}
@@ -154,12 +167,17 @@ pub fn check_serial_order(
                     partition: *partition,
                     position: *position,
                 });
-                replay.remaining[partition.0 as usize].retain(|x| x != position);
+                if let Some(r) = replay.remaining.get_mut(partition.0 as usize) {
+                    r.retain(|x| x != position);
+                }
             }
             LogEvent::Executed { id, consumed } => {
                 order.push(*id);
                 if let Some(&(p, pos)) = consumed.iter().find(|&&(p, pos)| !known(p, pos)) {
-                    violations.push(Violation::UnknownEntry { partition: p, position: pos });
+                    violations.push(Violation::UnknownEntry {
+                        partition: p,
+                        position: pos,
+                    });
                     continue;
                 }
                 let Some(&(p, pos)) = consumed.first() else {
@@ -188,7 +206,10 @@ pub fn check_serial_order(
                     .all(|&(q, at)| replay.remaining[q.0 as usize].first() == Some(&at));
                 if !at_heads && !replay.cycle_justifies(*id, &prediction) {
                     for &(q, at) in consumed {
-                        if let Some(h) = replay.head(q.0 as usize).filter(|_| replay.remaining[q.0 as usize].first() != Some(&at)) {
+                        if let Some(h) = replay
+                            .head(q.0 as usize)
+                            .filter(|_| replay.remaining[q.0 as usize].first() != Some(&at))
+                        {
                             violations.push(Violation::RanAhead {
                                 id: *id,
                                 partition: q,

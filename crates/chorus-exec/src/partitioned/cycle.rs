@@ -181,7 +181,9 @@ pub(crate) fn resolvable(heads: &[Option<Head<'_>>], delivered: &dyn Fn(usize) -
             let Some(ri) = &reaches[i] else { return false };
             // A sink component: everything i reaches reaches i back; and i
             // is its lowest loop (cycles are sorted by lowest partition).
-            (0..n).filter(|&j| ri[j]).all(|j| j >= i && reaches[j].as_ref().is_some_and(|rj| rj[i]))
+            (0..n)
+                .filter(|&j| ri[j])
+                .all(|j| j >= i && reaches[j].as_ref().is_some_and(|rj| rj[i]))
         })
         .map(|i| cycles[i].clone())
         .collect()
@@ -214,7 +216,10 @@ mod tests {
         // the empty partition 3: a tail that may still move, not a loop.
         let heads = vec![w(1, &p01), w(2, &p01), w(3, &p23), None];
         assert_eq!(find_cycles(&heads), vec![vec![0, 1]]);
-        assert_eq!(chain_targets(&heads, &find_cycles(&heads)), vec![Some(0), Some(0), None, None]);
+        assert_eq!(
+            chain_targets(&heads, &find_cycles(&heads)),
+            vec![Some(0), Some(0), None, None]
+        );
         assert_eq!(resolvable(&heads, &|_| true), vec![vec![0, 1]]);
         assert!(resolvable(&heads, &|_| false).is_empty(), "undelivered: wait");
         // Three partitions: 0 waits on 1, 1 on 2, 2 on 0.
@@ -256,9 +261,22 @@ mod tests {
     fn mutually_dependent_loops_resolve_the_lowest() {
         // A = {0,1} with R1(0,1,4); B = {2,3} with R3(2,3,5); 4: R5(2,4)
         // chains into B, 5: R6(0,5) chains into A. One component: lowest A.
-        let (p014, p01, p235, p23, p24, p05) =
-            (parts(&[0, 1, 4]), parts(&[0, 1]), parts(&[2, 3, 5]), parts(&[2, 3]), parts(&[2, 4]), parts(&[0, 5]));
-        let heads = vec![w(1, &p014), w(2, &p01), w(3, &p235), w(4, &p23), w(5, &p24), w(6, &p05)];
+        let (p014, p01, p235, p23, p24, p05) = (
+            parts(&[0, 1, 4]),
+            parts(&[0, 1]),
+            parts(&[2, 3, 5]),
+            parts(&[2, 3]),
+            parts(&[2, 4]),
+            parts(&[0, 5]),
+        );
+        let heads = vec![
+            w(1, &p014),
+            w(2, &p01),
+            w(3, &p235),
+            w(4, &p23),
+            w(5, &p24),
+            w(6, &p05),
+        ];
         assert_eq!(find_cycles(&heads), vec![vec![0, 1], vec![2, 3]]);
         assert_eq!(resolvable(&heads, &|_| true), vec![vec![0, 1]]);
     }

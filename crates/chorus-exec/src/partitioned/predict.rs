@@ -140,8 +140,9 @@ mod tests {
     fn partition_of_key_is_stable_and_in_range() {
         // Pinned values: a change here changes every deployment's routing.
         assert_eq!(partition_of_key(b"a", 1), PartitionId(0));
-        let spread: std::collections::BTreeSet<_> =
-            (0u32..200).map(|i| partition_of_key(&i.to_le_bytes(), 4)).collect();
+        let spread: std::collections::BTreeSet<_> = (0u32..200)
+            .map(|i| partition_of_key(&i.to_le_bytes(), 4))
+            .collect();
         assert_eq!(spread.len(), 4, "200 keys must reach all 4 partitions");
         for i in 0u32..200 {
             let p = partition_of_key(&i.to_le_bytes(), 7);
@@ -178,7 +179,10 @@ mod tests {
     #[test]
     fn everything_and_nothing() {
         let all = predict(&Access::Everything, 3);
-        assert_eq!(all.partitions(), &[PartitionId(0), PartitionId(1), PartitionId(2)]);
+        assert_eq!(
+            all.partitions(),
+            &[PartitionId(0), PartitionId(1), PartitionId(2)]
+        );
         let none = predict(&keys(&[]), 3);
         assert_eq!(none.partitions(), &[PartitionId(0)]);
         assert!(Prediction::new(vec![PartitionId(3)], 3).is_none());

@@ -282,7 +282,11 @@ impl<T: Clone> RequestScheduler<T> {
     fn hand_out(&mut self, i: usize) -> Job<T> {
         let head = &self.schedules[i].front().expect("a head to hand out").entry;
         // A request runs on its own partition's worker only (§IV-B 2).
-        assert_eq!(head.prediction.exec_partition().0 as usize, i, "handed out by a SYNC's worker");
+        assert_eq!(
+            head.prediction.exec_partition().0 as usize,
+            i,
+            "handed out by a SYNC's worker"
+        );
         let (id, prediction, payload) = (head.id, head.prediction.clone(), head.payload.clone());
         let mut consumed = Vec::with_capacity(prediction.partitions().len());
         for q in prediction.partitions() {
@@ -317,8 +321,14 @@ impl<T: Clone> RequestScheduler<T> {
     pub fn complete(&mut self, job: &Job<T>) {
         for (q, pos) in &job.consumed {
             let qi = q.0 as usize;
-            assert_eq!(self.busy[qi], Some(job.id), "completing a job that does not hold {q:?}");
-            let slot = self.schedules[qi].pop_front().expect("the job's sub-request heads its schedule");
+            assert_eq!(
+                self.busy[qi],
+                Some(job.id),
+                "completing a job that does not hold {q:?}"
+            );
+            let slot = self.schedules[qi]
+                .pop_front()
+                .expect("the job's sub-request heads its schedule");
             assert_eq!((slot.pos, slot.entry.id), (*pos, job.id));
             self.busy[qi] = None;
         }
@@ -356,7 +366,10 @@ impl<T: Clone> RequestScheduler<T> {
         };
         let mut moved_any = false;
         for cycle in to_resolve {
-            let head = &self.schedules[cycle[0]].front().expect("looped partitions have heads").entry;
+            let head = &self.schedules[cycle[0]]
+                .front()
+                .expect("looped partitions have heads")
+                .entry;
             let (id, prediction) = (head.id, head.prediction.clone());
             for q in prediction.partitions() {
                 let qi = q.0 as usize;

@@ -52,7 +52,11 @@ fn execute_runs_at_once_whatever_other_partitions_do() {
 #[test]
 fn exec_waits_until_every_sync_heads_its_schedule() {
     // 0: [X exec]; 1: [A, X sync]; 2: [B, X sync].
-    let s = Scenario::new(3, &[&[0, 1, 2], &[1], &[2]], vec![vec![0], vec![1, 0], vec![2, 0]]);
+    let s = Scenario::new(
+        3,
+        &[&[0, 1, 2], &[1], &[2]],
+        vec![vec![0], vec![1, 0], vec![2, 0]],
+    );
     let mut sc = sched_for(&s);
     assert!(waits(sc.next(P0)), "X's SYNCs are behind A and B");
     let a = run(sc.next(P1));
@@ -114,13 +118,26 @@ fn deliveries_are_checked_against_the_prediction() {
     };
     let mut sc: RequestScheduler<usize> = RequestScheduler::new(3, 1);
     assert_eq!(sc.deliver(P2, entry()), Err(DeliverError::NotPredicted));
-    assert_eq!(sc.deliver(PartitionId(3), entry()), Err(DeliverError::NoSuchPartition));
+    assert_eq!(
+        sc.deliver(PartitionId(3), entry()),
+        Err(DeliverError::NoSuchPartition)
+    );
     let mut small: RequestScheduler<usize> = RequestScheduler::new(1, 1);
-    assert_eq!(small.deliver(P0, entry()), Err(DeliverError::PredictionOutOfRange));
+    assert_eq!(
+        small.deliver(P0, entry()),
+        Err(DeliverError::PredictionOutOfRange)
+    );
     assert_eq!(sc.deliver(P0, entry()), Ok(0));
     assert_eq!(sc.deliver(P0, entry()), Err(DeliverError::Full));
     let st = sc.stats();
-    assert_eq!((st.rejected_not_predicted, st.rejected_no_such_partition, st.rejected_full), (1, 1, 1));
+    assert_eq!(
+        (
+            st.rejected_not_predicted,
+            st.rejected_no_such_partition,
+            st.rejected_full
+        ),
+        (1, 1, 1)
+    );
     assert_eq!(small.stats().rejected_out_of_range, 1);
 }
 
@@ -133,14 +150,22 @@ pub(crate) fn two_cycle() -> Scenario {
 /// R1(0,1), R2(1,2), R3(0,2): 0: [R1, R3], 1: [R2, R1], 2: [R3, R2]; each
 /// head waits on the next partition round the ring.
 pub(crate) fn three_cycle() -> Scenario {
-    Scenario::new(3, &[&[0, 1], &[1, 2], &[0, 2]], vec![vec![0, 2], vec![1, 0], vec![2, 1]])
+    Scenario::new(
+        3,
+        &[&[0, 1], &[1, 2], &[0, 2]],
+        vec![vec![0, 2], vec![1, 0], vec![2, 1]],
+    )
 }
 
 #[test]
 fn two_partition_cycle_moves_the_lowest_partitions_head() {
     let s = two_cycle();
     let o = run_canonical(&s);
-    let resolved: Vec<_> = o.log.iter().filter(|e| matches!(e, LogEvent::Resolved { .. })).collect();
+    let resolved: Vec<_> = o
+        .log
+        .iter()
+        .filter(|e| matches!(e, LogEvent::Resolved { .. }))
+        .collect();
     assert_eq!(
         resolved,
         vec![&LogEvent::Resolved {
@@ -160,7 +185,13 @@ fn three_partition_cycle_is_resolved() {
     // R1 heads the lowest partition of the ring and is moved; then R3 (now
     // heading 0 and 2) runs, then R2.
     assert_eq!(order, vec![s.id(0), s.id(2), s.id(1)]);
-    assert_eq!(o.log.iter().filter(|e| matches!(e, LogEvent::Resolved { .. })).count(), 1);
+    assert_eq!(
+        o.log
+            .iter()
+            .filter(|e| matches!(e, LogEvent::Resolved { .. }))
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -201,10 +232,13 @@ fn skipping_the_sync_wait_is_reported_by_the_checker() {
     let faulty = run_driven(&s, &mut |_| 0, true);
     let v = check_serial_order(&s.stream_entries(), &faulty.log, true).expect_err("the checker must bite");
     assert!(
-        v.iter().any(|x| matches!(x, Violation::WrongSubRequests { id, .. } if *id == s.id(0))),
+        v.iter()
+            .any(|x| matches!(x, Violation::WrongSubRequests { id, .. } if *id == s.id(0))),
         "{v:?}"
     );
-    assert!(v.iter().any(|x| matches!(x, Violation::ReleasedApart { partition, .. } if *partition == P1)));
+    assert!(v
+        .iter()
+        .any(|x| matches!(x, Violation::ReleasedApart { partition, .. } if *partition == P1)));
     // And it shows: X read A's register before A wrote it.
     let (_, digest) = sequential_reference(&s, &[s.id(1), s.id(0)]);
     assert_ne!(faulty.digest, digest);

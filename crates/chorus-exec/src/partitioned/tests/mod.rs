@@ -45,7 +45,10 @@ impl Service for Kv {
             },
             [1, n, rest @ ..] if rest.len() == *n as usize + 1 => Access::Keys {
                 reads: vec![],
-                writes: rest[..*n as usize].iter().map(|k| Bytes::from(vec![*k])).collect(),
+                writes: rest[..*n as usize]
+                    .iter()
+                    .map(|k| Bytes::from(vec![*k]))
+                    .collect(),
             },
             _ => Access::Keys {
                 reads: vec![],
@@ -55,7 +58,11 @@ impl Service for Kv {
     }
     fn snapshot(&self) -> Bytes {
         let m = self.0.lock().unwrap();
-        Bytes::from(m.iter().flat_map(|(k, v)| std::iter::once(*k).chain(v.to_le_bytes())).collect::<Vec<u8>>())
+        Bytes::from(
+            m.iter()
+                .flat_map(|(k, v)| std::iter::once(*k).chain(v.to_le_bytes()))
+                .collect::<Vec<u8>>(),
+        )
     }
     fn restore(&self, _s: &[u8]) -> Result<(), String> {
         Err("not needed".into())
@@ -95,13 +102,20 @@ pub(super) struct Scenario {
 impl Scenario {
     /// `reqs[i]` touches `parts[i]`; `streams[p]` lists request indices.
     pub fn new(k: u16, parts: &[&[u16]], streams: Vec<Vec<usize>>) -> Scenario {
-        let reqs: Vec<_> = parts.iter().enumerate().map(|(i, ps)| req(i as u64 + 1, ps, k, i as u8)).collect();
+        let reqs: Vec<_> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, ps)| req(i as u64 + 1, ps, k, i as u8))
+            .collect();
         let s = Scenario { k, reqs, streams };
         let svc = Kv::default();
         for (p, stream) in s.streams.iter().enumerate() {
             for &i in stream {
                 let pred = predict(&svc.access(&s.reqs[i].op), k);
-                assert!(pred.contains(PartitionId(p as u16)), "request {i} is not predicted for {p}");
+                assert!(
+                    pred.contains(PartitionId(p as u16)),
+                    "request {i} is not predicted for {p}"
+                );
             }
         }
         s
@@ -155,7 +169,9 @@ pub(super) fn run_driven(s: &Scenario, pick: &mut dyn FnMut(usize) -> usize, ski
     let mut next = vec![0usize; s.k as usize];
     loop {
         // Moves: deliveries first, then steps.
-        let deliverable: Vec<usize> = (0..s.k as usize).filter(|&p| next[p] < s.streams[p].len()).collect();
+        let deliverable: Vec<usize> = (0..s.k as usize)
+            .filter(|&p| next[p] < s.streams[p].len())
+            .collect();
         let n = deliverable.len() + s.k as usize;
         let mut tried = 0;
         let mut choice = pick(n) % n;
@@ -163,7 +179,8 @@ pub(super) fn run_driven(s: &Scenario, pick: &mut dyn FnMut(usize) -> usize, ski
         while tried < n {
             if choice < deliverable.len() {
                 let p = deliverable[choice];
-                ex.deliver(PartitionId(p as u16), s.reqs[s.streams[p][next[p]]].clone()).unwrap();
+                ex.deliver(PartitionId(p as u16), s.reqs[s.streams[p][next[p]]].clone())
+                    .unwrap();
                 next[p] += 1;
                 progressed = true;
                 break;
@@ -195,26 +212,42 @@ pub(super) fn sequential_reference(s: &Scenario, order: &[Digest]) -> (BTreeMap<
     let by_id: BTreeMap<Digest, &Arc<Request>> = s.reqs.iter().map(|r| (r.digest(), r)).collect();
     for (i, id) in order.iter().enumerate() {
         let r: &Request = by_id[id];
-        ex.submit(Seq(i as u64), Arc::new(Batch { requests: vec![r.clone()] }));
+        ex.submit(
+            Seq(i as u64),
+            Arc::new(Batch {
+                requests: vec![r.clone()],
+            }),
+        );
     }
     let mut results: Vec<ExecResult> = Vec::new();
     ex.drain_results(&mut results);
-    (results.into_iter().map(|r| (r.request, r.result)).collect(), svc.state_digest())
+    (
+        results.into_iter().map(|r| (r.request, r.result)).collect(),
+        svc.state_digest(),
+    )
 }
 
 /// The run is a serial execution of a serial order consistent with the
 /// streams, executes everything exactly once, and equals the sequential
 /// executor on that order.
 pub(super) fn assert_serially_equivalent(s: &Scenario, o: &Outcome) -> Vec<Digest> {
-    let order = check_serial_order(&s.stream_entries(), &o.log, true).unwrap_or_else(|v| panic!("violations: {v:?}"));
-    assert_eq!(order.len(), s.total_requests(), "every request executed exactly once");
+    let order =
+        check_serial_order(&s.stream_entries(), &o.log, true).unwrap_or_else(|v| panic!("violations: {v:?}"));
+    assert_eq!(
+        order.len(),
+        s.total_requests(),
+        "every request executed exactly once"
+    );
     let mut uniq = order.clone();
     uniq.sort();
     uniq.dedup();
     assert_eq!(uniq.len(), order.len(), "no request executed twice");
     assert_eq!(o.results.len(), order.len());
     let (replies, digest) = sequential_reference(s, &order);
-    assert_eq!(o.digest, digest, "state digest differs from the sequential executor");
+    assert_eq!(
+        o.digest, digest,
+        "state digest differs from the sequential executor"
+    );
     for r in &o.results {
         assert_eq!(Some(&r.result), replies.get(&r.request), "reply differs");
     }

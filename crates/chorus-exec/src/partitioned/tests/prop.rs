@@ -84,7 +84,6 @@ proptest! {
     }
 }
 
-
 /// Found by the property test when loops were resolved as soon as each was
 /// enabled, without the sink-component rule of `cycle.rs`: interfering loops
 /// then came out in a different order under different interleavings.
@@ -100,12 +99,18 @@ fn interfering_cycles_resolve_the_same_under_any_interleaving() {
             .cloned()
             .collect::<Vec<_>>()
     };
-    assert!(resolutions(&canonical).len() >= 2, "the case has interfering cycles");
+    assert!(
+        resolutions(&canonical).len() >= 2,
+        "the case has interfering cycles"
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     for _ in 0..500 {
         let o = run_driven(&s, &mut |n| rng.gen_range(0..n), false);
         assert_serially_equivalent(&s, &o);
-        assert_eq!(effective_schedules(4, &o.log), effective_schedules(4, &canonical.log));
+        assert_eq!(
+            effective_schedules(4, &o.log),
+            effective_schedules(4, &canonical.log)
+        );
         let mut a = resolutions(&o);
         let mut b = resolutions(&canonical);
         a.sort_by_key(|e| format!("{e:?}"));

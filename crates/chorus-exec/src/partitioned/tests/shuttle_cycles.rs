@@ -171,7 +171,10 @@ fn same_as_canonical(s: &Scenario, concurrent_delivery: bool) {
     let canonical = run_canonical(s);
     let o = threaded_run(s, concurrent_delivery);
     assert_serially_equivalent(s, &o);
-    assert_eq!(effective_schedules(s.k, &o.log), effective_schedules(s.k, &canonical.log));
+    assert_eq!(
+        effective_schedules(s.k, &o.log),
+        effective_schedules(s.k, &canonical.log)
+    );
     assert_eq!(o.digest, canonical.digest);
     let sorted = |o: &Outcome| {
         let mut r = o.results.clone();
