@@ -17,11 +17,13 @@
 //! - CROSS-BORDER-SYNC makes `p` wait for its EXEC (line 34).
 //!
 //! Algorithm 3: when a head cannot run, the request cycles among the heads
-//! are found ([`super::cycle`]) and each is resolved by moving the head of
-//! its lowest partition to the head of every schedule it is in (line 43–45),
-//! once all its sub-requests have been delivered (until then the cycle just
-//! stays, unchanged). The schedules after these moves — the *effective*
-//! schedules — are a function of the delivery streams alone.
+//! are found (`cycle.rs`) and a cycle is resolved by moving the head of its
+//! lowest partition to the head of every schedule it is in (lines 43–45),
+//! but only once every jumped head is permanently stuck, the moved request
+//! is delivered everywhere, and no other cycle it depends on is pending
+//! (the sink rule in `cycle.rs`); until then the cycle just stays as it is.
+//! The schedules after these moves (the *effective* schedules) are a
+//! function of the delivery streams alone, whatever the workers' timing.
 
 use super::cycle::{resolvable, Head};
 use super::predict::{EntryKind, PartitionId, Prediction, MAX_PARTITIONS};
