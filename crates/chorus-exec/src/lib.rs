@@ -8,10 +8,13 @@
 //! - [`DependencyGraph`]: CBASE's parallelizer as a pure data structure; the
 //!   threaded worker pool that drives it lives in `chorus-parallel` (this
 //!   crate is sans-IO: no threads, clocks or sockets).
+//! - [`partitioned`]: SAREK's per-partition scheduler and executor
+//!   (Algorithms 1–3).
 
 pub mod client_table;
 pub mod executor;
 pub mod graph;
+pub mod partitioned;
 pub mod sequential;
 pub mod service;
 
