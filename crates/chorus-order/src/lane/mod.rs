@@ -24,6 +24,7 @@ mod normal;
 mod penalty;
 mod plan;
 mod recovery;
+mod restart_probe;
 mod slot;
 mod throttle;
 mod timer;

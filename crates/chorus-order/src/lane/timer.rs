@@ -86,6 +86,9 @@ pub(crate) struct ProgressTimer {
     /// RCC: since when this lane has held the other instances at the drift
     /// bound (`throttle.rs`), in which view.
     pub throttled_since: Option<(View, Millis)>,
+    /// RCC: since when the lane has waited at the round where its stop
+    /// ended for the primary's first proposal (`restart_probe.rs`).
+    pub restart_waiting: Option<((View, Slot), Millis)>,
 }
 
 impl ProgressTimer {
@@ -207,6 +210,10 @@ impl Lane {
         // once, for ever, and re-announce the suspicion each time).
         let throttle = self.throttle_deadline(cx.now, frontier, timeout);
         if let Some(t) = throttle.filter(|_| !self.suspecting) {
+            at = at.min(t.max(cx.now));
+        }
+        let probe = self.restart_probe_deadline(cx.now, timeout);
+        if let Some(t) = probe.filter(|_| !self.suspecting) {
             at = at.min(t.max(cx.now));
         }
         self.set_deadline(cx, Some(at));

@@ -335,3 +335,79 @@ fn a_throttling_instance_is_suspected_although_it_trickles_decisions() {
     let d2 = r2.lane(L0).and_then(|l| l.timer_deadline());
     assert!(d2.is_none_or(|d| d.0 > timeout), "{d2:?}");
 }
+
+/// Decide `batch` at `slot` of lane 0 in `view`, proposed by `proposer`.
+#[allow(clippy::too_many_arguments)]
+fn decide_in(
+    s: &Setup,
+    r: &mut Replica,
+    me: u32,
+    now: u64,
+    view: u64,
+    slot: u64,
+    proposer: u32,
+    batch: &Batch,
+) {
+    msg(
+        r,
+        now,
+        proposer,
+        ReplicaMsg::PrePrepare(s.pre_prepare(proposer, 0, view, slot, batch)),
+    );
+    for p in (0..4).filter(|p| *p != proposer && *p != me) {
+        msg(
+            r,
+            now,
+            p,
+            ReplicaMsg::Prepare(s.prepare(p, 0, view, slot, batch.digest())),
+        );
+    }
+    for p in (0..4).filter(|p| *p != me) {
+        msg(
+            r,
+            now,
+            p,
+            ReplicaMsg::Commit(s.commit(p, 0, view, slot, batch.digest())),
+        );
+    }
+}
+
+/// RCC §III-C: when the stop ends, a live primary proposes its restart
+/// round at once; if it does not, the lane suspects it after a short probe
+/// (two status intervals), not after a whole view-change timeout.
+#[test]
+fn a_primary_that_does_not_take_its_instance_back_is_suspected_after_a_short_probe() {
+    let (s, a, _, nv) = stopped();
+    let timeout = s.cfg.params.view_change_timeout_ms;
+    let probe = 2 * s.cfg.params.status_interval_ms;
+    assert!(probe < timeout);
+    let mut r2 = replica(&s, 2);
+    msg(&mut r2, 5_000, 1, ReplicaMsg::NewView(nv));
+    // The other instances are ahead: instance 0 holds the rounds back.
+    for lane in 1..4 {
+        for slot in 0..10 {
+            msg(
+                &mut r2,
+                5_000,
+                lane,
+                ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, slot, &Batch::noop())),
+            );
+        }
+    }
+    // L_0 fills the stopped rounds (round 0 is the recovered proposal).
+    decide_in(&s, &mut r2, 2, 5_001, 1, 0, 1, &a);
+    for slot in 1..8 {
+        decide_in(&s, &mut r2, 2, 5_001, 1, slot, 1, &Batch::noop());
+    }
+    assert_eq!(r2.status().next_undecided[0], Slot(8), "at the restart round");
+    let deadline = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    assert!(
+        deadline.0 <= 5_001 + probe,
+        "the restart probe ({probe} ms) bounds the wait, not the timeout ({timeout} ms): {deadline:?}"
+    );
+    // A live primary's round ends the probe: the usual timeout again.
+    decide_in(&s, &mut r2, 2, 5_002, 1, 8, 0, &Batch::noop());
+    assert_eq!(r2.status().next_undecided[0], Slot(9));
+    let deadline = r2.lane(L0).and_then(|l| l.timer_deadline()).expect("timer armed");
+    assert!(deadline.0 > 5_002 + probe, "{deadline:?}");
+}
