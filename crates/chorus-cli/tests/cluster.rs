@@ -3,21 +3,13 @@
 mod common;
 
 use bytes::Bytes;
-use chorus_apps::kv_op::{KvOp, KvReply};
+use chorus_apps::kv_op::KvOp;
 use chorus_core::{ClientId, Identity, OrderingMode};
-use common::TestCluster;
+use common::{rt, TestCluster};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Write `count` keys from `clients` concurrent clients; return what was acknowledged.
 async fn write_keys(c: &TestCluster, clients: usize, count: usize, prefix: &str) -> HashMap<Bytes, Bytes> {
@@ -56,18 +48,6 @@ async fn write_keys(c: &TestCluster, clients: usize, count: usize, prefix: &str)
     all
 }
 
-async fn check_readable(c: &TestCluster, acked: &HashMap<Bytes, Bytes>) {
-    let client = c.client(0).await;
-    for (k, v) in acked {
-        let r = client.invoke(KvOp::get(k.clone())).await.expect("read back");
-        assert_eq!(
-            KvReply::decode(&r).unwrap(),
-            KvReply::Value(Some(v.clone())),
-            "acknowledged write {k:?} lost"
-        );
-    }
-}
-
 #[test]
 fn four_replicas_serve_thousands_of_operations_and_agree() {
     let c = TestCluster::new(OrderingMode::Cop, 2, 4, |_| {});
@@ -79,7 +59,7 @@ fn four_replicas_serve_thousands_of_operations_and_agree() {
         2_000,
         "every write must be acknowledged on a healthy cluster"
     );
-    rt.block_on(check_readable(&c, &acked));
+    rt.block_on(common::check_readable(&c, 0, &acked, 1));
     let (executed, _) = c.wait_converged(Duration::from_secs(20));
     assert!(executed > 0);
 }
@@ -100,7 +80,7 @@ fn kill_restart(victim: usize) {
     c.wait_up(&[victim], Duration::from_secs(20));
     acked.extend(rt.block_on(write_keys(&c, 2, 200, "after")));
     c.wait_converged(Duration::from_secs(60));
-    rt.block_on(check_readable(&c, &acked));
+    rt.block_on(common::check_readable(&c, 0, &acked, 1));
 }
 
 #[test]

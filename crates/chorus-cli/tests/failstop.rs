@@ -6,21 +6,13 @@
 mod common;
 
 use bytes::Bytes;
-use chorus_apps::kv_op::{KvOp, KvReply};
+use chorus_apps::kv_op::KvOp;
 use chorus_core::OrderingMode;
-use common::TestCluster;
+use common::{rt, TestCluster};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn cluster() -> TestCluster {
     TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, 2, 2, |_| {})
@@ -57,18 +49,6 @@ async fn put_many(c: &TestCluster, prefix: &str, count: usize, value_bytes: usiz
         all.extend(t.await.unwrap());
     }
     all
-}
-
-async fn check_readable(c: &TestCluster, acked: &HashMap<Bytes, Bytes>) {
-    let client = c.client(1).await;
-    for (k, v) in acked {
-        let r = client.invoke(KvOp::get(k.clone())).await.expect("read back");
-        assert_eq!(
-            KvReply::decode(&r).unwrap(),
-            KvReply::Value(Some(v.clone())),
-            "acknowledged write {k:?} lost"
-        );
-    }
 }
 
 #[test]
@@ -120,7 +100,7 @@ fn a_corrupt_database_stops_the_replica_with_a_clear_message_and_wiping_it_recov
     c.wait_up(&[3], Duration::from_secs(20));
     acked.extend(rt.block_on(put_many(&c, "after", 200, 64)));
     c.wait_converged(Duration::from_secs(60));
-    rt.block_on(check_readable(&c, &acked));
+    rt.block_on(common::check_readable(&c, 1, &acked, 1));
 }
 
 /// A tmpfs mounted over a directory for the test's lifetime.
@@ -206,5 +186,5 @@ fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowl
         "the cluster keeps serving, acked {}",
         acked.len()
     );
-    rt.block_on(check_readable(&c, &acked));
+    rt.block_on(common::check_readable(&c, 1, &acked, 1));
 }

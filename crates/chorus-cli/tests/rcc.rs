@@ -7,22 +7,14 @@
 mod common;
 
 use bytes::Bytes;
-use chorus_apps::kv_op::{KvOp, KvReply};
+use chorus_apps::kv_op::KvOp;
 use chorus_core::OrderingMode;
-use common::TestCluster;
+use common::{rt, TestCluster};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TIMEOUT_MS: u64 = 800;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Completion times of every acknowledged write, and the writes themselves.
 #[derive(Default)]
@@ -153,15 +145,5 @@ fn sigkill_of_an_instance_primary_stops_only_its_instance_and_it_resumes_after_r
     }
     c.wait_converged(Duration::from_secs(60));
     let acked = std::mem::take(&mut load.lock().unwrap().acked);
-    rt.block_on(async {
-        let client = c.client(0).await;
-        for (k, v) in acked.iter().step_by(7) {
-            let r = client.invoke(KvOp::get(k.clone())).await.expect("read back");
-            assert_eq!(
-                KvReply::decode(&r).unwrap(),
-                KvReply::Value(Some(v.clone())),
-                "acknowledged write {k:?} lost"
-            );
-        }
-    });
+    rt.block_on(common::check_readable(&c, 0, &acked, 7));
 }

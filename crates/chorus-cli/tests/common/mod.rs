@@ -346,3 +346,32 @@ impl Drop for TestCluster {
         }
     }
 }
+
+/// A two-thread runtime for driving clients from a synchronous test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Every write in `acked` (every `step`-th, to bound the time) reads back
+/// its value through client `reader`: nothing acknowledged was lost.
+pub async fn check_readable(
+    c: &TestCluster,
+    reader: usize,
+    acked: &std::collections::HashMap<bytes::Bytes, bytes::Bytes>,
+    step: usize,
+) {
+    use chorus_apps::kv_op::{KvOp, KvReply};
+    let client = c.client(reader).await;
+    for (k, v) in acked.iter().step_by(step.max(1)) {
+        let r = client.invoke(KvOp::get(k.clone())).await.expect("read back");
+        assert_eq!(
+            KvReply::decode(&r).unwrap(),
+            KvReply::Value(Some(v.clone())),
+            "acknowledged write {k:?} lost"
+        );
+    }
+}
