@@ -31,16 +31,7 @@ fn twins() -> (Setup, Setup) {
 }
 
 fn view_change(s: &Setup, replica: u32, view: u64) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: LaneId(0),
-        new_view: View(view),
-        stable: None,
-        prepared: vec![],
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, view, None, vec![])
 }
 
 fn rejected(actions: &[Action]) -> Vec<RejectReason> {

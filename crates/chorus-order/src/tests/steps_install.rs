@@ -66,16 +66,7 @@ fn deliveries(actions: &[Action]) -> Vec<(Seq, Digest)> {
 
 /// A VIEW-CHANGE a replica signs for view 1 (Byzantine ones: whatever they like).
 fn view_change(s: &Setup, replica: u32, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: L0,
-        new_view: View(1),
-        stable: None,
-        prepared,
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, 1, None, prepared)
 }
 
 /// The scenario of issue 8, finding 1. Replicas 0 and 1 are Byzantine;

@@ -6,8 +6,8 @@ use super::util::{broadcasts, handle, msg, params, replica, sends, setup, Setup}
 use crate::io::{Action, Event, TimerId};
 use crate::replica::Replica;
 use chorus_core::{
-    Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Signature, Slot,
-    Status, View, ViewChange,
+    Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaMsg, Seq, Slot, Status, View,
+    ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -76,16 +76,7 @@ fn view_change(
     stable: Option<chorus_core::CheckpointCert>,
     prepared: Vec<chorus_core::PreparedCert>,
 ) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: L0,
-        new_view: View(view),
-        stable,
-        prepared,
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, view, stable, prepared)
 }
 
 /// Finding 8: the new-view primary (replica 1) holds no stable checkpoint

@@ -8,7 +8,7 @@ use crate::io::{Event, Outbox, TimerId};
 use crate::replica::Replica;
 use crate::roles::{coordinating_leader, new_view_primary};
 use chorus_core::{
-    Batch, Exclusion, LaneId, NewView, OrderingMode, ReplicaId, ReplicaMsg, Signature, Slot, View, ViewChange,
+    Batch, Exclusion, LaneId, NewView, OrderingMode, ReplicaId, ReplicaMsg, Slot, View, ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -23,16 +23,7 @@ fn rcc() -> Setup {
 }
 
 fn failure(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: L0,
-        new_view: View(view),
-        stable: None,
-        prepared,
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, view, None, prepared)
 }
 
 /// Replica 1 accepted instance 0's proposal `a` at round 0 and prepared it

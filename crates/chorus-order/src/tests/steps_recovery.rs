@@ -5,8 +5,7 @@ use super::util::{broadcasts, effects, kinds, params, persists, sends, setup, Se
 use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::replica::Replica;
 use chorus_core::{
-    LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Signature, Slot, Status, View,
-    ViewChange,
+    LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Slot, Status, View, ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -77,16 +76,7 @@ fn status(view: u64, next: u64) -> ReplicaMsg {
 }
 
 fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: L0,
-        new_view: View(view),
-        stable: None,
-        prepared,
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, view, None, prepared)
 }
 
 #[test]

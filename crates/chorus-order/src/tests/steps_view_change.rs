@@ -7,7 +7,7 @@ use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::replica::Replica;
 use chorus_core::{
     Batch, BatchReply, FetchBatch, LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg,
-    Reproposal, Signature, Slot, View, ViewChange,
+    Reproposal, Slot, View, ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -33,16 +33,7 @@ fn gave_up(r: &mut Replica, now: u64, from: u32, view: u64) {
 }
 
 fn view_change(s: &Setup, replica: u32, view: u64, prepared: Vec<chorus_core::PreparedCert>) -> ViewChange {
-    let mut vc = ViewChange {
-        lane: L0,
-        new_view: View(view),
-        stable: None,
-        prepared,
-        replica: ReplicaId(replica),
-        sig: Signature([0; 64]),
-    };
-    vc.sig = s.sign(replica, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-    vc
+    s.view_change(replica, view, None, prepared)
 }
 
 struct Scenario {

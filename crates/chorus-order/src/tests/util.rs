@@ -57,6 +57,26 @@ impl Setup {
         self.keys[signer as usize].sign_bound(&self.tag(), kind, digest)
     }
 
+    /// Replica `replica`'s signed VIEW-CHANGE of lane 0 to `view`.
+    pub fn view_change(
+        &self,
+        replica: u32,
+        view: u64,
+        stable: Option<chorus_core::CheckpointCert>,
+        prepared: Vec<chorus_core::PreparedCert>,
+    ) -> chorus_core::ViewChange {
+        let mut vc = chorus_core::ViewChange {
+            lane: LaneId(0),
+            new_view: View(view),
+            stable,
+            prepared,
+            replica: ReplicaId(replica),
+            sig: Signature([0; 64]),
+        };
+        vc.sig = self.sign(replica, SigKind::ViewChange, &vc.signing_digest());
+        vc
+    }
+
     pub fn request(&self, client: usize, seq: u64, op: &[u8]) -> Request {
         let macs: Vec<_> = self
             .keys
