@@ -43,6 +43,48 @@ pub struct Counters {
     /// Valid but late messages (older view, below the window, stale vote):
     /// normal under asynchrony, so not counted as rejections.
     pub stale: u64,
+    /// View changes this replica started, by cause (`ViewChangeCause`).
+    /// Metrics only (issue 14 item 2): why views change is what an
+    /// operator needs to tell a dead leader from a censoring one.
+    pub view_change_causes: BTreeMap<&'static str, u64>,
+    /// Per lane (by index): what `proposals`, `decided` and `view_changes`
+    /// count, split by lane. At most one entry per configured lane.
+    pub per_lane: BTreeMap<u32, LaneCounters>,
+}
+
+/// One lane's share of the replica's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneCounters {
+    pub proposals: u64,
+    pub decided: u64,
+    pub view_changes: u64,
+}
+
+/// Why a replica started a view change (PBFT §4.4, §4.5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewChangeCause {
+    /// The progress timer expired in an active view with f peers agreeing:
+    /// the leader stopped deciding slots.
+    NoProgress,
+    /// As `NoProgress`, but only a request the leader never proposed was
+    /// waiting (the timer ran for a censored request).
+    Censorship,
+    /// The NEW-VIEW of the view being changed to did not come in time
+    /// (PBFT §4.5.2: go on to v+1).
+    NewViewTimeout,
+    /// f+1 peers asked for a higher view (PBFT §4.5.2 join rule).
+    Joined,
+}
+
+impl ViewChangeCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViewChangeCause::NoProgress => "no-progress",
+            ViewChangeCause::Censorship => "censorship",
+            ViewChangeCause::NewViewTimeout => "new-view-timeout",
+            ViewChangeCause::Joined => "joined",
+        }
+    }
 }
 
 impl Counters {
@@ -57,6 +99,11 @@ impl Counters {
     /// How often `reason` was counted.
     pub fn rejected(&self, reason: &str) -> u64 {
         self.rejected.get(reason).copied().unwrap_or(0)
+    }
+
+    /// Lane `lane`'s counters, created on first use.
+    pub fn lane_mut(&mut self, lane: u32) -> &mut LaneCounters {
+        self.per_lane.entry(lane).or_default()
     }
 
     pub fn rejected_total(&self) -> u64 {

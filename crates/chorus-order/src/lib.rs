@@ -28,7 +28,7 @@ pub mod transfer;
 pub mod verify;
 
 pub use checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
-pub use counters::{Counters, Cx};
+pub use counters::{Counters, Cx, LaneCounters, ViewChangeCause};
 pub use io::{Action, Event, Outbox, PersistRecord, RejectReason, TimerId};
 pub use lane::{Decision, Lane, LaneEnv, LaneOutput};
 pub use merger::Merger;

@@ -151,6 +151,7 @@ impl Lane {
             return lo;
         }
         cx.counters.proposals += 1;
+        cx.counters.lane_mut(self.id.0).proposals += 1;
         if batch.is_noop() {
             cx.counters.noop_proposals += 1;
         }
@@ -611,6 +612,7 @@ impl Lane {
         // compares `next_undecided`), so no `self.progressed` here.
         self.note_seen(slot);
         cx.counters.decided += 1;
+        cx.counters.lane_mut(self.id.0).decided += 1;
         lo.decided.push(Decision { slot, digest, batch });
     }
 

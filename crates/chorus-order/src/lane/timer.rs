@@ -54,7 +54,7 @@
 //! that eventually a correct primary gets enough time); a decision resets it.
 
 use super::{Lane, LaneEnv, LaneOutput};
-use crate::counters::Cx;
+use crate::counters::{Cx, ViewChangeCause};
 use crate::io::{Action, TimerId};
 use crate::roles::new_view_primary;
 use chorus_core::{Millis, ReplicaId, Seq, Slot, View};
@@ -398,7 +398,12 @@ impl Lane {
         }
         // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
         let target = self.view.next();
-        self.start_view_change(cx, target, env, &mut lo);
+        let cause = match (self.active, self.timer.censorship_only) {
+            (true, false) => ViewChangeCause::NoProgress,
+            (true, true) => ViewChangeCause::Censorship,
+            (false, _) => ViewChangeCause::NewViewTimeout,
+        };
+        self.start_view_change(cx, target, cause, env, &mut lo);
         self.replay(cx, env, &mut lo);
         lo
     }

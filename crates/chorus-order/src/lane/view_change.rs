@@ -14,7 +14,7 @@ use super::penalty::{check_exclusions, rcc_stop};
 use super::plan::{plan_new_view, NewViewPlan};
 use super::{Lane, LaneEnv, LaneOutput, NvRange, StoredVc, WantReason, MAX_VIEW};
 use crate::certs::{low_slot_of, verify_view_change, verify_view_change_sig};
-use crate::counters::Cx;
+use crate::counters::{Cx, ViewChangeCause};
 use crate::io::PersistRecord;
 use crate::roles::new_view_primary;
 use chorus_core::{
@@ -31,6 +31,7 @@ impl Lane {
         &mut self,
         cx: &mut Cx,
         target: View,
+        cause: ViewChangeCause,
         env: &LaneEnv,
         lo: &mut LaneOutput,
     ) {
@@ -68,6 +69,8 @@ impl Lane {
         );
         self.own_vc = Some(vc);
         cx.counters.view_changes += 1;
+        *cx.counters.view_change_causes.entry(cause.as_str()).or_insert(0) += 1;
+        cx.counters.lane_mut(self.id.0).view_changes += 1;
         self.timer.failures = self.timer.failures.saturating_add(1);
         self.stop_timer(cx);
         self.try_new_view(cx, env, lo);
@@ -177,7 +180,7 @@ impl Lane {
                 self.blame_stuck_slot();
             }
         }
-        self.start_view_change(cx, target, env, lo);
+        self.start_view_change(cx, target, ViewChangeCause::Joined, env, lo);
     }
 
     /// As the new-view primary with 2f+1 valid view changes for our view:

@@ -40,6 +40,11 @@ fn happy(n: usize, mode: OrderingMode, pillars: u32, clients: usize) -> Cluster 
         assert!(st.stable_seq > Seq(0), "checkpoints become stable");
         assert_eq!(st.counters.rejected_total(), 0, "{:?}", st.counters.rejected);
         assert_eq!(st.pool_len, 0);
+        // Per-lane counters (metrics) add up to the replica's totals.
+        let lanes = &st.counters.per_lane;
+        assert!(lanes.keys().all(|l| (*l as usize) < st.views.len()));
+        assert_eq!(lanes.values().map(|l| l.proposals).sum::<u64>(), st.counters.proposals);
+        assert_eq!(lanes.values().map(|l| l.decided).sum::<u64>(), st.counters.decided);
     }
     c
 }

@@ -355,6 +355,11 @@ fn f_plus_one_view_changes_make_a_replica_join() {
         }]
     );
     assert_eq!(r0.status().views, vec![View(2)]);
+    // Metrics (issue 14 item 2): counted as a join, on lane 0.
+    let c = r0.status().counters;
+    assert_eq!(c.view_change_causes.get("joined"), Some(&1));
+    assert_eq!(c.view_change_causes.len(), 1);
+    assert_eq!(c.per_lane.get(&0).map(|l| l.view_changes), Some(1));
 }
 
 #[test]
@@ -371,6 +376,8 @@ fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
     gave_up(&mut r2, t1.0 - 1, 1, 0);
     let mut out = Outbox::new();
     r2.handle(t1, Event::Timer(TimerId::ViewChange(L0)), &mut out);
+    let causes = r2.status().counters.view_change_causes;
+    assert_eq!(causes.get("no-progress"), Some(&1), "{causes:?}");
     // Alone in view change 1: no timer (PBFT §4.5.2), no running off to view 2.
     assert_eq!(r2.lane(L0).and_then(|l| l.timer_deadline()), None);
     msg(
@@ -392,6 +399,9 @@ fn new_view_timer_backs_off_exponentially_and_runs_only_with_a_quorum() {
     gave_up(&mut r2, t2.0 - 1, 3, 1);
     r2.handle(t2, Event::Timer(TimerId::ViewChange(L0)), &mut out);
     assert_eq!(r2.status().views, vec![View(2)]);
+    let c = r2.status().counters;
+    assert_eq!(c.view_change_causes.get("new-view-timeout"), Some(&1), "{c:?}");
+    assert_eq!(c.per_lane.get(&0).map(|l| l.view_changes), Some(2));
 }
 
 /// Replica 2 times out on view 0 and asks for view 1.
