@@ -42,6 +42,12 @@ pub struct Args {
     /// Keep the cluster directory (logs, data) afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Port of the live dashboard the demo serves on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub dashboard_port: u16,
+    /// Do not serve the dashboard.
+    #[arg(long)]
+    pub no_dashboard: bool,
 }
 
 struct PhaseRow {
@@ -128,7 +134,23 @@ async fn demo(a: &Args) -> Result<()> {
     let probe_id = ClientId(a.clients as u64);
     let probe_key = keys[a.clients].clone();
     wait_ready(&config, probe_id, &probe_key, &mut cluster, &[0, 1, 2, 3]).await?;
-    println!("all replicas up\n");
+    println!("all replicas up");
+    if !a.no_dashboard {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", a.dashboard_port))
+            .await
+            .context("binding the dashboard port")?;
+        let url = format!("http://{}/", listener.local_addr()?);
+        crate::cmd_dashboard::start(
+            config.clone(),
+            probe_id,
+            probe_key.clone(),
+            listener,
+            format!("chorus demo in {}", dir.display()),
+            1000,
+        );
+        println!("live dashboard: {url}");
+    }
+    println!();
 
     let stats = load::shared();
     let mut workers = Vec::new();

@@ -4,6 +4,7 @@ mod bench_out;
 mod bench_plot;
 mod bench_run;
 mod cmd_bench;
+mod cmd_dashboard;
 mod cmd_demo;
 mod cmd_exec_bench;
 mod cmd_keygen;
@@ -12,6 +13,8 @@ mod cmd_replica;
 mod cmd_sim;
 mod cmd_status;
 mod cmd_token;
+mod dash_http;
+mod dash_state;
 mod exit;
 mod load;
 mod procs;
@@ -46,6 +49,8 @@ enum Cmd {
     Status(cmd_status::Args),
     /// Start a local 4-replica cluster, drive a workload, kill and restart a replica.
     Demo(cmd_demo::Args),
+    /// Serve a live web dashboard of a running cluster (views, positions, digests, throughput, events).
+    Dashboard(cmd_dashboard::Args),
     /// Benchmark a local or running cluster; writes JSON, CSV and a PNG plot.
     Bench(cmd_bench::Args),
     /// Benchmark the executors alone (CBASE Fig. 4 and 5(b)): sequential vs parallel.
@@ -69,6 +74,7 @@ fn main() {
         Cmd::Token(a) => cmd_token::run(a),
         Cmd::Status(a) => cmd_status::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
+        Cmd::Dashboard(a) => cmd_dashboard::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::ExecBench(a) => cmd_exec_bench::run(a),
         Cmd::Sim(a) => cmd_sim::run(a),

@@ -55,6 +55,8 @@ pub enum ExecInput {
     Deliver {
         seq: Seq,
         batch: Arc<Batch>,
+        /// When the core delivered it (`request_latency_seconds` stages).
+        at: std::time::Instant,
     },
     TakeCheckpoint {
         seq: Seq,

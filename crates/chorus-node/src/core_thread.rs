@@ -16,6 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
+/// How often the core publishes its status and metrics.
+const STATUS_PUBLISH: Duration = Duration::from_millis(100);
+/// How often the database file's size is read.
+const STORAGE_SIZE_EVERY: Duration = Duration::from_secs(1);
+
 pub struct CoreThread {
     pub config: Arc<ClusterConfig>,
     pub me: ReplicaId,
@@ -81,11 +86,18 @@ impl CoreThread {
         };
         driver.perform(&mut out)?;
         let mut last_status = Instant::now();
+        // Status and metrics are published on this tick even without
+        // traffic, so they are current at idle (issue 14 item 2) and the
+        // heartbeat stops only when this loop does.
+        let mut status_tick = tokio::time::interval(STATUS_PUBLISH);
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_size = Instant::now() - STORAGE_SIZE_EVERY;
         loop {
             let deadline = driver.next_deadline();
             tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => break,
+                _ = status_tick.tick() => {}
                 msg = self.input.recv() => {
                     let Some(msg) = msg else { break };
                     feed(&mut replica, driver.now(), msg, &mut out);
@@ -113,12 +125,17 @@ impl CoreThread {
                     driver.perform(&mut out)?;
                 }
             }
-            if last_status.elapsed() > Duration::from_millis(100) {
+            if last_status.elapsed() >= STATUS_PUBLISH {
                 last_status = Instant::now();
                 let s = replica.status();
-                driver.metrics.next_delivery.set(s.next_delivery.0 as i64);
-                driver.metrics.stable_checkpoint.set(s.stable_seq.0 as i64);
+                crate::metrics_status::publish(&driver.metrics, &s);
                 let _ = self.status.send(CoreStatus::from_replica(&s));
+                if last_size.elapsed() >= STORAGE_SIZE_EVERY {
+                    last_size = Instant::now();
+                    if let Ok(meta) = std::fs::metadata(driver.store.path()) {
+                        driver.metrics.storage_bytes.set(meta.len() as i64);
+                    }
+                }
             }
         }
         driver.flush_persist()?;
@@ -174,7 +191,11 @@ impl Driver {
             self.store
                 .append(&self.pending_persist)
                 .map_err(|e| self.storage_error(e))?;
+            let started = Instant::now();
             self.store.sync().map_err(|e| self.storage_error(e))?;
+            self.metrics
+                .storage_sync_seconds
+                .observe(started.elapsed().as_secs_f64());
             self.metrics
                 .persisted_records
                 .inc_by(self.pending_persist.len() as u64);
@@ -224,7 +245,8 @@ impl Driver {
                 Action::Deliver { seq, batch, .. } => {
                     self.metrics.delivered_batches.inc();
                     // Blocking send: a full executor back-pressures ordering.
-                    let _ = self.exec.send(ExecInput::Deliver { seq, batch });
+                    let at = Instant::now();
+                    let _ = self.exec.send(ExecInput::Deliver { seq, batch, at });
                 }
                 Action::SetTimer { id, at } => {
                     self.timers.insert(id, at);

@@ -43,6 +43,8 @@ impl ExecThread {
         let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
         let mut results: Vec<ExecResult> = Vec::new();
+        let mut stages = crate::latency::Stages::default();
+        let mut timed: Vec<Option<std::time::Instant>> = Vec::new();
         self.outgoing = vec![Vec::new(); self.pillars.len()];
         loop {
             // Results of the parallel executor poke the queue, so the timeout
@@ -54,7 +56,8 @@ impl ExecThread {
             };
             if let Some(msg) = msg {
                 match msg {
-                    ExecInput::Deliver { seq, batch } => {
+                    ExecInput::Deliver { seq, batch, at } => {
+                        stages.delivered(&self.metrics, &batch, at);
                         self.checkpoint_if_due(&mut checkpoints);
                         self.metrics.executed_requests.inc_by(batch.requests.len() as u64);
                         self.executor.submit(seq, batch);
@@ -93,7 +96,10 @@ impl ExecThread {
                     }
                     ExecInput::Reject { client, seq, reason } => {
                         let body = match reason {
-                            RejectReason::Busy => ReplyBody::Busy,
+                            RejectReason::Busy => {
+                                self.metrics.busy_replies.inc();
+                                ReplyBody::Busy
+                            }
                             other => ReplyBody::Rejected(format!("{other:?}")),
                         };
                         // Admission does not hand us the request: no digest, no result either.
@@ -151,12 +157,21 @@ impl ExecThread {
                 }
             }
             self.executor.drain_results(&mut results);
+            let executed_at = std::time::Instant::now();
             for r in results.drain(..) {
+                timed.push(stages.executed(&self.metrics, r.client, r.request_seq, executed_at));
                 let body = self.body_for(r.request_seq, r.result);
                 self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
             self.flush_replies();
+            if !timed.is_empty() {
+                stages.replied(&self.metrics, &timed, executed_at);
+                timed.clear();
+            }
+            self.metrics
+                .executed_position
+                .set(self.executor.next_seq().0 as i64);
         }
     }
 
@@ -273,6 +288,17 @@ impl ExecThread {
             executed_requests: self.metrics.executed_requests.get(),
             peer_connections: self.metrics.peer_connections.get(),
             client_connections: self.metrics.client_connections.get(),
+            replied_timed: self
+                .metrics
+                .latency
+                .replied
+                .load(std::sync::atomic::Ordering::Relaxed),
+            replied_timed_us: self
+                .metrics
+                .latency
+                .replied_us
+                .load(std::sync::atomic::Ordering::Relaxed),
+            busy_replies: self.metrics.busy_replies.get(),
         }
     }
 }

@@ -713,7 +713,9 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         shared.metrics.reject("exec-queue-full");
                     }
                 } else {
-                    if !seen.insert(req.seq.0) {
+                    if seen.insert(req.seq.0) {
+                        shared.metrics.latency.admitted(client, req.seq);
+                    } else {
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
                         // stall the client (PBFT §4.1).

@@ -13,6 +13,14 @@ pub struct CoreStatus {
     /// Per lane: pending requests, next free slot / limit, open slots, timer.
     #[serde(default)]
     pub lane_detail: Vec<LaneDetail>,
+    /// View changes this replica started, new views it installed, and
+    /// snapshots it installed from peers (`Counters`).
+    #[serde(default)]
+    pub view_changes: u64,
+    #[serde(default)]
+    pub new_views: u64,
+    #[serde(default)]
+    pub state_transfers: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -50,6 +58,9 @@ impl CoreStatus {
             stable_seq: s.stable_seq.0,
             views: s.views.iter().map(|v| v.0).collect(),
             pool_len: s.pool_len,
+            view_changes: s.counters.view_changes,
+            new_views: s.counters.new_views,
+            state_transfers: s.counters.state_transfers,
             lane_detail: s
                 .lanes
                 .iter()
@@ -94,4 +105,13 @@ pub struct StatusReport {
     pub executed_requests: u64,
     pub peer_connections: i64,
     pub client_connections: i64,
+    /// Requests this replica admitted and replied to, and their summed
+    /// admission-to-reply time in µs (the dashboard's latency).
+    #[serde(default)]
+    pub replied_timed: u64,
+    #[serde(default)]
+    pub replied_timed_us: u64,
+    /// Requests refused as busy (pool full).
+    #[serde(default)]
+    pub busy_replies: u64,
 }

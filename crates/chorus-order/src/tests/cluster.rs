@@ -43,8 +43,14 @@ fn happy(n: usize, mode: OrderingMode, pillars: u32, clients: usize) -> Cluster 
         // Per-lane counters (metrics) add up to the replica's totals.
         let lanes = &st.counters.per_lane;
         assert!(lanes.keys().all(|l| (*l as usize) < st.views.len()));
-        assert_eq!(lanes.values().map(|l| l.proposals).sum::<u64>(), st.counters.proposals);
-        assert_eq!(lanes.values().map(|l| l.decided).sum::<u64>(), st.counters.decided);
+        assert_eq!(
+            lanes.values().map(|l| l.proposals).sum::<u64>(),
+            st.counters.proposals
+        );
+        assert_eq!(
+            lanes.values().map(|l| l.decided).sum::<u64>(),
+            st.counters.decided
+        );
     }
     c
 }

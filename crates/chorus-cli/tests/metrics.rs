@@ -1,0 +1,179 @@
+//! Issue 14 item 2: `/metrics` of a real replica process, read over HTTP and
+//! parsed by a Prometheus text parser (`prometheus-parse`): the per-lane
+//! view metrics are there, counters are typed as counters (the Content-Type
+//! matches the body), values are current at idle, and a killed leader shows
+//! up as view changes with a cause.
+
+mod common;
+
+use bytes::Bytes;
+use chorus_apps::kv_op::KvOp;
+use chorus_core::OrderingMode;
+use common::{rt, TestCluster};
+use prometheus_parse::{Sample, Scrape, Value};
+use std::io::{Read, Write};
+
+use std::time::{Duration, Instant};
+
+/// `GET /metrics` with an optional `Accept`: (Content-Type, body).
+fn get(port: u16, accept: Option<&str>) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    // Sent in two writes: the server must read the whole head (its Accept
+    // header) before it answers.
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.write_all(format!("{accept}\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let ctype = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .expect("a Content-Type")
+        .to_string();
+    (ctype, body.to_string())
+}
+
+fn scrape(c: &TestCluster, r: usize) -> Scrape {
+    let (ctype, body) = get(c.config.replicas[r].metrics_port, None);
+    assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses as Prometheus text")
+}
+
+fn find<'a>(s: &'a Scrape, metric: &str, label: Option<(&str, &str)>) -> Option<&'a Sample> {
+    s.samples
+        .iter()
+        .find(|x| x.metric == metric && label.is_none_or(|(k, v)| x.labels.get(k) == Some(v)))
+}
+
+fn gauge(s: &Scrape, metric: &str, label: Option<(&str, &str)>) -> f64 {
+    match find(s, metric, label).map(|x| &x.value) {
+        Some(Value::Gauge(v)) => *v,
+        other => panic!("{metric} {label:?} is not a gauge: {other:?}"),
+    }
+}
+
+fn counter(s: &Scrape, metric: &str, label: Option<(&str, &str)>) -> f64 {
+    match find(s, metric, label).map(|x| &x.value) {
+        Some(Value::Counter(v)) => *v,
+        other => panic!("{metric} {label:?} is not a counter: {other:?}"),
+    }
+}
+
+async fn put(c: &TestCluster, prefix: &str, count: usize) {
+    let client = c.client(0).await;
+    for i in 0..count {
+        let k = Bytes::from(format!("{prefix}-{i}"));
+        client
+            .invoke(KvOp::put(k, Bytes::from_static(b"v")))
+            .await
+            .expect("put");
+    }
+}
+
+#[test]
+fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() {
+    let mut c = TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, 2, 2, |_| {});
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    let rt = rt();
+    rt.block_on(put(&c, "a", 60));
+    // Idle from here: values must still be current.
+    std::thread::sleep(Duration::from_millis(500));
+    let s = scrape(&c, 1);
+    for lane in ["0", "1"] {
+        assert_eq!(gauge(&s, "chorus_lane_view", Some(("lane", lane))), 0.0);
+        assert_eq!(gauge(&s, "chorus_lane_view_changing", Some(("lane", lane))), 0.0);
+        assert!(gauge(&s, "chorus_lane_next_undecided_slot", Some(("lane", lane))) > 0.0);
+        assert!(counter(&s, "chorus_lane_decided_slots_total", Some(("lane", lane))) > 0.0);
+        gauge(&s, "chorus_lane_proposer", Some(("lane", lane)));
+    }
+    // Replica 0 leads slot 0 of every lane in view 0 (either leader rotation).
+    let s0 = scrape(&c, 0);
+    for lane in ["0", "1"] {
+        assert!(counter(&s0, "chorus_lane_proposals_total", Some(("lane", lane))) > 0.0);
+    }
+    assert!(counter(&s, "chorus_executed_requests_total", None) >= 60.0);
+    let status = c.status(1).expect("status");
+    assert_eq!(
+        gauge(&s, "chorus_executed_position", None),
+        status["executed_seq"].as_u64().unwrap() as f64,
+        "executed position is current at idle"
+    );
+    assert_eq!(
+        gauge(&s, "chorus_next_delivery", None),
+        status["core"]["next_delivery"].as_u64().unwrap() as f64,
+        "delivery position is current at idle"
+    );
+    match find(
+        &s,
+        "chorus_request_latency_seconds",
+        Some(("stage", "admission_to_reply")),
+    )
+    .map(|x| &x.value)
+    {
+        Some(Value::Histogram(buckets)) => {
+            let total = buckets.last().map(|b| b.count).unwrap_or(0.0);
+            assert!(total >= 60.0, "{buckets:?}");
+        }
+        other => panic!("no admission_to_reply histogram: {other:?}"),
+    }
+    assert!(gauge(&s, "chorus_process_resident_memory_bytes", None) > 1e6);
+    assert!(counter(&s, "chorus_process_cpu_seconds_total", None) > 0.0);
+    assert!(gauge(&s, "chorus_storage_bytes", None) > 0.0);
+    // The heartbeat moves while the core runs, without traffic.
+    let beat = gauge(&s, "chorus_core_heartbeat_seconds", None);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(gauge(&scrape(&c, 1), "chorus_core_heartbeat_seconds", None) > beat);
+
+    // The same metrics in OpenMetrics for a scraper that asks for it.
+    let (ctype, body) = get(
+        c.config.replicas[1].metrics_port,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(
+        ctype,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(body.trim_end().ends_with("# EOF"));
+    assert!(body.contains("# TYPE chorus_executed_requests counter\n"));
+
+    // Kill replica 0, a leader in view 0: a lane it was to propose in
+    // changes view at the others, and the metrics say so, with a cause.
+    c.kill(0);
+    rt.block_on(put(&c, "b", 20));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = scrape(&c, 2);
+        let view = ["0", "1"]
+            .iter()
+            .map(|l| gauge(&s, "chorus_lane_view", Some(("lane", l))))
+            .fold(0.0, f64::max);
+        let causes: f64 = s
+            .samples
+            .iter()
+            .filter(|x| x.metric == "chorus_view_changes_total")
+            .map(|x| match x.value {
+                Value::Counter(v) => v,
+                _ => panic!("view changes are not a counter: {x:?}"),
+            })
+            .sum();
+        if view >= 1.0 && causes >= 1.0 {
+            let per_lane: f64 = ["0", "1"]
+                .iter()
+                .map(|l| counter(&s, "chorus_lane_view_changes_total", Some(("lane", l))))
+                .sum();
+            assert_eq!(per_lane, causes, "per-lane and per-cause view changes agree");
+            assert!(counter(&s, "chorus_new_views_total", None) >= 1.0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no view change in the metrics: view {view}, causes {causes}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
