@@ -36,12 +36,12 @@ pub struct ReplicaView {
     pub peers: i64,
     pub clients: i64,
     pub state_digest: String,
-    /// Replicas with the same (executed position, digest) share a group;
-    /// group 0 is the largest.
-    pub digest_group: usize,
     pub ops_per_s: f64,
     pub latency_ms: Option<f64>,
-    /// Highlights: each is a reason to look at this replica.
+    /// Highlights: each is a reason to look at this replica. In another
+    /// view than most replicas on some lane; executed nothing for
+    /// `STALL_MS` while a peer did; a different digest than a replica at
+    /// the same executed position.
     pub view_mismatch: bool,
     pub stalled: bool,
     pub digest_mismatch: bool,
@@ -80,7 +80,10 @@ pub struct Snapshot<'a> {
     pub events: &'a VecDeque<Event>,
     /// The majority view per lane among reachable replicas.
     pub views: Vec<u64>,
+    /// Every replica reachable, at the same position with the same digest.
     pub all_equal: bool,
+    /// Two reachable replicas at the same position with different digests.
+    pub diverged: bool,
 }
 
 /// Per replica: what the previous poll saw, for rates and events.
@@ -270,15 +273,6 @@ impl DashState {
             .prev
             .iter()
             .any(|p| p.up && now_ms.saturating_sub(p.last_progress_ms) < STALL_MS);
-        let mut groups: Vec<((u64, String), usize)> = Vec::new();
-        for r in self.replicas.iter().filter(|r| r.up) {
-            let key = (r.executed_seq, r.state_digest.clone());
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, c)) => *c += 1,
-                None => groups.push((key, 1)),
-            }
-        }
-        groups.sort_by(|a, b| b.1.cmp(&a.1));
         let mut new_events = Vec::new();
         for i in 0..self.replicas.len() {
             let p = &self.prev[i];
@@ -288,10 +282,6 @@ impl DashState {
             }
             r.view_mismatch = r.views != majority;
             r.stalled = anyone_progressing && now_ms.saturating_sub(p.last_progress_ms) >= STALL_MS;
-            r.digest_group = groups
-                .iter()
-                .position(|(k, _)| k.0 == r.executed_seq && k.1 == r.state_digest)
-                .unwrap_or(0);
         }
         // Same position, different state: the one thing that must never happen.
         for a in 0..self.replicas.len() {
@@ -331,6 +321,7 @@ impl DashState {
             history: &self.history,
             events: &self.events,
             views: self.majority_views(),
+            diverged: self.replicas.iter().any(|r| r.digest_mismatch),
             all_equal: up.len() == self.replicas.len()
                 && up.windows(2).all(|w| {
                     w[0].executed_seq == w[1].executed_seq && w[0].state_digest == w[1].state_digest
@@ -419,6 +410,7 @@ mod tests {
             ],
         );
         assert!(d.replicas[3].digest_mismatch);
+        assert!(d.snapshot().diverged);
         assert!(d.events.iter().any(|e| e.kind == "digest"));
     }
 }
