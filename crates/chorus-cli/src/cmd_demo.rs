@@ -103,7 +103,9 @@ async fn demo(a: &Args) -> Result<()> {
     let cluster_cfg = keygen(&KeygenOptions {
         out: dir.clone(),
         n,
-        clients: a.clients + 1,
+        // The workers, the probe, and the dashboard's own identity (replies
+        // go to an identity's newest connection, so none may share one).
+        clients: a.clients + 2,
         hosts: vec!["127.0.0.1".into()],
         base_port,
         params,
@@ -130,7 +132,7 @@ async fn demo(a: &Args) -> Result<()> {
     for i in 0..n {
         cluster.start(i)?;
     }
-    let keys = client_keys(&dir, a.clients + 1)?;
+    let keys = client_keys(&dir, a.clients + 2)?;
     let probe_id = ClientId(a.clients as u64);
     let probe_key = keys[a.clients].clone();
     wait_ready(&config, probe_id, &probe_key, &mut cluster, &[0, 1, 2, 3]).await?;
@@ -142,8 +144,8 @@ async fn demo(a: &Args) -> Result<()> {
         let url = format!("http://{}/", listener.local_addr()?);
         crate::cmd_dashboard::start(
             config.clone(),
-            probe_id,
-            probe_key.clone(),
+            ClientId(a.clients as u64 + 1),
+            keys[a.clients + 1].clone(),
             listener,
             format!("chorus demo in {}", dir.display()),
             1000,
