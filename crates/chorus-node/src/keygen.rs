@@ -23,6 +23,27 @@ pub struct KeygenOptions {
     pub sleep_buckets: u32,
 }
 
+/// What `chorus keygen` writes without flags, into `cluster/`.
+impl Default for KeygenOptions {
+    fn default() -> Self {
+        KeygenOptions {
+            out: "cluster".into(),
+            n: 4,
+            clients: 16,
+            hosts: vec!["127.0.0.1".into()],
+            base_port: 7000,
+            params: ProtocolParams::default(),
+            service: "kv".into(),
+            service_options: String::new(),
+            executor: "sequential".into(),
+            workers: 4,
+            fsync: "batch".into(),
+            sleep_us: 1000,
+            sleep_buckets: 1,
+        }
+    }
+}
+
 /// Port layout per replica i: pillars at base + 100·i + p, clients at base + 100·i + 90,
 /// metrics at base + 100·i + 91.
 /// Secret keys are created private from the first byte (issue 16 finding 3):

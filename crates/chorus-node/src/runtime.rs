@@ -8,15 +8,28 @@ use crate::node_config::LoadedNode;
 use crate::pillar::PillarThread;
 use crate::status::CoreStatus;
 use anyhow::{bail, Context, Result};
-use chorus_exec::Executor;
+use chorus_exec::{Executor, Service};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
+    executor_for(node, named_service(node)?, max_inflight)
+}
+
+/// The built-in service the node's config names (`service`, `service_options`).
+pub fn named_service(node: &crate::node_config::NodeConfig) -> Result<Arc<dyn Service>> {
     let mut opts = chorus_apps::ServiceOptions::parse(&node.service_options).map_err(anyhow::Error::msg)?;
     opts.sleep_us = node.sleep_us;
     opts.buckets = node.sleep_buckets;
-    let service = chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)?;
+    chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)
+}
+
+/// The executor the node's config names, running `service`.
+pub fn executor_for(
+    node: &crate::node_config::NodeConfig,
+    service: Arc<dyn Service>,
+    max_inflight: u32,
+) -> Result<Box<dyn Executor>> {
     Ok(match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
         "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
@@ -33,8 +46,16 @@ fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
     std::net::TcpListener::bind((host, port)).with_context(|| format!("binding {host}:{port}"))
 }
 
-/// Run a replica until SIGINT/SIGTERM.
+/// Run a replica of the built-in service its config names until SIGINT/SIGTERM.
 pub fn run_replica(loaded: LoadedNode) -> Result<()> {
+    let service = named_service(&loaded.node)?;
+    run_replica_with_service(loaded, service)
+}
+
+/// Run a replica of `service` (an application's own [`Service`]; the config's
+/// `service` name is then not used) until SIGINT/SIGTERM. Every replica of a
+/// cluster must run the same service.
+pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -> Result<()> {
     let LoadedNode {
         node,
         cluster,
@@ -49,7 +70,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     // Validate and bind before creating anything on disk: a start that
     // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let mut executor = build_executor(&node, config.params.pool_max_per_client)?;
+    let mut executor = executor_for(&node, service, config.params.pool_max_per_client)?;
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;
