@@ -1,5 +1,5 @@
 //! One binary consensus instance: BV-broadcast (spec §2) under the
-//! weak-coordinator psync rounds of [TR] Fig. 2 (spec §3), with catch-up
+//! weak-coordinator psync rounds of \[TR\] Fig. 2 (spec §3), with catch-up
 //! (§3.7) and the DECIDED extension (§3.8). Pure: inputs in, `BinOut`s out.
 //! Broadcasts include this replica; the engine loops them back.
 
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 pub enum Input {
     Zero,
     One,
-    /// [TR] Opt1: estimate 1, but RB-delivery already put 1 in `bin_values[1]`,
+    /// \[TR\] Opt1: estimate 1, but RB-delivery already put 1 in `bin_values[1]`,
     /// so 1 is not BV-broadcast in round 1.
     OneViaRb,
 }

@@ -7,10 +7,10 @@ use chorus_core::ClusterConfig;
 /// How a binary-consensus round is run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// [TR] Fig. 2: weak coordinator, two timers per round, New5, catch-up.
+    /// \[TR\] Fig. 2: weak coordinator, two timers per round, New5, catch-up.
     /// The only variant a deployment may use.
     Psync,
-    /// [TR] Fig. 1, the safe core without coordinator and timers. Safe but not
+    /// \[TR\] Fig. 1, the safe core without coordinator and timers. Safe but not
     /// live (spec §3.3, §6.3); kept only so tests can show why psync exists
     /// (Appendix B scenario 1).
     SafeCore,

@@ -1,5 +1,5 @@
 //! The sans-IO DBFT engine of one replica: routes messages to epochs, runs
-//! the reduction ([TR] Fig. 3), the join rule (Dispel §4.3, spec §5.1), batch
+//! the reduction (\[TR\] Fig. 3), the join rule (Dispel §4.3, spec §5.1), batch
 //! fetching (§5.3) and the epoch window (P14). Deterministic: the only inputs
 //! are events and the time passed with them.
 
@@ -305,7 +305,7 @@ impl Dbft {
         }
     }
 
-    /// [TR] Fig. 3 `on rb_deliver`. Validity choice (a) of §5.4: every
+    /// \[TR\] Fig. 3 `on rb_deliver`. Validity choice (a) of §5.4: every
     /// delivered digest is valid (correct replicas only echo INITs within the
     /// batch limits, a pure function of the bytes, P9); requests are filtered
     /// deterministically at execution.
@@ -343,7 +343,7 @@ impl Dbft {
         }
     }
 
-    /// [TR] Fig. 3 `on bin[k] decides`: the first 1 starts the zero phase.
+    /// \[TR\] Fig. 3 `on bin[k] decides`: the first 1 starts the zero phase.
     fn on_bin_decided(&mut self, inst: InstanceId, v: bool) {
         let (epoch, k) = (inst.epoch, inst.slot.index());
         let st = self.epochs.get_mut(&epoch).expect("deciding epoch exists");

@@ -1,5 +1,5 @@
 //! The state of one epoch: n reliable broadcasts, n binary instances, and the
-//! reduction's bookkeeping ([TR] Fig. 3 with the superblock output, spec §4.3–§4.4).
+//! reduction's bookkeeping (\[TR\] Fig. 3 with the superblock output, spec §4.3–§4.4).
 //! The engine drives it; this file only holds state and pure queries.
 
 use crate::binary::Binary;
@@ -18,7 +18,7 @@ pub struct EpochState {
     pub(crate) rb: Vec<Rb>,
     pub(crate) bin: Vec<Binary>,
     pub(crate) bin_decisions: Vec<Option<bool>>,
-    /// [TR] Fig. 3: the zero phase starts the moment the first instance decides 1.
+    /// \[TR\] Fig. 3: the zero phase starts the moment the first instance decides 1.
     pub(crate) one_decided: bool,
     /// Batch bytes keyed by DIGEST, never by proposer (P12). Bounded: the
     /// first INIT of each proposer, `max_extra_inits` more each, and fetched ones.

@@ -2,7 +2,7 @@
 //!
 //! Leaderless, signature-free Byzantine consensus for one *epoch* at a time,
 //! many epochs in flight (Dispel, `papers/002`, §3–§4), implemented from
-//! `shared/specs/dbft.md` (DBFT of Crain, Gramoli, Larrea, Raynal [TR]).
+//! `shared/specs/dbft.md` (DBFT of Crain, Gramoli, Larrea, Raynal \[TR\]).
 //!
 //! Per epoch and per proposer `p`:
 //! * a Bracha **reliable broadcast** of `p`'s batch whose ECHO/READY carry

@@ -103,7 +103,7 @@ pub enum DbftMsg {
         epoch: Epoch,
         batch: Batch,
     },
-    /// Hash-only echo of `proposer`'s INIT ([RB21], Dispel §4.4).
+    /// Hash-only echo of `proposer`'s INIT (\[RB21\], Dispel §4.4).
     RbEcho {
         epoch: Epoch,
         proposer: ReplicaId,

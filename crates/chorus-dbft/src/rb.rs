@@ -1,5 +1,5 @@
 //! Bracha reliable broadcast of one proposer's batch in one epoch, with
-//! hash-only ECHO/READY ([RB21] lines 1–13, Dispel §4.4; spec §4.1, §5.3).
+//! hash-only ECHO/READY (\[RB21\] lines 1–13, Dispel §4.4; spec §4.1, §5.3).
 //! This part only counts digests; the epoch keeps the bytes, keyed by digest (P12).
 
 use crate::config::DbftConfig;
