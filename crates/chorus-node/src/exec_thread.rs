@@ -43,7 +43,7 @@ impl ExecThread {
         let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
         let mut results: Vec<ExecResult> = Vec::new();
-        let mut stages = crate::latency::Stages::default();
+        let mut stages = crate::latency::Stages::new(&self.metrics);
         let mut timed: Vec<Option<std::time::Instant>> = Vec::new();
         self.outgoing = vec![Vec::new(); self.pillars.len()];
         loop {
@@ -57,7 +57,7 @@ impl ExecThread {
             if let Some(msg) = msg {
                 match msg {
                     ExecInput::Deliver { seq, batch, at } => {
-                        stages.delivered(&self.metrics, &batch, at);
+                        stages.delivered(&batch, at);
                         self.checkpoint_if_due(&mut checkpoints);
                         self.metrics.executed_requests.inc_by(batch.requests.len() as u64);
                         self.executor.submit(seq, batch);
@@ -159,14 +159,14 @@ impl ExecThread {
             self.executor.drain_results(&mut results);
             let executed_at = std::time::Instant::now();
             for r in results.drain(..) {
-                timed.push(stages.executed(&self.metrics, r.client, r.request_seq, executed_at));
+                timed.push(stages.executed(r.client, r.request_seq, executed_at));
                 let body = self.body_for(r.request_seq, r.result);
                 self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
             self.flush_replies();
             if !timed.is_empty() {
-                stages.replied(&self.metrics, &timed, executed_at);
+                stages.replied(&timed, executed_at);
                 timed.clear();
             }
             self.metrics

@@ -310,12 +310,6 @@ impl Metrics {
             .inc();
     }
 
-    pub fn latency(&self, stage: &'static str, secs: f64) {
-        self.request_latency_seconds
-            .get_or_create(&StageLabel { stage })
-            .observe(secs);
-    }
-
     /// OpenMetrics 1.0 text, as `prometheus-client` encodes it.
     pub fn render(&self) -> String {
         let mut out = String::new();
