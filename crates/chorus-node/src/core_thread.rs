@@ -118,6 +118,7 @@ impl CoreThread {
                 let s = replica.status();
                 driver.metrics.next_delivery.set(s.next_delivery.0 as i64);
                 driver.metrics.stable_checkpoint.set(s.stable_seq.0 as i64);
+                driver.metrics.state_divergences.set(s.state_divergences as i64);
                 let _ = self.status.send(CoreStatus::from_replica(&s));
             }
         }

@@ -29,10 +29,17 @@ pub struct KeygenOptions {
 /// `keys/` is 0700, each key file is created with `O_CREAT | O_EXCL |
 /// O_NOFOLLOW` and mode 0600, and nothing existing is ever overwritten.
 pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
+    keygen_in(&chorus_apps::ServiceRegistry::builtin(), opts)
+}
+
+/// [`keygen`] for a service registered in `registry` (an application's own).
+pub fn keygen_in(registry: &chorus_apps::ServiceRegistry, opts: &KeygenOptions) -> Result<ClusterConfig> {
     // Refuse a service or options every replica would refuse at start-up.
     let service_opts =
         chorus_apps::ServiceOptions::parse(&opts.service_options).map_err(anyhow::Error::msg)?;
-    chorus_apps::service_by_name(&opts.service, &service_opts).map_err(anyhow::Error::msg)?;
+    registry
+        .build(&opts.service, &service_opts)
+        .map_err(anyhow::Error::msg)?;
     let mut rng = rand::rngs::OsRng;
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     create_private_dir(&opts.out.join("keys"))?;
@@ -106,6 +113,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             sleep_us: opts.sleep_us,
             sleep_buckets: opts.sleep_buckets,
             metrics_host: "127.0.0.1".into(),
+            check_access: false,
         };
         write(
             &opts.out.join(format!("replica-{i}.toml")),

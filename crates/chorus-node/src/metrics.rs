@@ -33,6 +33,8 @@ pub struct Metrics {
     pub persisted_records: Counter,
     pub next_delivery: Gauge,
     pub stable_checkpoint: Gauge,
+    /// Checkpoints whose stable certificate disagreed with our state digest.
+    pub state_divergences: Gauge,
     pub client_connections: Gauge,
     pub peer_connections: Gauge,
 }
@@ -90,6 +92,11 @@ impl Metrics {
             "stable_checkpoint",
             "last stable checkpoint position",
             self.stable_checkpoint.clone(),
+        );
+        r.register(
+            "state_divergences",
+            "checkpoints whose stable certificate disagreed with this replica's state digest",
+            self.state_divergences.clone(),
         );
         r.register(
             "client_connections",

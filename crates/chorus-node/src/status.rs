@@ -13,6 +13,10 @@ pub struct CoreStatus {
     /// Per lane: pending requests, next free slot / limit, open slots, timer.
     #[serde(default)]
     pub lane_detail: Vec<LaneDetail>,
+    /// Checkpoints at which this replica's state digest disagreed with the
+    /// stable certificate (issue 17: a diverged executor).
+    #[serde(default)]
+    pub state_divergences: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -50,6 +54,7 @@ impl CoreStatus {
             stable_seq: s.stable_seq.0,
             views: s.views.iter().map(|v| v.0).collect(),
             pool_len: s.pool_len,
+            state_divergences: s.state_divergences,
             lane_detail: s
                 .lanes
                 .iter()
