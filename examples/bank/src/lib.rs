@@ -3,11 +3,8 @@
 //! and declare access sets so CBASE runs non-conflicting transfers in parallel.
 
 use bytes::Bytes;
-use chorus_apps::{ServiceEntry, ServiceRegistry};
-use chorus_exec::{Access, AccessViolation, ExecContext, KeyedState, Service, Typed, TypedService};
-use rand::{Rng, RngCore};
+use chorus_exec::{Access, AccessViolation, ExecContext, KeyedState, TypedService};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BankOp {
@@ -27,7 +24,10 @@ pub enum BankReply {
 pub enum BankError {
     NoSuchAccount(String),
     AccountExists(String),
-    InsufficientFunds { have: u64, need: u64 },
+    InsufficientFunds {
+        have: u64,
+        need: u64,
+    },
     Overflow,
     /// Checked mode refused an access outside the declared set.
     Undeclared(String),
@@ -46,6 +46,7 @@ fn key(account: &str) -> Bytes {
     Bytes::from(format!("acct/{account}"))
 }
 
+#[derive(Default)]
 pub struct Bank {
     state: KeyedState<u64>,
     /// The bug of issue 17: a transfer that declares only `from`.
@@ -53,23 +54,14 @@ pub struct Bank {
 }
 
 impl Bank {
-    pub fn new() -> Bank {
-        Bank { state: KeyedState::new(), under_declare: false }
-    }
-
     /// The under-declaring variant (for tests: checked mode must catch it).
     pub fn under_declaring() -> Bank {
-        Bank { state: KeyedState::new(), under_declare: true }
+        Bank { under_declare: true, ..Bank::default() }
     }
 
     fn balance(&self, account: &str) -> Result<u64, BankError> {
-        self.state.get(&key(account))?.ok_or_else(|| BankError::NoSuchAccount(account.into()))
-    }
-}
-
-impl Default for Bank {
-    fn default() -> Bank {
-        Bank::new()
+        let found = self.state.get(&key(account))?;
+        found.ok_or_else(|| BankError::NoSuchAccount(account.into()))
     }
 }
 
@@ -111,9 +103,9 @@ impl TypedService for Bank {
                     return Err(BankError::InsufficientFunds { have, need: amount });
                 }
                 if from != to {
-                    let credited = dest.checked_add(amount).ok_or(BankError::Overflow)?;
+                    // Cannot overflow: balances sum to the minted total, a u64.
                     self.state.put(key(&from), have - amount)?;
-                    self.state.put(key(&to), credited)?;
+                    self.state.put(key(&to), dest + amount)?;
                 }
                 Ok(BankReply::Transferred)
             }
@@ -126,54 +118,38 @@ impl TypedService for Bank {
     }
 
     fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
-        // A snapshot may come from a Byzantine peer: keep it only if it is
-        // well-formed and conserves money.
-        let entries: Vec<(Bytes, u64)> = postcard::from_bytes(snapshot).map_err(|e| e.to_string())?;
-        check_conserved(&entries)?;
-        self.state.replace(entries);
+        // A snapshot may come from a Byzantine peer: only a canonical one
+        // that conserves money is installed.
+        money_conserved(snapshot)?;
+        self.state.replace(decode(snapshot)?);
         Ok(())
     }
 }
 
-fn check_conserved(entries: &[(Bytes, u64)]) -> Result<(), String> {
-    let minted = entries.iter().find(|(k, _)| &k[..] == MINTED.as_bytes()).map_or(0, |e| e.1);
-    let total: u128 = entries.iter().filter(|(k, _)| k.starts_with(b"acct/")).map(|e| e.1 as u128).sum();
+fn decode(snapshot: &[u8]) -> Result<Vec<(Bytes, u64)>, String> {
+    postcard::from_bytes(snapshot).map_err(|e| format!("bad bank snapshot: {e}"))
+}
+
+/// The invariant (the simulator's hook, and `restore`'s check): keys sorted,
+/// only accounts and the minted total, and balances summing to that total.
+pub fn money_conserved(snapshot: &[u8]) -> Result<(), String> {
+    let entries = decode(snapshot)?;
+    if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err("bank snapshot keys are not sorted and unique".into());
+    }
+    let (mut total, mut minted) = (0u128, 0u64);
+    for (k, v) in &entries {
+        match &k[..] {
+            k if k == MINTED.as_bytes() => minted = *v,
+            k if k.starts_with(b"acct/") => total += *v as u128,
+            _ => return Err(format!("unexpected key {k:?} in a bank snapshot")),
+        }
+    }
     if total != minted as u128 {
         return Err(format!("money not conserved: balances sum to {total}, {minted} was deposited"));
     }
     Ok(())
 }
 
-/// The conservation invariant on a snapshot (the simulator's hook).
-pub fn money_conserved(snapshot: &[u8]) -> Result<(), String> {
-    let entries: Vec<(Bytes, u64)> = postcard::from_bytes(snapshot).map_err(|e| e.to_string())?;
-    check_conserved(&entries)
-}
-
-/// Clients open a few accounts and move money between them; a fifth read.
-pub fn workload(rng: &mut dyn RngCore, _client: chorus_core::ClientId, _seq: u64) -> Bytes {
-    let account = |rng: &mut dyn RngCore| format!("a{}", rng.gen_range(0..6u32));
-    let op = match rng.gen_range(0..10u32) {
-        0..=1 => BankOp::Open { account: account(rng), deposit: 100 },
-        2..=3 => BankOp::Balance { account: account(rng) },
-        _ => BankOp::Transfer { from: account(rng), to: account(rng), amount: rng.gen_range(1..80) },
-    };
-    chorus_exec::encode_op(&op)
-}
-
-/// `bank` as a registry entry (and `bank-under-declared`, the buggy variant).
-pub fn entries() -> Vec<ServiceEntry> {
-    let entry = |name: &str, make: fn() -> Bank| {
-        ServiceEntry::new(name, "accounts and transfers", move |_| {
-            Ok(Arc::new(Typed(make())) as Arc<dyn Service>)
-        })
-        .with_workload(workload)
-        .with_invariant(money_conserved)
-    };
-    vec![entry("bank", Bank::new), entry("bank-under-declared", Bank::under_declaring)]
-}
-
-/// The built-in services plus the bank ones.
-pub fn registry() -> ServiceRegistry {
-    entries().into_iter().fold(ServiceRegistry::builtin(), ServiceRegistry::with)
-}
+mod register;
+pub use register::{entries, registry, workload};
