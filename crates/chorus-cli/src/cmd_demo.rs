@@ -245,19 +245,20 @@ async fn demo(a: &Args) -> Result<()> {
         );
     }
     println!(
-        "\n{:<8} {:>10} {:>10} {:>10}  state digest",
-        "replica", "executed", "stable", "views"
+        "\n{:<8} {:>10} {:>10} {:>10} {:>9}  state digest",
+        "replica", "executed", "stable", "views", "diverged"
     );
     let mut digests = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         match r {
             Ok(s) => {
                 println!(
-                    "{:<8} {:>10} {:>10} {:>10}  {}",
+                    "{:<8} {:>10} {:>10} {:>10} {:>9}  {}",
                     format!("r{i}"),
                     s.executed_seq,
                     s.core.stable_seq,
                     format!("{:?}", s.core.views),
+                    s.core.state_divergences,
                     s.state_digest
                 );
                 digests.push((s.executed_seq, s.state_digest.clone()));

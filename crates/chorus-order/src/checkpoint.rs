@@ -194,7 +194,29 @@ impl Checkpointer {
         for v in votes.values() {
             by_digest.entry(v.state_digest).or_default().push(v);
         }
+        let largest = by_digest.values().map(Vec::len).max().unwrap_or(0);
         let Some((digest, quorum)) = by_digest.into_iter().find(|(_, v)| v.len() >= self.cfg.quorum()) else {
+            // Correct replicas never disagree on a state digest; when the
+            // votes are so split that no digest can reach 2f+1 any more, the
+            // checkpoint never becomes stable and nothing repairs it (issue
+            // 17: four replicas, four totals, and no replica said a word).
+            let unheard = self.cfg.n() - votes.len();
+            if largest + unheard < self.cfg.quorum() && self.last_divergence.is_none_or(|s| s < seq) {
+                self.last_divergence = Some(seq);
+                self.divergences += 1;
+                let ours = self
+                    .own
+                    .get(&seq)
+                    .map(|(d, _)| d.to_string())
+                    .unwrap_or_else(|| "none".into());
+                tracing::error!(
+                    position = seq.0,
+                    %ours,
+                    "state divergence: the checkpoint at position {} cannot become stable, the replicas' state digests disagree (ours {ours}, at most {largest} of {} agree)",
+                    seq.0,
+                    votes.len()
+                );
+            }
             return VoteOutcome::Nothing;
         };
         let cert = CheckpointCert {

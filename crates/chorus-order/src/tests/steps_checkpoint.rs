@@ -351,3 +351,50 @@ fn a_stable_certificate_against_our_own_digest_is_a_reported_divergence() {
     msg(&mut r, 13, 2, ReplicaMsg::Checkpoint(s.vote(2, 2, theirs)));
     assert_eq!(r.status().state_divergences, 1);
 }
+
+/// Issue 17: when the replicas' digests are so split that no certificate can
+/// ever form, the checkpoint never becomes stable and state transfer has
+/// nothing to fetch; the divergence is still reported, once.
+#[test]
+fn digests_split_beyond_any_quorum_are_a_reported_divergence() {
+    let s = setup_k2();
+    let mut r = replica(&s, 3);
+    decide(&s, &mut r, 3, 0, &s.batch(0, 1..2));
+    decide(&s, &mut r, 3, 1, &s.batch(1, 1..2));
+    let ours = Digest::of(b"ours");
+    handle(
+        &mut r,
+        10,
+        Event::Checkpointed {
+            seq: Seq(2),
+            state_digest: ours,
+            snapshot: Bytes::from_static(b"ours"),
+        },
+    );
+    msg(
+        &mut r,
+        11,
+        0,
+        ReplicaMsg::Checkpoint(s.vote(0, 2, Digest::of(b"zero"))),
+    );
+    assert_eq!(
+        r.status().state_divergences,
+        0,
+        "two votes out: a quorum may still form"
+    );
+    msg(
+        &mut r,
+        11,
+        1,
+        ReplicaMsg::Checkpoint(s.vote(1, 2, Digest::of(b"one"))),
+    );
+    assert_eq!(r.status().state_divergences, 1, "at most 2 of 4 can agree now");
+    msg(
+        &mut r,
+        11,
+        2,
+        ReplicaMsg::Checkpoint(s.vote(2, 2, Digest::of(b"two"))),
+    );
+    assert_eq!(r.status().state_divergences, 1);
+    assert_eq!(r.status().stable_seq, Seq(0));
+}
