@@ -23,7 +23,6 @@ pub const RETRY_FIRST_US: Micros = 400_000;
 pub const RETRY_MAX_US: Micros = 3_200_000;
 /// Think time between a completion and the next request.
 pub const THINK_MAX_US: Micros = 20_000;
-/// Keys the workload touches: few, so requests conflict.
 
 /// How a client authenticates, with the keys it needs.
 #[derive(Clone)]
