@@ -251,4 +251,27 @@ mod tests {
         std::fs::set_permissions(out3.join("keys"), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(keygen(&opts(&out3)).is_err());
     }
+
+    /// Issue 17: `keygen --service X` knows the application's services and
+    /// refuses unknown ones before writing anything.
+    #[test]
+    fn keygen_accepts_registered_services_and_refuses_unknown_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(&dir.path().join("c"));
+        o.service = "mine".into();
+        let e = keygen(&o).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown service \"mine\" (known: kv, null, sleep, token)"),
+            "{e}"
+        );
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        let registry = chorus_apps::ServiceRegistry::builtin().with(chorus_apps::ServiceEntry::new(
+            "mine",
+            "test",
+            |_| Ok(std::sync::Arc::new(chorus_apps::NullService) as std::sync::Arc<dyn chorus_exec::Service>),
+        ));
+        keygen_in(&registry, &o).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("c/replica-0.toml")).unwrap();
+        assert!(text.contains("service = \"mine\""), "{text}");
+    }
 }
