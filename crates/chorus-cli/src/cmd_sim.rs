@@ -125,6 +125,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.executor = executor;
     opts.service = a.service.clone();
     opts.registry = Arc::new(crate::registry().clone());
+    opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {

@@ -73,6 +73,19 @@ pub enum Cmd {
     Sim(cmd_sim::Args),
 }
 
+/// This binary's file name (`chorus`, or an application's own), for help
+/// texts and replay commands.
+pub fn program_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "chorus".into())
+}
+
 /// Run the command line with the services in `registry` (call it from
 /// `main`; it exits the process on failure).
 pub fn main_with(registry: ServiceRegistry) {
@@ -81,15 +94,7 @@ pub fn main_with(registry: ServiceRegistry) {
     }
     use clap::{CommandFactory, FromArgMatches};
     // Help and errors name the application's own binary.
-    let bin = std::env::args()
-        .next()
-        .and_then(|a| {
-            std::path::Path::new(&a)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "chorus".into());
-    let matches = Cli::command().bin_name(bin).get_matches();
+    let matches = Cli::command().bin_name(program_name()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHORUS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -111,6 +111,8 @@ fn a_crate_outside_the_workspace_builds_a_replica_binary_for_its_own_service() {
     ]);
     assert!(!o.status.success());
     assert!(text(&o).contains("[access-set at"), "{}", text(&o));
+    // The replay command names this binary, which knows the service.
+    assert!(text(&o).contains("replay: bank-node sim --mode"), "{}", text(&o));
 
     // The demo: 4 replica processes of the bank binary, parallel executor,
     // one killed and restarted; every state digest equal at the end.
@@ -165,4 +167,22 @@ fn an_under_declaring_service_is_reported_as_a_checkpoint_divergence() {
         .filter_map(|l| l.split_whitespace().rev().nth(1)?.parse::<u64>().ok())
         .sum();
     assert!(diverged > 0, "{out}");
+}
+
+/// The example's own tests (typed errors, access sets, checked mode, the
+/// simulator under every fault kind), as its developers would run them.
+#[test]
+#[ignore = "builds and tests examples/bank (minutes on a cold target dir)"]
+fn the_bank_examples_own_tests_pass() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["test", "--offline", "--manifest-path"])
+        .arg(workspace().join("examples/bank/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
 }

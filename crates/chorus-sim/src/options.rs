@@ -87,6 +87,9 @@ pub struct SimOptions {
     /// Checked execution (issue 17): every operation runs inside its
     /// declared access set and an access outside it is a violation.
     pub checked_access: bool,
+    /// The binary replay commands name (an application's own, which knows
+    /// its services; `chorus` by default).
+    pub program: String,
     pub executor: ExecutorChoice,
     /// At the end of a run every correct replica must be active in the same
     /// view of every lane (`checker_extra::view_split`).
@@ -120,6 +123,7 @@ impl Default for SimOptions {
             service: "kv".into(),
             registry: Arc::new(ServiceRegistry::builtin()),
             checked_access: true,
+            program: "chorus".into(),
             executor: ExecutorChoice::Sequential,
             check_views: true,
             check_wait_free: false,
@@ -238,7 +242,8 @@ impl SimOptions {
     pub fn replay_command(&self, seed: u64) -> String {
         let d = SimOptions::default();
         let mut cmd = format!(
-            "chorus sim --mode {} --pillars {} --n {} --faults {} --seed {seed} --seeds 1",
+            "{} sim --mode {} --pillars {} --n {} --faults {} --seed {seed} --seeds 1",
+            self.program,
             mode_name(self.mode),
             self.pillars,
             self.n,
