@@ -133,9 +133,10 @@ impl Args {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) {
+        let entry = crate::registry().get(&self.service).map_err(anyhow::Error::msg)?;
+        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) && entry.workload.is_none() {
             bail!(
-                "--service must be kv, null, sleep or token, not {:?}",
+                "--service {:?} has no workload generator to drive it with",
                 self.service
             );
         }

@@ -1,6 +1,6 @@
 use anyhow::Result;
 use chorus_core::{LeaderRotation, OrderingMode, ProtocolParams};
-use chorus_node::keygen::{keygen, KeygenOptions};
+use chorus_node::keygen::{keygen_in, KeygenOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -32,7 +32,7 @@ pub struct Args {
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]
     pub batch: u32,
-    /// Service: kv | null | sleep | token.
+    /// Service: a registered name (built in: kv | null | sleep | token).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Service options, `key=value,...`: e.g. the token genesis
@@ -94,7 +94,7 @@ pub fn run(a: Args) -> Result<()> {
         sleep_us: 1000,
         sleep_buckets: 1,
     };
-    let cluster = keygen(&opts)?;
+    let cluster = keygen_in(crate::registry(), &opts)?;
     println!(
         "wrote {} replicas and {} clients to {} (mode {:?}, {} lanes, f = {})",
         cluster.n(),

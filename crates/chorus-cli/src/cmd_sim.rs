@@ -65,7 +65,7 @@ pub struct Args {
     /// Executor: sequential | parallel.
     #[arg(long, default_value = "sequential")]
     pub executor: String,
-    /// Service: kv | null.
+    /// Service: a registered name with a workload generator (built in: kv | null).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Do not require every correct replica to end active in one view of
@@ -124,6 +124,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.byzantine_clients = a.byzantine_clients;
     opts.executor = executor;
     opts.service = a.service.clone();
+    opts.registry = Arc::new(crate::registry().clone());
+    opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {

@@ -15,6 +15,7 @@ Columns (one row per replica; positions are global sequence numbers):
   peers      live connections to other replicas (all pillars)
   clients    live client connections
   state digest  first 16 hex digits of the executed state's digest; equal on replicas at equal 'executed'
+A WARNING line follows for each replica whose checkpoint digest disagreed with a stable certificate.
 A replica that does not answer within 3 s is shown as unreachable.
 
 Exit status: 0 when at least 2f+1 replicas answered, 4 when fewer did (the cluster cannot make
@@ -44,9 +45,15 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         let mut answered = 0;
+        let mut diverged = Vec::new();
         for r in c.cluster.replica_ids() {
             let reply = query(&c.cluster, c.id, &c.identity, r).await;
             answered += usize::from(reply.is_ok());
+            if let Ok(s) = &reply {
+                if s.core.state_divergences > 0 {
+                    diverged.push((r, s.core.state_divergences));
+                }
+            }
             match reply {
                 Ok(s) if a.json => println!("{}", serde_json::to_string(&s)?),
                 Ok(s) => println!(
@@ -64,6 +71,14 @@ pub fn run(a: Args) -> Result<()> {
                 ),
                 Err(e) if a.json => eprintln!("{r} unreachable: {e:#}"),
                 Err(e) => println!("{:<8} unreachable: {e:#}", r.to_string()),
+            }
+        }
+        if !a.json {
+            for (r, n) in &diverged {
+                println!(
+                    "WARNING: {r}'s state diverged from the certified one at {n} checkpoint(s) \
+                     (see its log; the service may be non-deterministic or under-declare its access sets)"
+                );
             }
         }
         if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Rcc {

@@ -8,28 +8,51 @@ use crate::node_config::LoadedNode;
 use crate::pillar::PillarThread;
 use crate::status::CoreStatus;
 use anyhow::{bail, Context, Result};
-use chorus_exec::{Executor, Service};
+use chorus_exec::Executor;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
-pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
-    executor_for(node, named_service(node)?, max_inflight)
-}
-
-/// The built-in service the node's config names (`service`, `service_options`).
-pub fn named_service(node: &crate::node_config::NodeConfig) -> Result<Arc<dyn Service>> {
+/// The service options a replica config asks for.
+pub fn service_options(node: &crate::node_config::NodeConfig) -> Result<chorus_apps::ServiceOptions> {
     let mut opts = chorus_apps::ServiceOptions::parse(&node.service_options).map_err(anyhow::Error::msg)?;
     opts.sleep_us = node.sleep_us;
     opts.buckets = node.sleep_buckets;
-    chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)
+    Ok(opts)
 }
 
-/// The executor the node's config names, running `service`.
-pub fn executor_for(
+/// The executor a replica config asks for, around the built-in service it names.
+pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
+    build_executor_in(&chorus_apps::ServiceRegistry::builtin(), node, max_inflight)
+}
+
+/// The executor a replica config asks for, around the service it names in `registry`.
+pub fn build_executor_in(
+    registry: &chorus_apps::ServiceRegistry,
     node: &crate::node_config::NodeConfig,
-    service: Arc<dyn Service>,
     max_inflight: u32,
 ) -> Result<Box<dyn Executor>> {
+    let service = registry
+        .build(&node.service, &service_options(node)?)
+        .map_err(anyhow::Error::msg)?;
+    executor_for(node, service, max_inflight)
+}
+
+/// The executor (sequential or parallel, per the config) around `service`.
+pub fn executor_for(
+    node: &crate::node_config::NodeConfig,
+    service: Arc<dyn chorus_exec::Service>,
+    max_inflight: u32,
+) -> Result<Box<dyn Executor>> {
+    let service: Arc<dyn chorus_exec::Service> = if node.check_access {
+        // Production checked mode fails stop at the first undeclared access:
+        // carrying on would let this replica's state drift from the others'.
+        Arc::new(chorus_exec::CheckedService::new(
+            service,
+            chorus_exec::OnViolation::Panic,
+        ))
+    } else {
+        service
+    };
     Ok(match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
         "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
@@ -48,14 +71,26 @@ fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
 
 /// Run a replica of the built-in service its config names until SIGINT/SIGTERM.
 pub fn run_replica(loaded: LoadedNode) -> Result<()> {
-    let service = named_service(&loaded.node)?;
-    run_replica_with_service(loaded, service)
+    let executor = build_executor(&loaded.node, loaded.cluster.params.pool_max_per_client)?;
+    run_replica_executor(loaded, executor)
 }
 
-/// Run a replica of `service` (an application's own [`Service`]; the config's
-/// `service` name is then not used) until SIGINT/SIGTERM. Every replica of a
-/// cluster must run the same service.
-pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -> Result<()> {
+/// Run a replica of `service` (an application's own; the config's `service`
+/// name is not consulted) until SIGINT/SIGTERM. The embedding entry point:
+/// `run_replica_with(load_node(path)?, Arc::new(MyService::new()))`.
+pub fn run_replica_with(loaded: LoadedNode, service: Arc<dyn chorus_exec::Service>) -> Result<()> {
+    let executor = executor_for(&loaded.node, service, loaded.cluster.params.pool_max_per_client)?;
+    run_replica_executor(loaded, executor)
+}
+
+/// Run a replica of the service its config names, looked up in `registry`.
+pub fn run_replica_in(registry: &chorus_apps::ServiceRegistry, loaded: LoadedNode) -> Result<()> {
+    let executor = build_executor_in(registry, &loaded.node, loaded.cluster.params.pool_max_per_client)?;
+    run_replica_executor(loaded, executor)
+}
+
+/// Run a replica around a ready executor until SIGINT/SIGTERM.
+pub fn run_replica_executor(loaded: LoadedNode, mut executor: Box<dyn Executor>) -> Result<()> {
     let LoadedNode {
         node,
         cluster,
@@ -70,7 +105,6 @@ pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -
     // Validate and bind before creating anything on disk: a start that
     // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let mut executor = executor_for(&node, service, config.params.pool_max_per_client)?;
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;

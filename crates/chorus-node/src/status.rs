@@ -21,6 +21,10 @@ pub struct CoreStatus {
     pub new_views: u64,
     #[serde(default)]
     pub state_transfers: u64,
+    /// Checkpoints at which this replica's state digest disagreed with the
+    /// stable certificate (issue 17: a diverged executor).
+    #[serde(default)]
+    pub state_divergences: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -61,6 +65,7 @@ impl CoreStatus {
             view_changes: s.counters.view_changes,
             new_views: s.counters.new_views,
             state_transfers: s.counters.state_transfers,
+            state_divergences: s.state_divergences,
             lane_detail: s
                 .lanes
                 .iter()

@@ -46,6 +46,9 @@ pub struct ReplicaStatus {
     /// Per lane, what decides whether it proposes: why a lane is idle.
     pub lanes: Vec<LaneStatus>,
     pub counters: Counters,
+    /// Checkpoints whose stable certificate disagreed with our own state
+    /// digest (the executor diverged; state transfer repairs it).
+    pub state_divergences: u64,
 }
 
 /// One lane's proposal state (`chorus status --json`, debugging a stall).
@@ -187,6 +190,7 @@ impl Replica {
                 })
                 .collect(),
             counters: self.counters.clone(),
+            state_divergences: self.checkpointer.divergences(),
         }
     }
 

@@ -8,7 +8,7 @@
 use crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT;
 use crate::queue::Micros;
 use bytes::Bytes;
-use chorus_apps::KvOp;
+use chorus_apps::WorkloadFn;
 use chorus_core::{
     ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Digest, Identity, MacKey, ReplicaId, Reply,
     ReplyBody, Request, RequestSeq,
@@ -23,8 +23,6 @@ pub const RETRY_FIRST_US: Micros = 400_000;
 pub const RETRY_MAX_US: Micros = 3_200_000;
 /// Think time between a completion and the next request.
 pub const THINK_MAX_US: Micros = 20_000;
-/// Keys the workload touches: few, so requests conflict.
-const KEYS: u32 = 8;
 
 /// How a client authenticates, with the keys it needs.
 #[derive(Clone)]
@@ -109,6 +107,8 @@ pub struct SimClient {
     next_issue_us: Micros,
     /// Seqs the replicas' client table keeps above the lowest unexecuted one.
     seq_span: u32,
+    /// The service's operations (`ServiceEntry::workload`).
+    workload: WorkloadFn,
 }
 
 impl SimClient {
@@ -135,7 +135,14 @@ impl SimClient {
             pacing_us,
             next_issue_us: 0,
             seq_span: EXEC_MAX_INFLIGHT_PER_CLIENT,
+            workload: std::sync::Arc::new(chorus_apps::kv_workload),
         }
+    }
+
+    /// Issue the operations of another service's workload (default: kv).
+    pub fn with_workload(mut self, workload: WorkloadFn) -> SimClient {
+        self.workload = workload;
+        self
     }
 
     /// Use another client-table window than the simulator's executors use.
@@ -170,20 +177,9 @@ impl SimClient {
         self.pending.iter().map(|(s, p)| (*s, p.issued_at_us))
     }
 
-    /// The kv workload: puts, gets and read-modify-writes over a few keys, each
-    /// value naming its writer so results differ per request.
+    /// The next operation of the service's workload.
     fn op(&self, rng: &mut ChaCha8Rng, seq: u64) -> Bytes {
-        let key = format!("k{}", rng.gen_range(0..KEYS));
-        let value = format!("c{}-q{seq}", self.creds.id.0);
-        match rng.gen_range(0..3) {
-            0 => KvOp::put(key, value),
-            1 => KvOp::get(key),
-            _ => KvOp::ReadModifyWrite {
-                key: key.into(),
-                value: value.into(),
-            }
-            .encode(),
-        }
+        (self.workload)(rng, self.creds.id, seq)
     }
 
     fn has_room(&self) -> bool {

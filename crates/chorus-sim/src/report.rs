@@ -37,6 +37,12 @@ pub enum ViolationKind {
     /// rcc: while one instance was stopped, the others decided at less than
     /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their rate before (RCC §III-C).
     WaitFree,
+    /// Checked mode: an operation touched a key outside its declared access
+    /// set (CBASE §4 would run it beside a conflicting one).
+    AccessSet,
+    /// The service's own invariant (`ServiceEntry::invariant`) failed on a
+    /// correct replica's state.
+    ServiceInvariant,
 }
 
 impl ViolationKind {
@@ -64,6 +70,8 @@ impl ViolationKind {
             ViolationKind::PoolLeak => "pool-leak",
             ViolationKind::ViewSplit => "view-split",
             ViolationKind::WaitFree => "wait-free",
+            ViolationKind::AccessSet => "access-set",
+            ViolationKind::ServiceInvariant => "service-invariant",
         }
     }
 }

@@ -36,7 +36,7 @@ impl<R: SimReplica> World<R> {
             now,
             &mut out,
         );
-        let executor = self.make_executor();
+        let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.perform(i, out);
     }
@@ -81,7 +81,7 @@ impl<R: SimReplica> World<R> {
             now,
             &mut out,
         );
-        let executor = self.make_executor();
+        let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.checker.restarted(self.nodes[i].replica_id);
         self.extra.executor_reset(self.nodes[i].replica_id);
