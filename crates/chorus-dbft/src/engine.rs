@@ -103,6 +103,7 @@ pub enum Action {
     },
 }
 
+#[derive(Clone, Debug)]
 pub struct Dbft {
     cfg: DbftConfig,
     me: ReplicaId,

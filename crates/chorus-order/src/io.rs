@@ -20,6 +20,9 @@ pub enum TimerId {
     Batch(LaneId),
     /// Periodic status exchange (retransmission, catch-up).
     Status,
+    /// `dispel`: the earliest deadline of the DBFT engine's own timers
+    /// (binary-consensus rounds, batch fetch retries), kept by `DispelCore`.
+    Dispel,
 }
 
 /// What the replica state machine consumes.
@@ -81,6 +84,12 @@ pub enum PersistRecord {
     },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },
+    /// `dispel`: this replica may have sent DBFT messages for epochs up to
+    /// `epoch` (written before the first of them leaves). A recovered replica
+    /// takes no part in those epochs again: the engine keeps no votes on disk,
+    /// so it could contradict what it sent (docs/decisions.md, "Dispel
+    /// integration").
+    DispelEpoch { epoch: u64 },
 }
 
 /// What the replica state machine asks its driver to do.

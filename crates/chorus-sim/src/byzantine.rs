@@ -439,6 +439,17 @@ impl Adversary {
                 m.data = Bytes::from(data);
                 ReplicaMsg::StateChunk(m)
             }
+            // DBFT is signature-free: a flipped byte is a message with other
+            // content (another digest, value, round or epoch) or undecodable.
+            ReplicaMsg::Dbft(mut m) => {
+                let mut bytes = m.bytes.to_vec();
+                if !bytes.is_empty() {
+                    let i = rng.gen_range(0..bytes.len());
+                    bytes[i] ^= 1 << rng.gen_range(0..8);
+                }
+                m.bytes = Bytes::from(bytes);
+                ReplicaMsg::Dbft(m)
+            }
             other @ (ReplicaMsg::Status(_) | ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => {
                 other
             }

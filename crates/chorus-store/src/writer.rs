@@ -86,7 +86,9 @@ impl<'txn> Writer<'txn> {
 
     pub fn apply(&mut self, r: &PersistRecord) -> Result<()> {
         match r {
-            PersistRecord::View { .. } => self.push_log(&LogEntryRef::Record(r)),
+            PersistRecord::View { .. } | PersistRecord::DispelEpoch { .. } => {
+                self.push_log(&LogEntryRef::Record(r))
+            }
             PersistRecord::Accepted { lane, slot, .. } => {
                 let seq = self.layout.seq_of(*lane, *slot)?;
                 self.push_log_unless_obsolete(seq, r)
@@ -203,6 +205,8 @@ impl<'txn> Writer<'txn> {
     fn truncate_log(&mut self, stable: u64) -> Result<()> {
         let mut drop_keys = Vec::new();
         let mut latest_view: BTreeMap<LaneId, (View, u64)> = BTreeMap::new();
+        // `dispel`: only the highest epoch mark matters (it only grows).
+        let mut latest_epoch: Option<(u64, u64)> = None;
         for item in self.log.iter()? {
             let (k, v) = item?;
             let key = k.value();
@@ -215,6 +219,17 @@ impl<'txn> Writer<'txn> {
                         }
                         Some((_, old_key)) => drop_keys.push(old_key),
                         None => {}
+                    }
+                    continue;
+                }
+                LogEntry::Record(PersistRecord::DispelEpoch { epoch }) => {
+                    match latest_epoch {
+                        Some((old, _)) if old > epoch => drop_keys.push(key),
+                        Some((_, old_key)) => {
+                            drop_keys.push(old_key);
+                            latest_epoch = Some((epoch, key));
+                        }
+                        None => latest_epoch = Some((epoch, key)),
                     }
                     continue;
                 }

@@ -30,6 +30,7 @@ impl Replica {
         let mut decided: BTreeMap<Seq, (Cell, Arc<Batch>)> = BTreeMap::new();
         let mut stable: Option<(CheckpointCert, Bytes)> = None;
         let mut ignored = 0u64;
+        let mut dispel_high: Option<u64> = None;
         for rec in records {
             match rec {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
@@ -61,6 +62,9 @@ impl Replica {
                         stable = Some((cert, snapshot));
                     }
                 }
+                PersistRecord::DispelEpoch { epoch } if r.dispel.is_some() => {
+                    dispel_high = dispel_high.max(Some(epoch));
+                }
                 _ => ignored += 1,
             }
         }
@@ -85,6 +89,15 @@ impl Replica {
             r.merger.insert(cell, batch);
         }
         r.deliver(out);
+        if let Some(high) = dispel_high {
+            // The engine keeps no votes on disk: take no part in any epoch we
+            // may have spoken in (never contradict a message sent before the
+            // crash); the merger gets past them by state transfer.
+            if let Some(d) = r.dispel.as_mut() {
+                d.restore_high(high);
+            }
+            r.dispel_collect(now, Slot(high.saturating_add(1)), out);
+        }
         for l in 0..r.lanes.len() {
             let lo = r.with_lane(now, l, out, |lane, cx, env| lane.finish_recovery(cx, env));
             r.absorb(now, LaneId(l as u32), lo);

@@ -7,6 +7,8 @@
 
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod cluster;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod cluster_dispel;
 mod fuzz;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod harness;

@@ -243,6 +243,7 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
                 PersistRecord::Prepared { .. } => "persist prepared".into(),
                 PersistRecord::Decided { .. } => "persist decided".into(),
                 PersistRecord::Stable { .. } => "persist stable".into(),
+                PersistRecord::DispelEpoch { epoch } => format!("persist dispel-epoch {epoch}"),
             },
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
