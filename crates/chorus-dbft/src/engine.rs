@@ -33,7 +33,7 @@ pub enum Event {
     },
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TimerId {
     Round {
         inst: InstanceId,
@@ -103,7 +103,7 @@ pub enum Action {
     },
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Dbft {
     cfg: DbftConfig,
     me: ReplicaId,
@@ -114,7 +114,10 @@ pub struct Dbft {
     counters: Counters,
     now: Millis,
     /// This replica's own broadcasts, processed as messages from itself.
+    /// Empty between `handle` calls, so never part of a snapshot.
+    #[serde(skip)]
     queue: VecDeque<DbftMsg>,
+    #[serde(skip)]
     out: Vec<Action>,
 }
 

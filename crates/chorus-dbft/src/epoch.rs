@@ -9,7 +9,7 @@ use chorus_core::{Batch, Digest, ReplicaId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EpochState {
     /// This replica takes part: its binary instances are invoked (join rule, §5.1).
     pub(crate) joined: bool,
@@ -64,6 +64,10 @@ impl EpochState {
     }
     pub fn rb(&self, slot: usize) -> &Rb {
         &self.rb[slot]
+    }
+    /// The stored bytes of `d`, if here.
+    pub fn batch(&self, d: &Digest) -> Option<&Arc<Batch>> {
+        self.store.get(d)
     }
     pub fn has_batch(&self, d: &Digest) -> bool {
         self.store.contains_key(d)

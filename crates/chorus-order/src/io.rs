@@ -84,12 +84,15 @@ pub enum PersistRecord {
     },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },
-    /// `dispel`: this replica may have sent DBFT messages for epochs up to
-    /// `epoch` (written before the first of them leaves). A recovered replica
-    /// takes no part in those epochs again: the engine keeps no votes on disk,
-    /// so it could contradict what it sent (docs/decisions.md, "Dispel
-    /// integration").
-    DispelEpoch { epoch: u64 },
+    /// `dispel`: the DBFT lanes' whole state (postcard of `DispelState`),
+    /// written right after the engine collected the epochs below `low` (at
+    /// each stable checkpoint). Earlier `Dispel*` records may be discarded.
+    DispelSnapshot { low: u64, state: Bytes },
+    /// `dispel`: one input of the (deterministic) DBFT engine, written before
+    /// the engine acts on it. Snapshot + inputs in order rebuild exactly the
+    /// state that sent our messages, so a restarted replica never contradicts
+    /// a vote it sent (docs/decisions.md, "Dispel integration").
+    DispelInput { now: Millis, input: Bytes },
 }
 
 /// What the replica state machine asks its driver to do.

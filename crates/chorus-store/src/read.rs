@@ -29,7 +29,8 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
                 r @ (PersistRecord::View { .. }
                 | PersistRecord::Accepted { .. }
                 | PersistRecord::Prepared { .. }
-                | PersistRecord::DispelEpoch { .. }),
+                | PersistRecord::DispelSnapshot { .. }
+                | PersistRecord::DispelInput { .. }),
             ) => out.push(r),
             LogEntry::Record(_) => return Err(corrupt("log", key, "record kind never stored in the log")),
             LogEntry::Decided { cell, digest } => {

@@ -24,6 +24,7 @@ use chorus_core::{
     Status, View,
 };
 use chorus_dbft::{Action as DAction, Dbft, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -71,29 +72,46 @@ pub struct DispelStatus {
     pub decided_rounds: Vec<(Epoch, u32)>,
 }
 
-#[derive(Clone, Debug)]
-pub struct DispelCore {
-    cfg: Arc<ClusterConfig>,
-    me: ReplicaId,
+/// What survives a crash: the engine and the wrapper's own bookkeeping.
+/// Snapshotted at each collect, then rebuilt by replaying the inputs logged
+/// after it (`PersistRecord::DispelInput`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DispelState {
     engine: Dbft,
-    limits: Limits,
-    verifier: RequestVerifier,
     /// The engine's timers, by deadline; the driver holds one (`TimerId::Dispel`).
     timers: BTreeSet<(Millis, DTimer)>,
-    armed: Option<Millis>,
     /// Our broadcasts of live epochs, for retransmission.
     sent: BTreeMap<Epoch, Vec<DbftMsg>>,
-    /// Highest epoch a `DispelEpoch` record covers.
-    persisted_high: Option<Epoch>,
-    /// Per peer: the first epoch it has not delivered, and whether that did
-    /// not move since its previous status (stalled).
-    peers: Vec<(Epoch, bool)>,
     /// First epoch not yet handed to the merger.
     next_epoch: Epoch,
     /// Highest round per decided epoch (status).
     rounds: BTreeMap<Epoch, u32>,
     /// Epochs output above `next_epoch` (they may complete out of order).
     ready: BTreeSet<Epoch>,
+}
+
+/// One engine input as logged (the engine's `Event`, serialisable).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Input {
+    Message { from: ReplicaId, msg: DbftMsg },
+    Timer(DTimer),
+    Propose { epoch: Epoch, batch: Batch },
+}
+
+#[derive(Clone, Debug)]
+pub struct DispelCore {
+    cfg: Arc<ClusterConfig>,
+    me: ReplicaId,
+    st: DispelState,
+    limits: Limits,
+    verifier: RequestVerifier,
+    armed: Option<Millis>,
+    /// Per peer: the first epoch it has not delivered, and whether that did
+    /// not move since its previous status (stalled).
+    peers: Vec<(Epoch, bool)>,
+    /// While rebuilding from the log: nothing is persisted or sent again
+    /// (the messages went out before the crash; retransmission resends).
+    replaying: bool,
 }
 
 fn wire(msg: &DbftMsg) -> ReplicaMsg {
@@ -108,35 +126,38 @@ impl DispelCore {
         let limits = dcfg.limits();
         let n = cfg.n();
         DispelCore {
-            engine: Dbft::new(dcfg, me),
+            st: DispelState {
+                engine: Dbft::new(dcfg, me),
+                timers: BTreeSet::new(),
+                sent: BTreeMap::new(),
+                next_epoch: 0,
+                rounds: BTreeMap::new(),
+                ready: BTreeSet::new(),
+            },
             limits,
             verifier: RequestVerifier::new(cfg.clone(), me, identity),
-            timers: BTreeSet::new(),
             armed: None,
-            sent: BTreeMap::new(),
-            persisted_high: None,
             peers: vec![(0, false); n],
-            next_epoch: 0,
-            rounds: BTreeMap::new(),
-            ready: BTreeSet::new(),
+            replaying: false,
             cfg,
             me,
         }
     }
 
     pub fn engine(&self) -> &Dbft {
-        &self.engine
+        &self.st.engine
     }
 
     pub fn next_epoch(&self) -> Epoch {
-        self.next_epoch
+        self.st.next_epoch
     }
 
     /// The epoch this replica would spawn next, if it may propose in it.
     pub fn spawnable(&self) -> Option<Epoch> {
-        let e = self.engine.next_spawn();
-        let proposed = self.engine.epoch(e).is_some_and(|s| s.proposed());
-        let in_window = e >= self.engine.low() && e - self.engine.low() < self.engine.config().window_epochs;
+        let e = self.st.engine.next_spawn();
+        let proposed = self.st.engine.epoch(e).is_some_and(|s| s.proposed());
+        let in_window =
+            e >= self.st.engine.low() && e - self.st.engine.low() < self.st.engine.config().window_epochs;
         (!proposed && in_window).then_some(e)
     }
 
@@ -144,10 +165,11 @@ impl DispelCore {
     /// proxy of the pipeline (a delivered INIT reached an echo quorum).
     pub fn own_undelivered(&self) -> u64 {
         let me = self.me.index();
-        let from = self.next_epoch.max(self.engine.low());
-        (from..self.engine.next_spawn())
+        let from = self.st.next_epoch.max(self.st.engine.low());
+        (from..self.st.engine.next_spawn())
             .filter(|e| {
-                self.engine
+                self.st
+                    .engine
                     .epoch(*e)
                     .is_some_and(|s| s.proposed() && s.rb(me).delivered().is_none())
             })
@@ -187,7 +209,7 @@ impl DispelCore {
                 }
             }
         }
-        let acts = self.engine.handle(cx.now, DEvent::Message { from, msg });
+        let acts = self.feed(cx, Input::Message { from, msg });
         self.absorb(cx, acts)
     }
 
@@ -196,12 +218,12 @@ impl DispelCore {
             self.armed = None;
         }
         let mut all = DispelOutput::default();
-        while let Some(&(at, id)) = self.timers.first() {
+        while let Some(&(at, id)) = self.st.timers.first() {
             if at > cx.now {
                 break;
             }
-            self.timers.pop_first();
-            let acts = self.engine.handle(cx.now, DEvent::Timer(id));
+            self.st.timers.pop_first();
+            let acts = self.feed(cx, Input::Timer(id));
             let o = self.absorb(cx, acts);
             all.decided.extend(o.decided);
             all.joins.extend(o.joins);
@@ -212,34 +234,33 @@ impl DispelCore {
 
     /// RB-broadcast our batch for `epoch` (spawned, or answering a join).
     pub fn propose(&mut self, cx: &mut Cx, epoch: Epoch, batch: Batch) -> DispelOutput {
-        let acts = self.engine.handle(cx.now, DEvent::Propose { epoch, batch });
+        let acts = self.feed(cx, Input::Propose { epoch, batch });
         self.absorb(cx, acts)
     }
 
     /// Epochs below `below` are covered by the stable checkpoint (or were
     /// given up at recovery): free them (spec §5.5).
     pub fn collect(&mut self, cx: &mut Cx, below: Epoch) -> DispelOutput {
-        if below <= self.engine.low() {
+        if below <= self.st.engine.low() {
             return DispelOutput::default();
         }
-        let acts = self.engine.handle(cx.now, DEvent::Collect { below });
-        self.sent = self.sent.split_off(&below);
-        self.rounds = self.rounds.split_off(&below);
-        self.next_epoch = self.next_epoch.max(below);
-        self.ready = self.ready.split_off(&self.next_epoch);
-        while self.ready.remove(&self.next_epoch) {
-            self.next_epoch += 1;
+        let acts = self.st.engine.handle(cx.now, DEvent::Collect { below });
+        self.st.sent = self.st.sent.split_off(&below);
+        self.st.rounds = self.st.rounds.split_off(&below);
+        self.st.next_epoch = self.st.next_epoch.max(below);
+        self.st.ready = self.st.ready.split_off(&self.st.next_epoch);
+        while self.st.ready.remove(&self.st.next_epoch) {
+            self.st.next_epoch += 1;
         }
-        self.absorb(cx, acts)
-    }
-
-    /// Recovery: epochs up to `high` may hold votes we no longer know.
-    pub fn restore_high(&mut self, high: Epoch) {
-        self.persisted_high = self.persisted_high.max(Some(high));
-    }
-
-    pub fn restored_high(&self) -> Option<Epoch> {
-        self.persisted_high
+        let o = self.absorb(cx, acts);
+        if !self.replaying {
+            // Everything logged so far is in this snapshot.
+            cx.out.persist(PersistRecord::DispelSnapshot {
+                low: below,
+                state: Bytes::from(chorus_core::encode(&self.st)),
+            });
+        }
+        o
     }
 
     /// The status every replica broadcasts each interval: our first
@@ -249,7 +270,7 @@ impl DispelCore {
         cx.out.broadcast(ReplicaMsg::Status(Status {
             lane: LaneId(0),
             view: View(0),
-            next_undecided: Slot(self.next_epoch),
+            next_undecided: Slot(self.st.next_epoch),
             stable_seq,
             suspects: false,
         }));
@@ -259,7 +280,7 @@ impl DispelCore {
                 continue;
             }
             let to = ReplicaId(p as u32);
-            for (_, msgs) in self.sent.range(at..at.saturating_add(RETRANSMIT_EPOCHS)) {
+            for (_, msgs) in self.st.sent.range(at..at.saturating_add(RETRANSMIT_EPOCHS)) {
                 for m in msgs {
                     cx.out.send(to, wire(m));
                     cx.counters.retransmissions += 1;
@@ -274,8 +295,91 @@ impl DispelCore {
         }
     }
 
+    /// Log an input (before the engine acts on it: persist before send),
+    /// then hand it to the engine.
+    fn feed(&mut self, cx: &mut Cx, input: Input) -> Vec<DAction> {
+        if !self.replaying {
+            cx.out.persist(PersistRecord::DispelInput {
+                now: cx.now,
+                input: Bytes::from(chorus_core::encode(&input)),
+            });
+        }
+        let ev = match input {
+            Input::Message { from, msg } => DEvent::Message { from, msg },
+            Input::Timer(id) => DEvent::Timer(id),
+            Input::Propose { epoch, batch } => DEvent::Propose { epoch, batch },
+        };
+        self.st.engine.handle(cx.now, ev)
+    }
+
+    /// Recovery: the latest snapshot (if any), then every input logged after
+    /// it, in order and at its original time. The engine is deterministic,
+    /// so this is the state that sent our messages before the crash. Returns
+    /// what the replay decided, and the epochs whose join we had not yet
+    /// answered with a proposal (safe to answer now: no INIT of ours left).
+    pub fn recover(
+        &mut self,
+        cx: &mut Cx,
+        snapshot: Option<Bytes>,
+        inputs: Vec<(Millis, Bytes)>,
+    ) -> DispelOutput {
+        let mut o = DispelOutput::default();
+        if let Some(b) = snapshot {
+            match postcard::from_bytes::<DispelState>(&b) {
+                Ok(st) if st.engine.me() == self.me && st.engine.config().n == self.cfg.n() => {
+                    self.st = st;
+                    // Epochs output before the snapshot but not yet covered by
+                    // a checkpoint: the merger needs them again.
+                    for e in self.st.engine.low()..self.st.next_epoch {
+                        if let Some(batches) = self.epoch_batches(e) {
+                            self.push_decided(e, batches, &mut o);
+                        }
+                    }
+                }
+                _ => cx.reject("dbft-bad-snapshot"),
+            }
+        }
+        self.replaying = true;
+        let real_now = cx.now;
+        for (at, bytes) in inputs {
+            let Ok(input) = postcard::from_bytes::<Input>(&bytes) else {
+                cx.reject("dbft-bad-logged-input");
+                continue;
+            };
+            cx.now = at;
+            let acts = self.feed(cx, input);
+            let more = self.absorb(cx, acts);
+            o.decided.extend(more.decided);
+            o.joins.extend(more.joins);
+        }
+        cx.now = real_now;
+        self.replaying = false;
+        o.joins
+            .retain(|e| self.st.engine.epoch(*e).is_some_and(|s| !s.proposed()));
+        o.joins.sort_unstable();
+        o.joins.dedup();
+        self.armed = None;
+        self.rearm(cx);
+        o
+    }
+
+    /// The output of an epoch already output: its selected batches, one per
+    /// digest (as `EpochReady` carries them).
+    fn epoch_batches(&self, e: Epoch) -> Option<Vec<(ReplicaId, Arc<Batch>)>> {
+        let s = self.st.engine.epoch(e)?;
+        let mut out: Vec<(ReplicaId, Arc<Batch>)> = Vec::new();
+        let mut last = None;
+        for (p, d) in s.selected()? {
+            if last != Some(d) {
+                out.push((p, s.batch(&d)?.clone()));
+                last = Some(d);
+            }
+        }
+        Some(out)
+    }
+
     fn rearm(&mut self, cx: &mut Cx) {
-        let Some(&(at, _)) = self.timers.first() else {
+        let Some(&(at, _)) = self.st.timers.first() else {
             return;
         };
         if self.armed.is_none_or(|a| at < a) {
@@ -285,28 +389,16 @@ impl DispelCore {
     }
 
     fn absorb(&mut self, cx: &mut Cx, acts: Vec<DAction>) -> DispelOutput {
-        // Persist before send (io.rs contract): the mark covers every epoch
-        // this batch of actions speaks in.
-        let high = acts
-            .iter()
-            .filter_map(|a| match a {
-                DAction::Send { msg, .. } | DAction::Broadcast { msg } => Some(msg.epoch()),
-                _ => None,
-            })
-            .max();
-        if let Some(h) = high {
-            if self.persisted_high.is_none_or(|p| h > p) {
-                cx.out.persist(PersistRecord::DispelEpoch { epoch: h });
-                self.persisted_high = Some(h);
-            }
-        }
         let mut o = DispelOutput::default();
         for a in acts {
             match a {
+                DAction::Send { .. } if self.replaying => {}
                 DAction::Send { to, msg } => cx.out.send(to, wire(&msg)),
                 DAction::Broadcast { msg } => {
-                    cx.out.broadcast(wire(&msg));
-                    let kept = self.sent.entry(msg.epoch()).or_default();
+                    if !self.replaying {
+                        cx.out.broadcast(wire(&msg));
+                    }
+                    let kept = self.st.sent.entry(msg.epoch()).or_default();
                     if kept.len() < MAX_KEPT_PER_EPOCH {
                         kept.push(msg);
                     } else {
@@ -314,18 +406,18 @@ impl DispelCore {
                     }
                 }
                 DAction::SetTimer { id, at } => {
-                    self.timers.insert((at, id));
+                    self.st.timers.insert((at, id));
                 }
                 DAction::Join { epoch } => o.joins.push(epoch),
                 DAction::SlotDecided { .. } => {}
                 DAction::EpochDecided { epoch, .. } => {
-                    let r = self.engine.epoch(epoch).map_or(0, |s| {
+                    let r = self.st.engine.epoch(epoch).map_or(0, |s| {
                         (0..self.cfg.n())
                             .filter_map(|k| s.binary(k).round_decided())
                             .max()
                             .unwrap_or(0)
                     });
-                    self.rounds.insert(epoch, r);
+                    self.st.rounds.insert(epoch, r);
                 }
                 DAction::EpochReady { epoch, batches } => self.on_ready(epoch, batches, &mut o),
             }
@@ -336,9 +428,17 @@ impl DispelCore {
 
     /// Every selected batch is here: every lane's slot `epoch` is decided.
     fn on_ready(&mut self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
-        if epoch < self.next_epoch {
+        if epoch < self.st.next_epoch {
             return;
         }
+        self.push_decided(epoch, batches, o);
+        self.st.ready.insert(epoch);
+        while self.st.ready.remove(&self.st.next_epoch) {
+            self.st.next_epoch += 1;
+        }
+    }
+
+    fn push_decided(&self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
         let noop = Arc::new(Batch::noop());
         let mut by_lane: Vec<Arc<Batch>> = vec![noop; self.cfg.n()];
         for (p, b) in batches {
@@ -355,17 +455,13 @@ impl DispelCore {
                 b,
             ));
         }
-        self.ready.insert(epoch);
-        while self.ready.remove(&self.next_epoch) {
-            self.next_epoch += 1;
-        }
     }
 
     pub fn status(&self) -> DispelStatus {
         let n = self.cfg.n();
-        let epochs = (self.engine.low()..self.engine.next_spawn().max(self.engine.low()))
+        let epochs = (self.st.engine.low()..self.st.engine.next_spawn().max(self.st.engine.low()))
             .filter_map(|e| {
-                let s = self.engine.epoch(e)?;
+                let s = self.st.engine.epoch(e)?;
                 Some(EpochInfo {
                     epoch: e,
                     joined: s.joined(),
@@ -373,22 +469,23 @@ impl DispelCore {
                     max_round: (0..n).map(|k| s.binary(k).round()).max().unwrap_or(0),
                 })
             })
-            .filter(|i| i.epoch >= self.next_epoch)
+            .filter(|i| i.epoch >= self.st.next_epoch)
             .collect();
         DispelStatus {
-            next_epoch: self.next_epoch,
-            next_spawn: self.engine.next_spawn(),
-            low: self.engine.low(),
-            pipeline_depth: self.engine.next_spawn().saturating_sub(self.next_epoch),
+            next_epoch: self.st.next_epoch,
+            next_spawn: self.st.engine.next_spawn(),
+            low: self.st.engine.low(),
+            pipeline_depth: self.st.engine.next_spawn().saturating_sub(self.st.next_epoch),
             epochs,
             dropped: self
+                .st
                 .engine
                 .counters()
                 .dropped
                 .iter()
                 .map(|(k, v)| (format!("{k:?}"), *v))
                 .collect(),
-            decided_rounds: self.rounds.iter().map(|(e, r)| (*e, *r)).collect(),
+            decided_rounds: self.st.rounds.iter().map(|(e, r)| (*e, *r)).collect(),
         }
     }
 }

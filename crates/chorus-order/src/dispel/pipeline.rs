@@ -62,18 +62,45 @@ mod tests {
 
     #[test]
     fn nothing_due_no_epoch() {
-        assert_eq!(spawn_now(SpawnView { batch_due: false, ..view() }), None);
+        assert_eq!(
+            spawn_now(SpawnView {
+                batch_due: false,
+                ..view()
+            }),
+            None
+        );
     }
 
     #[test]
     fn depth_budget_bounds_concurrent_epochs() {
         // Epochs 4..8 in flight with depth 4: 8 must wait for 4 to deliver.
-        assert_eq!(spawn_now(SpawnView { next_spawn: Some(8), ..view() }), None);
-        assert_eq!(spawn_now(SpawnView { next_spawn: Some(7), ..view() }), Some(7));
+        assert_eq!(
+            spawn_now(SpawnView {
+                next_spawn: Some(8),
+                ..view()
+            }),
+            None
+        );
+        assert_eq!(
+            spawn_now(SpawnView {
+                next_spawn: Some(7),
+                ..view()
+            }),
+            Some(7)
+        );
         // Depth 1 = no pipelining: only the epoch being delivered.
-        let one = SpawnView { max_depth: 1, ..view() };
+        let one = SpawnView {
+            max_depth: 1,
+            ..view()
+        };
         assert_eq!(spawn_now(one), None);
-        assert_eq!(spawn_now(SpawnView { next_spawn: Some(4), ..one }), Some(4));
+        assert_eq!(
+            spawn_now(SpawnView {
+                next_spawn: Some(4),
+                ..one
+            }),
+            Some(4)
+        );
     }
 
     #[test]
@@ -87,6 +114,12 @@ mod tests {
 
     #[test]
     fn outside_window_or_already_proposed() {
-        assert_eq!(spawn_now(SpawnView { next_spawn: None, ..view() }), None);
+        assert_eq!(
+            spawn_now(SpawnView {
+                next_spawn: None,
+                ..view()
+            }),
+            None
+        );
     }
 }

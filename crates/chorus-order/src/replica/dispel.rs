@@ -26,7 +26,13 @@ impl Replica {
 
     /// A lane message in `dispel`: only STATUS means something (stable
     /// checkpoints for state transfer, checkpoint votes, epoch progress).
-    pub(crate) fn dispel_on_other(&mut self, now: Millis, from: ReplicaId, msg: ReplicaMsg, out: &mut Outbox) {
+    pub(crate) fn dispel_on_other(
+        &mut self,
+        now: Millis,
+        from: ReplicaId,
+        msg: ReplicaMsg,
+        out: &mut Outbox,
+    ) {
         let ReplicaMsg::Status(st) = msg else {
             return self.counters.reject("not-in-dispel-mode");
         };
@@ -64,6 +70,22 @@ impl Replica {
         self.dispel_absorb(now, o, out);
     }
 
+    /// `Replica::recover`: rebuild the DBFT lanes from their snapshot and
+    /// logged inputs; hand what they decided to the pool and the merger and
+    /// answer joins left unanswered by the crash.
+    pub(crate) fn dispel_recover(
+        &mut self,
+        now: Millis,
+        snapshot: Option<bytes::Bytes>,
+        inputs: Vec<(Millis, bytes::Bytes)>,
+        out: &mut Outbox,
+    ) {
+        let Some(d) = self.dispel.as_mut() else { return };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let o = d.recover(&mut cx, snapshot, inputs);
+        self.dispel_absorb(now, o, out);
+    }
+
     /// Decisions to the pool and the merger; join answers with our pool batch.
     fn dispel_absorb(&mut self, now: Millis, mut o: DispelOutput, out: &mut Outbox) {
         for _ in 0..MAX_JOINS_PER_CALL {
@@ -83,7 +105,10 @@ impl Replica {
 
     fn dispel_cut(&mut self, now: Millis, e: u64) -> Batch {
         let me = LaneId(self.me.0);
-        let cell = Cell { lane: me, slot: Slot(e) };
+        let cell = Cell {
+            lane: me,
+            slot: Slot(e),
+        };
         let before = Millis(now.0.saturating_sub(self.rescue_ms()));
         let extra: Vec<LaneId> = (0..self.cfg.lanes())
             .map(LaneId)
@@ -149,11 +174,6 @@ impl Replica {
         let o = self.dispel_propose_batch(now, e, batch, out);
         self.dispel_absorb(now, o, out);
         true
-    }
-
-    /// The highest epoch this replica may have spoken in (persisted mark).
-    pub fn dispel_high(&self) -> Option<u64> {
-        self.dispel.as_ref().and_then(|d| d.restored_high())
     }
 
     /// Live epochs, pipeline depth and binary-consensus rounds (`chorus status`).

@@ -30,7 +30,9 @@ impl Replica {
         let mut decided: BTreeMap<Seq, (Cell, Arc<Batch>)> = BTreeMap::new();
         let mut stable: Option<(CheckpointCert, Bytes)> = None;
         let mut ignored = 0u64;
-        let mut dispel_high: Option<u64> = None;
+        // `dispel`: the latest DBFT snapshot and the engine inputs after it.
+        let mut dispel_snapshot: Option<Bytes> = None;
+        let mut dispel_inputs: Vec<(Millis, Bytes)> = Vec::new();
         for rec in records {
             match rec {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
@@ -62,8 +64,12 @@ impl Replica {
                         stable = Some((cert, snapshot));
                     }
                 }
-                PersistRecord::DispelEpoch { epoch } if r.dispel.is_some() => {
-                    dispel_high = dispel_high.max(Some(epoch));
+                PersistRecord::DispelSnapshot { state, .. } if r.dispel.is_some() => {
+                    dispel_snapshot = Some(state);
+                    dispel_inputs.clear();
+                }
+                PersistRecord::DispelInput { now, input } if r.dispel.is_some() => {
+                    dispel_inputs.push((now, input));
                 }
                 _ => ignored += 1,
             }
@@ -88,16 +94,10 @@ impl Replica {
             r.pool.on_decided(now, cell, &batch);
             r.merger.insert(cell, batch);
         }
-        r.deliver(out);
-        if let Some(high) = dispel_high {
-            // The engine keeps no votes on disk: take no part in any epoch we
-            // may have spoken in (never contradict a message sent before the
-            // crash); the merger gets past them by state transfer.
-            if let Some(d) = r.dispel.as_mut() {
-                d.restore_high(high);
-            }
-            r.dispel_collect(now, Slot(high.saturating_add(1)), out);
+        if r.dispel.is_some() {
+            r.dispel_recover(now, dispel_snapshot, dispel_inputs, out);
         }
+        r.deliver(out);
         for l in 0..r.lanes.len() {
             let lo = r.with_lane(now, l, out, |lane, cx, env| lane.finish_recovery(cx, env));
             r.absorb(now, LaneId(l as u32), lo);

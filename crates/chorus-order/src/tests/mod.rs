@@ -17,6 +17,8 @@ mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_cluster_binding;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_dispel;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_liveness;
