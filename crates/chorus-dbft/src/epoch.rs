@@ -5,7 +5,7 @@
 use crate::binary::Binary;
 use crate::config::DbftConfig;
 use crate::rb::Rb;
-use chorus_core::{Batch, Digest, ReplicaId};
+use chorus_core::{Batch, Digest, Millis, ReplicaId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -30,8 +30,9 @@ pub struct EpochState {
     pub(crate) ready_emitted: bool,
     /// slot → digest whose bytes are being fetched (§5.3).
     pub(crate) fetching: BTreeMap<usize, Digest>,
-    /// (peer, slot) → batch responses served (P14 FETCH flood bound).
-    pub(crate) served: BTreeMap<(usize, usize), u32>,
+    /// (peer, slot) → batch responses served and when the last one was
+    /// (P14 FETCH flood bound: a budget, then one per retry period).
+    pub(crate) served: BTreeMap<(usize, usize), (u32, Millis)>,
 }
 
 impl EpochState {

@@ -329,8 +329,12 @@ impl DispelCore {
                 Ok(st) if st.engine.me() == self.me && st.engine.config().n == self.cfg.n() => {
                     self.st = st;
                     // Epochs output before the snapshot but not yet covered by
-                    // a checkpoint: the merger needs them again.
-                    for e in self.st.engine.low()..self.st.next_epoch {
+                    // a checkpoint (below `next_epoch`, and those that
+                    // completed out of order): the merger needs them again.
+                    let output: Vec<Epoch> = (self.st.engine.low()..self.st.next_epoch)
+                        .chain(self.st.ready.iter().copied())
+                        .collect();
+                    for e in output {
                         if let Some(batches) = self.epoch_batches(e) {
                             self.push_decided(e, batches, &mut o);
                         }
