@@ -118,7 +118,11 @@ impl CoreThread {
                 let s = replica.status();
                 driver.metrics.next_delivery.set(s.next_delivery.0 as i64);
                 driver.metrics.stable_checkpoint.set(s.stable_seq.0 as i64);
-                let _ = self.status.send(CoreStatus::from_replica(&s));
+                let mut cs = CoreStatus::from_replica(&s);
+                cs.dispel = replica
+                    .dispel_status()
+                    .map(|d| crate::status::DispelDetail::from_status(&d));
+                let _ = self.status.send(cs);
             }
         }
         driver.flush_persist()?;
