@@ -18,7 +18,7 @@ pub struct Args {
     /// Replicas of the local cluster (3f+1).
     #[arg(long, default_value_t = 4)]
     pub n: usize,
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (forced to 1 for pbft).

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars.

@@ -20,7 +20,7 @@ pub struct Args {
     /// First port; replica i uses base + 100·i + (pillar | 90 clients | 91 metrics).
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (1 in pbft mode).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (lanes); forced to 1 for pbft.

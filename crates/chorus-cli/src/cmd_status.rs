@@ -84,6 +84,9 @@ pub fn run(a: Args) -> Result<()> {
         if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Rcc {
             print_instances(&c.cluster, c.id, &c.identity).await;
         }
+        if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Dispel {
+            print_epochs(&c.cluster, c.id, &c.identity).await;
+        }
         let needed = c.cluster.quorum();
         if answered < needed {
             return Err(crate::exit::Exit {
@@ -97,6 +100,51 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Dispel: each replica's live DBFT epochs, its pipeline depth and the
+/// binary-consensus rounds recent epochs needed.
+async fn print_epochs(
+    cluster: &chorus_core::ClusterConfig,
+    id: chorus_core::ClientId,
+    identity: &chorus_core::Identity,
+) {
+    println!("\nDispel epochs:");
+    println!(
+        "{:<8} {:>10} {:>10} {:>6}  live epochs (epoch: bits decided/n, round)  recent rounds",
+        "replica", "next", "spawn", "depth"
+    );
+    let n = cluster.n();
+    for r in cluster.replica_ids() {
+        let Ok(s) = query(cluster, id, identity, r).await else {
+            continue;
+        };
+        let Some(d) = s.core.dispel else { continue };
+        let live: Vec<String> = d
+            .epochs
+            .iter()
+            .map(|(e, joined, bits, round)| {
+                format!(
+                    "{e}:{bits}/{n},r{round}{}",
+                    if *joined { "" } else { " (not joined)" }
+                )
+            })
+            .collect();
+        let rounds: Vec<String> = d
+            .decided_rounds
+            .iter()
+            .map(|(e, r)| format!("{e}:r{r}"))
+            .collect();
+        println!(
+            "{:<8} {:>10} {:>10} {:>6}  [{}]  [{}]",
+            r.to_string(),
+            d.next_epoch,
+            d.next_spawn,
+            d.pipeline_depth,
+            live.join(" "),
+            rounds.join(" ")
+        );
+    }
 }
 
 /// RCC: each instance as the first reachable replica sees it: its round,

@@ -20,6 +20,9 @@ pub enum OrderingMode {
     /// RCC: one PBFT instance (lane) per replica, instance `i` proposed by
     /// replica `i`; rounds merged in a hash-seeded order (RCC §III, §IV).
     Rcc,
+    /// Dispel: one lane per proposer (`lanes = n`), slot `e` of lane `p` is
+    /// proposer `p`'s batch in epoch `e`, decided by DBFT (Dispel §3–§4).
+    Dispel,
 }
 
 impl OrderingMode {
@@ -28,6 +31,7 @@ impl OrderingMode {
             OrderingMode::Pbft => "pbft",
             OrderingMode::Cop => "cop",
             OrderingMode::Rcc => "rcc",
+            OrderingMode::Dispel => "dispel",
         }
     }
 }
@@ -39,8 +43,9 @@ impl std::str::FromStr for OrderingMode {
             "pbft" => Ok(OrderingMode::Pbft),
             "cop" => Ok(OrderingMode::Cop),
             "rcc" => Ok(OrderingMode::Rcc),
+            "dispel" => Ok(OrderingMode::Dispel),
             other => Err(format!(
-                "unknown ordering mode {other:?} (expected pbft, cop or rcc)"
+                "unknown ordering mode {other:?} (expected pbft, cop, rcc or dispel)"
             )),
         }
     }
@@ -230,6 +235,8 @@ impl ClusterConfig {
             OrderingMode::Cop => self.params.pillars,
             // RCC §III-B: m = n instances, one per replica.
             OrderingMode::Rcc => self.n() as u32,
+            // Dispel §3: every replica proposes in every epoch, one lane each.
+            OrderingMode::Dispel => self.n() as u32,
         }
     }
 
@@ -261,7 +268,7 @@ impl ClusterConfig {
     /// `chorus-order`'s `roles`).
     pub fn leader(&self, cell: Cell, view: View) -> ReplicaId {
         let n = self.n() as u64;
-        if self.params.mode == OrderingMode::Rcc {
+        if matches!(self.params.mode, OrderingMode::Rcc | OrderingMode::Dispel) {
             return self.instance_primary(cell.lane);
         }
         match self.params.leader_rotation {

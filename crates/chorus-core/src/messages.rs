@@ -253,6 +253,15 @@ pub struct StateChunk {
     pub data: Bytes,
 }
 
+/// One DBFT message of the `dispel` mode: `chorus-dbft`'s `DbftMsg`, encoded
+/// (that crate builds on this one, so the type cannot appear here). DBFT is
+/// signature-free: like COMMIT it relies on the authenticated channel, whose
+/// peer id is the only sender the protocol believes (spec §1, pitfall P11).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DbftWire {
+    pub bytes: Bytes,
+}
+
 /// Everything replicas say to each other.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplicaMsg {
@@ -268,6 +277,8 @@ pub enum ReplicaMsg {
     BatchReply(BatchReply),
     StateRequest(StateRequest),
     StateChunk(StateChunk),
+    /// `dispel` only (added last: earlier variants keep their wire tags).
+    Dbft(DbftWire),
 }
 
 impl ReplicaMsg {
@@ -284,7 +295,10 @@ impl ReplicaMsg {
             ReplicaMsg::Decided(m) => Some(m.lane),
             ReplicaMsg::FetchBatch(m) => Some(m.lane),
             ReplicaMsg::BatchReply(m) => Some(m.lane),
-            ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => None,
+            ReplicaMsg::Checkpoint(_)
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::StateChunk(_)
+            | ReplicaMsg::Dbft(_) => None,
         }
     }
 
@@ -302,6 +316,7 @@ impl ReplicaMsg {
             ReplicaMsg::BatchReply(_) => "batch-reply",
             ReplicaMsg::StateRequest(_) => "state-request",
             ReplicaMsg::StateChunk(_) => "state-chunk",
+            ReplicaMsg::Dbft(_) => "dbft",
         }
     }
 }

@@ -5,7 +5,7 @@
 use chorus_core::ClusterConfig;
 
 /// How a binary-consensus round is run.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variant {
     /// \[TR\] Fig. 2: weak coordinator, two timers per round, New5, catch-up.
     /// The only variant a deployment may use.
@@ -16,7 +16,7 @@ pub enum Variant {
     SafeCore,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DbftConfig {
     pub n: usize,
     /// Byzantine bound, ⌊(n−1)/3⌋ (spec §1).

@@ -33,7 +33,7 @@ pub enum Event {
     },
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TimerId {
     Round {
         inst: InstanceId,
@@ -103,6 +103,7 @@ pub enum Action {
     },
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Dbft {
     cfg: DbftConfig,
     me: ReplicaId,
@@ -113,7 +114,10 @@ pub struct Dbft {
     counters: Counters,
     now: Millis,
     /// This replica's own broadcasts, processed as messages from itself.
+    /// Empty between `handle` calls, so never part of a snapshot.
+    #[serde(skip)]
     queue: VecDeque<DbftMsg>,
+    #[serde(skip)]
     out: Vec<Action>,
 }
 
@@ -568,11 +572,19 @@ impl Dbft {
         let Some(batch) = st.store.get(&digest) else {
             return Err(DropReason::UnknownBatch);
         };
-        let served = st.served.entry((from, proposer.index())).or_default();
-        if *served >= budget {
+        // After the budget, one answer per retry period: replies lost to a
+        // partition or a crash must not leave a correct peer unable to fetch
+        // for ever, and a flooder still gets no more than the retry rate.
+        let now = self.now;
+        let retry = self.cfg.fetch_retry_ms;
+        let served = st
+            .served
+            .entry((from, proposer.index()))
+            .or_insert((0, Millis(0)));
+        if served.0 >= budget && now < served.1.plus(retry) {
             return Err(DropReason::FetchFlood);
         }
-        *served += 1;
+        *served = (served.0.saturating_add(1), now);
         let batch = (**batch).clone();
         self.out.push(Action::Send {
             to: ReplicaId(from as u32),

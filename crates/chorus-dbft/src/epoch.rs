@@ -5,11 +5,11 @@
 use crate::binary::Binary;
 use crate::config::DbftConfig;
 use crate::rb::Rb;
-use chorus_core::{Batch, Digest, ReplicaId};
+use chorus_core::{Batch, Digest, Millis, ReplicaId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EpochState {
     /// This replica takes part: its binary instances are invoked (join rule, §5.1).
     pub(crate) joined: bool,
@@ -30,8 +30,9 @@ pub struct EpochState {
     pub(crate) ready_emitted: bool,
     /// slot → digest whose bytes are being fetched (§5.3).
     pub(crate) fetching: BTreeMap<usize, Digest>,
-    /// (peer, slot) → batch responses served (P14 FETCH flood bound).
-    pub(crate) served: BTreeMap<(usize, usize), u32>,
+    /// (peer, slot) → batch responses served and when the last one was
+    /// (P14 FETCH flood bound: a budget, then one per retry period).
+    pub(crate) served: BTreeMap<(usize, usize), (u32, Millis)>,
 }
 
 impl EpochState {
@@ -64,6 +65,10 @@ impl EpochState {
     }
     pub fn rb(&self, slot: usize) -> &Rb {
         &self.rb[slot]
+    }
+    /// The stored bytes of `d`, if here.
+    pub fn batch(&self, d: &Digest) -> Option<&Arc<Batch>> {
+        self.store.get(d)
     }
     pub fn has_batch(&self, d: &Digest) -> bool {
         self.store.contains_key(d)

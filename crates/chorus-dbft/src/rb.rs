@@ -14,7 +14,7 @@ pub enum RbOut {
     Deliver(Digest),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Rb {
     /// Digest of the first INIT from the proposer: the only one echoed.
     first_init: Option<Digest>,

@@ -129,7 +129,11 @@ impl CoreThread {
                 last_status = Instant::now();
                 let s = replica.status();
                 crate::metrics_status::publish(&driver.metrics, &s);
-                let _ = self.status.send(CoreStatus::from_replica(&s));
+                let mut cs = CoreStatus::from_replica(&s);
+                cs.dispel = replica
+                    .dispel_status()
+                    .map(|d| crate::status::DispelDetail::from_status(&d));
+                let _ = self.status.send(cs);
                 if last_size.elapsed() >= STORAGE_SIZE_EVERY {
                     last_size = Instant::now();
                     if let Ok(meta) = std::fs::metadata(driver.store.path()) {

@@ -107,8 +107,11 @@ pub fn keygen_in(registry: &chorus_apps::ServiceRegistry, opts: &KeygenOptions) 
         replicas,
         clients,
     };
-    if cluster.params.mode == chorus_core::OrderingMode::Rcc {
-        // RCC has n lanes: checkpoints must fall on round boundaries.
+    if matches!(
+        cluster.params.mode,
+        chorus_core::OrderingMode::Rcc | chorus_core::OrderingMode::Dispel
+    ) {
+        // RCC and Dispel have n lanes: checkpoints must fall on round (epoch) boundaries.
         cluster.fit_checkpoint_interval();
     }
     cluster

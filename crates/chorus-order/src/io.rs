@@ -20,6 +20,9 @@ pub enum TimerId {
     Batch(LaneId),
     /// Periodic status exchange (retransmission, catch-up).
     Status,
+    /// `dispel`: the earliest deadline of the DBFT engine's own timers
+    /// (binary-consensus rounds, batch fetch retries), kept by `DispelCore`.
+    Dispel,
 }
 
 /// What the replica state machine consumes.
@@ -81,6 +84,15 @@ pub enum PersistRecord {
     },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },
+    /// `dispel`: the DBFT lanes' whole state (postcard of `DispelState`),
+    /// written right after the engine collected the epochs below `low` (at
+    /// each stable checkpoint). Earlier `Dispel*` records may be discarded.
+    DispelSnapshot { low: u64, state: Bytes },
+    /// `dispel`: one input of the (deterministic) DBFT engine, written before
+    /// the engine acts on it. Snapshot + inputs in order rebuild exactly the
+    /// state that sent our messages, so a restarted replica never contradicts
+    /// a vote it sent (docs/decisions.md, "Dispel integration").
+    DispelInput { now: Millis, input: Bytes },
 }
 
 /// What the replica state machine asks its driver to do.

@@ -12,6 +12,7 @@
 //! positions `r · m + rank` in the order `round_order` draws from the round's
 //! batch digests (RCC §IV).
 
+use crate::merger_dispel::epoch_order;
 use crate::round_order::{round_permutation, round_seed};
 use chorus_core::{Batch, Cell, ClusterConfig, LaneId, OrderingMode, Seq, Slot};
 use std::collections::{BTreeMap, VecDeque};
@@ -51,8 +52,10 @@ impl Merger {
         }
     }
 
+    /// `rcc` rounds and `dispel` epochs are both delivered whole, `n`
+    /// positions each; only the order inside differs.
     fn by_rounds(&self) -> bool {
-        self.cfg.params.mode == OrderingMode::Rcc
+        matches!(self.cfg.params.mode, OrderingMode::Rcc | OrderingMode::Dispel)
     }
 
     fn lanes(&self) -> u64 {
@@ -120,6 +123,9 @@ impl Merger {
             return;
         };
         let batches: Vec<Arc<Batch>> = cells.into_iter().flatten().collect();
+        if self.cfg.params.mode == OrderingMode::Dispel {
+            return self.order_epoch(r, &batches);
+        }
         let digests: Vec<_> = batches.iter().map(|b| b.digest()).collect();
         let order = round_permutation(&round_seed(r, &digests), batches.len());
         for (rank, lane) in order.into_iter().enumerate() {
@@ -129,6 +135,24 @@ impl Merger {
             };
             let seq = Seq(r.0 * m + rank as u64);
             self.ready.push_back((seq, cell, batches[lane as usize].clone()));
+        }
+    }
+
+    /// Dispel §4.4: the epoch's batches in `merger_dispel::epoch_order`.
+    fn order_epoch(&mut self, e: Slot, batches: &[Arc<Batch>]) {
+        let m = self.lanes();
+        let noop = Arc::new(Batch::noop());
+        for (rank, (lane, keep)) in epoch_order(batches).into_iter().enumerate() {
+            let cell = Cell {
+                lane: LaneId(lane),
+                slot: e,
+            };
+            let batch = if keep {
+                batches[lane as usize].clone()
+            } else {
+                noop.clone()
+            };
+            self.ready.push_back((Seq(e.0 * m + rank as u64), cell, batch));
         }
     }
 

@@ -21,6 +21,8 @@ use chorus_core::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod dispel_cut;
+
 type Key = (ClientId, RequestSeq);
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

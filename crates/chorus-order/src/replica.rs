@@ -10,6 +10,7 @@
 //! After every event the replica *settles*: leaders propose what they may,
 //! the merger delivers what is contiguous, and the lane timers are refreshed.
 
+mod dispel;
 mod recover;
 
 use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
@@ -99,17 +100,23 @@ pub struct Replica {
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     pub(crate) batch_deadline: Vec<Option<Millis>>,
+    /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
+    pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
 }
 
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
         let lanes = cfg.lanes();
+        let dispel = (cfg.params.mode == OrderingMode::Dispel)
+            .then(|| Box::new(crate::dispel::DispelCore::new(cfg.clone(), me, identity.clone())));
+        let pbft_lanes = if dispel.is_some() { 0 } else { lanes };
         Replica {
             limits: Limits::from_config(&cfg),
-            lanes: (0..lanes)
+            lanes: (0..pbft_lanes)
                 .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
                 .collect(),
+            dispel,
             pool: Pool::new(cfg.clone(), me, identity.clone()),
             merger: Merger::new(cfg.clone()),
             checkpointer: Checkpointer::new(cfg.clone(), me, identity),
@@ -295,6 +302,8 @@ impl Replica {
                     self.begin_install(cert, snapshot, out);
                 }
             }
+            ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
+            other if self.dispel.is_some() => self.dispel_on_other(now, from, other, out),
             other => {
                 let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {
                     return cx.reject("bad-lane");
@@ -354,6 +363,7 @@ impl Replica {
                     self.status_tick(now, out);
                 }
             }
+            TimerId::Dispel => self.dispel_on_timer(now, out),
             TimerId::ViewChange(_) | TimerId::Batch(_) => self.counters.reject("bad-timer"),
         }
     }
@@ -370,6 +380,7 @@ impl Replica {
         for l in 0..self.lanes.len() {
             self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
         }
+        self.dispel_status_tick(now, out);
         for v in self.checkpointer.pending_votes() {
             out.broadcast(ReplicaMsg::Checkpoint(v));
         }
@@ -410,6 +421,7 @@ impl Replica {
     }
 
     fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
+        self.dispel_collect(now, low, out);
         for l in 0..self.lanes.len() {
             let lo = self.with_lane(now, l, out, |lane, cx, env| lane.advance_low(cx, low, env));
             self.absorb(now, LaneId(l as u32), lo);
@@ -525,7 +537,7 @@ impl Replica {
         // the windows, so this terminates long before the bound.
         let bound = self.lanes.len() * self.cfg.params.window_slots as usize + 8;
         for _ in 0..bound {
-            let proposed = self.propose_all(now, out);
+            let proposed = self.propose_all(now, out) | self.dispel_propose(now, out);
             let delivered = self.deliver(out);
             if !proposed && !delivered {
                 break;

@@ -20,6 +20,7 @@ pub mod checker;
 pub mod checker_extra;
 pub mod client;
 pub mod clock;
+pub mod dispel_adversary;
 pub mod faults;
 pub mod net;
 pub mod node;

@@ -388,7 +388,8 @@ impl SimOptions {
     /// leader rotation are drawn per seed.
     pub fn params(&self, client_auth: ClientAuthKind, leader_rotation: LeaderRotation) -> ProtocolParams {
         // RCC §III-B: one instance (lane) per replica.
-        let lanes = if self.mode == OrderingMode::Rcc {
+        // Dispel §3: one lane per proposer, likewise.
+        let lanes = if matches!(self.mode, OrderingMode::Rcc | OrderingMode::Dispel) {
             self.n as u64
         } else {
             self.pillars as u64

@@ -272,3 +272,26 @@ fn cop_n4_silent_seed_1000002_blockwise_silent_leader_is_excluded() {
         r.virtual_us
     );
 }
+
+/// `dispel` recovery: an epoch output out of order (above the first
+/// undelivered one) before the DBFT snapshot was not handed to the merger
+/// again after a restart: the replica decided it but never delivered it, and
+/// with a Byzantine replica withholding checkpoint votes the cluster stalled.
+const DISPEL_READY_EPOCH_LOST: &str = "dispel: out-of-order epoch lost across a restart";
+
+fn dispel_all(n: usize) -> SimOptions {
+    SimOptions::new(OrderingMode::Dispel, 4, n).with_faults("all".parse().expect("fault set"))
+}
+
+regression!(
+    /// dispel n=4: crash (torn) + garbage-snapshot; r0 stuck at epoch 13.
+    dispel_n4_all_seed_600_ready_epoch_lost_on_restart: dispel_all(4), seed 600, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);
+regression!(
+    /// dispel n=4: crash + silent r0; r2 stuck at epoch 5.
+    dispel_n4_all_seed_611_ready_epoch_lost_on_restart: dispel_all(4), seed 611, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);
+regression!(
+    /// dispel n=4: crash + partitions + garbage-snapshot.
+    dispel_n4_all_seed_791_ready_epoch_lost_on_restart: dispel_all(4), seed 791, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);

@@ -385,9 +385,10 @@ impl Lane {
             ReplicaMsg::Decided(m) => self.on_decided_notice(cx, from, m, lo),
             ReplicaMsg::FetchBatch(m) => self.on_fetch(cx, from, m),
             ReplicaMsg::BatchReply(m) => self.on_batch_reply(cx, from, m, lo),
-            ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => {
-                cx.reject("not-a-lane-message")
-            }
+            ReplicaMsg::Checkpoint(_)
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::StateChunk(_)
+            | ReplicaMsg::Dbft(_) => cx.reject("not-a-lane-message"),
         }
     }
 

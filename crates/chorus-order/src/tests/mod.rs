@@ -7,6 +7,8 @@
 
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod cluster;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod cluster_dispel;
 mod fuzz;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod harness;
@@ -14,6 +16,8 @@ mod harness;
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_cluster_binding;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_dispel;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

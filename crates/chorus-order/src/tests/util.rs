@@ -243,6 +243,8 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
                 PersistRecord::Prepared { .. } => "persist prepared".into(),
                 PersistRecord::Decided { .. } => "persist decided".into(),
                 PersistRecord::Stable { .. } => "persist stable".into(),
+                PersistRecord::DispelSnapshot { low, .. } => format!("persist dispel-snapshot {low}"),
+                PersistRecord::DispelInput { .. } => "persist dispel-input".into(),
             },
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
