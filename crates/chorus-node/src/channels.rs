@@ -56,6 +56,11 @@ pub enum ExecInput {
         seq: Seq,
         batch: Arc<Batch>,
     },
+    /// `sarek`: the next batch of partition stream `cell.lane`.
+    DeliverStream {
+        cell: chorus_core::Cell,
+        batch: Arc<Batch>,
+    },
     TakeCheckpoint {
         seq: Seq,
     },

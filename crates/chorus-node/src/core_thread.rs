@@ -226,6 +226,10 @@ impl Driver {
                     // Blocking send: a full executor back-pressures ordering.
                     let _ = self.exec.send(ExecInput::Deliver { seq, batch });
                 }
+                Action::DeliverStream { cell, batch } => {
+                    self.metrics.delivered_batches.inc();
+                    let _ = self.exec.send(ExecInput::DeliverStream { cell, batch });
+                }
                 Action::SetTimer { id, at } => {
                     self.timers.insert(id, at);
                 }

@@ -30,6 +30,7 @@ pub mod queue;
 pub mod rcc_adversary;
 pub mod rcc_plan;
 pub mod rcc_stats;
+pub mod sarek_sim;
 pub mod report;
 pub mod run;
 pub mod smart_adversary;

@@ -95,6 +95,8 @@ impl Plan {
             OrderingMode::Cop => opts.rotation.unwrap_or(drawn_rotation),
             // RCC's leaders are fixed by instance; rotation does not apply.
             OrderingMode::Pbft | OrderingMode::Rcc => drawn_rotation,
+            // SAREK §IV-A: one (preferred) leader per partition and view.
+            OrderingMode::Sarek => chorus_core::LeaderRotation::Fixed,
         };
         let link_faults = LinkFaults {
             loss_ppm: ppm_if(drawn, FaultKind::Loss, rng, 5_000..=50_000),

@@ -37,6 +37,11 @@ pub enum ViolationKind {
     /// rcc: while one instance was stopped, the others decided at less than
     /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their rate before (RCC §III-C).
     WaitFree,
+    /// sarek: a partitioned executor's run is not a serial execution
+    /// consistent with its streams (cross-border atomicity broken: an EXEC
+    /// ran ahead of a partition's earlier requests, a SYNC was passed before
+    /// its EXEC ran, a sub-request consumed twice or never).
+    SerialOrder,
 }
 
 impl ViolationKind {
@@ -64,6 +69,7 @@ impl ViolationKind {
             ViolationKind::PoolLeak => "pool-leak",
             ViolationKind::ViewSplit => "view-split",
             ViolationKind::WaitFree => "wait-free",
+            ViolationKind::SerialOrder => "serial-order",
         }
     }
 }

@@ -137,6 +137,8 @@ pub struct World<R: SimReplica> {
     pub(crate) extra: crate::checker_extra::Extra,
     /// The rcc checkers' measurements (`rcc_stats.rs`).
     pub(crate) rcc_obs: crate::rcc_stats::RccObserver,
+    /// sarek: per-stream delivery agreement (`sarek_sim.rs`).
+    pub(crate) streams: crate::sarek_sim::StreamChecker,
 }
 
 impl<R: SimReplica> World<R> {
@@ -191,6 +193,7 @@ impl<R: SimReplica> World<R> {
             events: 0,
             extra,
             rcc_obs: Default::default(),
+            streams: Default::default(),
         }
     }
 
@@ -211,6 +214,9 @@ impl<R: SimReplica> World<R> {
     }
 
     pub(crate) fn make_executor(&self) -> Box<dyn Executor> {
+        if self.opts.mode == chorus_core::OrderingMode::Sarek {
+            return crate::sarek_sim::executor(&self.opts.service, &self.config, self.opts.skip_sync_wait);
+        }
         let service = service_by_name(&self.opts.service, &ServiceOptions::default())
             .expect("the service name was validated");
         match &self.opts.executor {
@@ -384,6 +390,7 @@ impl<R: SimReplica> World<R> {
                 self.checker.state_at(now, id, seq, d);
             }
         }
+        self.audit_executors();
         let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
         let delivered_positions = self.checker.delivered_positions();

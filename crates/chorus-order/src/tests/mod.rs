@@ -23,7 +23,11 @@ mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_rcc;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod sarek_exec;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_sarek;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
