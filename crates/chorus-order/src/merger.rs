@@ -43,7 +43,8 @@ pub struct Merger {
 impl Merger {
     pub fn new(cfg: Arc<ClusterConfig>) -> Merger {
         Merger {
-            streams: (cfg.params.mode == OrderingMode::Sarek).then(|| crate::sarek::Streams::new(cfg.lanes())),
+            streams: (cfg.params.mode == OrderingMode::Sarek)
+                .then(|| crate::sarek::Streams::new(cfg.lanes())),
             cfg,
             next: Seq(0),
             decided: BTreeMap::new(),

@@ -145,8 +145,7 @@ impl Pool {
     pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
         let key = (req.client, req.seq);
         let full = self.entries.len() >= self.cfg.params.pool_max_requests as usize
-            || self.per_client.get(&req.client).copied().unwrap_or(0)
-                >= self.cfg.params.pool_max_per_client;
+            || self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client;
         if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
             return false;
         }

@@ -18,8 +18,8 @@ use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::lane::{Lane, LaneEnv, LaneOutput};
 use crate::merger::Merger;
 use crate::pool::{Admitted, Pool, Readiness};
-use crate::transfer::{Installed, StateTransfer};
 use crate::sarek::{Predictor, SarekPools};
+use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
@@ -231,7 +231,10 @@ impl Replica {
         let at_decided: usize = self
             .lanes
             .iter()
-            .map(|l| self.pool_of(l.id()).in_flight_at_decided(l.id(), l.next_undecided()))
+            .map(|l| {
+                self.pool_of(l.id())
+                    .in_flight_at_decided(l.id(), l.next_undecided())
+            })
             .sum();
         at_decided + self.orphaned_in_flight()
     }
@@ -279,7 +282,8 @@ impl Replica {
             self.pool_of_mut(lane).release_from(now, lane, slot);
         }
         for (slot, batch) in &lo.pre_prepared {
-            self.pool_of_mut(lane).mark_in_flight(now, Cell { lane, slot: *slot }, batch);
+            self.pool_of_mut(lane)
+                .mark_in_flight(now, Cell { lane, slot: *slot }, batch);
         }
         for d in lo.decided {
             let cell = Cell { lane, slot: d.slot };

@@ -109,6 +109,9 @@ pub struct SimClient {
     next_issue_us: Micros,
     /// Seqs the replicas' client table keeps above the lowest unexecuted one.
     seq_span: u32,
+    /// Every n-th request on average is a two-key `PutAll` (sarek: mostly
+    /// cross-partition requests); 0 = never.
+    multi_key_every: u32,
 }
 
 impl SimClient {
@@ -135,7 +138,14 @@ impl SimClient {
             pacing_us,
             next_issue_us: 0,
             seq_span: EXEC_MAX_INFLIGHT_PER_CLIENT,
+            multi_key_every: 0,
         }
+    }
+
+    /// About one request in `every` writes two keys at once (`PutAll`).
+    pub fn with_multi_key(mut self, every: u32) -> SimClient {
+        self.multi_key_every = every;
+        self
     }
 
     /// Use another client-table window than the simulator's executors use.
@@ -175,6 +185,13 @@ impl SimClient {
     fn op(&self, rng: &mut ChaCha8Rng, seq: u64) -> Bytes {
         let key = format!("k{}", rng.gen_range(0..KEYS));
         let value = format!("c{}-q{seq}", self.creds.id.0);
+        if self.multi_key_every > 0 && rng.gen_range(0..self.multi_key_every) == 0 {
+            let other = format!("k{}", rng.gen_range(0..KEYS));
+            return KvOp::put_all(vec![
+                (key.into(), value.clone().into()),
+                (other.into(), value.into()),
+            ]);
+        }
         match rng.gen_range(0..3) {
             0 => KvOp::put(key, value),
             1 => KvOp::get(key),

@@ -43,8 +43,13 @@ pub fn executor(service: &str, config: &ClusterConfig, skip_sync_wait: bool) -> 
     let svc = service_by_name(service, &ServiceOptions::default()).expect("the service name was validated");
     let k = config.lanes() as u16;
     #[allow(unused_mut)]
-    let mut e = SarekExecutor::new(svc, k, config.checkpoint_slots_per_lane(), EXEC_MAX_INFLIGHT_PER_CLIENT)
-        .recording();
+    let mut e = SarekExecutor::new(
+        svc,
+        k,
+        config.checkpoint_slots_per_lane(),
+        EXEC_MAX_INFLIGHT_PER_CLIENT,
+    )
+    .recording();
     if skip_sync_wait {
         #[cfg(feature = "skip-sync-wait")]
         e.set_skip_sync_wait(true);
@@ -76,9 +81,9 @@ impl StreamChecker {
         });
         *at = cell.slot.0 + 1;
         match self.common.get(&cell) {
-            Some((d, first)) if *d != digest => {
-                Some(format!("{r:?} delivered {digest:?} at {cell:?}, {first:?} delivered {d:?}"))
-            }
+            Some((d, first)) if *d != digest => Some(format!(
+                "{r:?} delivered {digest:?} at {cell:?}, {first:?} delivered {d:?}"
+            )),
             Some(_) => gap,
             None => {
                 self.common.insert(cell, (digest, r));
@@ -119,7 +124,10 @@ impl<R: SimReplica> World<R> {
                 self.checker.violate(
                     ViolationKind::Delivery,
                     now,
-                    format!("{id:?}'s executor refused stream {} slot {}", cell.lane.0, cell.slot.0),
+                    format!(
+                        "{id:?}'s executor refused stream {} slot {}",
+                        cell.lane.0, cell.slot.0
+                    ),
                 );
             }
             return;
@@ -150,7 +158,10 @@ impl<R: SimReplica> World<R> {
         }
         let k = u64::from(self.config.lanes());
         let partition = delivered_at.0 % k;
-        (client, chorus_core::RequestSeq(seq.0.wrapping_mul(k).wrapping_add(partition)))
+        (
+            client,
+            chorus_core::RequestSeq(seq.0.wrapping_mul(k).wrapping_add(partition)),
+        )
     }
 
     /// End of run: every correct replica's executor life replays clean.

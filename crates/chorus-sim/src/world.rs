@@ -702,7 +702,13 @@ fn build_clients(
     let clients = (0..opts.clients as usize)
         .map(|i| {
             let (total, window) = (opts.requests_per_client, opts.client_window);
-            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us);
+            // sarek: a third of the requests are (mostly) cross-partition.
+            if opts.mode == chorus_core::OrderingMode::Sarek {
+                c.with_multi_key(3)
+            } else {
+                c
+            }
         })
         .collect();
     let max_op_bytes = config.params.max_op_bytes as usize;

@@ -549,18 +549,11 @@ impl<R: SimReplica> World<R> {
             let result_digest = Digest::of(&r.result);
             self.trace.update(result_digest.as_bytes());
             if correct && !r.is_rejected() {
-                self.extra
-                    .executed(now, id, key, r.delivered_at, r.duplicate);
+                self.extra.executed(now, id, key, r.delivered_at, r.duplicate);
             }
             if !r.is_rejected() {
-                self.checker.executed(
-                    now,
-                    id,
-                    key,
-                    r.delivered_at,
-                    result_digest,
-                    r.duplicate,
-                );
+                self.checker
+                    .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
             }
             self.send_reply(
                 i,

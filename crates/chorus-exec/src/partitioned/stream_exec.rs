@@ -124,7 +124,12 @@ pub struct SarekExecutor {
 impl SarekExecutor {
     /// `partitions` streams; a checkpoint cut every `slots_per_cut` slots of
     /// each (the configuration's `checkpoint_interval / lanes`).
-    pub fn new(service: Arc<dyn Service>, partitions: u16, slots_per_cut: u64, max_inflight: u32) -> SarekExecutor {
+    pub fn new(
+        service: Arc<dyn Service>,
+        partitions: u16,
+        slots_per_cut: u64,
+        max_inflight: u32,
+    ) -> SarekExecutor {
         assert!((1..=MAX_PARTITIONS).contains(&partitions));
         assert!(slots_per_cut >= 1);
         let k = partitions as usize;
@@ -175,7 +180,9 @@ impl SarekExecutor {
 
     /// Sub-requests waiting in each partition's schedule.
     pub fn pending(&self) -> Vec<usize> {
-        (0..self.k).map(|p| self.scheduler.pending(PartitionId(p))).collect()
+        (0..self.k)
+            .map(|p| self.scheduler.pending(PartitionId(p)))
+            .collect()
     }
 
     fn feed(&mut self, p: usize, cell: Cell, batch: &Batch) {
@@ -320,7 +327,11 @@ impl SarekExecutor {
             cut_slot,
             tables: self.tables.iter().map(ClientTable::to_snapshot).collect(),
             service: self.service.snapshot(),
-            seen: self.seen.iter().map(|s| s.fifo.iter().copied().collect()).collect(),
+            seen: self
+                .seen
+                .iter()
+                .map(|s| s.fifo.iter().copied().collect())
+                .collect(),
             waiting: self.waiting(),
         };
         let bytes = Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"));

@@ -33,7 +33,11 @@ pub struct Predictor {
 
 impl std::fmt::Debug for Predictor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.f.is_some() { "Predictor(service)" } else { "Predictor(everything)" })
+        f.write_str(if self.f.is_some() {
+            "Predictor(service)"
+        } else {
+            "Predictor(everything)"
+        })
     }
 }
 

@@ -31,7 +31,11 @@ impl StreamExec {
         }
         let l = cell.lane.index();
         let expected = self.base + self.pending[l].len() as u64;
-        assert_eq!(cell.slot.0, expected, "stream {l} got slot {:?}, expected {expected}", cell.slot);
+        assert_eq!(
+            cell.slot.0, expected,
+            "stream {l} got slot {:?}, expected {expected}",
+            cell.slot
+        );
         let keys: Vec<Key> = batch.requests.iter().map(|r| (r.client, r.seq)).collect();
         self.executed.extend(keys.iter().copied());
         for k in &keys {

@@ -29,7 +29,8 @@ fn sarek(n: usize, k: u32, clients: usize) -> Cluster {
 }
 
 fn submit(c: &mut Cluster, client: usize, seq: u64, parts: &str, to: Option<&[usize]>) -> (usize, u64) {
-    let req = c.s.request(client, seq, format!("c{client}s{seq}@{parts}").as_bytes());
+    let req =
+        c.s.request(client, seq, format!("c{client}s{seq}@{parts}").as_bytes());
     match to {
         None => c.submit_request(req),
         Some(to) => {
@@ -87,7 +88,10 @@ fn sarek_orders_each_request_once_per_predicted_partition() {
         assert_eq!(st.pool_len, 0, "replica {i} holds {} requests", st.pool_len);
         assert_eq!(st.counters.rejected_total(), 0, "{:?}", st.counters.rejected);
         for l in 0..3 {
-            assert_eq!(st.lanes[l].proposer.0, l as u32, "partition {l} is led by {l} mod n");
+            assert_eq!(
+                st.lanes[l].proposer.0, l as u32,
+                "partition {l} is led by {l} mod n"
+            );
         }
     }
     // Replica 3 leads no partition (K = 3 < n = 4): it proposed nothing.
@@ -109,9 +113,15 @@ fn sarek_a_stalled_partition_does_not_stop_the_others() {
         c.run_for(2);
     }
     // Well before the view-change timeout (400 ms).
-    assert!(c.run_until(200, |c| c.all_executed(&p0)), "partition 0 delivered without partition 1");
+    assert!(
+        c.run_until(200, |c| c.all_executed(&p0)),
+        "partition 0 delivered without partition 1"
+    );
     assert!(!c.all_executed(&p1[..1]), "partition 1 has no leader yet");
-    assert!(c.run_until(10_000, |c| c.all_executed(&p1)), "partition 1 recovers by its view change");
+    assert!(
+        c.run_until(10_000, |c| c.all_executed(&p1)),
+        "partition 1 recovers by its view change"
+    );
     for i in [0, 2, 3] {
         let st = c.replica(i).status();
         assert_eq!(st.views[0], View(0), "partition 0 never changed view");

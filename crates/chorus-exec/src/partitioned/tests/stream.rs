@@ -129,14 +129,21 @@ fn sarek_executor_cuts_and_results_do_not_depend_on_stream_interleaving() {
                 }
             }
             assert!(cuts.len() > 2, "several cuts");
-            assert_eq!(e.audit(), Some(vec![]), "seed {seed}: the run is serially equivalent");
+            assert_eq!(
+                e.audit(),
+                Some(vec![]),
+                "seed {seed}: the run is serially equivalent"
+            );
             assert_eq!(e.pending(), vec![0; K as usize], "seed {seed}: everything ran");
             assert!(e.stats().duplicate_copies >= 1, "the re-ordered copy was dropped");
             let cp = e.checkpoint();
             runs.push((cp.next_seq, cuts, results(&mut e)));
         }
         assert!(runs[0].0 > Seq(0));
-        assert!(runs.windows(2).all(|w| w[0] == w[1]), "seed {seed}: replicas diverge");
+        assert!(
+            runs.windows(2).all(|w| w[0] == w[1]),
+            "seed {seed}: replicas diverge"
+        );
         let fresh = runs[0].2.iter().filter(|r| !r.duplicate).count();
         let keys: BTreeSet<_> = runs[0].2.iter().map(|r| (r.client, r.request_seq)).collect();
         assert_eq!(fresh, keys.len(), "seed {seed}: each (client, seq) executed once");
@@ -170,8 +177,14 @@ fn sarek_executor_restored_at_a_cut_continues_like_the_original() {
         }
         let mut c = exec();
         let wrong = Digest::of(b"not it");
-        assert!(c.install(cp.next_seq, &cp.snapshot, wrong).is_err(), "verified before installed");
-        assert_eq!(c.install(cp.next_seq, &cp.snapshot, cp.state_digest), Ok(cp.state_digest));
+        assert!(
+            c.install(cp.next_seq, &cp.snapshot, wrong).is_err(),
+            "verified before installed"
+        );
+        assert_eq!(
+            c.install(cp.next_seq, &cp.snapshot, cp.state_digest),
+            Ok(cp.state_digest)
+        );
         for (cell, batch) in all.iter().filter(|(c, _)| c.slot.0 >= first_cut) {
             assert!(c.submit_stream(*cell, batch.clone()));
         }
