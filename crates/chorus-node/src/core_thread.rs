@@ -29,6 +29,8 @@ pub struct CoreThread {
     pub status: watch::Sender<CoreStatus>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
+    /// sarek: PREDICT() from the service's access sets.
+    pub predictor: Option<chorus_order::sarek::Predictor>,
 }
 
 struct Driver {
@@ -79,6 +81,9 @@ impl CoreThread {
                 &mut out,
             )
         };
+        if let Some(p) = self.predictor {
+            replica.set_predictor(p);
+        }
         driver.perform(&mut out)?;
         let mut last_status = Instant::now();
         loop {

@@ -29,6 +29,54 @@ pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) 
     })
 }
 
+/// The executor for this cluster's mode: `sarek` runs the partitioned
+/// executor on the per-partition streams, whatever `executor` says.
+pub fn build_executor_for(
+    node: &crate::node_config::NodeConfig,
+    config: &chorus_core::ClusterConfig,
+    max_inflight: u32,
+) -> Result<Box<dyn Executor>> {
+    if config.params.mode != chorus_core::OrderingMode::Sarek {
+        return build_executor(node, max_inflight);
+    }
+    let service = sarek_service(node)?;
+    Ok(Box::new(chorus_exec::partitioned::SarekExecutor::new(
+        service,
+        config.lanes() as u16,
+        config.checkpoint_slots_per_lane(),
+        max_inflight,
+    )))
+}
+
+fn sarek_service(node: &crate::node_config::NodeConfig) -> Result<Arc<dyn chorus_exec::Service>> {
+    let mut opts = chorus_apps::ServiceOptions::parse(&node.service_options).map_err(anyhow::Error::msg)?;
+    opts.sleep_us = node.sleep_us;
+    opts.buckets = node.sleep_buckets;
+    chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)
+}
+
+/// sarek: PREDICT() for the ordering core, from its own instance of the
+/// service (access sets depend on the operation only).
+fn sarek_predictor(
+    node: &crate::node_config::NodeConfig,
+    config: &chorus_core::ClusterConfig,
+) -> Result<Option<chorus_order::sarek::Predictor>> {
+    if config.params.mode != chorus_core::OrderingMode::Sarek {
+        return Ok(None);
+    }
+    let service = sarek_service(node)?;
+    let k = config.lanes() as u16;
+    Ok(Some(chorus_order::sarek::Predictor::new(Arc::new(
+        move |op: &[u8]| {
+            chorus_exec::partitioned::predict(&service.access(op), k)
+                .partitions()
+                .iter()
+                .map(|p| p.0)
+                .collect()
+        },
+    ))))
+}
+
 fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
     std::net::TcpListener::bind((host, port)).with_context(|| format!("binding {host}:{port}"))
 }
@@ -49,7 +97,8 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
     // Validate and bind before creating anything on disk: a start that
     // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let mut executor = build_executor(&node, config.params.pool_max_per_client)?;
+    let mut executor = build_executor_for(&node, &config, config.params.pool_max_per_client)?;
+    let predictor = sarek_predictor(&node, &config)?;
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;
@@ -88,6 +137,7 @@ pub fn run_replica(loaded: LoadedNode) -> Result<()> {
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
+        predictor,
     };
     let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
         core.run()

@@ -73,6 +73,8 @@ pub struct LaneStatus {
     /// Who assembles the NEW-VIEW of the lane's current view (RCC: the
     /// coordinating leader `L_i` that proposes the stop).
     pub new_view_primary: ReplicaId,
+    /// `sarek`: the next slot the lane's delivery stream hands out.
+    pub stream_next: Option<Slot>,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -218,6 +220,7 @@ impl Replica {
                         LaneId(l as u32),
                         self.lanes[l].view(),
                     ),
+                    stream_next: self.merger.stream_next(LaneId(l as u32)),
                 })
                 .collect(),
             counters: self.counters.clone(),
