@@ -110,6 +110,26 @@ pub fn kv_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
     }
 }
 
+/// `kv_workload` with about one request in three a two-key `PutAll` (the
+/// simulator's sarek workload: mostly cross-partition requests).
+pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
+    let key = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
+    let value = format!("c{}-q{seq}", client.0);
+    if rng.gen_range(0..3) == 0 {
+        let other = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
+        return KvOp::put_all(vec![(key.into(), value.clone().into()), (other.into(), value.into())]);
+    }
+    match rng.gen_range(0..3) {
+        0 => KvOp::put(key, value),
+        1 => KvOp::get(key),
+        _ => KvOp::ReadModifyWrite {
+            key: key.into(),
+            value: value.into(),
+        }
+        .encode(),
+    }
+}
+
 /// The built-in services as registry entries.
 pub(crate) fn builtin_entries() -> Vec<ServiceEntry> {
     vec![

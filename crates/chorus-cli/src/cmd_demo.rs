@@ -19,12 +19,16 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc | dispel.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars.
     #[arg(long, default_value_t = 2)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane and preferred leader each);
+    /// overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
@@ -105,10 +109,13 @@ async fn demo(a: &Args) -> Result<()> {
             .map_err(anyhow::Error::msg)?;
         Some((workload, local))
     };
+    if a.partitions.is_some() && a.mode != OrderingMode::Sarek {
+        bail!("--partitions is for --mode sarek (cop uses --pillars)");
+    }
     let pillars = if a.mode == OrderingMode::Pbft {
         1
     } else {
-        a.pillars
+        a.partitions.unwrap_or(a.pillars)
     };
     let (dir, _tmp) = match &a.dir {
         Some(d) => (d.clone(), None),

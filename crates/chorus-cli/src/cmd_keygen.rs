@@ -20,12 +20,15 @@ pub struct Args {
     /// First port; replica i uses base + 100·i + (pillar | 90 clients | 91 metrics).
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
-    /// Ordering mode: pbft | cop | rcc | dispel.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (1 in pbft mode).
     #[arg(long, default_value_t = 2)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane each); overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Leader rotation: fixed | block-wise.
     #[arg(long, value_enum, default_value = "fixed")]
     pub leader: LeaderArg,
@@ -62,6 +65,8 @@ pub enum LeaderArg {
 pub fn params_from(a: &Args) -> ProtocolParams {
     let pillars = if a.mode == OrderingMode::Pbft {
         1
+    } else if a.mode == OrderingMode::Sarek {
+        a.partitions.unwrap_or(a.pillars)
     } else {
         a.pillars
     };

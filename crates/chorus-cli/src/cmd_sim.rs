@@ -10,12 +10,15 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc | dispel.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (lanes); forced to 1 for pbft.
     #[arg(long, default_value_t = 4)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane each); overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Replicas (3f+1).
     #[arg(long, default_value_t = 4)]
     pub n: usize,
@@ -108,7 +111,10 @@ pub fn run(a: Args) -> Result<()> {
             .map_or(1, |d| d.as_secs() * 1_000),
         (None, None) => 0,
     };
-    let mut opts = SimOptions::new(a.mode, a.pillars, a.n)
+    if a.partitions.is_some() && a.mode != OrderingMode::Sarek {
+        bail!("--partitions is for --mode sarek (cop uses --pillars)");
+    }
+    let mut opts = SimOptions::new(a.mode, a.partitions.unwrap_or(a.pillars), a.n)
         .with_faults(faults)
         .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;

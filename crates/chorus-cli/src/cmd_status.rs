@@ -87,6 +87,9 @@ pub fn run(a: Args) -> Result<()> {
         if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Dispel {
             print_epochs(&c.cluster, c.id, &c.identity).await;
         }
+        if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Sarek {
+            print_partitions(&c.cluster, c.id, &c.identity).await;
+        }
         let needed = c.cluster.quorum();
         if answered < needed {
             return Err(crate::exit::Exit {
@@ -100,6 +103,41 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// SAREK: each partition as the first reachable replica sees it: its
+/// leader (preferred `k mod n` in view 0), view, delivery-stream position
+/// and first undecided slot.
+async fn print_partitions(
+    cluster: &chorus_core::ClusterConfig,
+    id: chorus_core::ClientId,
+    identity: &chorus_core::Identity,
+) {
+    for r in cluster.replica_ids() {
+        let Ok(s) = query(cluster, id, identity, r).await else {
+            continue;
+        };
+        println!("\nSAREK partitions as seen by {r}:");
+        println!(
+            "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  state",
+            "partition", "leader", "preferred", "view", "stream", "undecided"
+        );
+        for (k, d) in s.core.lane_detail.iter().enumerate() {
+            let lane = chorus_core::LaneId(k as u32);
+            let view = s.core.views.get(k).copied().unwrap_or(0);
+            let state = if d.view_changing { "view change" } else { "running" };
+            println!(
+                "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  {state}",
+                k,
+                format!("r{}", d.proposer),
+                cluster.preferred_leader(lane, chorus_core::View(0)).to_string(),
+                view,
+                d.stream_next.map_or("-".to_string(), |s| s.to_string()),
+                d.next_undecided,
+            );
+        }
+        return;
+    }
 }
 
 /// Dispel: each replica's live DBFT epochs, its pipeline depth and the

@@ -20,26 +20,22 @@ pub fn service_options(node: &crate::node_config::NodeConfig) -> Result<chorus_a
     Ok(opts)
 }
 
-/// The executor a replica config asks for, around the built-in service it names.
-pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
-    build_executor_in(&chorus_apps::ServiceRegistry::builtin(), node, max_inflight)
-}
-
-/// The executor a replica config asks for, around the service it names in `registry`.
-pub fn build_executor_in(
+/// The service a replica config names, built from `registry`.
+pub fn named_service(
     registry: &chorus_apps::ServiceRegistry,
     node: &crate::node_config::NodeConfig,
-    max_inflight: u32,
-) -> Result<Box<dyn Executor>> {
-    let service = registry
+) -> Result<Arc<dyn chorus_exec::Service>> {
+    registry
         .build(&node.service, &service_options(node)?)
-        .map_err(anyhow::Error::msg)?;
-    executor_for(node, service, max_inflight)
+        .map_err(anyhow::Error::msg)
 }
 
-/// The executor (sequential or parallel, per the config) around `service`.
+/// The executor for this cluster's mode around `service`: `sarek` runs the
+/// partitioned executor on the per-partition streams whatever `executor`
+/// says; otherwise sequential or parallel, per the config.
 pub fn executor_for(
     node: &crate::node_config::NodeConfig,
+    config: &chorus_core::ClusterConfig,
     service: Arc<dyn chorus_exec::Service>,
     max_inflight: u32,
 ) -> Result<Box<dyn Executor>> {
@@ -53,6 +49,14 @@ pub fn executor_for(
     } else {
         service
     };
+    if config.params.mode == chorus_core::OrderingMode::Sarek {
+        return Ok(Box::new(chorus_exec::partitioned::SarekExecutor::new(
+            service,
+            config.lanes() as u16,
+            config.checkpoint_slots_per_lane(),
+            max_inflight,
+        )));
+    }
     Ok(match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
         "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
@@ -65,32 +69,58 @@ pub fn executor_for(
     })
 }
 
+/// sarek: PREDICT() for the ordering core, from the service's access sets
+/// (they depend on the operation only, so any instance of it will do).
+fn sarek_predictor(
+    config: &chorus_core::ClusterConfig,
+    service: Arc<dyn chorus_exec::Service>,
+) -> Option<chorus_order::sarek::Predictor> {
+    if config.params.mode != chorus_core::OrderingMode::Sarek {
+        return None;
+    }
+    let k = config.lanes() as u16;
+    Some(chorus_order::sarek::Predictor::new(Arc::new(
+        move |op: &[u8]| {
+            chorus_exec::partitioned::predict(&service.access(op), k)
+                .partitions()
+                .iter()
+                .map(|p| p.0)
+                .collect()
+        },
+    )))
+}
+
 fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
     std::net::TcpListener::bind((host, port)).with_context(|| format!("binding {host}:{port}"))
 }
 
 /// Run a replica of the built-in service its config names until SIGINT/SIGTERM.
 pub fn run_replica(loaded: LoadedNode) -> Result<()> {
-    let executor = build_executor(&loaded.node, loaded.cluster.params.pool_max_per_client)?;
-    run_replica_executor(loaded, executor)
+    run_replica_in(&chorus_apps::ServiceRegistry::builtin(), loaded)
+}
+
+/// Run a replica of the service its config names, looked up in `registry`.
+pub fn run_replica_in(registry: &chorus_apps::ServiceRegistry, loaded: LoadedNode) -> Result<()> {
+    let service = named_service(registry, &loaded.node)?;
+    run_replica_with(loaded, service)
 }
 
 /// Run a replica of `service` (an application's own; the config's `service`
 /// name is not consulted) until SIGINT/SIGTERM. The embedding entry point:
 /// `run_replica_with(load_node(path)?, Arc::new(MyService::new()))`.
 pub fn run_replica_with(loaded: LoadedNode, service: Arc<dyn chorus_exec::Service>) -> Result<()> {
-    let executor = executor_for(&loaded.node, service, loaded.cluster.params.pool_max_per_client)?;
-    run_replica_executor(loaded, executor)
+    let max_inflight = loaded.cluster.params.pool_max_per_client;
+    let executor = executor_for(&loaded.node, &loaded.cluster, service.clone(), max_inflight)?;
+    let predictor = sarek_predictor(&loaded.cluster, service);
+    run_replica_parts(loaded, executor, predictor)
 }
 
-/// Run a replica of the service its config names, looked up in `registry`.
-pub fn run_replica_in(registry: &chorus_apps::ServiceRegistry, loaded: LoadedNode) -> Result<()> {
-    let executor = build_executor_in(registry, &loaded.node, loaded.cluster.params.pool_max_per_client)?;
-    run_replica_executor(loaded, executor)
-}
-
-/// Run a replica around a ready executor until SIGINT/SIGTERM.
-pub fn run_replica_executor(loaded: LoadedNode, mut executor: Box<dyn Executor>) -> Result<()> {
+/// Run a replica around a ready executor (and, in sarek, PREDICT()).
+fn run_replica_parts(
+    loaded: LoadedNode,
+    mut executor: Box<dyn Executor>,
+    predictor: Option<chorus_order::sarek::Predictor>,
+) -> Result<()> {
     let LoadedNode {
         node,
         cluster,
@@ -143,6 +173,7 @@ pub fn run_replica_executor(loaded: LoadedNode, mut executor: Box<dyn Executor>)
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
+        predictor,
     };
     let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
         core.run()

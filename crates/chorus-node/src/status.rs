@@ -71,6 +71,9 @@ pub struct LaneDetail {
     /// The current view's new-view primary (RCC: the coordinating leader).
     #[serde(default)]
     pub new_view_primary: u32,
+    /// sarek: the next slot of this partition's delivery stream.
+    #[serde(default)]
+    pub stream_next: Option<u64>,
 }
 
 impl DispelDetail {
@@ -122,6 +125,7 @@ impl CoreStatus {
                     stopped_until: l.stopped_until.map(|s| s.0),
                     view_changing: false,
                     new_view_primary: l.new_view_primary.0,
+                    stream_next: l.stream_next.map(|s| s.0),
                 })
                 .collect(),
             dispel: None,

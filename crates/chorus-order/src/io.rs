@@ -113,6 +113,15 @@ pub enum Action {
         cell: Cell,
         batch: Arc<Batch>,
     },
+    /// `sarek`: execute this batch as the next entry of stream `cell.lane`
+    /// (SAREK §IV-B: one delivery stream per partition). Emitted exactly once
+    /// per cell, each lane's slots in increasing order without gaps; lanes
+    /// are independent. Positions are `config.seq_of(cell)`; a checkpoint at
+    /// `seq` covers every cell below the cut `seq / lanes` of every stream.
+    DeliverStream {
+        cell: Cell,
+        batch: Arc<Batch>,
+    },
     /// Fire `Event::Timer(id)` at `at`, replacing any earlier deadline of the
     /// same id. (The state machine also ignores a firing whose deadline it
     /// has since moved, so a driver that does not replace is safe too.)

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod replica;
 pub mod roles;
 pub mod round_order;
+pub mod sarek;
 pub mod sigkeys;
 pub mod transfer;
 pub mod verify;

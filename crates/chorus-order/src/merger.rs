@@ -37,11 +37,15 @@ pub struct Merger {
     /// of the next complete round waiting to be popped.
     rounds: BTreeMap<Slot, Round>,
     ready: VecDeque<(Seq, Cell, Arc<Batch>)>,
+    /// `sarek`: one stream per lane instead of one global order.
+    streams: Option<crate::sarek::Streams>,
 }
 
 impl Merger {
     pub fn new(cfg: Arc<ClusterConfig>) -> Merger {
         Merger {
+            streams: (cfg.params.mode == OrderingMode::Sarek)
+                .then(|| crate::sarek::Streams::new(cfg.lanes())),
             cfg,
             next: Seq(0),
             decided: BTreeMap::new(),
@@ -62,8 +66,25 @@ impl Merger {
         self.cfg.lanes().max(1) as u64
     }
 
+    /// The next position to deliver; in `sarek` the cut every stream passed.
     pub fn next(&self) -> Seq {
-        self.next
+        match &self.streams {
+            Some(s) => s.cut(),
+            None => self.next,
+        }
+    }
+
+    /// `sarek`: the next slot lane `lane`'s stream delivers.
+    pub fn stream_next(&self, lane: LaneId) -> Option<Slot> {
+        self.streams.as_ref().map(|s| s.next_of(lane))
+    }
+
+    /// `sarek`: the next cell of any stream (never while paused).
+    pub fn pop_stream(&mut self) -> Option<(Cell, Arc<Batch>)> {
+        if self.paused {
+            return None;
+        }
+        self.streams.as_mut()?.pop()
     }
 
     pub fn is_paused(&self) -> bool {
@@ -72,11 +93,17 @@ impl Merger {
 
     /// Decided cells waiting for an earlier position.
     pub fn waiting(&self) -> usize {
-        self.decided.len() + self.rounds.values().flatten().flatten().count() + self.ready.len()
+        self.decided.len()
+            + self.rounds.values().flatten().flatten().count()
+            + self.ready.len()
+            + self.streams.as_ref().map_or(0, |s| s.waiting())
     }
 
     /// A decided cell. Cells below `next` are already covered and ignored.
     pub fn insert(&mut self, cell: Cell, batch: Arc<Batch>) {
+        if let Some(s) = self.streams.as_mut() {
+            return s.insert(cell, batch);
+        }
         if self.by_rounds() {
             return self.insert_in_round(cell, batch);
         }
@@ -158,7 +185,7 @@ impl Merger {
 
     /// The next deliverable position, if decided (and not paused).
     pub fn pop_next(&mut self) -> Option<(Seq, Cell, Arc<Batch>)> {
-        if self.paused {
+        if self.paused || self.streams.is_some() {
             return None;
         }
         let (seq, cell, batch) = if self.by_rounds() {
@@ -183,6 +210,9 @@ impl Merger {
 
     /// State transfer: everything below `seq` is covered by a snapshot.
     pub fn jump_to(&mut self, seq: Seq) {
+        if let Some(s) = self.streams.as_mut() {
+            return s.jump_to(seq);
+        }
         if seq <= self.next {
             return;
         }

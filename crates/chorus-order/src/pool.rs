@@ -90,6 +90,10 @@ pub struct Pool {
     busy_waiting: BTreeMap<ClientId, (RequestSeq, Millis)>,
     /// Cells we cut a batch for (our own proposals), until decided or voided.
     own: BTreeSet<Cell>,
+    /// `sarek`: this pool serves one partition's lane only (`sarek::SarekPools`),
+    /// and PREDICT() says which requests that lane may order.
+    fixed_lane: Option<LaneId>,
+    predictor: Option<crate::sarek::Predictor>,
 }
 
 /// A client's busy seq that is not retransmitted for this long no longer
@@ -113,7 +117,43 @@ impl Pool {
             ordered_fifo: VecDeque::new(),
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
+            fixed_lane: None,
+            predictor: None,
         }
+    }
+
+    /// A pool whose every request is owned by `lane` (SAREK: one pool per
+    /// partition lane, a cross-partition request held by each involved one).
+    pub fn for_lane(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity, lane: LaneId) -> Pool {
+        assert!(lane.0 < cfg.lanes(), "no such lane");
+        let mut p = Pool::new(cfg, me, identity);
+        p.fixed_lane = Some(lane);
+        p
+    }
+
+    pub fn set_predictor(&mut self, p: crate::sarek::Predictor) {
+        self.predictor = Some(p);
+    }
+
+    fn owner(&self, client: ClientId) -> LaneId {
+        self.fixed_lane.unwrap_or_else(|| self.cfg.owner_lane(client))
+    }
+
+    /// Take a request another lane decided (already verified there) as
+    /// pending, unless it is known, recently ordered or the pool is full.
+    /// SAREK §IV-B 1: a cross-partition request must be ordered by every
+    /// predicted partition, so once one partition ordered it the others'
+    /// leaders must have it even if the client's copy never reached them.
+    pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
+        let key = (req.client, req.seq);
+        let full = self.entries.len() >= self.cfg.params.pool_max_requests as usize
+            || self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client;
+        if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            return false;
+        }
+        let lane = self.owner(req.client);
+        self.insert(key, req.clone(), lane, now, State::Pending);
+        true
     }
 
     /// Requests held (pending and in flight).
@@ -232,7 +272,7 @@ impl Pool {
             return Err(RejectReason::Busy);
         }
         self.clear_busy_wait(key);
-        let lane = self.cfg.owner_lane(req.client);
+        let lane = self.owner(req.client);
         self.insert(key, req, lane, now, State::Pending);
         Ok(Admitted::New)
     }
@@ -400,7 +440,7 @@ impl Pool {
                     if self.entries.len() >= self.cfg.params.pool_max_requests as usize {
                         continue;
                     }
-                    let lane = self.cfg.owner_lane(r.client);
+                    let lane = self.owner(r.client);
                     self.insert(key, r.clone(), lane, now, State::InFlight(cell));
                 }
             }
@@ -544,6 +584,15 @@ impl Pool {
 }
 
 impl VerifiedHint for Pool {
+    fn lane_owns(&self, lane: LaneId, req: &Request) -> Option<bool> {
+        self.fixed_lane?;
+        let lanes = match &self.predictor {
+            Some(p) => p.lanes(&self.cfg, &req.op),
+            None => crate::sarek::Predictor::everything().lanes(&self.cfg, &req.op),
+        };
+        Some(lanes.contains(&lane))
+    }
+
     fn already_verified(&self, req: &Request) -> bool {
         self.entries
             .get(&(req.client, req.seq))

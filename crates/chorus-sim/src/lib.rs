@@ -33,6 +33,7 @@ pub mod rcc_plan;
 pub mod rcc_stats;
 pub mod report;
 pub mod run;
+pub mod sarek_sim;
 pub mod smart_adversary;
 pub mod smart_plan;
 pub mod stats;

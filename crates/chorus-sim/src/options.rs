@@ -100,6 +100,10 @@ pub struct SimOptions {
     pub check_wait_free: bool,
     /// Leader rotation in cop mode; `None`: drawn per seed.
     pub rotation: Option<LeaderRotation>,
+    /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
+    /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
+    /// the serial-order checker can be shown to catch it.
+    pub skip_sync_wait: bool,
 }
 
 impl Default for SimOptions {
@@ -128,6 +132,7 @@ impl Default for SimOptions {
             check_views: true,
             check_wait_free: false,
             rotation: None,
+            skip_sync_wait: false,
         }
     }
 }

@@ -39,6 +39,10 @@ impl SimReplica for Replica {
         Replica::leaked_pool_entries(self)
     }
 
+    fn set_predictor(&mut self, p: chorus_order::sarek::Predictor) {
+        Replica::set_predictor(self, p)
+    }
+
     fn lane_views(&self) -> Vec<(u64, bool)> {
         let s = self.status();
         s.views

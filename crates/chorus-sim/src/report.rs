@@ -43,6 +43,11 @@ pub enum ViolationKind {
     /// The service's own invariant (`ServiceEntry::invariant`) failed on a
     /// correct replica's state.
     ServiceInvariant,
+    /// sarek: a partitioned executor's run is not a serial execution
+    /// consistent with its streams (cross-border atomicity broken: an EXEC
+    /// ran ahead of a partition's earlier requests, a SYNC was passed before
+    /// its EXEC ran, a sub-request consumed twice or never).
+    SerialOrder,
 }
 
 impl ViolationKind {
@@ -72,6 +77,7 @@ impl ViolationKind {
             ViolationKind::WaitFree => "wait-free",
             ViolationKind::AccessSet => "access-set",
             ViolationKind::ServiceInvariant => "service-invariant",
+            ViolationKind::SerialOrder => "serial-order",
         }
     }
 }

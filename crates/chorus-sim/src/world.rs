@@ -142,6 +142,8 @@ pub struct World<R: SimReplica> {
     services: Vec<Option<Arc<dyn Service>>>,
     /// Checked mode: the access-set violations of every instance any node ran.
     access_logs: Vec<(usize, Arc<Mutex<Vec<AccessViolation>>>)>,
+    /// sarek: per-stream delivery agreement (`sarek_sim.rs`).
+    pub(crate) streams: crate::sarek_sim::StreamChecker,
 }
 
 impl<R: SimReplica> World<R> {
@@ -198,6 +200,7 @@ impl<R: SimReplica> World<R> {
             rcc_obs: Default::default(),
             services: Vec::new(),
             access_logs: Vec::new(),
+            streams: Default::default(),
         }
     }
 
@@ -219,6 +222,9 @@ impl<R: SimReplica> World<R> {
 
     /// A fresh executor around a fresh service instance for node `i`.
     pub(crate) fn make_executor(&mut self, i: usize) -> Box<dyn Executor> {
+        if self.opts.mode == chorus_core::OrderingMode::Sarek {
+            return crate::sarek_sim::executor(&self.opts.service, &self.config, self.opts.skip_sync_wait);
+        }
         let inner = self
             .opts
             .registry
@@ -410,6 +416,7 @@ impl<R: SimReplica> World<R> {
             }
         }
         self.check_access_sets(now);
+        self.audit_executors();
         let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
         let delivered_positions = self.checker.delivered_positions();
@@ -761,8 +768,13 @@ fn build_clients(
     let clients = (0..opts.clients as usize)
         .map(|i| {
             let (total, window) = (opts.requests_per_client, opts.client_window);
-            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
-                .with_workload(workload.clone())
+            let workload = if opts.mode == chorus_core::OrderingMode::Sarek && opts.service == "kv" {
+                // sarek: a third of the requests are (mostly) cross-partition.
+                std::sync::Arc::new(chorus_apps::kv_multi_key_workload) as chorus_apps::WorkloadFn
+            } else {
+                workload.clone()
+            };
+            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us).with_workload(workload)
         })
         .collect();
     let max_op_bytes = config.params.max_op_bytes as usize;

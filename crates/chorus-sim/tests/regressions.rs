@@ -295,3 +295,19 @@ regression!(
     /// dispel n=4: crash + partitions + garbage-snapshot.
     dispel_n4_all_seed_791_ready_epoch_lost_on_restart: dispel_all(4), seed 791, Expect::Pass(DISPEL_READY_EPOCH_LOST)
 );
+/// Found by the first sarek sweep (8 partitions): the Byzantine leader of a
+/// partition (`corrupt`) sent a garbage DECIDED notice first, the lane kept
+/// each sender's first notice only, and with a single correct replica ahead
+/// the others never gathered f+1 matching notices; catching up, they never
+/// timed out either: 21 of 36 requests never completed. (`all` here is the
+/// full fault set of today, not `classic`.)
+#[test]
+fn sarek_k8_n4_seed_28_garbage_decided_notice_no_longer_locks_catch_up() {
+    let mut o = SimOptions::new(OrderingMode::Sarek, 8, 4).with_faults("all".parse().expect("fault set"));
+    o.check_views = false;
+    let r = run_one(&o, 28);
+    assert!(
+        r.ok(),
+        "catch-up locked by a garbage first notice (regression):\n{r}"
+    );
+}

@@ -134,7 +134,12 @@ impl Lane {
             return;
         }
         let notices = self.notices.entry(d.slot).or_default();
-        if notices.contains_key(&from) {
+        // A sender's newer notice replaces its older one: a Byzantine
+        // sender's garbage first notice must not shut out its later correct
+        // ones (with one correct replica ahead, f+1 would never match). Safe:
+        // a correct replica's notice never changes, so f+1 current matching
+        // notices still include one from a correct replica that decided.
+        if notices.get(&from) == Some(&d.digest) {
             return;
         }
         notices.insert(from, d.digest);

@@ -362,7 +362,10 @@ impl Lane {
             if !seen.insert((r.client, r.seq)) {
                 return Err("duplicate-request");
             }
-            if self.cfg.owner_lane(r.client) != self.id {
+            let owned = hint
+                .lane_owns(self.id, r)
+                .unwrap_or_else(|| self.cfg.owner_lane(r.client) == self.id);
+            if !owned {
                 return Err("wrong-lane-request");
             }
             if hint.already_verified(r) {

@@ -91,7 +91,7 @@ impl Replica {
             r.merger.jump_to(seq);
         }
         for (_, (cell, batch)) in decided {
-            r.pool.on_decided(now, cell, &batch);
+            r.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
             r.merger.insert(cell, batch);
         }
         if r.dispel.is_some() {

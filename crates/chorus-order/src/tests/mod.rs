@@ -13,6 +13,8 @@ mod fuzz;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod sarek_exec;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_cluster_binding;
@@ -30,6 +32,8 @@ mod steps_rcc;
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_sarek;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_transfer;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

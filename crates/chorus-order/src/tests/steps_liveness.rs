@@ -577,3 +577,32 @@ fn a_suspicion_from_a_peer_behind_us_does_not_confirm_ours() {
         .iter()
         .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
 }
+
+/// Found by the sarek sweep (`chorus sim --mode sarek --pillars 8 --seed 28`):
+/// a Byzantine replica's first DECIDED notice for a slot was garbage, and
+/// the lane kept only each sender's first notice, so its later correct
+/// notice never counted; with one correct replica ahead, the laggards never
+/// reached f+1 matching notices (and, catching up, never timed out).
+/// A sender's newer notice replaces its older one: a correct replica's never
+/// changes, so f+1 current matching notices still include a correct one.
+#[test]
+fn a_garbage_first_decided_notice_does_not_lock_out_the_senders_later_ones() {
+    let s = setup(4, 1, params(OrderingMode::Pbft, 1));
+    let mut r = replica(&s, 0);
+    let notice = |digest| {
+        ReplicaMsg::Decided(chorus_core::Decided {
+            lane: L0,
+            slot: Slot(0),
+            digest,
+        })
+    };
+    msg(&mut r, 10, 3, notice(Digest::of(b"garbage")));
+    msg(&mut r, 11, 3, notice(Batch::noop_digest()));
+    assert_eq!(r.status().next_undecided[0], Slot(0), "one notice is not enough");
+    msg(&mut r, 12, 2, notice(Batch::noop_digest()));
+    assert_eq!(
+        r.status().next_undecided[0],
+        Slot(1),
+        "f+1 matching current notices decide"
+    );
+}

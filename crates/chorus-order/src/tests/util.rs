@@ -235,6 +235,9 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
             Action::Send { to, msg } => format!("send {} to {}", msg.kind(), to.0),
             Action::Broadcast { msg } => format!("broadcast {}", msg.kind()),
             Action::Deliver { seq, .. } => format!("deliver {}", seq.0),
+            Action::DeliverStream { cell, .. } => {
+                format!("deliver stream {} slot {}", cell.lane.0, cell.slot.0)
+            }
             Action::SetTimer { id, .. } => format!("set {id:?}"),
             Action::CancelTimer { id } => format!("cancel {id:?}"),
             Action::Persist(r) => match r {
