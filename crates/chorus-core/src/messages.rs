@@ -214,6 +214,28 @@ pub struct Status {
     pub suspects: bool,
 }
 
+/// "I gave up on every view of `lane` up to `view`": signed when the
+/// sender's progress timer expired in `view`, or when it left `view` for a
+/// later one. Self-certifying, so any replica may relay it: 2f+1 of them
+/// (distinct senders, `view` at least v) are a timeout certificate that moves
+/// every correct replica that receives them out of v (chorus-order
+/// `lane/timeout_cert.rs`; the pacemaker idea of HotStuff, for PBFT §4.5.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeout {
+    pub lane: LaneId,
+    pub view: View,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl Timeout {
+    pub fn signing_digest(&self) -> Digest {
+        let body = (self.lane, self.view, self.replica);
+        let bytes = postcard::to_allocvec(&body).unwrap_or_default();
+        Digest::of_parts("chorus timeout v1", &[&bytes])
+    }
+}
+
 /// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decided {
@@ -268,6 +290,8 @@ pub enum ReplicaMsg {
     BatchReply(BatchReply),
     StateRequest(StateRequest),
     StateChunk(StateChunk),
+    /// Appended last: existing variants keep their wire tags.
+    Timeout(Timeout),
 }
 
 impl ReplicaMsg {
@@ -284,6 +308,7 @@ impl ReplicaMsg {
             ReplicaMsg::Decided(m) => Some(m.lane),
             ReplicaMsg::FetchBatch(m) => Some(m.lane),
             ReplicaMsg::BatchReply(m) => Some(m.lane),
+            ReplicaMsg::Timeout(m) => Some(m.lane),
             ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => None,
         }
     }
@@ -302,6 +327,7 @@ impl ReplicaMsg {
             ReplicaMsg::BatchReply(_) => "batch-reply",
             ReplicaMsg::StateRequest(_) => "state-request",
             ReplicaMsg::StateChunk(_) => "state-chunk",
+            ReplicaMsg::Timeout(_) => "timeout",
         }
     }
 }

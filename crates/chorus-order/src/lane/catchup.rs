@@ -22,6 +22,15 @@ impl Lane {
                 cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
             }
         }
+        // Our signed timeout, while it may still be missing from a
+        // certificate (we wait for one, or we left the view before ours):
+        // peers may have lost the first broadcast (`timeout_cert.rs`).
+        if self.suspecting || !self.active {
+            if let Some(t) = &self.timeouts[self.me.index()] {
+                cx.counters.retransmissions += 1;
+                cx.out.broadcast(ReplicaMsg::Timeout(t.clone()));
+            }
+        }
         self.retry_wants(cx);
     }
 
@@ -36,10 +45,13 @@ impl Lane {
     }
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
-        self.note_peer_progress(cx, from, st.view, st.next_undecided, st.suspects);
+        self.note_peer_progress(cx, from, st.view, st.next_undecided);
         if st.view < self.view && self.active {
             self.resend_new_view(cx, from);
         }
+        // A peer still in a view that 2f+1 gave up on (it lost the
+        // statements): the certificate moves it on (`timeout_cert.rs`).
+        self.relay_certificate(cx, from, st.view);
         let start = st.next_undecided.max(self.low);
         if start < self.next_undecided {
             for (slot, s) in self

@@ -930,7 +930,7 @@ fn fingerprint_sees_every_component() {
             r.lanes[1].penalties.by_replica[2].failures += 1
         }),
         ("lane peer report", |r| {
-            r.lanes[1].peer_suspects[3] = Some((View(0), Millis(9)))
+            r.lanes[1].peer_next[3] = Some((Slot(5), View(0), Millis(9)))
         }),
         ("pool", |r| {
             let req = setup4().request(0, 9, b"poke");
