@@ -209,8 +209,9 @@ pub struct Status {
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
     /// The sender's progress timer expired in `view` (active in it, or in
-    /// the view change to it) and it waits for peers that report the same
-    /// before it leaves `view` (PBFT §4.5.2; chorus-order `lane/timer.rs`).
+    /// the view change to it) and it waits for a timeout certificate before
+    /// it leaves `view`. Informational (unsigned): what counts is the signed
+    /// [`Timeout`] (chorus-order `lane/timeout_cert.rs`).
     pub suspects: bool,
 }
 

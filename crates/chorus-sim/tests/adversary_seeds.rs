@@ -182,3 +182,36 @@ fixed!(
     /// no-op: r0 and r3 decided the batch, r1 and r2 the no-op (agreement).
     rcc_n4_all_seed_11383_recovery_forgot_a_pre_prepare: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 11383, "recovery dropped records above the replayed window"
 );
+
+fixed!(
+    /// Found by `chorus sim --mode rcc --n 4 --seeds 2000 --seed 10000` (view
+    /// check): lane 3's primary r3 Byzantine (`failure-spam`); r2's timer
+    /// expired and r0 reported the same, so r2 left view 0, but r0 then saw
+    /// progress and stayed: r2 ended alone changing to v1 while r0 and r1
+    /// were active in v0 (the unsigned-suspicion race). Fixed by timeout
+    /// certificates (`lane/timeout_cert.rs`).
+    rcc_n4_all_seed_10192_lone_view_change_after_a_withdrawn_suspicion: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 10192, "view split: a peer's suspicion was withdrawn"
+);
+
+fixed!(
+    /// Same sweep: r3 Byzantine (`censor`); r0 left lanes 2 and 3 alone
+    /// (one peer's report was enough while active), r1 and r2 stayed in v0.
+    rcc_n4_all_seed_10145_lone_view_change_with_a_byzantine_peer: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 10145, "view split: f peers' reports moved one correct replica"
+);
+
+fixed!(
+    /// Same sweep, with certificates but before they were relayed on
+    /// leaving and re-signed after recovery: r1 left lane 2's view 1 on a
+    /// certificate, crashed (statements are not persisted) and ended alone
+    /// changing to v2.
+    rcc_n4_all_seed_10312_certificate_lost_in_a_crash: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 10312, "view split: certificate lost in a crash"
+);
+
+fixed!(
+    /// Same sweep, with certificates but while a lane that f+1 peers report
+    /// ahead still stopped its timer: lane 0 stuck in v2, the only peers
+    /// ahead were r3 (correct) and r2 (Byzantine, garbling its `Decided`
+    /// notices), so r0 and r1 never caught up, never timed out, and no
+    /// certificate could form (liveness). A stalled catch-up now times out.
+    rcc_n4_all_seed_10155_stalled_catch_up_never_timed_out: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 10155, "catch-up stalled by garbled notices"
+);

@@ -13,12 +13,11 @@
 //! A lane that f+1 peers report ahead of it (at least one correct replica
 //! decided further) is catching up, e.g. after a restart: its pending
 //! requests may be ordered already and its restored pre-prepares decided
-//! long ago, so they are no evidence against the leader, and such a replica
-//! would only run off alone to a view nobody else joins (PBFT §4.5.2: leave
-//! a view on f+1 evidence). While catching up (and after recovery until f+1
-//! peers reported) the timer does not run: a correct replica is ahead, so
-//! the catch-up (notices, state transfer) ends, and reports expire, so f
-//! liars cannot hold it off.
+//! long ago, so they are no evidence against the leader. While catching up
+//! only a lack of contiguous progress for a whole timeout arms the timer
+//! (a catch-up can stall: rcc seed 10155, where the peers ahead were one
+//! correct replica and one that garbled its `Decided` notices); after
+//! recovery the timer waits until f+1 peers reported.
 //!
 //! An expired timer is evidence about *us* first: a replica cut off by a
 //! partition, or one whose NEW-VIEW came late, times out while the others
