@@ -47,7 +47,6 @@ fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
     assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
 }
 
-#[allow(unused_macros)] // every seed found so far is fixed; the next one goes here
 macro_rules! found {
     ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
         $(#[$doc])*
@@ -214,4 +213,27 @@ fixed!(
     /// notices), so r0 and r1 never caught up, never timed out, and no
     /// certificate could form (liveness). A stalled catch-up now times out.
     rcc_n4_all_seed_10155_stalled_catch_up_never_timed_out: SimOptions::new(OrderingMode::Rcc, 4, 4), seed 10155, "catch-up stalled by garbled notices"
+);
+
+found!(
+    /// Found after timeout certificates, fresh acceptance seeds (cop/4 n=4,
+    /// fixed rotation, r3 silent): a liveness stall, 1010 of 1200 requests
+    /// incomplete, lane 0 views [v2, v0, v0, v0], r1 behind at s61. Passes on
+    /// the code before timeout certificates: a regression, not yet traced.
+    cop_n4_all_seed_3000044_stall_after_timeout_certificates: {
+        let mut o = heavy(Cop, 4, 4, "all", 150, 25_000);
+        o.rotation = Some(chorus_core::LeaderRotation::Fixed);
+        o
+    }, seed 3000044, "liveness regression of timeout certificates"
+);
+
+found!(
+    /// Same, cop/4 n=16 `--requests 8` (5 Byzantine: silent, equivocate):
+    /// 19 of 24 requests incomplete, lane 3 in the view change to v6 at some
+    /// replicas, stuck at s2. Passes on the code before timeout certificates.
+    cop_n16_all_seed_3300005_stall_after_timeout_certificates: {
+        let mut o = SimOptions::new(Cop, 4, 16);
+        o.requests_per_client = 8;
+        o
+    }, seed 3300005, "liveness regression of timeout certificates"
 );
