@@ -117,7 +117,10 @@ pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) 
     let value = format!("c{}-q{seq}", client.0);
     if rng.gen_range(0..3) == 0 {
         let other = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
-        return KvOp::put_all(vec![(key.into(), value.clone().into()), (other.into(), value.into())]);
+        return KvOp::put_all(vec![
+            (key.into(), value.clone().into()),
+            (other.into(), value.into()),
+        ]);
     }
     match rng.gen_range(0..3) {
         0 => KvOp::put(key, value),

@@ -213,7 +213,8 @@ impl Validate for ReplicaMsg {
             | ReplicaMsg::Status(_)
             | ReplicaMsg::Decided(_)
             | ReplicaMsg::FetchBatch(_)
-            | ReplicaMsg::StateRequest(_) => Ok(()),
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::Timeout(_) => Ok(()),
         }
     }
 }

@@ -209,9 +209,32 @@ pub struct Status {
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
     /// The sender's progress timer expired in `view` (active in it, or in
-    /// the view change to it) and it waits for peers that report the same
-    /// before it leaves `view` (PBFT §4.5.2; chorus-order `lane/timer.rs`).
+    /// the view change to it) and it waits for a timeout certificate before
+    /// it leaves `view`. Informational (unsigned): what counts is the signed
+    /// [`Timeout`] (chorus-order `lane/timeout_cert.rs`).
     pub suspects: bool,
+}
+
+/// "I gave up on every view of `lane` up to `view`": signed when the
+/// sender's progress timer expired in `view`, or when it left `view` for a
+/// later one. Self-certifying, so any replica may relay it: 2f+1 of them
+/// (distinct senders, `view` at least v) are a timeout certificate that moves
+/// every correct replica that receives them out of v (chorus-order
+/// `lane/timeout_cert.rs`; the pacemaker idea of HotStuff, for PBFT §4.5.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeout {
+    pub lane: LaneId,
+    pub view: View,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl Timeout {
+    pub fn signing_digest(&self) -> Digest {
+        let body = (self.lane, self.view, self.replica);
+        let bytes = postcard::to_allocvec(&body).unwrap_or_default();
+        Digest::of_parts("chorus timeout v1", &[&bytes])
+    }
 }
 
 /// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).
@@ -279,6 +302,8 @@ pub enum ReplicaMsg {
     StateChunk(StateChunk),
     /// `dispel` only (added last: earlier variants keep their wire tags).
     Dbft(DbftWire),
+    /// Appended last: existing variants keep their wire tags.
+    Timeout(Timeout),
 }
 
 impl ReplicaMsg {
@@ -295,6 +320,7 @@ impl ReplicaMsg {
             ReplicaMsg::Decided(m) => Some(m.lane),
             ReplicaMsg::FetchBatch(m) => Some(m.lane),
             ReplicaMsg::BatchReply(m) => Some(m.lane),
+            ReplicaMsg::Timeout(m) => Some(m.lane),
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
@@ -317,6 +343,7 @@ impl ReplicaMsg {
             ReplicaMsg::StateRequest(_) => "state-request",
             ReplicaMsg::StateChunk(_) => "state-chunk",
             ReplicaMsg::Dbft(_) => "dbft",
+            ReplicaMsg::Timeout(_) => "timeout",
         }
     }
 }

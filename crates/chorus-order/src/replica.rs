@@ -425,7 +425,8 @@ impl Replica {
     /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
     fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
         for l in 0..self.lanes.len() {
-            self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
+            let lo = self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
+            self.absorb(now, LaneId(l as u32), lo);
         }
         self.dispel_status_tick(now, out);
         for v in self.checkpointer.pending_votes() {

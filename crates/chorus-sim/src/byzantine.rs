@@ -435,6 +435,16 @@ impl Adversary {
                 flip_sig(&mut m.sig, rng);
                 ReplicaMsg::NewView(m)
             }
+            ReplicaMsg::Timeout(mut m) => {
+                if rng.gen_bool(0.5) {
+                    flip_sig(&mut m.sig, rng);
+                } else {
+                    // A correct replica's timeout it never signed: it would
+                    // complete a certificate that moves everyone.
+                    m.replica = other;
+                }
+                ReplicaMsg::Timeout(m)
+            }
             ReplicaMsg::Decided(mut m) => {
                 m.digest = random_digest(rng);
                 ReplicaMsg::Decided(m)
