@@ -295,3 +295,22 @@ regression!(
     /// dispel n=4: crash + partitions + garbage-snapshot.
     dispel_n4_all_seed_791_ready_epoch_lost_on_restart: dispel_all(4), seed 791, Expect::Pass(DISPEL_READY_EPOCH_LOST)
 );
+
+/// `dispel` retransmission: a replica that decided a binary instance early
+/// (and so delivered its epoch) still runs rounds d+1 and d+2 of it (spec
+/// §3.6), and the others need its AUX there; but messages the lagging
+/// replicas sent it were lost in a partition and only ever re-sent to peers
+/// whose status showed them stalled, which it no longer did. Both sides
+/// waited for ever: two correct replicas stuck in epoch 0 with 3 of 4 bits,
+/// the third done. A stalled replica now re-sends its stuck epochs to peers
+/// past them.
+const DISPEL_LAGGARD_NOT_RESENT: &str = "dispel: laggard's messages never re-sent to a peer past the epoch";
+
+regression!(
+    /// dispel n=4: twins r2 + partitions; r0 and r3 stuck in e0 slot 1 (rounds 2/3), r1 done.
+    dispel_n4_all_seed_327_laggard_not_resent: dispel_all(4), seed 327, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
+);
+regression!(
+    /// dispel n=4: Byzantine r3 + partitions; r0 and r1 stuck in e0 slot 2 (round 3), r2 done.
+    dispel_n4_all_seed_441_laggard_not_resent: dispel_all(4), seed 441, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
+);
