@@ -4,6 +4,18 @@
 
 use chorus_core::ClusterConfig;
 
+/// The `weak-quorum-for-tests` feature lowers every DBFT quorum (echo,
+/// READY and B_VAL delivery, AUX) by one, for the simulator's
+/// `checkers_bite` test only: quorums then need not share a correct
+/// replica, so f Byzantine replicas (an RB equivocator, twins) can make
+/// correct replicas deliver different batches, and the checkers must say so.
+/// The t+1 thresholds (amplification, join, DECIDED) are unchanged.
+const WEAK: usize = if cfg!(feature = "weak-quorum-for-tests") {
+    1
+} else {
+    0
+};
+
 /// How a binary-consensus round is run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variant {
@@ -103,22 +115,22 @@ impl DbftConfig {
 
     /// B_VAL delivery and RB delivery (Bracha's 2t+1).
     pub fn bv_deliver(&self) -> usize {
-        2 * self.t + 1
+        2 * self.t + 1 - WEAK
     }
 
     /// AUX quorum: n − t distinct senders.
     pub fn aux_quorum(&self) -> usize {
-        self.n - self.t
+        self.n - self.t - WEAK
     }
 
     /// ECHO → READY: ⌈(n+t+1)/2⌉ so two echo quorums share a correct replica.
     pub fn echo_quorum(&self) -> usize {
-        (self.n + self.t + 1).div_ceil(2)
+        (self.n + self.t + 1).div_ceil(2) - WEAK
     }
 
     /// RB delivery: 2t+1 READY.
     pub fn rb_deliver(&self) -> usize {
-        2 * self.t + 1
+        2 * self.t + 1 - WEAK
     }
 
     /// Coordinator of round r ≥ 1: (r − 1) mod n, 0-indexed (spec §3.4, P7).
@@ -144,6 +156,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(not(feature = "weak-quorum-for-tests"))]
     fn thresholds_match_spec_table() {
         let c = DbftConfig::new(4);
         assert_eq!(

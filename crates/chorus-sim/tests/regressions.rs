@@ -314,3 +314,19 @@ regression!(
     /// dispel n=4: Byzantine r3 + partitions; r0 and r1 stuck in e0 slot 2 (round 3), r2 done.
     dispel_n4_all_seed_441_laggard_not_resent: dispel_all(4), seed 441, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
 );
+
+/// Beyond the fault model on purpose: f+1 = 2 twins at n = 4 (no weakened
+/// quorum needed). Each twin pair talks to a different half, so the two
+/// correct replicas RB-deliver and decide different batches in epoch 0: the
+/// checkers must report the fork.
+fn dispel_two_twins() -> SimOptions {
+    let mut o = SimOptions::new(OrderingMode::Dispel, 4, 4).with_faults("twins".parse().expect("fault set"));
+    o.byzantine = Some(2);
+    o.swarm = false;
+    o
+}
+
+regression!(
+    /// dispel n=4, r0 and r1 twins: r2 and r3 deliver different digests at #0.
+    dispel_n4_two_twins_seed_0_fork_reported: dispel_two_twins(), seed 0, Expect::Safety
+);
