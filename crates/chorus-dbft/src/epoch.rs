@@ -20,6 +20,9 @@ pub struct EpochState {
     pub(crate) bin_decisions: Vec<Option<bool>>,
     /// \[TR\] Fig. 3: the zero phase starts the moment the first instance decides 1.
     pub(crate) one_decided: bool,
+    /// The zero-phase grace timer was set / has fired (engine `start_zero_phase`).
+    pub(crate) grace_set: bool,
+    pub(crate) grace_over: bool,
     /// Batch bytes keyed by DIGEST, never by proposer (P12). Bounded: the
     /// first INIT of each proposer, `max_extra_inits` more each, and fetched ones.
     pub(crate) store: BTreeMap<Digest, Arc<Batch>>,
@@ -44,6 +47,8 @@ impl EpochState {
             bin: (0..cfg.n).map(|_| Binary::new(cfg, me)).collect(),
             bin_decisions: vec![None; cfg.n],
             one_decided: false,
+            grace_set: false,
+            grace_over: false,
             store: BTreeMap::new(),
             senders: vec![false; cfg.n],
             slot_emitted: vec![false; cfg.n],

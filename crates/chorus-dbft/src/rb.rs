@@ -49,6 +49,14 @@ impl Rb {
         self.first_init
     }
 
+    /// Anything of this broadcast seen here (INIT, ECHO or READY): its
+    /// proposer did send it, so its delivery is probably on the way.
+    pub fn under_way(&self) -> bool {
+        self.first_init.is_some()
+            || self.echo_from.iter().any(Option::is_some)
+            || self.ready_from.iter().any(Option::is_some)
+    }
+
     /// Replicas that echoed or readied `d`: the first places to fetch from (§5.3).
     pub fn holders(&self, d: &Digest) -> Vec<usize> {
         (0..self.echo_from.len())

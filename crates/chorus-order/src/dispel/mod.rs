@@ -112,6 +112,8 @@ pub struct DispelCore {
     /// While rebuilding from the log: nothing is persisted or sent again
     /// (the messages went out before the crash; retransmission resends).
     replaying: bool,
+    /// Our `next_epoch` at the previous status tick (unchanged = we are stalled).
+    last_tick_epoch: Option<Epoch>,
 }
 
 fn wire(msg: &DbftMsg) -> ReplicaMsg {
@@ -139,6 +141,7 @@ impl DispelCore {
             armed: None,
             peers: vec![(0, false); n],
             replaying: false,
+            last_tick_epoch: None,
             cfg,
             me,
         }
@@ -265,7 +268,15 @@ impl DispelCore {
 
     /// The status every replica broadcasts each interval: our first
     /// undelivered epoch (peers retransmit to us when it stalls) and our
-    /// stable checkpoint (state transfer). Then retransmit to stalled peers.
+    /// stable checkpoint (state transfer). Then retransmit (spec P14):
+    ///
+    /// * to a stalled peer, our messages of the epochs it is stuck at;
+    /// * when WE are stalled, our messages of the epochs we are stuck at to
+    ///   every peer already past them. A peer that has delivered an epoch
+    ///   may still be running rounds d+1, d+2 of one of its instances
+    ///   (spec §3.6) and need our B_VAL/AUX there to send the AUX we wait
+    ///   for; its status no longer shows it stuck, so without this our lost
+    ///   messages to it are never re-sent and both sides wait for ever.
     pub fn on_status_tick(&mut self, cx: &mut Cx, stable_seq: Seq) {
         cx.out.broadcast(ReplicaMsg::Status(Status {
             lane: LaneId(0),
@@ -274,16 +285,28 @@ impl DispelCore {
             stable_seq,
             suspects: false,
         }));
+        let mine = self.st.next_epoch;
+        let self_stalled = self.last_tick_epoch == Some(mine);
+        self.last_tick_epoch = Some(mine);
         for p in 0..self.peers.len() {
             let (at, stalled) = self.peers[p];
-            if p == self.me.index() || !stalled {
+            if p == self.me.index() {
                 continue;
             }
+            let mut ranges = Vec::with_capacity(2);
+            if stalled {
+                ranges.push(at..at.saturating_add(RETRANSMIT_EPOCHS));
+            }
+            if self_stalled && at > mine {
+                ranges.push(mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at));
+            }
             let to = ReplicaId(p as u32);
-            for (_, msgs) in self.st.sent.range(at..at.saturating_add(RETRANSMIT_EPOCHS)) {
-                for m in msgs {
-                    cx.out.send(to, wire(m));
-                    cx.counters.retransmissions += 1;
+            for r in ranges {
+                for (_, msgs) in self.st.sent.range(r) {
+                    for m in msgs {
+                        cx.out.send(to, wire(m));
+                        cx.counters.retransmissions += 1;
+                    }
                 }
             }
         }

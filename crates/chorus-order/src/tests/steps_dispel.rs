@@ -4,7 +4,7 @@
 use super::util::{broadcasts, params, persists, replica, setup, Setup};
 use crate::io::{Action, Event, Outbox, PersistRecord};
 use crate::replica::Replica;
-use chorus_core::{DbftWire, Millis, OrderingMode, ReplicaId, ReplicaMsg};
+use chorus_core::{DbftWire, Digest, Millis, OrderingMode, ReplicaId, ReplicaMsg};
 use chorus_dbft::DbftMsg;
 
 fn dispel() -> Setup {
@@ -205,4 +205,75 @@ fn restarted_replica_does_not_propose_twice_in_an_epoch() {
             assert_ne!(epoch, 0, "proposed epoch 0 a second time after the restart");
         }
     }
+}
+
+fn status_from(r: &mut Replica, now: u64, from: u32, next_epoch: u64) {
+    let st = chorus_core::Status {
+        lane: chorus_core::LaneId(0),
+        view: chorus_core::View(0),
+        next_undecided: chorus_core::Slot(next_epoch),
+        stable_seq: chorus_core::Seq(0),
+        suspects: false,
+    };
+    super::util::msg(r, now, from, ReplicaMsg::Status(st));
+}
+
+fn status_tick(r: &mut Replica, now: u64) -> Vec<(ReplicaId, DbftMsg)> {
+    let acts = super::util::handle(r, now, Event::Timer(crate::io::TimerId::Status));
+    super::util::sends(&acts)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            ReplicaMsg::Dbft(w) => {
+                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits())
+                    .ok()
+                    .map(|m| (to, m))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Spec P14 (retransmission paired with the windows): a peer that already
+/// delivered epoch 0 may still run rounds d+1, d+2 of one of its instances
+/// and need our messages there, but its status no longer shows it stuck. A
+/// replica stalled at epoch 0 must re-send its epoch-0 messages to such a
+/// peer (seeds 327 and 441 hung on this), and not while it is progressing.
+#[test]
+fn stalled_replica_resends_its_epoch_to_a_peer_past_it() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+    // r3 has delivered epochs 0..5 and is not moving (it is idle).
+    status_from(&mut r, 2, 3, 5);
+    status_from(&mut r, 3, 3, 5);
+    // First tick: we have not been at epoch 0 for a whole interval yet.
+    let first = status_tick(&mut r, 10_000);
+    assert!(first.iter().all(|(to, _)| *to != ReplicaId(3)), "{first:?}");
+    // Second tick, still at epoch 0: our echo goes to r3 again.
+    let second = status_tick(&mut r, 20_000);
+    let to3: Vec<Digest> = second
+        .iter()
+        .filter(|(to, _)| *to == ReplicaId(3))
+        .filter_map(|(_, m)| match m {
+            DbftMsg::RbEcho { digest, .. } => Some(*digest),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        to3,
+        vec![a.digest()],
+        "stalled epoch not re-sent to the peer past it"
+    );
 }
