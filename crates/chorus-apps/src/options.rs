@@ -99,15 +99,7 @@ const KV_WORKLOAD_KEYS: u32 = 8;
 pub fn kv_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
     let key = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
     let value = format!("c{}-q{seq}", client.0);
-    match rng.gen_range(0..3) {
-        0 => KvOp::put(key, value),
-        1 => KvOp::get(key),
-        _ => KvOp::ReadModifyWrite {
-            key: key.into(),
-            value: value.into(),
-        }
-        .encode(),
-    }
+    kv_single_key_op(rng, key, value)
 }
 
 /// `kv_workload` with about one request in three a two-key `PutAll` (the
@@ -122,6 +114,11 @@ pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) 
             (other.into(), value.into()),
         ]);
     }
+    kv_single_key_op(rng, key, value)
+}
+
+/// A put, get or read-modify-write of `key`, one in three each.
+fn kv_single_key_op(rng: &mut dyn RngCore, key: String, value: String) -> Bytes {
     match rng.gen_range(0..3) {
         0 => KvOp::put(key, value),
         1 => KvOp::get(key),

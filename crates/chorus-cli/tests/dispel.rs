@@ -7,46 +7,10 @@
 
 mod common;
 
-use bytes::Bytes;
-use chorus_apps::kv_op::KvOp;
 use chorus_core::OrderingMode;
-use common::{rt, TestCluster};
-use std::collections::HashMap;
+use common::{drive_writes, rt, Load, TestCluster};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-#[derive(Default)]
-struct Load {
-    done: Vec<Instant>,
-    acked: HashMap<Bytes, Bytes>,
-}
-
-async fn drive(c: &TestCluster, clients: usize, stop: Instant, load: Arc<Mutex<Load>>) {
-    let mut tasks = Vec::new();
-    for ci in 0..clients {
-        let client = Arc::new(c.client(ci).await);
-        for slot in 0..4 {
-            let client = client.clone();
-            let load = load.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut i = 0u64;
-                while Instant::now() < stop {
-                    let k = Bytes::from(format!("dispel-{ci}-{slot}-{i}"));
-                    let v = Bytes::from(format!("v{i}"));
-                    i += 1;
-                    if client.invoke(KvOp::put(k.clone(), v.clone())).await.is_ok() {
-                        let mut l = load.lock().unwrap();
-                        l.done.push(Instant::now());
-                        l.acked.insert(k, v);
-                    }
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
 
 #[test]
 fn sigkill_of_a_proposer_costs_only_its_batches_and_it_catches_up() {
@@ -67,7 +31,13 @@ fn sigkill_of_a_proposer_costs_only_its_batches_and_it_catches_up() {
             .status()
             .expect("kill");
     });
-    rt.block_on(drive(&c, 4, kill_time + Duration::from_secs(5), load.clone()));
+    rt.block_on(drive_writes(
+        &c,
+        "dispel",
+        4,
+        kill_time + Duration::from_secs(5),
+        load.clone(),
+    ));
     killer.join().unwrap();
     c.kill(3);
     let after_kill = load
@@ -94,8 +64,9 @@ fn sigkill_of_a_proposer_costs_only_its_batches_and_it_catches_up() {
 
     c.start(3);
     c.wait_up(&[3], Duration::from_secs(20));
-    rt.block_on(drive(
+    rt.block_on(drive_writes(
         &c,
+        "dispel",
         2,
         Instant::now() + Duration::from_secs(2),
         load.clone(),
