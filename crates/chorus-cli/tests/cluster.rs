@@ -60,8 +60,16 @@ fn four_replicas_serve_thousands_of_operations_and_agree() {
         "every write must be acknowledged on a healthy cluster"
     );
     rt.block_on(common::check_readable(&c, 0, &acked, 1));
-    let (executed, _) = c.wait_converged(Duration::from_secs(20));
+    let (executed, digest) = c.wait_converged(Duration::from_secs(20));
     assert!(executed > 0);
+    // The typed status a client library user sees says the same.
+    let status = rt.block_on(async { c.client(0).await.cluster_status(Duration::from_secs(3)).await });
+    assert_eq!(status.answered(), 4, "{:?}", status.replicas);
+    assert!(status.digests_agree());
+    assert_eq!(status.max_executed(), Some(executed));
+    assert!(status
+        .reports()
+        .all(|r| r.state_digest == digest && r.mode == "cop" && r.lanes == 2));
 }
 
 fn kill_restart(victim: usize) {

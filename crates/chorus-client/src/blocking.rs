@@ -5,6 +5,7 @@ use crate::error::ClientError;
 use crate::options::ClientOptions;
 use crate::stats::ClientStats;
 use bytes::Bytes;
+use chorus_core::status_report::StatusReport;
 use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,14 @@ impl BlockingClient {
 
     pub fn status(&self, replica: ReplicaId, wait: Duration) -> Result<String, ClientError> {
         self.rt.block_on(self.client.status(replica, wait))
+    }
+
+    pub fn replica_status(&self, replica: ReplicaId, wait: Duration) -> Result<StatusReport, ClientError> {
+        self.rt.block_on(self.client.replica_status(replica, wait))
+    }
+
+    pub fn cluster_status(&self, wait: Duration) -> crate::ClusterStatus {
+        self.rt.block_on(self.client.cluster_status(wait))
     }
 
     pub fn stats(&self) -> ClientStats {

@@ -1,11 +1,13 @@
 //! The async client.
 
 use crate::auth::RequestAuth;
+use crate::cluster_status::ClusterStatus;
 use crate::driver::{Command, Driver, Timed};
 use crate::error::ClientError;
 use crate::options::ClientOptions;
 use crate::stats::{ClientStats, Stats};
 use bytes::Bytes;
+use chorus_core::status_report::StatusReport;
 use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
 use chorus_net::{spawn_peer_link, Counters, CountersSnapshot, DialFailure, LinkSpec, NetLimits, PeerLink};
 use std::sync::Arc;
@@ -259,6 +261,50 @@ impl Client {
         }
     }
 
+    /// Ask one replica for its status report, typed (`chorus status` shows
+    /// the same report). A report that does not parse is an error naming the
+    /// replica: a replica of another version, or a lying one.
+    pub async fn replica_status(
+        &self,
+        replica: ReplicaId,
+        wait: Duration,
+    ) -> Result<StatusReport, ClientError> {
+        let text = self.status(replica, wait).await?;
+        parse_status(replica, &text)
+    }
+
+    /// Every replica's status report, asked at once and awaited together
+    /// for at most `wait`; a replica that did not answer (or answered
+    /// garbage) is listed with why.
+    pub async fn cluster_status(&self, wait: Duration) -> ClusterStatus {
+        let deadline = Instant::now() + wait;
+        let mut asks = Vec::with_capacity(self.config.replicas.len());
+        for r in &self.config.replicas {
+            let (tx, rx) = oneshot::channel();
+            let sent = self
+                .cmds
+                .send(Command::Status {
+                    replica: r.id,
+                    reply: tx,
+                })
+                .await
+                .is_ok();
+            asks.push((r.id, sent.then_some(rx)));
+        }
+        let mut replicas = Vec::with_capacity(asks.len());
+        for (id, rx) in asks {
+            let answer = match rx {
+                None => Err(ClientError::Closed),
+                Some(rx) => match tokio::time::timeout_at(deadline, rx).await {
+                    Ok(Ok(text)) => parse_status(id, &text),
+                    _ => Err(ClientError::StatusUnavailable(id)),
+                },
+            };
+            replicas.push((id, answer));
+        }
+        ClusterStatus { replicas }
+    }
+
     pub fn id(&self) -> ClientId {
         self.id
     }
@@ -292,4 +338,11 @@ impl Drop for Client {
         // Links stop when their last handle (here and in the driver) is dropped.
         self.driver.abort();
     }
+}
+
+fn parse_status(replica: ReplicaId, text: &str) -> Result<StatusReport, ClientError> {
+    serde_json::from_str(text).map_err(|e| ClientError::BadStatus {
+        replica,
+        reason: e.to_string(),
+    })
 }

@@ -39,6 +39,11 @@ pub struct Timed {
     pub first_reply: std::time::Instant,
     /// When f+1 matching answers (2f+1 on the fast path) made it the result.
     pub accepted: std::time::Instant,
+    /// A read-only invocation whose fast path failed (replicas disagreed or
+    /// too few answered in time) and that was ordered instead: its result is
+    /// as strong, but it cost a full round of consensus. Counted in
+    /// `ClientStats::fallbacks` too, and logged.
+    pub fell_back: bool,
 }
 
 pub(crate) enum Command {
@@ -74,6 +79,8 @@ struct Pending {
     wake: Instant,
     /// The first result-bearing answer on the current path.
     first_reply: Option<Instant>,
+    /// The read-only fast path failed and the request is being ordered.
+    fell_back: bool,
     reply: ResultSender,
     /// Held while the request is in flight (bounds in-flight requests).
     _permit: OwnedSemaphorePermit,
@@ -193,6 +200,7 @@ impl Driver {
                     asked_full: false,
                     wake: now,
                     first_reply: None,
+                    fell_back: false,
                     reply,
                     _permit: permit,
                 };
@@ -420,8 +428,9 @@ impl Driver {
     fn fall_back(&mut self, seq: RequestSeq, now: Instant) {
         let mut p = self.remove(seq).expect("falling back a pending request");
         Stats::bump(&self.stats.fallbacks);
-        tracing::debug!(%seq, progress = %p.quorum.progress(), "read-only fast path failed, ordering");
+        tracing::info!(%seq, progress = %p.quorum.progress(), "read-only fast path failed, ordering the request instead");
         p.fast_path_until = None;
+        p.fell_back = true;
         p.first_reply = None;
         self.start(p, Path::Ordered, now);
     }
@@ -439,6 +448,7 @@ impl Driver {
             result: bytes,
             first_reply: p.first_reply.unwrap_or(now).into_std(),
             accepted: now.into_std(),
+            fell_back: p.fell_back,
         });
         let counter = match &result {
             Ok(_) => &self.stats.completed,

@@ -65,6 +65,12 @@ pub enum ClientError {
     },
     #[error("status query to replica {0} timed out or was not answered")]
     StatusUnavailable(chorus_core::ReplicaId),
+    /// A replica answered a status query with a report that does not parse.
+    #[error("replica {replica} sent a status report that does not parse: {reason}")]
+    BadStatus {
+        replica: chorus_core::ReplicaId,
+        reason: String,
+    },
     /// The client was dropped (or its background task ended) while the call waited.
     #[error("client is shut down")]
     Closed,

@@ -10,6 +10,7 @@
 mod auth;
 mod blocking;
 mod client;
+mod cluster_status;
 mod driver;
 mod error;
 mod files;
@@ -19,7 +20,9 @@ mod stats;
 
 pub use auth::RequestAuth;
 pub use blocking::BlockingClient;
+pub use chorus_core::status_report::StatusReport;
 pub use client::Client;
+pub use cluster_status::ClusterStatus;
 pub use driver::Timed;
 pub use error::ClientError;
 pub use files::{load_client_file, ClientSetup};

@@ -159,10 +159,9 @@ async fn silence_times_out_with_a_clear_error() {
 async fn read_only_fast_path_needs_no_ordering_when_2f_plus_1_agree() {
     let fake = start(&[Honest, Honest, Honest, StaleReads], ClientAuthKind::MacVector).await;
     let c = fake.client(0, Fake::opts()).await;
-    assert_eq!(
-        c.invoke_read_only(Bytes::from_static(b"k")).await.unwrap(),
-        result_for(b"k")
-    );
+    let t = c.invoke_read_only_timed(Bytes::from_static(b"k")).await.unwrap();
+    assert_eq!(t.result, result_for(b"k"));
+    assert!(!t.fell_back);
     let s = c.stats();
     assert_eq!((s.fast_path_completed, s.fallbacks), (1, 0));
     assert!(fake.seen_by(0).iter().all(|q| q.flags == flags::READ_ONLY));
@@ -177,10 +176,9 @@ async fn read_only_falls_back_to_an_ordered_request_with_a_new_seq() {
     )
     .await;
     let c = fake.client(1, Fake::opts()).await;
-    assert_eq!(
-        c.invoke_read_only(Bytes::from_static(b"k")).await.unwrap(),
-        result_for(b"k")
-    );
+    let t = c.invoke_read_only_timed(Bytes::from_static(b"k")).await.unwrap();
+    assert_eq!(t.result, result_for(b"k"));
+    assert!(t.fell_back, "the caller is told the fast path failed");
     let s = c.stats();
     assert_eq!((s.fallbacks, s.fast_path_completed, s.completed), (1, 0, 1));
     let seen = fake.seen_by(2);

@@ -8,6 +8,7 @@ pub mod ids;
 pub mod messages;
 pub mod quorum;
 pub mod request;
+pub mod status_report;
 pub mod wire_bounds;
 
 pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};

@@ -134,10 +134,8 @@ impl CoreThread {
                 last_status = Instant::now();
                 let s = replica.status();
                 crate::metrics_status::publish(&driver.metrics, &s);
-                let mut cs = CoreStatus::from_replica(&s);
-                cs.dispel = replica
-                    .dispel_status()
-                    .map(|d| crate::status::DispelDetail::from_status(&d));
+                let mut cs = crate::status::core_status(&s);
+                cs.dispel = replica.dispel_status().map(|d| crate::status::dispel_detail(&d));
                 let _ = self.status.send(cs);
                 if last_size.elapsed() >= STORAGE_SIZE_EVERY {
                     last_size = Instant::now();
