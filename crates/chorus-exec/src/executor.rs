@@ -5,7 +5,7 @@
 use crate::client_table::{ClientTable, RejectKind, ReplyLookup, TableSnapshot};
 use crate::service::Service;
 use bytes::Bytes;
-use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
+use chorus_core::{Assignments, Batch, ClientId, Digest, RequestSeq, Seq};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -117,19 +117,24 @@ pub fn rejected_result(kind: RejectKind) -> Bytes {
 }
 
 /// The executor snapshot: client table + service state, postcard-encoded.
+/// Version 2 puts the RCC assignment table right after the version byte, so
+/// the ordering layer reads it back after a state transfer
+/// (`chorus_core::Assignments::from_exec_snapshot`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ExecSnapshot {
     version: u8,
+    switches: Assignments,
     table: TableSnapshot,
     service: Bytes,
 }
 
-const SNAPSHOT_VERSION: u8 = 1;
+const SNAPSHOT_VERSION: u8 = chorus_core::switch::EXEC_SNAPSHOT_VERSION;
 
 /// Encode the snapshot of a quiescent executor (nothing pending).
 pub fn encode_snapshot(table: &ClientTable, service: &dyn Service) -> Bytes {
     let s = ExecSnapshot {
         version: SNAPSHOT_VERSION,
+        switches: table.switches().clone(),
         table: table.to_snapshot(),
         service: service.snapshot(),
     };
@@ -149,7 +154,9 @@ pub fn decode_snapshot(
     if s.version != SNAPSHOT_VERSION {
         return Err(ExecError::Invalid("unknown snapshot version"));
     }
-    let table = ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
+    let mut table =
+        ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
+    table.set_switches(s.switches);
     Ok((table, s.service))
 }
 

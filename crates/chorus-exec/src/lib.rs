@@ -17,6 +17,7 @@ pub mod graph;
 pub mod partitioned;
 pub mod sequential;
 pub mod service;
+pub mod switch;
 
 pub use client_table::{
     Admission, CachedReply, ClientTable, RejectKind, ReplyLookup, TableStats,
@@ -29,3 +30,4 @@ pub use executor::{
 pub use graph::{conflicts, DependencyGraph, Full, GraphError, NodeId};
 pub use sequential::{read_only_context, SequentialExecutor};
 pub use service::{Access, ExecContext, Service};
+pub use switch::apply_switch;

@@ -20,6 +20,7 @@ pub mod io;
 pub mod lane;
 pub mod merger;
 pub mod pool;
+pub mod rcc_switch;
 pub mod replica;
 pub mod roles;
 pub mod round_order;

@@ -11,6 +11,7 @@
 //! the merger delivers what is contiguous, and the lane timers are refreshed.
 
 mod recover;
+mod switch;
 
 use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
 use crate::counters::{Counters, Cx};
@@ -18,11 +19,12 @@ use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::lane::{Lane, LaneEnv, LaneOutput};
 use crate::merger::Merger;
 use crate::pool::{Admitted, Pool, Readiness};
+use crate::rcc_switch::{self, OwnerView, SwitchGate};
 use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
+    Assignments, Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
     ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
@@ -96,6 +98,9 @@ pub struct Replica {
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     pub(crate) batch_deadline: Vec<Option<Millis>>,
+    /// RCC §III-E: instance assignments, from delivered switches.
+    pub(crate) assignments: Assignments,
+    pub(crate) switch_gate: SwitchGate,
 }
 
 impl Replica {
@@ -114,6 +119,8 @@ impl Replica {
             counters: Counters::default(),
             status_deadline: None,
             batch_deadline: vec![None; lanes as usize],
+            assignments: Assignments::default(),
+            switch_gate: SwitchGate::default(),
             cfg,
             me,
         }
@@ -227,10 +234,16 @@ impl Replica {
         out: &mut Outbox,
         f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> R,
     ) -> R {
+        let owners = OwnerView {
+            cfg: &self.cfg,
+            table: &self.assignments,
+            delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+        };
         let env = LaneEnv {
             stable: self.checkpointer.stable_cert(),
             stable_seq: self.checkpointer.stable_seq(),
             hint: &self.pool,
+            owners: &owners,
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
         f(&mut self.lanes[l], &mut cx, &env)
@@ -248,6 +261,9 @@ impl Replica {
             let cell = Cell { lane, slot: d.slot };
             self.pool.on_decided(now, cell, &d.batch);
             self.merger.insert(cell, d.batch);
+        }
+        for (from, pp) in lo.owner_held {
+            self.hold_for_owner(from, pp);
         }
         if let Some(c) = lo.higher_stable {
             // Verified with the NEW-VIEW; adopted at the next status tick if
@@ -318,7 +334,9 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        let admitted = if verify {
+        let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
+            Err(e)
+        } else if verify {
             self.pool.admit(now, req)
         } else {
             self.pool.admit_verified(now, req)
@@ -442,6 +460,7 @@ impl Replica {
                     cert: cert.clone(),
                     snapshot: snapshot.clone(),
                 });
+                self.adopt_assignments(&snapshot);
                 self.checkpointer.install(cert, snapshot);
                 debug_assert!(self.checkpointer.stable_seq() >= seq);
                 self.merger.jump_to(seq);
@@ -523,7 +542,8 @@ impl Replica {
         for _ in 0..bound {
             let proposed = self.propose_all(now, out);
             let delivered = self.deliver(out);
-            if !proposed && !delivered {
+            let released = delivered && self.release_owner_held(now, out);
+            if !proposed && !delivered && !released {
                 break;
             }
         }
@@ -566,8 +586,8 @@ impl Replica {
         let cell = Cell { lane, slot };
         let behind = self.frontier().is_some_and(|f| self.cfg.seq_of(cell) < f);
         let batch = match self.pool.readiness(lane, now) {
-            Readiness::Ready => self.pool.cut(cell),
-            Readiness::WaitUntil(_) if behind => self.pool.cut(cell),
+            Readiness::Ready => self.cut(cell),
+            Readiness::WaitUntil(_) if behind => self.cut(cell),
             Readiness::WaitUntil(at) => {
                 self.arm_batch_timer(l, at, out);
                 return false;
@@ -575,6 +595,10 @@ impl Replica {
             Readiness::Empty if behind => Batch::noop(),
             Readiness::Empty => return false,
         };
+        // Every pending request waits for a hand-over (`rcc_switch`).
+        if batch.is_noop() && !behind {
+            return false;
+        }
         let lo = self.with_lane(now, l, out, |ln, cx, _| ln.propose(cx, slot, batch));
         self.absorb(now, lane, lo);
         true
@@ -594,6 +618,7 @@ impl Replica {
     fn deliver(&mut self, out: &mut Outbox) -> bool {
         let mut any = false;
         while let Some((seq, cell, batch)) = self.merger.pop_next() {
+            self.apply_switches(seq, &batch);
             out.push(Action::Deliver { seq, cell, batch });
             self.counters.delivered += 1;
             any = true;
