@@ -34,6 +34,15 @@ pub struct SwitchPolicy {
 }
 
 impl SwitchPolicy {
+    /// The policy of an `rcc` cluster; `None` in every other mode (no
+    /// switch is ever ordered there).
+    pub fn of(cfg: &crate::ClusterConfig) -> Option<SwitchPolicy> {
+        (cfg.params.mode == crate::OrderingMode::Rcc).then(|| SwitchPolicy {
+            lanes: cfg.lanes(),
+            sigma: cfg.params.max_lane_drift_slots,
+        })
+    }
+
     /// The round a delivered position belongs to (RCC: round `r` is
     /// delivered at positions `r*m .. r*m + m`).
     pub fn round_of(&self, position: u64) -> u64 {

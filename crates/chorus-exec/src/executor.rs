@@ -103,6 +103,10 @@ pub trait Executor: Send {
     /// See [`ResultsWaker`]. Executors that produce results inside `submit`
     /// (the sequential one) never need to call it.
     fn set_results_waker(&mut self, _waker: ResultsWaker) {}
+    /// Run as an executor of an `rcc` cluster: RCC §III-E switch requests
+    /// move clients between instances (`crate::switch`). Executors that
+    /// do not override it answer every switch as refused.
+    fn set_switch_policy(&mut self, _policy: chorus_core::SwitchPolicy) {}
 }
 
 /// Every rejected request's result starts with these bytes.

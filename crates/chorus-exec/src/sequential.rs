@@ -180,6 +180,10 @@ impl Executor for SequentialExecutor {
         self.next_seq
     }
 
+    fn set_switch_policy(&mut self, policy: SwitchPolicy) {
+        self.switch_policy = Some(policy);
+    }
+
     fn state_digest(&mut self) -> Digest {
         state_digest(self.next_seq, &self.table, &*self.service)
     }

@@ -71,6 +71,9 @@ pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -
     // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
     let mut executor = executor_for(&node, service, config.params.pool_max_per_client)?;
+    if let Some(p) = chorus_core::SwitchPolicy::of(&config) {
+        executor.set_switch_policy(p);
+    }
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;

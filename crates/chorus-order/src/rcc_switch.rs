@@ -45,6 +45,7 @@ pub trait OwnerOracle {
 
 /// The policy of a configuration: `m` and `σ`.
 pub fn policy(cfg: &ClusterConfig) -> SwitchPolicy {
+    // The executor uses `SwitchPolicy::of`: the same two numbers.
     SwitchPolicy {
         lanes: cfg.lanes(),
         sigma: cfg.params.max_lane_drift_slots,

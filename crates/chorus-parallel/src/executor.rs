@@ -404,6 +404,10 @@ impl Executor for ParallelExecutor {
         self.next_seq
     }
 
+    fn set_switch_policy(&mut self, policy: chorus_core::SwitchPolicy) {
+        self.switch_policy = Some(policy);
+    }
+
     fn state_digest(&mut self) -> Digest {
         self.barrier();
         state_digest(self.next_seq, &self.table, &*self.shared.service)

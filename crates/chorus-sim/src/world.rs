@@ -213,12 +213,16 @@ impl<R: SimReplica> World<R> {
     pub(crate) fn make_executor(&self) -> Box<dyn Executor> {
         let service = service_by_name(&self.opts.service, &ServiceOptions::default())
             .expect("the service name was validated");
-        match &self.opts.executor {
+        let mut e: Box<dyn Executor> = match &self.opts.executor {
             ExecutorChoice::Sequential => {
                 Box::new(SequentialExecutor::new(service, EXEC_MAX_INFLIGHT_PER_CLIENT))
             }
             ExecutorChoice::Custom { factory, .. } => factory(service, EXEC_MAX_INFLIGHT_PER_CLIENT),
+        };
+        if let Some(p) = chorus_core::SwitchPolicy::of(&self.config) {
+            e.set_switch_policy(p);
         }
+        e
     }
 
     /// May nodes `a` and `b` talk? Twin copies only reach their own side.
