@@ -15,6 +15,7 @@ mod error;
 mod options;
 mod quorum;
 mod stats;
+mod switch;
 
 pub use auth::RequestAuth;
 pub use blocking::BlockingClient;
