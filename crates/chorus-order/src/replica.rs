@@ -595,10 +595,10 @@ impl Replica {
             Readiness::Empty if behind => Batch::noop(),
             Readiness::Empty => return false,
         };
-        // Every pending request waits for a hand-over (`rcc_switch`).
-        if batch.is_noop() && !behind {
-            return false;
-        }
+        // A no-op here means every pending request of the lane waits for a
+        // SWITCHINSTANCE hand-over (`rcc_switch`): proposing it moves the
+        // rounds on (the others follow with no-ops), up to the drift bound,
+        // so the hand-over round comes even in an idle cluster.
         let lo = self.with_lane(now, l, out, |ln, cx, _| ln.propose(cx, slot, batch));
         self.absorb(now, lane, lo);
         true

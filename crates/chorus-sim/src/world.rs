@@ -390,6 +390,15 @@ impl<R: SimReplica> World<R> {
         }
         let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
+        // RCC §III-E: instance switches of correct clients (sent, applied).
+        for c in &self.clients {
+            let (sent, applied) = c.switches();
+            for (name, k) in [("client-switch-sent", sent), ("client-switch-applied", applied)] {
+                if k > 0 {
+                    *self.counters.notes.entry(name).or_insert(0) += u64::from(k);
+                }
+            }
+        }
         let delivered_positions = self.checker.delivered_positions();
         self.trace_words(&[delivered_positions, requests_committed]);
         if !cut_short && self.opts.check_wait_free {
@@ -699,7 +708,12 @@ fn build_clients(
     let clients = (0..opts.clients as usize)
         .map(|i| {
             let (total, window) = (opts.requests_per_client, opts.client_window);
-            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us);
+            if config.params.mode == chorus_core::OrderingMode::Rcc {
+                c.with_switching(config.lanes())
+            } else {
+                c
+            }
         })
         .collect();
     let max_op_bytes = config.params.max_op_bytes as usize;

@@ -321,3 +321,33 @@ fn an_installed_snapshot_brings_the_assignment_table_with_it() {
     assert_eq!(r2.status().lanes[3].pending, 1);
     assert_eq!(r2.status().lanes[1].pending, 0);
 }
+
+/// Liveness of the hand-over in a whole (idle) cluster: instance 1's
+/// primary censors client 1 (it never gets its request) and the failure
+/// timeout is far away. The client's SWITCHINSTANCE to lane 2 is delivered,
+/// lane 2 moves the rounds on with no-ops to r_d + σ + 1 and proposes the
+/// request there; it executes exactly once everywhere.
+#[test]
+fn a_censored_client_switches_and_its_request_executes() {
+    let p = chorus_core::ProtocolParams {
+        max_lane_drift_slots: 4,
+        view_change_timeout_ms: 600_000,
+        ..params(OrderingMode::Rcc, 4)
+    };
+    let mut c = super::harness::Cluster::new(4, 8, p);
+    c.submit_to(C, 1, &[0, 2, 3]);
+    c.run_for(2_000);
+    assert!(!c.all_executed(&[(C, 1)]), "censored");
+    let sw = switch(&c.s, C, 2, 2);
+    c.submit_request(sw);
+    assert!(
+        c.run_until(30_000, |c| c.all_executed(&[(C, 1), (C, 2)])),
+        "the switch and the request execute"
+    );
+    c.check_agreement();
+    for i in 0..4 {
+        let r = c.replica(i);
+        assert_eq!(r.counters().switches.get("applied"), Some(&1));
+        assert_eq!(r.counters().view_changes, 0, "no instance was stopped");
+    }
+}
