@@ -76,6 +76,9 @@ mod tests {
         assert_eq!((i.owner(), i.next_target()), (0, Some(1)));
         assert!(!i.on_reply(1, &SwitchOutcome::AlreadyOwner.reply()));
         assert_eq!(i.owner(), 1);
-        assert_eq!(Instance::new(&cfg(OrderingMode::Pbft), ClientId(7)).next_target(), None);
+        assert_eq!(
+            Instance::new(&cfg(OrderingMode::Pbft), ClientId(7)).next_target(),
+            None
+        );
     }
 }

@@ -205,7 +205,8 @@ impl Assignments {
     /// start that way.
     /// The bytes an executor snapshot of this table begins with.
     pub fn exec_snapshot_head(&self) -> Vec<u8> {
-        postcard::to_allocvec(&(EXEC_SNAPSHOT_VERSION, self)).expect("encoding the assignment table cannot fail")
+        postcard::to_allocvec(&(EXEC_SNAPSHOT_VERSION, self))
+            .expect("encoding the assignment table cannot fail")
     }
 
     pub fn from_exec_snapshot(snapshot: &[u8]) -> Option<Assignments> {
@@ -239,7 +240,10 @@ mod tests {
         let mut t = Assignments::default();
         let c = ClientId(1);
         assert_eq!(t.owner(&P, c), LaneId(1));
-        assert!(matches!(t.apply(&P, &switch(1, 5, 2), 10), SwitchOutcome::Applied(_)));
+        assert!(matches!(
+            t.apply(&P, &switch(1, 5, 2), 10),
+            SwitchOutcome::Applied(_)
+        ));
         assert_eq!(t.owner(&P, c), LaneId(2));
         assert_eq!(t.owner_at(&P, c, Slot(13)), LaneId(1));
         assert_eq!(t.owner_at(&P, c, Slot(14)), LaneId(2));
@@ -247,7 +251,10 @@ mod tests {
         assert_eq!(t.apply(&P, &switch(1, 6, 3), 13), SwitchOutcome::InProgress);
         assert_eq!(t.apply(&P, &switch(1, 6, 2), 14), SwitchOutcome::AlreadyOwner);
         assert_eq!(t.apply(&P, &switch(1, 6, 4), 14), SwitchOutcome::BadTarget);
-        assert!(matches!(t.apply(&P, &switch(1, 6, 1), 14), SwitchOutcome::Applied(_)));
+        assert!(matches!(
+            t.apply(&P, &switch(1, 6, 1), 14),
+            SwitchOutcome::Applied(_)
+        ));
         assert_eq!(t.owner_at(&P, c, Slot(17)), LaneId(2));
         assert_eq!(t.owner_at(&P, c, Slot(18)), LaneId(1));
     }

@@ -24,8 +24,8 @@
 //! The number of clients is bounded by the cluster configuration: requests
 //! reach the executor only after their authenticator was checked against it.
 
-use chorus_core::Assignments;
 use bytes::Bytes;
+use chorus_core::Assignments;
 use chorus_core::{ClientId, Digest, RequestSeq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,9 +7,9 @@ use crate::executor::{
     install_verified, rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor,
 };
 use crate::service::{ExecContext, Service};
+use crate::switch::apply_switch;
 use crate::{encode_snapshot, state_digest};
 use bytes::Bytes;
-use crate::switch::apply_switch;
 use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq, SwitchPolicy};
 use std::sync::Arc;
 

@@ -83,7 +83,11 @@ fn a_switch_is_a_system_op_answered_exactly_once() {
             vec![switch(1, 1, 2)],
         ],
     );
-    assert_eq!(svc.0.load(Ordering::SeqCst), 1, "only the ordinary op reached the service");
+    assert_eq!(
+        svc.0.load(Ordering::SeqCst),
+        1,
+        "only the ordinary op reached the service"
+    );
     assert_eq!(out.len(), 3);
     assert_eq!(&out[0].result[..], b"\0chorus/switched-to: 2");
     assert!(!out[0].duplicate);
@@ -122,7 +126,8 @@ fn the_table_is_in_the_snapshot_and_the_state_digest() {
     assert!(cp.snapshot.starts_with(&table.exec_snapshot_head()));
     // A replica that installs it has the same table and digest.
     let (_, mut c) = executor();
-    c.install(cp.next_seq, &cp.snapshot, cp.state_digest).expect("certified state");
+    c.install(cp.next_seq, &cp.snapshot, cp.state_digest)
+        .expect("certified state");
     assert_eq!(c.client_table().switches(), a.client_table().switches());
     assert_eq!(c.state_digest(), cp.state_digest);
     assert_eq!(c.next_seq(), Seq(1));

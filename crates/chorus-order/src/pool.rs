@@ -507,8 +507,12 @@ impl Pool {
         }
         let mut seen = BTreeSet::new();
         let entries = &self.entries;
-        self.queues[lane.index()]
-            .retain(|k| entries.get(k).is_some_and(|e| e.state == State::Pending && e.lane == lane) && seen.insert(*k));
+        self.queues[lane.index()].retain(|k| {
+            entries
+                .get(k)
+                .is_some_and(|e| e.state == State::Pending && e.lane == lane)
+                && seen.insert(*k)
+        });
     }
 
     /// `cell` was decided to `batch`: its requests are ordered and leave the

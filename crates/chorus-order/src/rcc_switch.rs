@@ -134,9 +134,7 @@ pub fn may_propose(view: &OwnerView, lane: LaneId, round: Slot, req: &Request) -
     if owned != Ownership::Owned {
         return false;
     }
-    req.is_switch()
-        || !is_rcc(view.cfg)
-        || view.table.owner(&policy(view.cfg), req.client) == lane
+    req.is_switch() || !is_rcc(view.cfg) || view.table.owner(&policy(view.cfg), req.client) == lane
 }
 
 /// Pre-prepares held until this replica knows who owns their requests.
@@ -149,12 +147,16 @@ pub struct SwitchGate {
 
 impl SwitchGate {
     /// Hold `pp` (already authenticated as the slot's proposer's by the
-    /// lane). A second one for the same cell is dropped: the lane sees the
-    /// first again on release and detects an equivocation then.
+    /// lane). One of a newer view replaces the held one (the old view's is
+    /// void); another of the same view is dropped: the lane sees the first
+    /// on release and detects an equivocation when the second comes again.
     pub fn hold(&mut self, cap: usize, from: ReplicaId, pp: PrePrepare) -> bool {
         let key = (pp.lane, pp.slot);
-        if self.held.len() >= cap || self.held.contains_key(&key) {
-            return false;
+        match self.held.get(&key) {
+            Some((_, old)) if old.view >= pp.view => return false,
+            Some(_) => {}
+            None if self.held.len() >= cap => return false,
+            None => {}
         }
         self.held.insert(key, (from, pp));
         true
@@ -196,4 +198,43 @@ pub fn overrides(cfg: &ClusterConfig, table: &Assignments) -> Vec<(ClientId, Lan
         .map(|(c, h)| (*c, LaneId(h.to)))
         .filter(|(c, l)| *l != p.default_owner(*c))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Batch, Signature, View};
+
+    fn pp(lane: u32, view: u64, slot: u64) -> PrePrepare {
+        let batch = Batch::noop();
+        PrePrepare {
+            lane: LaneId(lane),
+            view: View(view),
+            slot: Slot(slot),
+            digest: batch.digest(),
+            batch,
+            sig: Signature([0; 64]),
+        }
+    }
+
+    /// Bounded, one per cell, a newer view replaces an older one, and a
+    /// cell is released once `ρ <= delivered + σ`.
+    #[test]
+    fn the_gate_is_bounded_and_releases_by_round() {
+        let mut g = SwitchGate::default();
+        let r = ReplicaId(1);
+        assert!(g.hold(2, r, pp(1, 0, 9)));
+        assert!(!g.hold(2, r, pp(1, 0, 9)), "same view: the first stays");
+        assert!(g.hold(2, r, pp(1, 1, 9)), "a newer view replaces it");
+        assert!(g.hold(2, r, pp(2, 0, 7)));
+        assert!(!g.hold(2, r, pp(3, 0, 7)), "at the cap");
+        assert_eq!(g.len(), 2);
+        assert!(g.release(2, 4).is_empty());
+        let out = g.release(3, 4);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].1.lane, out[0].1.slot), (LaneId(2), Slot(7)));
+        let out = g.release(5, 4);
+        assert_eq!(out[0].1.view, View(1));
+        assert!(g.is_empty());
+    }
 }

@@ -24,8 +24,8 @@ use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Assignments, Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
-    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
+    Assignments, Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis,
+    OrderingMode, ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 

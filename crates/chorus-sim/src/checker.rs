@@ -229,7 +229,10 @@ impl Checker {
             return;
         }
         for req in batch.requests.iter().filter(|r| !r.is_switch()) {
-            let lane = *self.client_lanes.entry((req.client, cell.slot.0)).or_insert(cell.lane);
+            let lane = *self
+                .client_lanes
+                .entry((req.client, cell.slot.0))
+                .or_insert(cell.lane);
             if lane != cell.lane {
                 self.violate(
                     ViolationKind::TwoLanes,

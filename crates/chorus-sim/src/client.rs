@@ -64,7 +64,11 @@ impl Credentials {
 
     /// RCC §III-E `SWITCHINSTANCE(c, target)`, properly authenticated.
     pub fn switch_request(&self, seq: RequestSeq, target: u32) -> Request {
-        self.request_with(seq, chorus_core::flags::SWITCH_INSTANCE, chorus_core::switch_op(target))
+        self.request_with(
+            seq,
+            chorus_core::flags::SWITCH_INSTANCE,
+            chorus_core::switch_op(target),
+        )
     }
 
     fn request_with(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
@@ -379,7 +383,10 @@ impl SimClient {
             return;
         };
         let d = Digest::of(&result);
-        let (voters, _) = p.votes.entry(d).or_insert_with(|| (BTreeSet::new(), result.clone()));
+        let (voters, _) = p
+            .votes
+            .entry(d)
+            .or_insert_with(|| (BTreeSet::new(), result.clone()));
         voters.insert(reply.replica);
         if voters.len() < self.quorum {
             return;
@@ -596,7 +603,11 @@ mod tests {
             _ => None,
         });
         let switch = switch.expect("a switch after the retries");
-        assert_eq!(chorus_core::switch_target(&switch), Some(1), "client 0: owner 0, next 1");
+        assert_eq!(
+            chorus_core::switch_target(&switch),
+            Some(1),
+            "client 0: owner 0, next 1"
+        );
         assert_eq!(c.issued(), 1);
         let applied = Bytes::from(format!("{}1", chorus_core::switch::SWITCHED_PREFIX));
         for r in 0..2 {

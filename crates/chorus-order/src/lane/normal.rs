@@ -4,8 +4,8 @@ use super::slot::Accepted;
 use super::{Admit, Decision, Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{PersistRecord, RejectReason};
-use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use crate::rcc_switch::Ownership;
+use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use chorus_core::{
     Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
     ReplicaMsg, SigKind, Signature, Slot,

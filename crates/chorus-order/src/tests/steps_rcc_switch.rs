@@ -96,7 +96,11 @@ fn deliver_round(s: &Setup, r: &mut Replica, me: u32, round: u64, special: &[(u3
     for lane in 0..4 {
         all.extend(decide(s, r, me, 10 + round, lane, round, &batch_of(lane)));
     }
-    assert_eq!(r.status().next_delivery, Seq((round + 1) * 4), "round {round} delivered");
+    assert_eq!(
+        r.status().next_delivery,
+        Seq((round + 1) * 4),
+        "round {round} delivered"
+    );
     all
 }
 
@@ -226,17 +230,32 @@ fn a_switch_to_the_owner_or_out_of_range_or_outside_rcc_is_rejected() {
     let s = rcc();
     let mut r0 = replica(&s, 0);
     let refused = |e: &[Action]| {
-        e.iter()
-            .any(|a| matches!(a, Action::Reject { reason: RejectReason::BadSwitch, .. }))
+        e.iter().any(|a| {
+            matches!(
+                a,
+                Action::Reject {
+                    reason: RejectReason::BadSwitch,
+                    ..
+                }
+            )
+        })
     };
     assert!(refused(&handle(&mut r0, 1, Event::Request(switch(&s, C, 1, 1)))));
     assert!(refused(&handle(&mut r0, 1, Event::Request(switch(&s, C, 2, 4)))));
     let e = handle(&mut r0, 1, Event::Request(switch(&s, C, 3, 2)));
     assert!(!refused(&e));
-    assert_eq!(r0.status().lanes[2].pending, 1, "a switch waits in its target lane");
+    assert_eq!(
+        r0.status().lanes[2].pending,
+        1,
+        "a switch waits in its target lane"
+    );
     let pbft = setup(4, 8, params(OrderingMode::Pbft, 1));
     let mut p0 = replica(&pbft, 0);
-    assert!(refused(&handle(&mut p0, 1, Event::Request(switch(&pbft, C, 1, 0)))));
+    assert!(refused(&handle(
+        &mut p0,
+        1,
+        Event::Request(switch(&pbft, C, 1, 0))
+    )));
     let mut r3 = replica(&s, 3);
     for (lane, to) in [(2u32, 0u32), (2, 9)] {
         let e = msg(
@@ -273,10 +292,7 @@ fn a_second_switch_before_the_hand_over_completes_or_a_replay_is_ignored() {
 #[test]
 fn an_installed_snapshot_brings_the_assignment_table_with_it() {
     let s = rcc();
-    let p = SwitchPolicy {
-        lanes: 4,
-        sigma: 4,
-    };
+    let p = SwitchPolicy { lanes: 4, sigma: 4 };
     let mut table = Assignments::default();
     table.apply(&p, &switch(&s, C, 1, 3), 1);
     let mut head = table.exec_snapshot_head();
