@@ -202,7 +202,8 @@ impl Assignments {
     /// snapshot starts with its version byte and then this table
     /// ([`EXEC_SNAPSHOT_VERSION`]), so the ordering layer reads it back
     /// without knowing the rest of the format. `None` if the bytes do not
-    /// start that way.
+    /// start that way (a version 1 snapshot, written while the table is
+    /// empty, starts with the byte 1).
     /// The bytes an executor snapshot of this table begins with.
     pub fn exec_snapshot_head(&self) -> Vec<u8> {
         postcard::to_allocvec(&(EXEC_SNAPSHOT_VERSION, self))

@@ -84,6 +84,8 @@ impl Replica {
         self.switch_gate.clear();
         let table = match Assignments::from_exec_snapshot(snapshot) {
             Some(t) => t,
+            // Version 1: written while no client had switched.
+            None if snapshot.first() == Some(&1) => Assignments::default(),
             None => {
                 // Not an executor snapshot of this version: the state digest
                 // matched, so the cluster runs without switches in it.
