@@ -13,3 +13,6 @@ done
 cargo test --workspace "$@"
 # The checkers must bite when a quorum is weakened behind a test-only switch.
 cargo test -p chorus-sim --features weak-quorum --test checkers_bite "$@"
+# sarek: the serial-order (cross-border atomicity) checker must catch an
+# executor that skips the SYNC wait (test-only feature).
+cargo test -p chorus-sim --features skip-sync-wait --test sarek "$@"

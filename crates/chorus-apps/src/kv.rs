@@ -115,6 +115,16 @@ impl KvService {
                 KvReply::Value(self.shard(&key).write().insert(key, value))
             }
             KvOp::Scan { start, limit } => self.scan(&start, limit.min(MAX_SCAN_LIMIT) as usize),
+            KvOp::PutAll { pairs } => {
+                let entries = pairs
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let old = self.shard(&key).write().insert(key.clone(), value);
+                        (key, old.unwrap_or_default())
+                    })
+                    .collect();
+                KvReply::Entries { entries, more: false }
+            }
         }
     }
 
@@ -173,6 +183,10 @@ impl Service for KvService {
         };
         match op {
             KvOp::Scan { .. } => Access::Everything,
+            KvOp::PutAll { pairs } => Access::Keys {
+                reads: vec![],
+                writes: pairs.into_iter().map(|(k, _)| k).collect(),
+            },
             KvOp::Get { key } | KvOp::Read { key } => Access::Keys {
                 reads: vec![key],
                 writes: vec![],

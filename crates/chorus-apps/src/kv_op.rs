@@ -37,7 +37,17 @@ pub enum KvOp {
     /// YCSB read-modify-write: read the record, then write `value`.
     /// Reply: `Value` (the value before the write).
     ReadModifyWrite { key: Bytes, value: Bytes },
+    /// Write several keys at once (SAREK §V's multi-key micro-benchmark
+    /// request; with partitioned state, usually a cross-partition one). At
+    /// most [`MAX_PUTALL_PAIRS`]. Reply: `Entries` with each key's value
+    /// before the write (empty if none), in the order given.
+    PutAll { pairs: Vec<(Bytes, Bytes)> },
 }
+
+/// Most keys one `PutAll` writes.
+pub const MAX_PUTALL_PAIRS: usize = 16;
+
+static EMPTY_KEY: Bytes = Bytes::from_static(b"");
 
 /// What the store answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +104,17 @@ impl KvOp {
         if key_len > MAX_KEY_BYTES {
             return Err(KvDecodeError::KeyTooLong(key_len));
         }
+        if let KvOp::PutAll { pairs } = &op {
+            if pairs.is_empty() || pairs.len() > MAX_PUTALL_PAIRS {
+                return Err(KvDecodeError::Malformed(format!(
+                    "putall of {} pairs",
+                    pairs.len()
+                )));
+            }
+            if let Some((k, _)) = pairs.iter().find(|(k, _)| k.len() > MAX_KEY_BYTES) {
+                return Err(KvDecodeError::KeyTooLong(k.len()));
+            }
+        }
         Ok(op)
     }
 
@@ -108,7 +129,12 @@ impl KvOp {
             | KvOp::Insert { key, .. }
             | KvOp::ReadModifyWrite { key, .. } => key,
             KvOp::Scan { start, .. } => start,
+            KvOp::PutAll { pairs } => pairs.first().map_or(&EMPTY_KEY, |(k, _)| k),
         }
+    }
+
+    pub fn put_all(pairs: Vec<(Bytes, Bytes)>) -> Bytes {
+        KvOp::PutAll { pairs }.encode()
     }
 
     pub fn is_read_only(&self) -> bool {
@@ -168,6 +194,9 @@ mod tests {
                 key: "k".into(),
                 value: "v".into(),
             },
+            KvOp::PutAll {
+                pairs: vec![("a".into(), "1".into()), ("b".into(), "2".into())],
+            },
         ];
         for op in ops {
             assert_eq!(KvOp::decode(&op.encode()).unwrap(), op);
@@ -183,6 +212,11 @@ mod tests {
             KvOp::decode(&long.encode()),
             Err(KvDecodeError::KeyTooLong(MAX_KEY_BYTES + 1))
         );
+        let empty = KvOp::PutAll { pairs: vec![] };
+        assert!(matches!(
+            KvOp::decode(&empty.encode()),
+            Err(KvDecodeError::Malformed(_))
+        ));
         let mut bytes = KvOp::get("a").to_vec();
         bytes.push(0);
         assert_eq!(KvOp::decode(&bytes), Err(KvDecodeError::TrailingBytes(1)));

@@ -1,10 +1,15 @@
 //! Building a service from its name and options.
 
 use crate::kv::{KvService, DEFAULT_KV_SHARDS};
+use crate::kv_op::KvOp;
 use crate::null::NullService;
+use crate::registry::{ServiceEntry, ServiceRegistry};
 use crate::sleep::SleepService;
 use crate::token::{Genesis, TokenService};
+use bytes::Bytes;
+use chorus_core::ClientId;
 use chorus_exec::Service;
+use rand::{Rng, RngCore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,21 +86,69 @@ impl ServiceOptions {
     }
 }
 
-/// The service called `name` (one of [`SERVICE_NAMES`]).
+/// The built-in service called `name` (one of [`SERVICE_NAMES`]).
 pub fn service_by_name(name: &str, opts: &ServiceOptions) -> Result<Arc<dyn Service>, String> {
-    match name {
-        "kv" => Ok(Arc::new(KvService::new(opts.kv_shards))),
-        "null" => Ok(Arc::new(NullService)),
-        "sleep" => Ok(Arc::new(SleepService::new(
-            Duration::from_micros(opts.sleep_us),
-            opts.buckets,
-        ))),
-        "token" => Ok(Arc::new(TokenService::new(opts.token_genesis())?)),
-        _ => Err(format!(
-            "unknown service {name:?} (known: {})",
-            SERVICE_NAMES.join(", ")
-        )),
+    ServiceRegistry::builtin().build(name, opts)
+}
+
+/// Keys the kv workload spreads over: few, so requests conflict.
+const KV_WORKLOAD_KEYS: u32 = 8;
+
+/// The simulator's kv workload: puts, gets and read-modify-writes over a few
+/// keys, each value naming its writer so results differ per request.
+pub fn kv_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
+    let key = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
+    let value = format!("c{}-q{seq}", client.0);
+    kv_single_key_op(rng, key, value)
+}
+
+/// `kv_workload` with about one request in three a two-key `PutAll` (the
+/// simulator's sarek workload: mostly cross-partition requests).
+pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
+    let key = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
+    let value = format!("c{}-q{seq}", client.0);
+    if rng.gen_range(0..3) == 0 {
+        let other = format!("k{}", rng.gen_range(0..KV_WORKLOAD_KEYS));
+        return KvOp::put_all(vec![
+            (key.into(), value.clone().into()),
+            (other.into(), value.into()),
+        ]);
     }
+    kv_single_key_op(rng, key, value)
+}
+
+/// A put, get or read-modify-write of `key`, one in three each.
+fn kv_single_key_op(rng: &mut dyn RngCore, key: String, value: String) -> Bytes {
+    match rng.gen_range(0..3) {
+        0 => KvOp::put(key, value),
+        1 => KvOp::get(key),
+        _ => KvOp::ReadModifyWrite {
+            key: key.into(),
+            value: value.into(),
+        }
+        .encode(),
+    }
+}
+
+/// The built-in services as registry entries.
+pub(crate) fn builtin_entries() -> Vec<ServiceEntry> {
+    vec![
+        ServiceEntry::new("kv", "key-value store with YCSB operations", |o| {
+            Ok(Arc::new(KvService::new(o.kv_shards)) as Arc<dyn Service>)
+        })
+        .with_workload(kv_workload),
+        // The null service answers the kv workload with empty replies.
+        ServiceEntry::new("null", "empty replies, no state", |_| {
+            Ok(Arc::new(NullService) as Arc<dyn Service>)
+        })
+        .with_workload(kv_workload),
+        ServiceEntry::new("sleep", "fixed service time over `buckets` keys", |o| {
+            Ok(Arc::new(SleepService::new(Duration::from_micros(o.sleep_us), o.buckets)) as Arc<dyn Service>)
+        }),
+        ServiceEntry::new("token", "accounts and Ed25519-signed transfers", |o| {
+            Ok(Arc::new(TokenService::new(o.token_genesis())?) as Arc<dyn Service>)
+        }),
+    ]
 }
 
 #[cfg(test)]

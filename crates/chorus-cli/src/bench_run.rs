@@ -8,7 +8,7 @@ use crate::workload::{Generator, WorkloadSpec};
 use anyhow::{anyhow, bail, Context, Result};
 use chorus_apps::kv_op::KvOp;
 use chorus_core::{ClientId, ClusterConfig, Identity, OrderingMode, ProtocolParams};
-use chorus_node::keygen::{keygen, KeygenOptions};
+use chorus_node::keygen::{keygen_in, KeygenOptions};
 use rand::SeedableRng;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -144,21 +144,24 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
                 window_slots: 512,
                 ..ProtocolParams::default()
             };
-            let config = keygen(&KeygenOptions {
-                out: dir.clone(),
-                n: a.n,
-                clients: a.clients + 1,
-                hosts: vec!["127.0.0.1".into()],
-                base_port: free_base_port(a.n, pillars)?,
-                params,
-                service: a.service.clone(),
-                service_options: crate::workload_token::service_options(&a.service, a.records),
-                executor: a.executor.clone(),
-                workers: a.workers,
-                fsync: a.fsync.clone(),
-                sleep_us: a.sleep_us,
-                sleep_buckets: a.buckets,
-            })?;
+            let config = keygen_in(
+                crate::registry(),
+                &KeygenOptions {
+                    out: dir.clone(),
+                    n: a.n,
+                    clients: a.clients + 1,
+                    hosts: vec!["127.0.0.1".into()],
+                    base_port: free_base_port(a.n, pillars)?,
+                    params,
+                    service: a.service.clone(),
+                    service_options: crate::workload_token::service_options(&a.service, a.records),
+                    executor: a.executor.clone(),
+                    workers: a.workers,
+                    fsync: a.fsync.clone(),
+                    sleep_us: a.sleep_us,
+                    sleep_buckets: a.buckets,
+                },
+            )?;
             let mut c = Cluster::new(dir.clone(), a.n);
             for i in 0..a.n {
                 c.start(i)?;

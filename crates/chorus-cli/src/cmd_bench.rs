@@ -18,7 +18,7 @@ pub struct Args {
     /// Replicas of the local cluster (3f+1).
     #[arg(long, default_value_t = 4)]
     pub n: usize,
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (forced to 1 for pbft).
@@ -133,9 +133,10 @@ impl Args {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) {
+        let entry = crate::registry().get(&self.service).map_err(anyhow::Error::msg)?;
+        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) && entry.workload.is_none() {
             bail!(
-                "--service must be kv, null, sleep or token, not {:?}",
+                "--service {:?} has no workload generator to drive it with",
                 self.service
             );
         }

@@ -1,6 +1,7 @@
 //! `chorus demo`: a local 4-replica cluster as separate processes doing real
-//! key-value work; one replica is SIGKILLed mid-run and restarted, and the
-//! demo shows it catch up to the same state digest.
+//! work (key-value by default, or any registered service with a workload
+//! generator); one replica is SIGKILLed mid-run and restarted, and the demo
+//! shows it catch up to the same state digest.
 
 use crate::load::{self, LoadStats, Percentiles};
 use crate::procs::{free_base_port, tail, Cluster};
@@ -9,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use chorus_apps::kv_op::{KvOp, KvReply};
 use chorus_core::{ClientId, ClusterConfig, Identity, OrderingMode, ProtocolParams};
-use chorus_node::keygen::{keygen, KeygenOptions};
+use chorus_node::keygen::{keygen_in, KeygenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -18,12 +19,16 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars.
     #[arg(long, default_value_t = 2)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane and preferred leader each);
+    /// overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
@@ -48,6 +53,15 @@ pub struct Args {
     /// Do not serve the dashboard.
     #[arg(long)]
     pub no_dashboard: bool,
+    /// Service: kv, or any registered service with a workload generator.
+    #[arg(long, default_value = "kv")]
+    pub service: String,
+    /// Executor: sequential | parallel.
+    #[arg(long, default_value = "sequential")]
+    pub executor: String,
+    /// Worker threads of the parallel executor.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
 }
 
 struct PhaseRow {
@@ -78,10 +92,30 @@ async fn demo(a: &Args) -> Result<()> {
     if a.victim as usize >= n {
         bail!("--victim must be below {n}");
     }
+    // kv has its own workload here (with a read-back of acknowledged writes).
+    let app = if a.service == "kv" {
+        None
+    } else {
+        let registry = crate::registry();
+        let entry = registry.get(&a.service).map_err(anyhow::Error::msg)?;
+        let workload = entry.workload.clone().ok_or_else(|| {
+            anyhow!(
+                "service {:?} has no workload generator to demo it with",
+                a.service
+            )
+        })?;
+        let local = registry
+            .build(&a.service, &chorus_apps::ServiceOptions::default())
+            .map_err(anyhow::Error::msg)?;
+        Some((workload, local))
+    };
+    if a.partitions.is_some() && a.mode != OrderingMode::Sarek {
+        bail!("--partitions is for --mode sarek (cop uses --pillars)");
+    }
     let pillars = if a.mode == OrderingMode::Pbft {
         1
     } else {
-        a.pillars
+        a.partitions.unwrap_or(a.pillars)
     };
     let (dir, _tmp) = match &a.dir {
         Some(d) => (d.clone(), None),
@@ -100,29 +134,34 @@ async fn demo(a: &Args) -> Result<()> {
         view_change_timeout_ms: 1_000,
         ..ProtocolParams::default()
     };
-    let cluster_cfg = keygen(&KeygenOptions {
-        out: dir.clone(),
-        n,
-        // The workers, the probe, and the dashboard's own identity (replies
-        // go to an identity's newest connection, so none may share one).
-        clients: a.clients + 2,
-        hosts: vec!["127.0.0.1".into()],
-        base_port,
-        params,
-        service: "kv".into(),
-        service_options: String::new(),
-        executor: "sequential".into(),
-        workers: 2,
-        fsync: "batch".into(),
-        sleep_us: 1000,
-        sleep_buckets: 1,
-    })?;
+    let cluster_cfg = keygen_in(
+        crate::registry(),
+        &KeygenOptions {
+            out: dir.clone(),
+            n,
+            // The workers, the probe, and the dashboard's own identity (replies
+            // go to an identity's newest connection, so none may share one).
+            clients: a.clients + 2,
+            hosts: vec!["127.0.0.1".into()],
+            base_port,
+            params,
+            service: a.service.clone(),
+            service_options: String::new(),
+            executor: a.executor.clone(),
+            workers: a.workers,
+            fsync: "batch".into(),
+            sleep_us: 1000,
+            sleep_buckets: 1,
+        },
+    )?;
     let config = Arc::new(cluster_cfg);
     println!(
-        "Chorus demo: {n} replicas (f = {}), mode {}, {} pillar(s), kv service, {} clients x {} in flight",
+        "Chorus demo: {n} replicas (f = {}), mode {}, {} pillar(s), {} service, {} executor, {} clients x {} in flight",
         config.f(),
         format!("{:?}", a.mode).to_lowercase(),
         pillars,
+        a.service,
+        a.executor,
         a.clients,
         a.in_flight
     );
@@ -167,7 +206,15 @@ async fn demo(a: &Args) -> Result<()> {
         .map_err(|e| anyhow!("client {c}: {e}"))?;
         let client = Arc::new(client);
         for slot in 0..a.in_flight {
-            workers.push(tokio::spawn(worker(client.clone(), c, slot, stats.clone())));
+            workers.push(match &app {
+                None => tokio::spawn(worker(client.clone(), c, slot, stats.clone())),
+                Some((w, local)) => tokio::spawn(app_worker(
+                    client.clone(),
+                    (w.clone(), local.clone()),
+                    (c, slot),
+                    stats.clone(),
+                )),
+            });
         }
     }
 
@@ -229,19 +276,20 @@ async fn demo(a: &Args) -> Result<()> {
         );
     }
     println!(
-        "\n{:<8} {:>10} {:>10} {:>10}  state digest",
-        "replica", "executed", "stable", "views"
+        "\n{:<8} {:>10} {:>10} {:>10} {:>9}  state digest",
+        "replica", "executed", "stable", "views", "diverged"
     );
     let mut digests = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         match r {
             Ok(s) => {
                 println!(
-                    "{:<8} {:>10} {:>10} {:>10}  {}",
+                    "{:<8} {:>10} {:>10} {:>10} {:>9}  {}",
                     format!("r{i}"),
                     s.executed_seq,
                     s.core.stable_seq,
                     format!("{:?}", s.core.views),
+                    s.core.state_divergences,
                     s.state_digest
                 );
                 digests.push((s.executed_seq, s.state_digest.clone()));
@@ -258,11 +306,13 @@ async fn demo(a: &Args) -> Result<()> {
         .filter_map(|r| r.as_ref().ok().map(|s| s.core.views.clone()))
         .collect();
     let same_views = views.len() == n && views.windows(2).all(|w| w[0] == w[1]);
-    println!(
-        "\nacknowledged writes checked: {} of {} distinct keys, lost: {lost}",
-        sample.len(),
-        latest.len()
-    );
+    if app.is_none() {
+        println!(
+            "\nacknowledged writes checked: {} of {} distinct keys, lost: {lost}",
+            sample.len(),
+            latest.len()
+        );
+    }
     println!(
         "replica {} killed with SIGKILL, restarted, caught up: {}",
         a.victim,
@@ -329,6 +379,35 @@ async fn worker(client: Arc<chorus_client::Client>, c: usize, slot: usize, stats
                     stats.errors.fetch_add(1, Ordering::Relaxed);
                     stats.forget_key(key);
                 }
+            }
+        }
+    }
+}
+
+/// A registered service's workload: each (client, slot) draws from its own
+/// seeded RNG; read-only operations take the fast path.
+async fn app_worker(
+    client: Arc<chorus_client::Client>,
+    (workload, local): (chorus_apps::WorkloadFn, Arc<dyn chorus_exec::Service>),
+    (c, slot): (usize, usize),
+    stats: Arc<LoadStats>,
+) {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64((c * 1_000 + slot) as u64);
+    let mut i: u64 = 0;
+    while !stats.stop.load(Ordering::Relaxed) {
+        i += 1;
+        let op = workload(&mut rng, ClientId(c as u64), i * 1_000 + slot as u64);
+        let started = Instant::now();
+        let r = if local.is_read_only(&op) {
+            client.invoke_read_only(op).await
+        } else {
+            client.invoke(op).await
+        };
+        match r {
+            Ok(_) => stats.record(started),
+            Err(_) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

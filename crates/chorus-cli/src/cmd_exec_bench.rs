@@ -50,7 +50,9 @@ fn service(a: &Args, factor: u32) -> Result<Arc<dyn Service>> {
         buckets: factor,
         ..Default::default()
     };
-    chorus_apps::service_by_name(&a.service, &opts).map_err(anyhow::Error::msg)
+    crate::registry()
+        .build(&a.service, &opts)
+        .map_err(anyhow::Error::msg)
 }
 
 fn batches(a: &Args, factor: u32) -> Vec<Arc<Batch>> {

@@ -1,6 +1,6 @@
 use anyhow::Result;
 use chorus_core::{LeaderRotation, OrderingMode, ProtocolParams};
-use chorus_node::keygen::{keygen, KeygenOptions};
+use chorus_node::keygen::{keygen_in, KeygenOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -20,19 +20,22 @@ pub struct Args {
     /// First port; replica i uses base + 100·i + (pillar | 90 clients | 91 metrics).
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (1 in pbft mode).
     #[arg(long, default_value_t = 2)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane each); overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Leader rotation: fixed | block-wise.
     #[arg(long, value_enum, default_value = "fixed")]
     pub leader: LeaderArg,
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]
     pub batch: u32,
-    /// Service: kv | null | sleep | token.
+    /// Service: a registered name (built in: kv | null | sleep | token).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Service options, `key=value,...`: e.g. the token genesis
@@ -62,6 +65,8 @@ pub enum LeaderArg {
 pub fn params_from(a: &Args) -> ProtocolParams {
     let pillars = if a.mode == OrderingMode::Pbft {
         1
+    } else if a.mode == OrderingMode::Sarek {
+        a.partitions.unwrap_or(a.pillars)
     } else {
         a.pillars
     };
@@ -94,7 +99,7 @@ pub fn run(a: Args) -> Result<()> {
         sleep_us: 1000,
         sleep_buckets: 1,
     };
-    let cluster = keygen(&opts)?;
+    let cluster = keygen_in(crate::registry(), &opts)?;
     println!(
         "wrote {} replicas and {} clients to {} (mode {:?}, {} lanes, f = {})",
         cluster.n(),

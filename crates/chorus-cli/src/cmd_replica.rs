@@ -10,5 +10,5 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let loaded = chorus_node::node_config::load_node(&a.config)?;
-    chorus_node::runtime::run_replica(loaded)
+    chorus_node::runtime::run_replica_in(crate::registry(), loaded)
 }

@@ -10,12 +10,15 @@ use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Ordering mode: pbft | cop | rcc.
+    /// Ordering mode: pbft | cop | rcc | dispel | sarek.
     #[arg(long, default_value = "cop")]
     pub mode: OrderingMode,
     /// COP pillars (lanes); forced to 1 for pbft.
     #[arg(long, default_value_t = 4)]
     pub pillars: u32,
+    /// sarek: state partitions K (one lane each); overrides --pillars.
+    #[arg(long)]
+    pub partitions: Option<u32>,
     /// Replicas (3f+1).
     #[arg(long, default_value_t = 4)]
     pub n: usize,
@@ -65,7 +68,7 @@ pub struct Args {
     /// Executor: sequential | parallel.
     #[arg(long, default_value = "sequential")]
     pub executor: String,
-    /// Service: kv | null.
+    /// Service: a registered name with a workload generator (built in: kv | null).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Do not require every correct replica to end active in one view of
@@ -108,7 +111,10 @@ pub fn run(a: Args) -> Result<()> {
             .map_or(1, |d| d.as_secs() * 1_000),
         (None, None) => 0,
     };
-    let mut opts = SimOptions::new(a.mode, a.pillars, a.n)
+    if a.partitions.is_some() && a.mode != OrderingMode::Sarek {
+        bail!("--partitions is for --mode sarek (cop uses --pillars)");
+    }
+    let mut opts = SimOptions::new(a.mode, a.partitions.unwrap_or(a.pillars), a.n)
         .with_faults(faults)
         .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;
@@ -124,6 +130,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.byzantine_clients = a.byzantine_clients;
     opts.executor = executor;
     opts.service = a.service.clone();
+    opts.registry = Arc::new(crate::registry().clone());
+    opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {

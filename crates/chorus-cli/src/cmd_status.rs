@@ -15,6 +15,7 @@ Columns (one row per replica; positions are global sequence numbers):
   peers      live connections to other replicas (all pillars)
   clients    live client connections
   state digest  first 16 hex digits of the executed state's digest; equal on replicas at equal 'executed'
+A WARNING line follows for each replica whose checkpoint digest disagreed with a stable certificate.
 A replica that does not answer within 3 s is shown as unreachable.
 
 Exit status: 0 when at least 2f+1 replicas answered, 4 when fewer did (the cluster cannot make
@@ -44,9 +45,15 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         let mut answered = 0;
+        let mut diverged = Vec::new();
         for r in c.cluster.replica_ids() {
             let reply = query(&c.cluster, c.id, &c.identity, r).await;
             answered += usize::from(reply.is_ok());
+            if let Ok(s) = &reply {
+                if s.core.state_divergences > 0 {
+                    diverged.push((r, s.core.state_divergences));
+                }
+            }
             match reply {
                 Ok(s) if a.json => println!("{}", serde_json::to_string(&s)?),
                 Ok(s) => println!(
@@ -66,8 +73,22 @@ pub fn run(a: Args) -> Result<()> {
                 Err(e) => println!("{:<8} unreachable: {e:#}", r.to_string()),
             }
         }
+        if !a.json {
+            for (r, n) in &diverged {
+                println!(
+                    "WARNING: {r}'s state diverged from the certified one at {n} checkpoint(s) \
+                     (see its log; the service may be non-deterministic or under-declare its access sets)"
+                );
+            }
+        }
         if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Rcc {
             print_instances(&c.cluster, c.id, &c.identity).await;
+        }
+        if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Dispel {
+            print_epochs(&c.cluster, c.id, &c.identity).await;
+        }
+        if !a.json && c.cluster.params.mode == chorus_core::OrderingMode::Sarek {
+            print_partitions(&c.cluster, c.id, &c.identity).await;
         }
         let needed = c.cluster.quorum();
         if answered < needed {
@@ -82,6 +103,86 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// SAREK: each partition as the first reachable replica sees it: its
+/// leader (preferred `k mod n` in view 0), view, delivery-stream position
+/// and first undecided slot.
+async fn print_partitions(
+    cluster: &chorus_core::ClusterConfig,
+    id: chorus_core::ClientId,
+    identity: &chorus_core::Identity,
+) {
+    for r in cluster.replica_ids() {
+        let Ok(s) = query(cluster, id, identity, r).await else {
+            continue;
+        };
+        println!("\nSAREK partitions as seen by {r}:");
+        println!(
+            "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  state",
+            "partition", "leader", "preferred", "view", "stream", "undecided"
+        );
+        for (k, d) in s.core.lane_detail.iter().enumerate() {
+            let lane = chorus_core::LaneId(k as u32);
+            let view = s.core.views.get(k).copied().unwrap_or(0);
+            let state = if d.view_changing { "view change" } else { "running" };
+            println!(
+                "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  {state}",
+                k,
+                format!("r{}", d.proposer),
+                cluster.preferred_leader(lane, chorus_core::View(0)).to_string(),
+                view,
+                d.stream_next.map_or("-".to_string(), |s| s.to_string()),
+                d.next_undecided,
+            );
+        }
+        return;
+    }
+}
+
+/// Dispel: each replica's live DBFT epochs, its pipeline depth and the
+/// binary-consensus rounds recent epochs needed.
+async fn print_epochs(
+    cluster: &chorus_core::ClusterConfig,
+    id: chorus_core::ClientId,
+    identity: &chorus_core::Identity,
+) {
+    println!("\nDispel epochs:");
+    println!(
+        "{:<8} {:>10} {:>10} {:>6}  live epochs (epoch: bits decided/n, round)  recent rounds",
+        "replica", "next", "spawn", "depth"
+    );
+    let n = cluster.n();
+    for r in cluster.replica_ids() {
+        let Ok(s) = query(cluster, id, identity, r).await else {
+            continue;
+        };
+        let Some(d) = s.core.dispel else { continue };
+        let live: Vec<String> = d
+            .epochs
+            .iter()
+            .map(|(e, joined, bits, round)| {
+                format!(
+                    "{e}:{bits}/{n},r{round}{}",
+                    if *joined { "" } else { " (not joined)" }
+                )
+            })
+            .collect();
+        let rounds: Vec<String> = d
+            .decided_rounds
+            .iter()
+            .map(|(e, r)| format!("{e}:r{r}"))
+            .collect();
+        println!(
+            "{:<8} {:>10} {:>10} {:>6}  [{}]  [{}]",
+            r.to_string(),
+            d.next_epoch,
+            d.next_spawn,
+            d.pipeline_depth,
+            live.join(" "),
+            rounds.join(" ")
+        );
+    }
 }
 
 /// RCC: each instance as the first reachable replica sees it: its round,

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use chorus_apps::kv_op::KvOp;
 use rand::distributions::Distribution;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum KeyDist {
@@ -45,6 +45,9 @@ pub struct WorkloadSpec {
     pub buckets: u32,
 }
 
+/// Services with their own generator here; any other comes from the registry.
+const BUILTIN: &[&str] = &["kv", "null", "sleep", "token"];
+
 /// One generated operation.
 pub struct Op {
     pub bytes: Bytes,
@@ -57,6 +60,16 @@ pub struct Generator {
     inserted: u64,
     payload: Bytes,
     token: Option<crate::workload_token::TokenGen>,
+    /// An application's service: its registered workload, and a local
+    /// instance that says which generated operations are read-only.
+    app: Option<AppGen>,
+}
+
+struct AppGen {
+    workload: chorus_apps::WorkloadFn,
+    service: std::sync::Arc<dyn chorus_exec::Service>,
+    client: chorus_core::ClientId,
+    issued: u64,
 }
 
 impl Generator {
@@ -69,7 +82,23 @@ impl Generator {
         let token = (spec.service == "token").then(|| {
             crate::workload_token::TokenGen::new(spec.records, spec.ycsb, spec.dist, spec.conflict_rate)
         });
+        let app = (!BUILTIN.contains(&spec.service.as_str()))
+            .then(|| {
+                let registry = crate::registry();
+                let workload = registry.get(&spec.service).ok()?.workload.clone()?;
+                let service = registry
+                    .build(&spec.service, &chorus_apps::ServiceOptions::default())
+                    .ok()?;
+                Some(AppGen {
+                    workload,
+                    service,
+                    client: chorus_core::ClientId(client),
+                    issued: 0,
+                })
+            })
+            .flatten();
         Generator {
+            app,
             token,
             inserted: spec.records + client * 1_000_000_000,
             spec,
@@ -99,6 +128,13 @@ impl Generator {
     pub fn next(&mut self, rng: &mut impl Rng) -> Op {
         if let Some(t) = &mut self.token {
             return t.next(rng);
+        }
+        if let Some(g) = &mut self.app {
+            g.issued += 1;
+            let mut draw = rand_chacha::ChaCha8Rng::seed_from_u64(rng.gen());
+            let bytes = (g.workload)(&mut draw, g.client, g.issued);
+            let read_only = g.service.is_read_only(&bytes);
+            return Op { bytes, read_only };
         }
         match self.spec.service.as_str() {
             "null" => Op {

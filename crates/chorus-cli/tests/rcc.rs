@@ -6,50 +6,12 @@
 
 mod common;
 
-use bytes::Bytes;
-use chorus_apps::kv_op::KvOp;
 use chorus_core::OrderingMode;
-use common::{rt, TestCluster};
-use std::collections::HashMap;
+use common::{drive_writes, rt, Load, TestCluster};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TIMEOUT_MS: u64 = 800;
-
-/// Completion times of every acknowledged write, and the writes themselves.
-#[derive(Default)]
-struct Load {
-    done: Vec<Instant>,
-    acked: HashMap<Bytes, Bytes>,
-}
-
-/// `clients` clients × 4 in flight write fresh keys until `stop`.
-async fn drive(c: &TestCluster, clients: usize, stop: Instant, load: Arc<Mutex<Load>>) {
-    let mut tasks = Vec::new();
-    for ci in 0..clients {
-        let client = Arc::new(c.client(ci).await);
-        for lane in 0..4 {
-            let client = client.clone();
-            let load = load.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut i = 0u64;
-                while Instant::now() < stop {
-                    let k = Bytes::from(format!("rcc-{ci}-{lane}-{i}"));
-                    let v = Bytes::from(format!("v{i}"));
-                    i += 1;
-                    if client.invoke(KvOp::put(k.clone(), v.clone())).await.is_ok() {
-                        let mut l = load.lock().unwrap();
-                        l.done.push(Instant::now());
-                        l.acked.insert(k, v);
-                    }
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
 
 fn lane0(c: &TestCluster, r: usize) -> Option<serde_json::Value> {
     c.status(r).map(|s| s["core"]["lane_detail"][0].clone())
@@ -79,7 +41,13 @@ fn sigkill_of_an_instance_primary_stops_only_its_instance_and_it_resumes_after_r
             .status()
             .expect("kill");
     });
-    rt.block_on(drive(&c, 4, kill_time + Duration::from_secs(8), load.clone()));
+    rt.block_on(drive_writes(
+        &c,
+        "rcc",
+        4,
+        kill_time + Duration::from_secs(8),
+        load.clone(),
+    ));
     killer.join().unwrap();
     c.kill(0);
 
@@ -121,8 +89,9 @@ fn sigkill_of_an_instance_primary_stops_only_its_instance_and_it_resumes_after_r
     c.wait_up(&[0], Duration::from_secs(20));
     let back_by = Instant::now() + Duration::from_secs(30);
     loop {
-        rt.block_on(drive(
+        rt.block_on(drive_writes(
             &c,
+            "rcc",
             2,
             Instant::now() + Duration::from_millis(1500),
             load.clone(),

@@ -40,6 +40,12 @@ impl Client {
     /// included). With `opts.connect_timeout = Some(t)`, waits until a quorum
     /// of replicas is connected and fails after `t`. Must run inside a tokio
     /// runtime (current-thread or multi-thread) with time and I/O enabled.
+    /// Connect as the client a `client-<i>.toml` from `keygen` describes.
+    pub async fn from_file(path: &std::path::Path, opts: ClientOptions) -> Result<Client, ClientError> {
+        let setup = crate::files::load_client_file(path).map_err(ClientError::Config)?;
+        Client::connect(Arc::new(setup.config), setup.id, setup.identity, opts).await
+    }
+
     pub async fn connect(
         config: Arc<ClusterConfig>,
         id: ClientId,

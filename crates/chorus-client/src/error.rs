@@ -32,6 +32,9 @@ pub enum ClientError {
     IdentityMismatch(ClientId),
     #[error("invalid client options: {0}")]
     Options(&'static str),
+    /// A client file (`Client::from_file`) could not be read or parsed.
+    #[error("client configuration: {0}")]
+    Config(String),
     #[error("the configuration lists no replicas")]
     NoReplicas,
     /// `detail`: why the links that are down failed, as text (may be empty).

@@ -205,13 +205,16 @@ impl Validate for ReplicaMsg {
                 check(m.count > 0 && m.index < m.count, "bad chunk index")?;
                 m.cert.validate(l)
             }
+            // The inner `DbftMsg` is decoded and bounded by the receiver.
+            ReplicaMsg::Dbft(m) => check(m.bytes.len() <= l.max_frame_bytes, "dbft message too large"),
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::Prepare(_)
             | ReplicaMsg::Commit(_)
             | ReplicaMsg::Status(_)
             | ReplicaMsg::Decided(_)
             | ReplicaMsg::FetchBatch(_)
-            | ReplicaMsg::StateRequest(_) => Ok(()),
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::Timeout(_) => Ok(()),
         }
     }
 }

@@ -20,6 +20,12 @@ pub enum OrderingMode {
     /// RCC: one PBFT instance (lane) per replica, instance `i` proposed by
     /// replica `i`; rounds merged in a hash-seeded order (RCC §III, §IV).
     Rcc,
+    /// Dispel: one lane per proposer (`lanes = n`), slot `e` of lane `p` is
+    /// proposer `p`'s batch in epoch `e`, decided by DBFT (Dispel §3–§4).
+    Dispel,
+    /// SAREK: `pillars` = K partitions, one PBFT lane each with preferred
+    /// leader `k mod n`; each lane is its own delivery stream (SAREK §IV-A).
+    Sarek,
 }
 
 impl OrderingMode {
@@ -28,6 +34,8 @@ impl OrderingMode {
             OrderingMode::Pbft => "pbft",
             OrderingMode::Cop => "cop",
             OrderingMode::Rcc => "rcc",
+            OrderingMode::Dispel => "dispel",
+            OrderingMode::Sarek => "sarek",
         }
     }
 }
@@ -39,8 +47,10 @@ impl std::str::FromStr for OrderingMode {
             "pbft" => Ok(OrderingMode::Pbft),
             "cop" => Ok(OrderingMode::Cop),
             "rcc" => Ok(OrderingMode::Rcc),
+            "dispel" => Ok(OrderingMode::Dispel),
+            "sarek" => Ok(OrderingMode::Sarek),
             other => Err(format!(
-                "unknown ordering mode {other:?} (expected pbft, cop or rcc)"
+                "unknown ordering mode {other:?} (expected pbft, cop, rcc, dispel or sarek)"
             )),
         }
     }
@@ -80,7 +90,8 @@ pub enum ClientAuthKind {
 #[serde(default, deny_unknown_fields)]
 pub struct ProtocolParams {
     pub mode: OrderingMode,
-    /// COP pillars = lanes. Must be 1 in `pbft` mode.
+    /// COP pillars = lanes. Must be 1 in `pbft` mode. In `sarek` the number
+    /// of partitions K (`--partitions`), one lane each.
     pub pillars: u32,
     pub leader_rotation: LeaderRotation,
     pub client_auth: ClientAuthKind,
@@ -227,9 +238,11 @@ impl ClusterConfig {
     pub fn lanes(&self) -> u32 {
         match self.params.mode {
             OrderingMode::Pbft => 1,
-            OrderingMode::Cop => self.params.pillars,
+            OrderingMode::Cop | OrderingMode::Sarek => self.params.pillars,
             // RCC §III-B: m = n instances, one per replica.
             OrderingMode::Rcc => self.n() as u32,
+            // Dispel §3: every replica proposes in every epoch, one lane each.
+            OrderingMode::Dispel => self.n() as u32,
         }
     }
 
@@ -261,13 +274,24 @@ impl ClusterConfig {
     /// `chorus-order`'s `roles`).
     pub fn leader(&self, cell: Cell, view: View) -> ReplicaId {
         let n = self.n() as u64;
-        if self.params.mode == OrderingMode::Rcc {
+        if matches!(self.params.mode, OrderingMode::Rcc | OrderingMode::Dispel) {
             return self.instance_primary(cell.lane);
+        }
+        if self.params.mode == OrderingMode::Sarek {
+            return self.preferred_leader(cell.lane, view);
         }
         match self.params.leader_rotation {
             LeaderRotation::Fixed => ReplicaId((view.0 % n) as u32),
             LeaderRotation::BlockWise => ReplicaId(((cell.slot.0 + view.0) % n) as u32),
         }
+    }
+
+    /// SAREK §IV-A: partition `k`'s preferred leader is `k mod n`; view `v`
+    /// of its lane is led by `(k + v) mod n`, so a view change moves one
+    /// partition's leadership without touching the others'.
+    pub fn preferred_leader(&self, lane: LaneId, view: View) -> ReplicaId {
+        let n = self.n().max(1) as u64;
+        ReplicaId(((lane.0 as u64 % n + view.0 % n) % n) as u32)
     }
 
     /// The lane that owns (proposes) a client's requests, so no request is
@@ -509,6 +533,23 @@ mod tests {
         assert_eq!(c.leader(cell(0, 1), View(0)), ReplicaId(1));
         assert_eq!(c.leader(cell(0, 5), View(0)), ReplicaId(1));
         assert_eq!(c.leader(cell(0, 1), View(1)), ReplicaId(2));
+    }
+
+    #[test]
+    fn sarek_leaders_are_offset_by_partition() {
+        let mut c = cop(4);
+        c.params.mode = OrderingMode::Sarek;
+        assert_eq!(c.lanes(), 4);
+        let cell = |l| Cell {
+            lane: LaneId(l),
+            slot: Slot(7),
+        };
+        let leaders: Vec<u32> = (0..4).map(|l| c.leader(cell(l), View(0)).0).collect();
+        assert_eq!(leaders, vec![0, 1, 2, 3], "partition k is led by k mod n");
+        assert_eq!(c.leader(cell(3), View(1)), ReplicaId(0));
+        assert_eq!(c.leader(cell(2), View(5)), ReplicaId(3));
+        assert_eq!("sarek".parse::<OrderingMode>(), Ok(OrderingMode::Sarek));
+        assert!(c.validate().is_ok());
     }
 
     #[test]

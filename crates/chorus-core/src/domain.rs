@@ -34,6 +34,8 @@ pub enum SigKind {
     Checkpoint,
     ViewChange,
     NewView,
+    /// A replica's progress timer expired in a lane's view ([`crate::Timeout`]).
+    Timeout,
 }
 
 impl SigKind {
@@ -46,6 +48,7 @@ impl SigKind {
             SigKind::Checkpoint => "checkpoint",
             SigKind::ViewChange => "view-change",
             SigKind::NewView => "new-view",
+            SigKind::Timeout => "timeout",
         }
     }
 }

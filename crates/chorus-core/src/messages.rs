@@ -209,9 +209,32 @@ pub struct Status {
     /// The sender's stable checkpoint position.
     pub stable_seq: Seq,
     /// The sender's progress timer expired in `view` (active in it, or in
-    /// the view change to it) and it waits for peers that report the same
-    /// before it leaves `view` (PBFT §4.5.2; chorus-order `lane/timer.rs`).
+    /// the view change to it) and it waits for a timeout certificate before
+    /// it leaves `view`. Informational (unsigned): what counts is the signed
+    /// [`Timeout`] (chorus-order `lane/timeout_cert.rs`).
     pub suspects: bool,
+}
+
+/// "I gave up on every view of `lane` up to `view`": signed when the
+/// sender's progress timer expired in `view`, or when it left `view` for a
+/// later one. Self-certifying, so any replica may relay it: 2f+1 of them
+/// (distinct senders, `view` at least v) are a timeout certificate that moves
+/// every correct replica that receives them out of v (chorus-order
+/// `lane/timeout_cert.rs`; the pacemaker idea of HotStuff, for PBFT §4.5.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeout {
+    pub lane: LaneId,
+    pub view: View,
+    pub replica: ReplicaId,
+    pub sig: Signature,
+}
+
+impl Timeout {
+    pub fn signing_digest(&self) -> Digest {
+        let body = (self.lane, self.view, self.replica);
+        let bytes = postcard::to_allocvec(&body).unwrap_or_default();
+        Digest::of_parts("chorus timeout v1", &[&bytes])
+    }
 }
 
 /// "Slot (lane, slot) is decided with this digest" (f+1 matching = believable).
@@ -253,6 +276,15 @@ pub struct StateChunk {
     pub data: Bytes,
 }
 
+/// One DBFT message of the `dispel` mode: `chorus-dbft`'s `DbftMsg`, encoded
+/// (that crate builds on this one, so the type cannot appear here). DBFT is
+/// signature-free: like COMMIT it relies on the authenticated channel, whose
+/// peer id is the only sender the protocol believes (spec §1, pitfall P11).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DbftWire {
+    pub bytes: Bytes,
+}
+
 /// Everything replicas say to each other.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplicaMsg {
@@ -268,6 +300,10 @@ pub enum ReplicaMsg {
     BatchReply(BatchReply),
     StateRequest(StateRequest),
     StateChunk(StateChunk),
+    /// `dispel` only (added last: earlier variants keep their wire tags).
+    Dbft(DbftWire),
+    /// Appended last: existing variants keep their wire tags.
+    Timeout(Timeout),
 }
 
 impl ReplicaMsg {
@@ -284,7 +320,11 @@ impl ReplicaMsg {
             ReplicaMsg::Decided(m) => Some(m.lane),
             ReplicaMsg::FetchBatch(m) => Some(m.lane),
             ReplicaMsg::BatchReply(m) => Some(m.lane),
-            ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => None,
+            ReplicaMsg::Timeout(m) => Some(m.lane),
+            ReplicaMsg::Checkpoint(_)
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::StateChunk(_)
+            | ReplicaMsg::Dbft(_) => None,
         }
     }
 
@@ -302,6 +342,8 @@ impl ReplicaMsg {
             ReplicaMsg::BatchReply(_) => "batch-reply",
             ReplicaMsg::StateRequest(_) => "state-request",
             ReplicaMsg::StateChunk(_) => "state-chunk",
+            ReplicaMsg::Dbft(_) => "dbft",
+            ReplicaMsg::Timeout(_) => "timeout",
         }
     }
 }

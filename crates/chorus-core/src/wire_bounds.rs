@@ -237,6 +237,12 @@ impl WireBounds {
                 digest: DIGEST,
             })),
             len(&ReplicaMsg::StateRequest(StateRequest { min_seq: SEQ })),
+            len(&ReplicaMsg::Timeout(Timeout {
+                lane: LANE,
+                view: VIEW,
+                replica: REPLICA,
+                sig: SIG,
+            })),
         ]
         .into_iter()
         .max()

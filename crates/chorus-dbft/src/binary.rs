@@ -9,7 +9,7 @@ use crate::msg::{BinMsg, BinSet, Round};
 use std::collections::BTreeMap;
 
 /// What the reduction feeds an instance (P8: −1 is not an integer estimate).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Input {
     Zero,
     One,
@@ -18,7 +18,7 @@ pub enum Input {
     OneViaRb,
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TimerKind {
     /// Set at New1; guards the AUX broadcast (mini-round 2r−1).
     First,
@@ -37,7 +37,7 @@ pub enum BinOut {
     Decide(bool),
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Phase {
     /// Not invoked yet: still counts and echoes B_VAL (P1), stores COORD/AUX.
     Idle,
@@ -50,7 +50,7 @@ pub enum Phase {
     Halted,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct RoundState {
     bval_from: [Vec<bool>; 2],
     bval_count: [usize; 2],
@@ -79,7 +79,7 @@ impl RoundState {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Binary {
     me: usize,
     input: Option<Input>,

@@ -4,8 +4,20 @@
 
 use chorus_core::ClusterConfig;
 
+/// The `weak-quorum-for-tests` feature lowers every DBFT quorum (echo,
+/// READY and B_VAL delivery, AUX) by one, for the simulator's
+/// `checkers_bite` test only: quorums then need not share a correct
+/// replica, so f Byzantine replicas (an RB equivocator, twins) can make
+/// correct replicas deliver different batches, and the checkers must say so.
+/// The t+1 thresholds (amplification, join, DECIDED) are unchanged.
+const WEAK: usize = if cfg!(feature = "weak-quorum-for-tests") {
+    1
+} else {
+    0
+};
+
 /// How a binary-consensus round is run.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variant {
     /// \[TR\] Fig. 2: weak coordinator, two timers per round, New5, catch-up.
     /// The only variant a deployment may use.
@@ -16,7 +28,7 @@ pub enum Variant {
     SafeCore,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DbftConfig {
     pub n: usize,
     /// Byzantine bound, ⌊(n−1)/3⌋ (spec §1).
@@ -31,9 +43,20 @@ pub struct DbftConfig {
     pub max_batch_requests: usize,
     pub max_batch_bytes: usize,
     pub max_op_bytes: usize,
-    /// Rounds `1..=zero_timeout_rounds` use timeout 0: the RB fast path
-    /// decides in 4 message delays (spec §3.7 recommendation, R0).
+    /// Rounds `1..=zero_timeout_rounds` use timeout 0 (spec §3.7, R0): the
+    /// RB fast path decides in round 1, and an instance whose proposer sent
+    /// nothing in time (every correct replica inputs 0) decides 0 in round 2
+    /// after three more message delays instead of two `timeout(2)` waits.
+    /// Under load, replicas that joined an epoch late miss it in most
+    /// epochs, so with R0 = 1 every epoch took ~110 ms and, delivered in
+    /// order, capped `--mode dispel` at a few hundred ops/s. Timers start
+    /// at round 3, so liveness (P10: they grow without bound) is unchanged.
     pub zero_timeout_rounds: u32,
+    /// Zero-phase grace: once an instance decided 1, a proposer whose RB is
+    /// already under way here (INIT, ECHO or READY seen) gets this long for
+    /// its delivery before its instance is input 0 (a proposer seen nothing
+    /// from is input 0 at once, as in \[TR\] Fig. 3). See `engine.rs`.
+    pub zero_phase_grace_ms: u64,
     /// First non-zero timeout; doubles every round after that (P10).
     pub timeout_base_ms: u64,
     /// Cap on the doubling, far above any plausible δ (spec §3.7).
@@ -61,7 +84,8 @@ impl DbftConfig {
             max_batch_requests: 256,
             max_batch_bytes: (1 << 20) + 64 * 1024,
             max_op_bytes: 64 * 1024,
-            zero_timeout_rounds: 1,
+            zero_timeout_rounds: 2,
+            zero_phase_grace_ms: 20,
             timeout_base_ms: 50,
             timeout_cap_ms: 60_000,
             fetch_retry_ms: 200,
@@ -91,22 +115,22 @@ impl DbftConfig {
 
     /// B_VAL delivery and RB delivery (Bracha's 2t+1).
     pub fn bv_deliver(&self) -> usize {
-        2 * self.t + 1
+        2 * self.t + 1 - WEAK
     }
 
     /// AUX quorum: n − t distinct senders.
     pub fn aux_quorum(&self) -> usize {
-        self.n - self.t
+        self.n - self.t - WEAK
     }
 
     /// ECHO → READY: ⌈(n+t+1)/2⌉ so two echo quorums share a correct replica.
     pub fn echo_quorum(&self) -> usize {
-        (self.n + self.t + 1).div_ceil(2)
+        (self.n + self.t + 1).div_ceil(2) - WEAK
     }
 
     /// RB delivery: 2t+1 READY.
     pub fn rb_deliver(&self) -> usize {
-        2 * self.t + 1
+        2 * self.t + 1 - WEAK
     }
 
     /// Coordinator of round r ≥ 1: (r − 1) mod n, 0-indexed (spec §3.4, P7).
@@ -132,6 +156,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(not(feature = "weak-quorum-for-tests"))]
     fn thresholds_match_spec_table() {
         let c = DbftConfig::new(4);
         assert_eq!(
@@ -170,6 +195,9 @@ mod tests {
     fn p10_timeouts_grow_and_first_round_is_zero() {
         let c = DbftConfig::new(4);
         assert_eq!(c.timeout(1), 0);
+        // R0 = 2: the decide-0 path (round 2) waits on no timer either.
+        assert_eq!(c.timeout(2), 0);
+        assert!(c.timeout(3) > 0);
         let mut last = 0;
         for r in 2..30 {
             assert!(c.timeout(r) >= last);

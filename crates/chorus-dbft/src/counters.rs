@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum DropReason {
     /// Sender, proposer or slot index ≥ n.
     BadIndex,
@@ -32,7 +32,7 @@ pub enum DropReason {
     BadProposal,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub dropped: BTreeMap<DropReason, u64>,
 }

@@ -33,7 +33,7 @@ pub enum Event {
     },
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TimerId {
     Round {
         inst: InstanceId,
@@ -43,6 +43,10 @@ pub enum TimerId {
     Fetch {
         epoch: Epoch,
         proposer: ReplicaId,
+    },
+    /// The zero-phase grace of `epoch` is over (`start_zero_phase`).
+    ZeroGrace {
+        epoch: Epoch,
     },
 }
 
@@ -103,6 +107,7 @@ pub enum Action {
     },
 }
 
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Dbft {
     cfg: DbftConfig,
     me: ReplicaId,
@@ -113,7 +118,10 @@ pub struct Dbft {
     counters: Counters,
     now: Millis,
     /// This replica's own broadcasts, processed as messages from itself.
+    /// Empty between `handle` calls, so never part of a snapshot.
+    #[serde(skip)]
     queue: VecDeque<DbftMsg>,
+    #[serde(skip)]
     out: Vec<Action>,
 }
 
@@ -319,7 +327,8 @@ impl Dbft {
         let st = self.epochs.get_mut(&epoch).expect("delivering epoch exists");
         // Even if bin[k] was already invoked with 0 (P8, scenario 7).
         st.bin[k].rb_delivered(cfg, &mut out);
-        if st.joined && !st.bin[k].invoked() && !st.one_decided {
+        // Before the zero phase, or while its grace keeps this instance uninvoked.
+        if st.joined && !st.bin[k].invoked() {
             st.bin[k].propose(cfg, Input::OneViaRb, &mut out);
         }
         self.bin_outs(inst, out);
@@ -360,17 +369,47 @@ impl Dbft {
 
     /// P8: 0 is input only once some instance decided 1, and then to every
     /// instance not yet invoked, so all n run.
+    ///
+    /// Grace (not in \[TR\] Fig. 3): a replica that joined the epoch on t+1
+    /// senders sends its INIT about two message delays after the first
+    /// proposer, so its RB delivers about one delay AFTER the first instance
+    /// decides 1. Input 0 at once and its instance starts split (some
+    /// replicas 0, some 1 via RB): it needs rounds 2 and 3, whose timers
+    /// (`timeout(2)`, `timeout(3)`, two each) made every epoch take ~300 ms
+    /// and capped `--mode dispel` at a few hundred ops/s. So an instance
+    /// whose broadcast is under way here waits up to `zero_phase_grace_ms`
+    /// for its delivery (then input 1 via RB, the fast path); one we saw
+    /// nothing from is input 0 at once, so a silent proposer costs nothing
+    /// more. Safety does not depend on inputs' timing; liveness only needs
+    /// every instance invoked eventually, which the grace timer ensures.
     fn start_zero_phase(&mut self, epoch: Epoch) {
         let cfg = &self.cfg;
         let st = self.epochs.get_mut(&epoch).expect("epoch exists");
         debug_assert!(st.one_decided && st.joined);
         let mut all = vec![];
+        let mut waiting = false;
         for k in 0..cfg.n {
-            if !st.bin[k].invoked() {
-                let mut out = vec![];
-                st.bin[k].propose(cfg, Input::Zero, &mut out);
-                all.push((k, out));
+            if st.bin[k].invoked() {
+                continue;
             }
+            let input = if st.rb[k].delivered().is_some() {
+                Input::OneViaRb
+            } else if !st.grace_over && cfg.zero_phase_grace_ms > 0 && st.rb[k].under_way() {
+                waiting = true;
+                continue;
+            } else {
+                Input::Zero
+            };
+            let mut out = vec![];
+            st.bin[k].propose(cfg, input, &mut out);
+            all.push((k, out));
+        }
+        if waiting && !st.grace_set {
+            st.grace_set = true;
+            self.out.push(Action::SetTimer {
+                id: TimerId::ZeroGrace { epoch },
+                at: self.now.plus(cfg.zero_phase_grace_ms),
+            });
         }
         for (k, out) in all {
             self.bin_outs(
@@ -568,11 +607,19 @@ impl Dbft {
         let Some(batch) = st.store.get(&digest) else {
             return Err(DropReason::UnknownBatch);
         };
-        let served = st.served.entry((from, proposer.index())).or_default();
-        if *served >= budget {
+        // After the budget, one answer per retry period: replies lost to a
+        // partition or a crash must not leave a correct peer unable to fetch
+        // for ever, and a flooder still gets no more than the retry rate.
+        let now = self.now;
+        let retry = self.cfg.fetch_retry_ms;
+        let served = st
+            .served
+            .entry((from, proposer.index()))
+            .or_insert((0, Millis(0)));
+        if served.0 >= budget && now < served.1.plus(retry) {
             return Err(DropReason::FetchFlood);
         }
-        *served += 1;
+        *served = (served.0.saturating_add(1), now);
         let batch = (**batch).clone();
         self.out.push(Action::Send {
             to: ReplicaId(from as u32),
@@ -629,6 +676,18 @@ impl Dbft {
                 };
                 let all: Vec<usize> = (0..self.cfg.n).filter(|&i| i != me).collect();
                 self.send_fetch(epoch, proposer.index(), d, &all);
+            }
+            TimerId::ZeroGrace { epoch } => {
+                let Some(st) = self.epochs.get_mut(&epoch) else {
+                    return;
+                };
+                if st.grace_over {
+                    return;
+                }
+                st.grace_over = true;
+                if st.joined && st.one_decided {
+                    self.start_zero_phase(epoch);
+                }
             }
         }
     }

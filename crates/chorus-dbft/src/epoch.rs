@@ -5,11 +5,11 @@
 use crate::binary::Binary;
 use crate::config::DbftConfig;
 use crate::rb::Rb;
-use chorus_core::{Batch, Digest, ReplicaId};
+use chorus_core::{Batch, Digest, Millis, ReplicaId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EpochState {
     /// This replica takes part: its binary instances are invoked (join rule, §5.1).
     pub(crate) joined: bool,
@@ -20,6 +20,9 @@ pub struct EpochState {
     pub(crate) bin_decisions: Vec<Option<bool>>,
     /// \[TR\] Fig. 3: the zero phase starts the moment the first instance decides 1.
     pub(crate) one_decided: bool,
+    /// The zero-phase grace timer was set / has fired (engine `start_zero_phase`).
+    pub(crate) grace_set: bool,
+    pub(crate) grace_over: bool,
     /// Batch bytes keyed by DIGEST, never by proposer (P12). Bounded: the
     /// first INIT of each proposer, `max_extra_inits` more each, and fetched ones.
     pub(crate) store: BTreeMap<Digest, Arc<Batch>>,
@@ -30,8 +33,9 @@ pub struct EpochState {
     pub(crate) ready_emitted: bool,
     /// slot → digest whose bytes are being fetched (§5.3).
     pub(crate) fetching: BTreeMap<usize, Digest>,
-    /// (peer, slot) → batch responses served (P14 FETCH flood bound).
-    pub(crate) served: BTreeMap<(usize, usize), u32>,
+    /// (peer, slot) → batch responses served and when the last one was
+    /// (P14 FETCH flood bound: a budget, then one per retry period).
+    pub(crate) served: BTreeMap<(usize, usize), (u32, Millis)>,
 }
 
 impl EpochState {
@@ -43,6 +47,8 @@ impl EpochState {
             bin: (0..cfg.n).map(|_| Binary::new(cfg, me)).collect(),
             bin_decisions: vec![None; cfg.n],
             one_decided: false,
+            grace_set: false,
+            grace_over: false,
             store: BTreeMap::new(),
             senders: vec![false; cfg.n],
             slot_emitted: vec![false; cfg.n],
@@ -64,6 +70,10 @@ impl EpochState {
     }
     pub fn rb(&self, slot: usize) -> &Rb {
         &self.rb[slot]
+    }
+    /// The stored bytes of `d`, if here.
+    pub fn batch(&self, d: &Digest) -> Option<&Arc<Batch>> {
+        self.store.get(d)
     }
     pub fn has_batch(&self, d: &Digest) -> bool {
         self.store.contains_key(d)

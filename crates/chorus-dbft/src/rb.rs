@@ -14,7 +14,7 @@ pub enum RbOut {
     Deliver(Digest),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Rb {
     /// Digest of the first INIT from the proposer: the only one echoed.
     first_init: Option<Digest>,
@@ -47,6 +47,14 @@ impl Rb {
 
     pub fn first_init(&self) -> Option<Digest> {
         self.first_init
+    }
+
+    /// Anything of this broadcast seen here (INIT, ECHO or READY): its
+    /// proposer did send it, so its delivery is probably on the way.
+    pub fn under_way(&self) -> bool {
+        self.first_init.is_some()
+            || self.echo_from.iter().any(Option::is_some)
+            || self.ready_from.iter().any(Option::is_some)
     }
 
     /// Replicas that echoed or readied `d`: the first places to fetch from (§5.3).

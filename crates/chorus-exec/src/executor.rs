@@ -107,6 +107,18 @@ pub trait Executor: Send {
     /// move clients between instances (`crate::switch`). Executors that
     /// do not override it answer every switch as refused.
     fn set_switch_policy(&mut self, _policy: chorus_core::SwitchPolicy) {}
+    /// `sarek`: the next batch of partition stream `cell.lane` (SAREK §IV-B,
+    /// `Action::DeliverStream`). Executors without streams refuse it
+    /// (`false`) and change nothing; the driver reports the refusal.
+    fn submit_stream(&mut self, _cell: chorus_core::Cell, _batch: Arc<Batch>) -> bool {
+        false
+    }
+    /// Executors that can check their own run against its inputs (the
+    /// partitioned one replays its scheduler log against its streams, see
+    /// `partitioned::check_serial_order`): the violations found, if any.
+    fn audit(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Every rejected request's result starts with these bytes.

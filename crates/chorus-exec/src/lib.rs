@@ -11,14 +11,18 @@
 //! - [`partitioned`]: SAREK's per-partition scheduler and executor
 //!   (Algorithms 1–3).
 
+pub mod access_check;
 pub mod client_table;
 pub mod executor;
 pub mod graph;
+pub mod keyed;
 pub mod partitioned;
 pub mod sequential;
 pub mod service;
 pub mod switch;
+pub mod typed;
 
+pub use access_check::{AccessViolation, CheckedService, OnViolation};
 pub use client_table::{
     Admission, CachedReply, ClientTable, RejectKind, ReplyLookup, TableStats,
     DEFAULT_MAX_INFLIGHT_PER_CLIENT, REPLY_CACHE_PER_CLIENT,
@@ -28,6 +32,8 @@ pub use executor::{
     state_digest, ExecCheckpoint, ExecError, ExecResult, Executor, ResultsWaker, REJECTED_PREFIX,
 };
 pub use graph::{conflicts, DependencyGraph, Full, GraphError, NodeId};
+pub use keyed::KeyedState;
 pub use sequential::{read_only_context, SequentialExecutor};
 pub use service::{Access, ExecContext, Service};
 pub use switch::apply_switch;
+pub use typed::{decode_reply, encode_op, Outcome, Typed, TypedService};

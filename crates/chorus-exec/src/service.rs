@@ -24,6 +24,21 @@ pub struct ExecContext {
     pub request_seq: RequestSeq,
 }
 
+impl ExecContext {
+    /// A deterministic seed for this request: equal on every replica, and
+    /// different for every (position, index, client, request seq). Use it
+    /// where a service needs randomness (never an unseeded RNG).
+    pub fn seed(&self) -> u64 {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&self.seq.0.to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.index.to_le_bytes());
+        bytes[12..20].copy_from_slice(&self.client.0.to_le_bytes());
+        bytes[20..28].copy_from_slice(&self.request_seq.0.to_le_bytes());
+        let d = Digest::of(&bytes);
+        u64::from_le_bytes(d.0[..8].try_into().expect("a digest has 32 bytes"))
+    }
+}
+
 /// A replicated application. Determinism is the application's promise: the
 /// same operations in the same order on the same keys give the same results.
 pub trait Service: Send + Sync + 'static {
@@ -36,6 +51,12 @@ pub trait Service: Send + Sync + 'static {
     /// Read-only operations may use the fast path.
     fn is_read_only(&self, _op: &[u8]) -> bool {
         false
+    }
+    /// A short name of the operation for error messages (checked mode's
+    /// access-set violations). Default: the first bytes in hex.
+    fn describe(&self, op: &[u8]) -> String {
+        let head: String = op.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        format!("op 0x{head}{}", if op.len() > 16 { ".." } else { "" })
     }
     /// A canonical encoding of the whole state (equal states ⇒ equal bytes).
     fn snapshot(&self) -> Bytes;

@@ -58,6 +58,11 @@ pub enum ExecInput {
         /// When the core delivered it (`request_latency_seconds` stages).
         at: std::time::Instant,
     },
+    /// `sarek`: the next batch of partition stream `cell.lane`.
+    DeliverStream {
+        cell: chorus_core::Cell,
+        batch: Arc<Batch>,
+    },
     TakeCheckpoint {
         seq: Seq,
     },

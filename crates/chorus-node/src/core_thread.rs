@@ -34,6 +34,8 @@ pub struct CoreThread {
     pub status: watch::Sender<CoreStatus>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
+    /// sarek: PREDICT() from the service's access sets.
+    pub predictor: Option<chorus_order::sarek::Predictor>,
 }
 
 struct Driver {
@@ -84,6 +86,9 @@ impl CoreThread {
                 &mut out,
             )
         };
+        if let Some(p) = self.predictor {
+            replica.set_predictor(p);
+        }
         driver.perform(&mut out)?;
         let mut last_status = Instant::now();
         // Status and metrics are published on this tick even without
@@ -129,7 +134,11 @@ impl CoreThread {
                 last_status = Instant::now();
                 let s = replica.status();
                 crate::metrics_status::publish(&driver.metrics, &s);
-                let _ = self.status.send(CoreStatus::from_replica(&s));
+                let mut cs = CoreStatus::from_replica(&s);
+                cs.dispel = replica
+                    .dispel_status()
+                    .map(|d| crate::status::DispelDetail::from_status(&d));
+                let _ = self.status.send(cs);
                 if last_size.elapsed() >= STORAGE_SIZE_EVERY {
                     last_size = Instant::now();
                     if let Ok(meta) = std::fs::metadata(driver.store.path()) {
@@ -247,6 +256,10 @@ impl Driver {
                     // Blocking send: a full executor back-pressures ordering.
                     let at = Instant::now();
                     let _ = self.exec.send(ExecInput::Deliver { seq, batch, at });
+                }
+                Action::DeliverStream { cell, batch } => {
+                    self.metrics.delivered_batches.inc();
+                    let _ = self.exec.send(ExecInput::DeliverStream { cell, batch });
                 }
                 Action::SetTimer { id, at } => {
                     self.timers.insert(id, at);

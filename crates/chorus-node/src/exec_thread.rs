@@ -62,6 +62,13 @@ impl ExecThread {
                         self.metrics.executed_requests.inc_by(batch.requests.len() as u64);
                         self.executor.submit(seq, batch);
                     }
+                    ExecInput::DeliverStream { cell, batch } => {
+                        self.metrics.executed_requests.inc_by(batch.requests.len() as u64);
+                        if !self.executor.submit_stream(cell, batch) {
+                            // A mode/executor mismatch or a gap: a bug, loudly.
+                            tracing::error!(?cell, "the executor refused a stream delivery");
+                        }
+                    }
                     ExecInput::TakeCheckpoint { seq } => {
                         if seq < self.executor.next_seq() {
                             tracing::error!(?seq, next = ?self.executor.next_seq(), "checkpoint requested after its position was executed");

@@ -50,10 +50,17 @@ impl Default for KeygenOptions {
 /// `keys/` is 0700, each key file is created with `O_CREAT | O_EXCL |
 /// O_NOFOLLOW` and mode 0600, and nothing existing is ever overwritten.
 pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
+    keygen_in(&chorus_apps::ServiceRegistry::builtin(), opts)
+}
+
+/// [`keygen`] for a service registered in `registry` (an application's own).
+pub fn keygen_in(registry: &chorus_apps::ServiceRegistry, opts: &KeygenOptions) -> Result<ClusterConfig> {
     // Refuse a service or options every replica would refuse at start-up.
     let service_opts =
         chorus_apps::ServiceOptions::parse(&opts.service_options).map_err(anyhow::Error::msg)?;
-    chorus_apps::service_by_name(&opts.service, &service_opts).map_err(anyhow::Error::msg)?;
+    registry
+        .build(&opts.service, &service_opts)
+        .map_err(anyhow::Error::msg)?;
     let mut rng = rand::rngs::OsRng;
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     create_private_dir(&opts.out.join("keys"))?;
@@ -100,8 +107,11 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
         replicas,
         clients,
     };
-    if cluster.params.mode == chorus_core::OrderingMode::Rcc {
-        // RCC has n lanes: checkpoints must fall on round boundaries.
+    if matches!(
+        cluster.params.mode,
+        chorus_core::OrderingMode::Rcc | chorus_core::OrderingMode::Dispel
+    ) {
+        // RCC and Dispel have n lanes: checkpoints must fall on round (epoch) boundaries.
         cluster.fit_checkpoint_interval();
     }
     cluster
@@ -127,6 +137,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<ClusterConfig> {
             sleep_us: opts.sleep_us,
             sleep_buckets: opts.sleep_buckets,
             metrics_host: "127.0.0.1".into(),
+            check_access: false,
         };
         write(
             &opts.out.join(format!("replica-{i}.toml")),
@@ -263,5 +274,28 @@ mod tests {
         std::fs::create_dir_all(out3.join("keys")).unwrap();
         std::fs::set_permissions(out3.join("keys"), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(keygen(&opts(&out3)).is_err());
+    }
+
+    /// Issue 17: `keygen --service X` knows the application's services and
+    /// refuses unknown ones before writing anything.
+    #[test]
+    fn keygen_accepts_registered_services_and_refuses_unknown_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(&dir.path().join("c"));
+        o.service = "mine".into();
+        let e = keygen(&o).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown service \"mine\" (known: kv, null, sleep, token)"),
+            "{e}"
+        );
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        let registry = chorus_apps::ServiceRegistry::builtin().with(chorus_apps::ServiceEntry::new(
+            "mine",
+            "test",
+            |_| Ok(std::sync::Arc::new(chorus_apps::NullService) as std::sync::Arc<dyn chorus_exec::Service>),
+        ));
+        keygen_in(&registry, &o).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("c/replica-0.toml")).unwrap();
+        assert!(text.contains("service = \"mine\""), "{text}");
     }
 }

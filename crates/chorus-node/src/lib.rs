@@ -2,6 +2,7 @@
 
 pub mod channels;
 pub mod core_thread;
+pub mod embed;
 pub mod exec_thread;
 pub mod fatal;
 pub mod keygen;
@@ -16,3 +17,6 @@ pub mod queue;
 pub mod runtime;
 pub mod status;
 pub mod storage;
+
+pub use embed::ReplicaBuilder;
+pub use runtime::{run_replica, run_replica_in, run_replica_with};

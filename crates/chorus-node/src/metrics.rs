@@ -74,6 +74,8 @@ pub struct Metrics {
     pub persisted_records: Counter,
     pub next_delivery: Gauge,
     pub stable_checkpoint: Gauge,
+    /// Checkpoints whose stable certificate disagreed with our state digest.
+    pub state_divergences: Gauge,
     pub client_connections: Gauge,
     pub peer_connections: Gauge,
     // Per lane, from the core's `ReplicaStatus` (`metrics_status`).
@@ -118,6 +120,7 @@ impl Default for Metrics {
             persisted_records: Counter::default(),
             next_delivery: Gauge::default(),
             stable_checkpoint: Gauge::default(),
+            state_divergences: Gauge::default(),
             client_connections: Gauge::default(),
             peer_connections: Gauge::default(),
             lane_view: Family::default(),
@@ -182,6 +185,11 @@ impl Metrics {
             "stable_checkpoint",
             "last stable checkpoint position",
             stable_checkpoint
+        );
+        reg!(
+            "state_divergences",
+            "checkpoints whose stable certificate disagreed with this replica's state digest",
+            state_divergences
         );
         reg!(
             "client_connections",

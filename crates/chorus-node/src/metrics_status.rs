@@ -8,6 +8,7 @@ use chorus_order::ReplicaStatus;
 pub fn publish(m: &Metrics, s: &ReplicaStatus) {
     m.next_delivery.set(s.next_delivery.0 as i64);
     m.stable_checkpoint.set(s.stable_seq.0 as i64);
+    m.state_divergences.set(s.state_divergences as i64);
     m.pool_requests.set(s.pool_len as i64);
     for (l, view) in s.views.iter().enumerate() {
         let lane = LaneLabel { lane: l as u32 };

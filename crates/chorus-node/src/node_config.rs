@@ -20,7 +20,8 @@ pub struct NodeConfig {
     /// `always` | `batch` | `off`.
     #[serde(default = "default_fsync")]
     pub fsync: String,
-    /// `kv` | `null` | `sleep` | `token`.
+    /// A registered service: `kv` | `null` | `sleep` | `token` built in, or
+    /// one an application binary registered (`chorus_cli::main_with`).
     #[serde(default = "default_service")]
     pub service: String,
     /// Service options as `key=value,...` (see `chorus_apps::ServiceOptions`),
@@ -44,6 +45,11 @@ pub struct NodeConfig {
     /// endpoint is not reachable from the network unless asked for.
     #[serde(default = "default_metrics_host")]
     pub metrics_host: String,
+    /// Checked execution (issue 17): every operation runs inside its declared
+    /// access set, and touching an undeclared key through `KeyedState`
+    /// stops the replica with an error naming the operation and the key.
+    #[serde(default)]
+    pub check_access: bool,
 }
 
 fn default_fsync() -> String {

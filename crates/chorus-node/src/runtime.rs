@@ -8,29 +8,56 @@ use crate::node_config::LoadedNode;
 use crate::pillar::PillarThread;
 use crate::status::CoreStatus;
 use anyhow::{bail, Context, Result};
-use chorus_exec::{Executor, Service};
+use chorus_exec::Executor;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
-pub fn build_executor(node: &crate::node_config::NodeConfig, max_inflight: u32) -> Result<Box<dyn Executor>> {
-    executor_for(node, named_service(node)?, max_inflight)
-}
-
-/// The built-in service the node's config names (`service`, `service_options`).
-pub fn named_service(node: &crate::node_config::NodeConfig) -> Result<Arc<dyn Service>> {
+/// The service options a replica config asks for.
+pub fn service_options(node: &crate::node_config::NodeConfig) -> Result<chorus_apps::ServiceOptions> {
     let mut opts = chorus_apps::ServiceOptions::parse(&node.service_options).map_err(anyhow::Error::msg)?;
     opts.sleep_us = node.sleep_us;
     opts.buckets = node.sleep_buckets;
-    chorus_apps::service_by_name(&node.service, &opts).map_err(anyhow::Error::msg)
+    Ok(opts)
 }
 
-/// The executor the node's config names, running `service`.
+/// The service a replica config names, built from `registry`.
+pub fn named_service(
+    registry: &chorus_apps::ServiceRegistry,
+    node: &crate::node_config::NodeConfig,
+) -> Result<Arc<dyn chorus_exec::Service>> {
+    registry
+        .build(&node.service, &service_options(node)?)
+        .map_err(anyhow::Error::msg)
+}
+
+/// The executor for this cluster's mode around `service`: `sarek` runs the
+/// partitioned executor on the per-partition streams whatever `executor`
+/// says; otherwise sequential or parallel, per the config.
 pub fn executor_for(
     node: &crate::node_config::NodeConfig,
-    service: Arc<dyn Service>,
+    config: &chorus_core::ClusterConfig,
+    service: Arc<dyn chorus_exec::Service>,
     max_inflight: u32,
 ) -> Result<Box<dyn Executor>> {
-    Ok(match node.executor.as_str() {
+    let service: Arc<dyn chorus_exec::Service> = if node.check_access {
+        // Production checked mode fails stop at the first undeclared access:
+        // carrying on would let this replica's state drift from the others'.
+        Arc::new(chorus_exec::CheckedService::new(
+            service,
+            chorus_exec::OnViolation::Panic,
+        ))
+    } else {
+        service
+    };
+    if config.params.mode == chorus_core::OrderingMode::Sarek {
+        return Ok(Box::new(chorus_exec::partitioned::SarekExecutor::new(
+            service,
+            config.lanes() as u16,
+            config.checkpoint_slots_per_lane(),
+            max_inflight,
+        )));
+    }
+    let mut executor: Box<dyn Executor> = match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
         "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
             service,
@@ -39,7 +66,33 @@ pub fn executor_for(
             max_inflight,
         )),
         other => bail!("unknown executor {other:?} (expected sequential or parallel)"),
-    })
+    };
+    // RCC §III-E: the executor runs SWITCHINSTANCE requests as system ops.
+    if let Some(p) = chorus_core::SwitchPolicy::of(config) {
+        executor.set_switch_policy(p);
+    }
+    Ok(executor)
+}
+
+/// sarek: PREDICT() for the ordering core, from the service's access sets
+/// (they depend on the operation only, so any instance of it will do).
+fn sarek_predictor(
+    config: &chorus_core::ClusterConfig,
+    service: Arc<dyn chorus_exec::Service>,
+) -> Option<chorus_order::sarek::Predictor> {
+    if config.params.mode != chorus_core::OrderingMode::Sarek {
+        return None;
+    }
+    let k = config.lanes() as u16;
+    Some(chorus_order::sarek::Predictor::new(Arc::new(
+        move |op: &[u8]| {
+            chorus_exec::partitioned::predict(&service.access(op), k)
+                .partitions()
+                .iter()
+                .map(|p| p.0)
+                .collect()
+        },
+    )))
 }
 
 fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -48,14 +101,31 @@ fn bind(host: &str, port: u16) -> Result<std::net::TcpListener> {
 
 /// Run a replica of the built-in service its config names until SIGINT/SIGTERM.
 pub fn run_replica(loaded: LoadedNode) -> Result<()> {
-    let service = named_service(&loaded.node)?;
-    run_replica_with_service(loaded, service)
+    run_replica_in(&chorus_apps::ServiceRegistry::builtin(), loaded)
 }
 
-/// Run a replica of `service` (an application's own [`Service`]; the config's
-/// `service` name is then not used) until SIGINT/SIGTERM. Every replica of a
-/// cluster must run the same service.
-pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -> Result<()> {
+/// Run a replica of the service its config names, looked up in `registry`.
+pub fn run_replica_in(registry: &chorus_apps::ServiceRegistry, loaded: LoadedNode) -> Result<()> {
+    let service = named_service(registry, &loaded.node)?;
+    run_replica_with(loaded, service)
+}
+
+/// Run a replica of `service` (an application's own; the config's `service`
+/// name is not consulted) until SIGINT/SIGTERM. The embedding entry point:
+/// `run_replica_with(load_node(path)?, Arc::new(MyService::new()))`.
+pub fn run_replica_with(loaded: LoadedNode, service: Arc<dyn chorus_exec::Service>) -> Result<()> {
+    let max_inflight = loaded.cluster.params.pool_max_per_client;
+    let executor = executor_for(&loaded.node, &loaded.cluster, service.clone(), max_inflight)?;
+    let predictor = sarek_predictor(&loaded.cluster, service);
+    run_replica_parts(loaded, executor, predictor)
+}
+
+/// Run a replica around a ready executor (and, in sarek, PREDICT()).
+fn run_replica_parts(
+    loaded: LoadedNode,
+    mut executor: Box<dyn Executor>,
+    predictor: Option<chorus_order::sarek::Predictor>,
+) -> Result<()> {
     let LoadedNode {
         node,
         cluster,
@@ -70,10 +140,6 @@ pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -
     // Validate and bind before creating anything on disk: a start that
     // fails (bad setting, port in use) leaves no data directory behind.
     let fsync: chorus_store::FsyncPolicy = node.fsync.parse().map_err(|e| anyhow::anyhow!("fsync: {e}"))?;
-    let mut executor = executor_for(&node, service, config.params.pool_max_per_client)?;
-    if let Some(p) = chorus_core::SwitchPolicy::of(&config) {
-        executor.set_switch_policy(p);
-    }
     let peer_listeners: Vec<_> = (0..pillars)
         .map(|p| bind(&info.host, info.peer_base_port + p as u16))
         .collect::<Result<_>>()?;
@@ -112,6 +178,7 @@ pub fn run_replica_with_service(loaded: LoadedNode, service: Arc<dyn Service>) -
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
+        predictor,
     };
     let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
         core.run()

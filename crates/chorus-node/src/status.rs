@@ -21,6 +21,28 @@ pub struct CoreStatus {
     pub new_views: u64,
     #[serde(default)]
     pub state_transfers: u64,
+    /// Checkpoints at which this replica's state digest disagreed with the
+    /// stable certificate (issue 17: a diverged executor).
+    #[serde(default)]
+    pub state_divergences: u64,
+    /// `dispel`: live epochs, pipeline depth, binary-consensus rounds.
+    #[serde(default)]
+    pub dispel: Option<DispelDetail>,
+}
+
+/// `dispel` (Dispel §4): where the DBFT epochs stand.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DispelDetail {
+    /// First epoch not yet delivered.
+    pub next_epoch: u64,
+    /// The epoch this replica would spawn next.
+    pub next_spawn: u64,
+    /// Epochs joined and not yet delivered.
+    pub pipeline_depth: u64,
+    /// Live epochs: (epoch, joined, binary instances decided, highest round).
+    pub epochs: Vec<(u64, bool, usize, u32)>,
+    /// Recently decided epochs and the highest round their instances needed.
+    pub decided_rounds: Vec<(u64, u32)>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -49,6 +71,27 @@ pub struct LaneDetail {
     /// The current view's new-view primary (RCC: the coordinating leader).
     #[serde(default)]
     pub new_view_primary: u32,
+    /// sarek: the next slot of this partition's delivery stream.
+    #[serde(default)]
+    pub stream_next: Option<u64>,
+}
+
+impl DispelDetail {
+    pub fn from_status(d: &chorus_order::DispelStatus) -> DispelDetail {
+        // Bounded: the last few decided epochs are enough to read the rounds.
+        let skip = d.decided_rounds.len().saturating_sub(16);
+        DispelDetail {
+            next_epoch: d.next_epoch,
+            next_spawn: d.next_spawn,
+            pipeline_depth: d.pipeline_depth,
+            epochs: d
+                .epochs
+                .iter()
+                .map(|e| (e.epoch, e.joined, e.bits_decided, e.max_round))
+                .collect(),
+            decided_rounds: d.decided_rounds.iter().skip(skip).copied().collect(),
+        }
+    }
 }
 
 impl CoreStatus {
@@ -61,6 +104,7 @@ impl CoreStatus {
             view_changes: s.counters.view_changes,
             new_views: s.counters.new_views,
             state_transfers: s.counters.state_transfers,
+            state_divergences: s.state_divergences,
             lane_detail: s
                 .lanes
                 .iter()
@@ -81,8 +125,10 @@ impl CoreStatus {
                     stopped_until: l.stopped_until.map(|s| s.0),
                     view_changing: false,
                     new_view_primary: l.new_view_primary.0,
+                    stream_next: l.stream_next.map(|s| s.0),
                 })
                 .collect(),
+            dispel: None,
         };
         for (d, changing) in c.lane_detail.iter_mut().zip(&s.view_changing) {
             d.view_changing = *changing;

@@ -57,6 +57,11 @@ pub struct Checkpointer {
     /// outside the vote exchange (from a NEW-VIEW's view changes), waiting
     /// for `take_learnt` to adopt it.
     learnt: Option<CheckpointCert>,
+    /// Stable certificates that disagreed with our own snapshot, counted once
+    /// per position (`status().state_divergences`, a replica metric).
+    divergences: u64,
+    /// The highest position whose divergence was reported.
+    last_divergence: Option<Seq>,
 }
 
 impl Checkpointer {
@@ -72,7 +77,14 @@ impl Checkpointer {
             votes: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             learnt: None,
+            divergences: 0,
+            last_divergence: None,
         }
+    }
+
+    /// Positions at which 2f+1 replicas certified a state digest other than ours.
+    pub fn divergences(&self) -> u64 {
+        self.divergences
     }
 
     fn interval(&self) -> u64 {
@@ -182,7 +194,29 @@ impl Checkpointer {
         for v in votes.values() {
             by_digest.entry(v.state_digest).or_default().push(v);
         }
+        let largest = by_digest.values().map(Vec::len).max().unwrap_or(0);
         let Some((digest, quorum)) = by_digest.into_iter().find(|(_, v)| v.len() >= self.cfg.quorum()) else {
+            // Correct replicas never disagree on a state digest; when the
+            // votes are so split that no digest can reach 2f+1 any more, the
+            // checkpoint never becomes stable and nothing repairs it (issue
+            // 17: four replicas, four totals, and no replica said a word).
+            let unheard = self.cfg.n() - votes.len();
+            if largest + unheard < self.cfg.quorum() && self.last_divergence.is_none_or(|s| s < seq) {
+                self.last_divergence = Some(seq);
+                self.divergences += 1;
+                let ours = self
+                    .own
+                    .get(&seq)
+                    .map(|(d, _)| d.to_string())
+                    .unwrap_or_else(|| "none".into());
+                tracing::error!(
+                    position = seq.0,
+                    %ours,
+                    "state divergence: the checkpoint at position {} cannot become stable, the replicas' state digests disagree (ours {ours}, at most {largest} of {} agree)",
+                    seq.0,
+                    votes.len()
+                );
+            }
             return VoteOutcome::Nothing;
         };
         let cert = CheckpointCert {
@@ -197,10 +231,23 @@ impl Checkpointer {
                 self.adopt(stable.clone());
                 VoteOutcome::Stable(stable)
             }
-            Some(_) => {
+            Some((mine, _)) => {
                 // 2f+1 replicas agree on a state we do not have: our executor
-                // diverged. Only state transfer can repair it.
+                // diverged (issue 17: a service whose access sets lie, or a
+                // non-deterministic one). Only state transfer can repair it;
+                // an operator must hear of it, once per position.
                 cx.reject("state-divergence");
+                if self.last_divergence.is_none_or(|s| s < seq) {
+                    self.last_divergence = Some(seq);
+                    self.divergences += 1;
+                    tracing::error!(
+                        position = seq.0,
+                        ours = %mine,
+                        certified = %digest,
+                        "state divergence: our checkpoint at position {} has digest {mine}, the stable certificate says {digest}; fetching the certified state",
+                        seq.0
+                    );
+                }
                 VoteOutcome::CertWithoutState(cert)
             }
             None => VoteOutcome::CertWithoutState(cert),

@@ -25,6 +25,9 @@ pub struct Counters {
     pub decided: u64,
     /// Positions delivered to the executor.
     pub delivered: u64,
+    /// `sarek`: cross-partition requests handed to another partition's pool
+    /// after one partition ordered them (SAREK §IV-B 1).
+    pub sarek_forwarded: u64,
     /// View changes this replica started (timer expiry or the f+1 join rule).
     pub view_changes: u64,
     /// New views installed.

@@ -20,6 +20,9 @@ pub enum TimerId {
     Batch(LaneId),
     /// Periodic status exchange (retransmission, catch-up).
     Status,
+    /// `dispel`: the earliest deadline of the DBFT engine's own timers
+    /// (binary-consensus rounds, batch fetch retries), kept by `DispelCore`.
+    Dispel,
 }
 
 /// What the replica state machine consumes.
@@ -84,6 +87,15 @@ pub enum PersistRecord {
     },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },
+    /// `dispel`: the DBFT lanes' whole state (postcard of `DispelState`),
+    /// written right after the engine collected the epochs below `low` (at
+    /// each stable checkpoint). Earlier `Dispel*` records may be discarded.
+    DispelSnapshot { low: u64, state: Bytes },
+    /// `dispel`: one input of the (deterministic) DBFT engine, written before
+    /// the engine acts on it. Snapshot + inputs in order rebuild exactly the
+    /// state that sent our messages, so a restarted replica never contradicts
+    /// a vote it sent (docs/decisions.md, "Dispel integration").
+    DispelInput { now: Millis, input: Bytes },
 }
 
 /// What the replica state machine asks its driver to do.
@@ -101,6 +113,15 @@ pub enum Action {
     /// position, in strictly increasing order without gaps.
     Deliver {
         seq: Seq,
+        cell: Cell,
+        batch: Arc<Batch>,
+    },
+    /// `sarek`: execute this batch as the next entry of stream `cell.lane`
+    /// (SAREK §IV-B: one delivery stream per partition). Emitted exactly once
+    /// per cell, each lane's slots in increasing order without gaps; lanes
+    /// are independent. Positions are `config.seq_of(cell)`; a checkpoint at
+    /// `seq` covers every cell below the cut `seq / lanes` of every stream.
+    DeliverStream {
         cell: Cell,
         batch: Arc<Batch>,
     },

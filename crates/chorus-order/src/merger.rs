@@ -12,6 +12,7 @@
 //! positions `r · m + rank` in the order `round_order` draws from the round's
 //! batch digests (RCC §IV).
 
+use crate::merger_dispel::epoch_order;
 use crate::round_order::{round_permutation, round_seed};
 use chorus_core::{Batch, Cell, ClusterConfig, LaneId, OrderingMode, Seq, Slot};
 use std::collections::{BTreeMap, VecDeque};
@@ -36,11 +37,15 @@ pub struct Merger {
     /// of the next complete round waiting to be popped.
     rounds: BTreeMap<Slot, Round>,
     ready: VecDeque<(Seq, Cell, Arc<Batch>)>,
+    /// `sarek`: one stream per lane instead of one global order.
+    streams: Option<crate::sarek::Streams>,
 }
 
 impl Merger {
     pub fn new(cfg: Arc<ClusterConfig>) -> Merger {
         Merger {
+            streams: (cfg.params.mode == OrderingMode::Sarek)
+                .then(|| crate::sarek::Streams::new(cfg.lanes())),
             cfg,
             next: Seq(0),
             decided: BTreeMap::new(),
@@ -51,16 +56,35 @@ impl Merger {
         }
     }
 
+    /// `rcc` rounds and `dispel` epochs are both delivered whole, `n`
+    /// positions each; only the order inside differs.
     fn by_rounds(&self) -> bool {
-        self.cfg.params.mode == OrderingMode::Rcc
+        matches!(self.cfg.params.mode, OrderingMode::Rcc | OrderingMode::Dispel)
     }
 
     fn lanes(&self) -> u64 {
         self.cfg.lanes().max(1) as u64
     }
 
+    /// The next position to deliver; in `sarek` the cut every stream passed.
     pub fn next(&self) -> Seq {
-        self.next
+        match &self.streams {
+            Some(s) => s.cut(),
+            None => self.next,
+        }
+    }
+
+    /// `sarek`: the next slot lane `lane`'s stream delivers.
+    pub fn stream_next(&self, lane: LaneId) -> Option<Slot> {
+        self.streams.as_ref().map(|s| s.next_of(lane))
+    }
+
+    /// `sarek`: the next cell of any stream (never while paused).
+    pub fn pop_stream(&mut self) -> Option<(Cell, Arc<Batch>)> {
+        if self.paused {
+            return None;
+        }
+        self.streams.as_mut()?.pop()
     }
 
     pub fn is_paused(&self) -> bool {
@@ -69,11 +93,17 @@ impl Merger {
 
     /// Decided cells waiting for an earlier position.
     pub fn waiting(&self) -> usize {
-        self.decided.len() + self.rounds.values().flatten().flatten().count() + self.ready.len()
+        self.decided.len()
+            + self.rounds.values().flatten().flatten().count()
+            + self.ready.len()
+            + self.streams.as_ref().map_or(0, |s| s.waiting())
     }
 
     /// A decided cell. Cells below `next` are already covered and ignored.
     pub fn insert(&mut self, cell: Cell, batch: Arc<Batch>) {
+        if let Some(s) = self.streams.as_mut() {
+            return s.insert(cell, batch);
+        }
         if self.by_rounds() {
             return self.insert_in_round(cell, batch);
         }
@@ -120,6 +150,9 @@ impl Merger {
             return;
         };
         let batches: Vec<Arc<Batch>> = cells.into_iter().flatten().collect();
+        if self.cfg.params.mode == OrderingMode::Dispel {
+            return self.order_epoch(r, &batches);
+        }
         let digests: Vec<_> = batches.iter().map(|b| b.digest()).collect();
         let order = round_permutation(&round_seed(r, &digests), batches.len());
         for (rank, lane) in order.into_iter().enumerate() {
@@ -132,9 +165,27 @@ impl Merger {
         }
     }
 
+    /// Dispel §4.4: the epoch's batches in `merger_dispel::epoch_order`.
+    fn order_epoch(&mut self, e: Slot, batches: &[Arc<Batch>]) {
+        let m = self.lanes();
+        let noop = Arc::new(Batch::noop());
+        for (rank, (lane, keep)) in epoch_order(batches).into_iter().enumerate() {
+            let cell = Cell {
+                lane: LaneId(lane),
+                slot: e,
+            };
+            let batch = if keep {
+                batches[lane as usize].clone()
+            } else {
+                noop.clone()
+            };
+            self.ready.push_back((Seq(e.0 * m + rank as u64), cell, batch));
+        }
+    }
+
     /// The next deliverable position, if decided (and not paused).
     pub fn pop_next(&mut self) -> Option<(Seq, Cell, Arc<Batch>)> {
-        if self.paused {
+        if self.paused || self.streams.is_some() {
             return None;
         }
         let (seq, cell, batch) = if self.by_rounds() {
@@ -159,6 +210,9 @@ impl Merger {
 
     /// State transfer: everything below `seq` is covered by a snapshot.
     pub fn jump_to(&mut self, seq: Seq) {
+        if let Some(s) = self.streams.as_mut() {
+            return s.jump_to(seq);
+        }
         if seq <= self.next {
             return;
         }

@@ -21,6 +21,8 @@ use chorus_core::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod dispel_cut;
+
 type Key = (ClientId, RequestSeq);
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -91,6 +93,10 @@ pub struct Pool {
     /// RCC §III-E: clients whose owner lane a delivered SWITCHINSTANCE
     /// changed (`reassign`); bounded by the configured clients.
     owner_override: BTreeMap<ClientId, LaneId>,
+    /// `sarek`: this pool serves one partition's lane only (`sarek::SarekPools`),
+    /// and PREDICT() says which requests that lane may order.
+    fixed_lane: Option<LaneId>,
+    predictor: Option<crate::sarek::Predictor>,
 }
 
 /// A client's busy seq that is not retransmitted for this long no longer
@@ -115,12 +121,17 @@ impl Pool {
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
             owner_override: BTreeMap::new(),
+            fixed_lane: None,
+            predictor: None,
         }
     }
 
     /// The lane a request waits in: a switch in its target, any other in its
     /// client's owner (`crate::rcc_switch::request_lane`).
     fn lane_for(&self, req: &Request) -> LaneId {
+        if let Some(lane) = self.fixed_lane {
+            return lane;
+        }
         if self.cfg.params.mode == OrderingMode::Rcc {
             if let Some(j) = switch_target(req).filter(|j| *j < self.cfg.lanes()) {
                 return LaneId(j);
@@ -164,6 +175,36 @@ impl Pool {
     /// Replace every owner override (after a state transfer).
     pub fn reset_owners(&mut self, owners: impl IntoIterator<Item = (ClientId, LaneId)>) {
         self.owner_override = owners.into_iter().collect();
+    }
+
+    /// A pool whose every request is owned by `lane` (SAREK: one pool per
+    /// partition lane, a cross-partition request held by each involved one).
+    pub fn for_lane(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity, lane: LaneId) -> Pool {
+        assert!(lane.0 < cfg.lanes(), "no such lane");
+        let mut p = Pool::new(cfg, me, identity);
+        p.fixed_lane = Some(lane);
+        p
+    }
+
+    pub fn set_predictor(&mut self, p: crate::sarek::Predictor) {
+        self.predictor = Some(p);
+    }
+
+    /// Take a request another lane decided (already verified there) as
+    /// pending, unless it is known, recently ordered or the pool is full.
+    /// SAREK §IV-B 1: a cross-partition request must be ordered by every
+    /// predicted partition, so once one partition ordered it the others'
+    /// leaders must have it even if the client's copy never reached them.
+    pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
+        let key = (req.client, req.seq);
+        let full = self.entries.len() >= self.cfg.params.pool_max_requests as usize
+            || self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client;
+        if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            return false;
+        }
+        let lane = self.lane_for(req);
+        self.insert(key, req.clone(), lane, now, State::Pending);
+        true
     }
 
     /// Requests held (pending and in flight).
@@ -612,6 +653,15 @@ impl Pool {
 }
 
 impl VerifiedHint for Pool {
+    fn lane_owns(&self, lane: LaneId, req: &Request) -> Option<bool> {
+        self.fixed_lane?;
+        let lanes = match &self.predictor {
+            Some(p) => p.lanes(&self.cfg, &req.op),
+            None => crate::sarek::Predictor::everything().lanes(&self.cfg, &req.op),
+        };
+        Some(lanes.contains(&lane))
+    }
+
     fn already_verified(&self, req: &Request) -> bool {
         self.entries
             .get(&(req.client, req.seq))

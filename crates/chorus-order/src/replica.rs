@@ -10,6 +10,7 @@
 //! After every event the replica *settles*: leaders propose what they may,
 //! the merger delivers what is contiguous, and the lane timers are refreshed.
 
+mod dispel;
 mod recover;
 mod switch;
 
@@ -20,6 +21,7 @@ use crate::lane::{Lane, LaneEnv, LaneOutput};
 use crate::merger::Merger;
 use crate::pool::{Admitted, Pool, Readiness};
 use crate::rcc_switch::{self, OwnerView, SwitchGate};
+use crate::sarek::{Predictor, SarekPools};
 use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
@@ -48,6 +50,9 @@ pub struct ReplicaStatus {
     /// Per lane, what decides whether it proposes: why a lane is idle.
     pub lanes: Vec<LaneStatus>,
     pub counters: Counters,
+    /// Checkpoints whose stable certificate disagreed with our own state
+    /// digest (the executor diverged; state transfer repairs it).
+    pub state_divergences: u64,
 }
 
 /// One lane's proposal state (`chorus status --json`, debugging a stall).
@@ -74,6 +79,8 @@ pub struct LaneStatus {
     /// Who assembles the NEW-VIEW of the lane's current view (RCC: the
     /// coordinating leader `L_i` that proposes the stop).
     pub new_view_primary: ReplicaId,
+    /// `sarek`: the next slot the lane's delivery stream hands out.
+    pub stream_next: Option<Slot>,
 }
 
 /// Undecided slots of a lane above which a leader only proposes full batches
@@ -101,17 +108,27 @@ pub struct Replica {
     /// RCC §III-E: instance assignments, from delivered switches.
     pub(crate) assignments: Assignments,
     pub(crate) switch_gate: SwitchGate,
+    /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
+    pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
+    /// `sarek`: one pool per partition lane (then `pool` stays empty).
+    pub(crate) sarek: Option<SarekPools>,
 }
 
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
         let lanes = cfg.lanes();
+        let dispel = (cfg.params.mode == OrderingMode::Dispel)
+            .then(|| Box::new(crate::dispel::DispelCore::new(cfg.clone(), me, identity.clone())));
+        let pbft_lanes = if dispel.is_some() { 0 } else { lanes };
+        let sarek = (cfg.params.mode == OrderingMode::Sarek)
+            .then(|| SarekPools::new(cfg.clone(), me, identity.clone()));
         Replica {
             limits: Limits::from_config(&cfg),
-            lanes: (0..lanes)
+            lanes: (0..pbft_lanes)
                 .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
                 .collect(),
+            dispel,
             pool: Pool::new(cfg.clone(), me, identity.clone()),
             merger: Merger::new(cfg.clone()),
             checkpointer: Checkpointer::new(cfg.clone(), me, identity),
@@ -121,6 +138,7 @@ impl Replica {
             batch_deadline: vec![None; lanes as usize],
             assignments: Assignments::default(),
             switch_gate: SwitchGate::default(),
+            sarek,
             cfg,
             me,
         }
@@ -165,6 +183,34 @@ impl Replica {
         self.settle(now, out);
     }
 
+    /// `sarek`: PREDICT() from the service's access sets (SAREK Algorithm
+    /// 1). Without it every request is predicted to touch every partition,
+    /// which is what a service without access sets declares.
+    pub fn set_predictor(&mut self, p: Predictor) {
+        if let Some(s) = self.sarek.as_mut() {
+            s.set_predictor(p);
+        }
+    }
+
+    /// The pool that holds `lane`'s requests.
+    fn pool_of(&self, lane: LaneId) -> &Pool {
+        match &self.sarek {
+            Some(s) => s.pool(lane),
+            None => &self.pool,
+        }
+    }
+
+    fn pool_of_mut(&mut self, lane: LaneId) -> &mut Pool {
+        match &mut self.sarek {
+            Some(s) => s.pool_mut(lane),
+            None => &mut self.pool,
+        }
+    }
+
+    fn orphaned_in_flight(&self) -> usize {
+        self.pool.orphaned_in_flight() + self.sarek.as_ref().map_or(0, |s| s.orphaned_in_flight())
+    }
+
     pub fn status(&self) -> ReplicaStatus {
         ReplicaStatus {
             me: self.me,
@@ -173,17 +219,17 @@ impl Replica {
             views: self.lanes.iter().map(|l| l.view()).collect(),
             view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
             next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
-            pool_len: self.pool.len(),
+            pool_len: self.pool.len() + self.sarek.as_ref().map_or(0, |s| s.len()),
             lanes: (0..self.lanes.len())
                 .map(|l| LaneStatus {
-                    pending: self.pool.pending_len(LaneId(l as u32)),
+                    pending: self.pool_of(LaneId(l as u32)).pending_len(LaneId(l as u32)),
                     next_free_slot: self.lanes[l].next_free_slot(),
                     proposal_limit: self.proposal_limit(l),
                     open_slots: self.lanes[l].open_slots(PROPOSAL_DEPTH),
                     timer_deadline: self.lanes[l].timer_deadline().map(|m| m.0),
-                    in_flight: self.pool.in_flight_summary(LaneId(l as u32)),
+                    in_flight: self.pool_of(LaneId(l as u32)).in_flight_summary(LaneId(l as u32)),
                     next_undecided: self.lanes[l].next_undecided(),
-                    orphaned: self.pool.orphaned_in_flight(),
+                    orphaned: self.orphaned_in_flight(),
                     proposer: self.lanes[l].leader_of(self.lanes[l].next_free_slot()),
                     stopped_until: self.lanes[l].rcc_stopped_until(),
                     new_view_primary: crate::roles::new_view_primary(
@@ -191,9 +237,11 @@ impl Replica {
                         LaneId(l as u32),
                         self.lanes[l].view(),
                     ),
+                    stream_next: self.merger.stream_next(LaneId(l as u32)),
                 })
                 .collect(),
             counters: self.counters.clone(),
+            state_divergences: self.checkpointer.divergences(),
         }
     }
 
@@ -204,9 +252,12 @@ impl Replica {
         let at_decided: usize = self
             .lanes
             .iter()
-            .map(|l| self.pool.in_flight_at_decided(l.id(), l.next_undecided()))
+            .map(|l| {
+                self.pool_of(l.id())
+                    .in_flight_at_decided(l.id(), l.next_undecided())
+            })
             .sum();
-        at_decided + self.pool.orphaned_in_flight()
+        at_decided + self.orphaned_in_flight()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -242,7 +293,10 @@ impl Replica {
         let env = LaneEnv {
             stable: self.checkpointer.stable_cert(),
             stable_seq: self.checkpointer.stable_seq(),
-            hint: &self.pool,
+            hint: match &self.sarek {
+                Some(s) => s.pool(LaneId(l as u32)),
+                None => &self.pool,
+            },
             owners: &owners,
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
@@ -252,14 +306,18 @@ impl Replica {
     /// Hand a lane's output to the pool, the merger and state transfer.
     fn absorb(&mut self, now: Millis, lane: LaneId, lo: LaneOutput) {
         if let Some(slot) = lo.release_from {
-            self.pool.release_from(now, lane, slot);
+            self.pool_of_mut(lane).release_from(now, lane, slot);
         }
         for (slot, batch) in &lo.pre_prepared {
-            self.pool.mark_in_flight(now, Cell { lane, slot: *slot }, batch);
+            self.pool_of_mut(lane)
+                .mark_in_flight(now, Cell { lane, slot: *slot }, batch);
         }
         for d in lo.decided {
             let cell = Cell { lane, slot: d.slot };
-            self.pool.on_decided(now, cell, &d.batch);
+            self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
+            if let Some(s) = self.sarek.as_mut() {
+                self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
+            }
             self.merger.insert(cell, d.batch);
         }
         for (from, pp) in lo.owner_held {
@@ -307,6 +365,8 @@ impl Replica {
                     self.begin_install(cert, snapshot, out);
                 }
             }
+            ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
+            other if self.dispel.is_some() => self.dispel_on_other(now, from, other, out),
             other => {
                 let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {
                     return cx.reject("bad-lane");
@@ -336,10 +396,12 @@ impl Replica {
         let (client, seq) = (req.client, req.seq);
         let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
             Err(e)
-        } else if verify {
-            self.pool.admit(now, req)
         } else {
-            self.pool.admit_verified(now, req)
+            match self.sarek.as_mut() {
+                Some(s) => s.admit(now, req, verify),
+                None if verify => self.pool.admit(now, req),
+                None => self.pool.admit_verified(now, req),
+            }
         };
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,
@@ -368,6 +430,7 @@ impl Replica {
                     self.status_tick(now, out);
                 }
             }
+            TimerId::Dispel => self.dispel_on_timer(now, out),
             TimerId::ViewChange(_) | TimerId::Batch(_) => self.counters.reject("bad-timer"),
         }
     }
@@ -382,8 +445,10 @@ impl Replica {
     /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
     fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
         for l in 0..self.lanes.len() {
-            self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
+            let lo = self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
+            self.absorb(now, LaneId(l as u32), lo);
         }
+        self.dispel_status_tick(now, out);
         for v in self.checkpointer.pending_votes() {
             out.broadcast(ReplicaMsg::Checkpoint(v));
         }
@@ -424,6 +489,7 @@ impl Replica {
     }
 
     fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
+        self.dispel_collect(now, low, out);
         for l in 0..self.lanes.len() {
             let lo = self.with_lane(now, l, out, |lane, cx, env| lane.advance_low(cx, low, env));
             self.absorb(now, LaneId(l as u32), lo);
@@ -465,6 +531,9 @@ impl Replica {
                 debug_assert!(self.checkpointer.stable_seq() >= seq);
                 self.merger.jump_to(seq);
                 self.pool.clear();
+                if let Some(s) = self.sarek.as_mut() {
+                    s.clear();
+                }
                 self.advance_lanes(now, low, out);
                 self.merger.resume();
             }
@@ -518,7 +587,13 @@ impl Replica {
     /// `max_lane_drift_slots` above the delivery point (COP §4.2.2: pillars may
     /// not drift apart; a lane ahead stops proposing).
     fn proposal_limit(&self, l: usize) -> Slot {
-        let delivered = self.merger.next().0 / self.cfg.lanes() as u64;
+        // SAREK: a partition's drift is measured against its own stream, so
+        // a stalled partition does not stop the others (the window and the
+        // checkpoint cuts still bound how far they run ahead).
+        let delivered = match self.merger.stream_next(LaneId(l as u32)) {
+            Some(s) => s.0,
+            None => self.merger.next().0 / self.cfg.lanes() as u64,
+        };
         let drift = Slot(delivered.saturating_add(self.cfg.params.max_lane_drift_slots));
         drift.min(self.lanes[l].high())
     }
@@ -530,7 +605,7 @@ impl Replica {
         let wait = self.cfg.params.status_interval_ms;
         !self.lanes[lane.index()].has_open_slots()
             && self
-                .pool
+                .pool_of_mut(lane)
                 .oldest_pending(lane)
                 .is_some_and(|t| now.0.saturating_sub(t.0) >= wait)
     }
@@ -540,7 +615,7 @@ impl Replica {
         // the windows, so this terminates long before the bound.
         let bound = self.lanes.len() * self.cfg.params.window_slots as usize + 8;
         for _ in 0..bound {
-            let proposed = self.propose_all(now, out);
+            let proposed = self.propose_all(now, out) | self.dispel_propose(now, out);
             let delivered = self.deliver(out);
             let released = delivered && self.release_owner_held(now, out);
             if !proposed && !delivered && !released {
@@ -580,12 +655,12 @@ impl Replica {
         // latency (the pipeline is busy anyway) for far fewer slots. A full
         // batch always goes, up to the window.
         let open = self.lanes[l].open_slots(PROPOSAL_DEPTH);
-        if open >= PROPOSAL_DEPTH && !self.pool.full_batch_pending(lane) {
+        if open >= PROPOSAL_DEPTH && !self.pool_of(lane).full_batch_pending(lane) {
             return false;
         }
         let cell = Cell { lane, slot };
         let behind = self.frontier().is_some_and(|f| self.cfg.seq_of(cell) < f);
-        let batch = match self.pool.readiness(lane, now) {
+        let batch = match self.pool_of_mut(lane).readiness(lane, now) {
             Readiness::Ready => self.cut(cell),
             Readiness::WaitUntil(_) if behind => self.cut(cell),
             Readiness::WaitUntil(at) => {
@@ -616,6 +691,9 @@ impl Replica {
     /// after the position that completes one (before the next delivery, so
     /// the executor snapshots exactly there).
     fn deliver(&mut self, out: &mut Outbox) -> bool {
+        if self.sarek.is_some() {
+            return self.deliver_streams(out);
+        }
         let mut any = false;
         while let Some((seq, cell, batch)) = self.merger.pop_next() {
             self.apply_switches(seq, &batch);
@@ -629,13 +707,39 @@ impl Replica {
         any
     }
 
+    /// SAREK: every stream's next decided cells, each lane on its own. A
+    /// checkpoint is due when the cut passes a multiple of K; it is asked for
+    /// right after the delivery that completed it, so the executor snapshots
+    /// exactly at the cut (docs/decisions.md "SAREK ordering and checkpoint
+    /// cuts"). One delivery moves the cut by at most one slot of every lane,
+    /// i.e. at most `lanes` positions, and K is a multiple of `lanes`, so at
+    /// most one checkpoint falls due per delivery.
+    fn deliver_streams(&mut self, out: &mut Outbox) -> bool {
+        let mut any = false;
+        let mut cut = self.merger.next();
+        while let Some((cell, batch)) = self.merger.pop_stream() {
+            out.push(Action::DeliverStream { cell, batch });
+            self.counters.delivered += 1;
+            any = true;
+            let now_cut = self.merger.next();
+            debug_assert!(now_cut.0 - cut.0 <= self.cfg.lanes() as u64);
+            if now_cut > cut {
+                if let Some(c) = self.checkpointer.on_delivered(Seq(now_cut.0 - 1)) {
+                    out.push(Action::TakeCheckpoint { seq: c });
+                }
+                cut = now_cut;
+            }
+        }
+        any
+    }
+
     fn refresh_timers(&mut self, now: Millis, out: &mut Outbox) {
         let frontier = self.frontier();
         for l in 0..self.lanes.len() {
             let lane = LaneId(l as u32);
             let may_propose = self.lanes[l].next_free_slot() < self.proposal_limit(l);
             let oldest = if may_propose {
-                self.pool.oldest_pending(lane)
+                self.pool_of_mut(lane).oldest_pending(lane)
             } else {
                 None
             };

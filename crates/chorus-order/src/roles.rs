@@ -41,6 +41,10 @@ pub fn new_view_primary(cfg: &ClusterConfig, lane: LaneId, view: View) -> Replic
     if cfg.params.mode == OrderingMode::Rcc {
         return coordinating_leader(cfg, lane, view);
     }
+    if cfg.params.mode == OrderingMode::Sarek {
+        // SAREK §IV-A: the new view's leader of the partition assembles it.
+        return cfg.preferred_leader(lane, view);
+    }
     match cfg.params.leader_rotation {
         LeaderRotation::Fixed => ReplicaId((view.0 % n) as u32),
         LeaderRotation::BlockWise => ReplicaId(((view.0 % n + lane.0 as u64 % n) % n) as u32),
@@ -78,6 +82,10 @@ pub fn slot_leader_in(
     excluded: &[Exclusion],
 ) -> ReplicaId {
     let plain = slot_leader(cfg, lane, slot, view);
+    if cfg.params.mode == OrderingMode::Sarek {
+        // SAREK §IV-A: one leader per partition and view, never block-wise.
+        return plain;
+    }
     if cfg.params.mode == OrderingMode::Rcc {
         // RCC §III-C: while stopped (`penalty::rcc_stop`), the instance's
         // rounds are proposed by its coordinating leader (docs/decisions.md

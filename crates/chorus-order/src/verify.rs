@@ -87,6 +87,11 @@ impl RequestVerifier {
 /// the identical request). A read-only question across components.
 pub trait VerifiedHint {
     fn already_verified(&self, req: &Request) -> bool;
+    /// Whether `lane` may order `req`, where the answer is not the
+    /// configuration's `owner_lane` (SAREK: the lanes PREDICT() names).
+    fn lane_owns(&self, _lane: chorus_core::LaneId, _req: &Request) -> Option<bool> {
+        None
+    }
 }
 
 /// No hint: verify everything.

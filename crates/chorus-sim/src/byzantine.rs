@@ -254,6 +254,14 @@ impl Adversary {
         msg: ReplicaMsg,
         counters: &mut Counters,
     ) -> ReplicaMsg {
+        if let ReplicaMsg::Dbft(w) = msg {
+            let (w, changed) =
+                crate::dispel_adversary::equivocate(w, self.n, to, |b| self.alternative_batch(b));
+            if changed {
+                counters.fault("byz-dbft-equivocate");
+            }
+            return ReplicaMsg::Dbft(w);
+        }
         let ReplicaMsg::PrePrepare(pp) = msg else {
             return msg;
         };
@@ -345,6 +353,13 @@ impl Adversary {
                 resign_view_change(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::ViewChange(m)
             }
+            ReplicaMsg::Dbft(w) => {
+                let (w, changed) = crate::dispel_adversary::conflicting(w, self.n, to);
+                if changed {
+                    counters.fault("byz-dbft-conflicting-vote");
+                }
+                ReplicaMsg::Dbft(w)
+            }
             other => other,
         }
     }
@@ -420,6 +435,16 @@ impl Adversary {
                 flip_sig(&mut m.sig, rng);
                 ReplicaMsg::NewView(m)
             }
+            ReplicaMsg::Timeout(mut m) => {
+                if rng.gen_bool(0.5) {
+                    flip_sig(&mut m.sig, rng);
+                } else {
+                    // A correct replica's timeout it never signed: it would
+                    // complete a certificate that moves everyone.
+                    m.replica = other;
+                }
+                ReplicaMsg::Timeout(m)
+            }
             ReplicaMsg::Decided(mut m) => {
                 m.digest = random_digest(rng);
                 ReplicaMsg::Decided(m)
@@ -438,6 +463,17 @@ impl Adversary {
                 }
                 m.data = Bytes::from(data);
                 ReplicaMsg::StateChunk(m)
+            }
+            // DBFT is signature-free: a flipped byte is a message with other
+            // content (another digest, value, round or epoch) or undecodable.
+            ReplicaMsg::Dbft(mut m) => {
+                let mut bytes = m.bytes.to_vec();
+                if !bytes.is_empty() {
+                    let i = rng.gen_range(0..bytes.len());
+                    bytes[i] ^= 1 << rng.gen_range(0..8);
+                }
+                m.bytes = Bytes::from(bytes);
+                ReplicaMsg::Dbft(m)
             }
             other @ (ReplicaMsg::Status(_) | ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => {
                 other

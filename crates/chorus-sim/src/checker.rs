@@ -178,8 +178,12 @@ impl Checker {
             );
         }
         self.expected_next[i] = seq.next();
-        // RCC delivers a round in a drawn lane order: only the round is fixed.
-        let misplaced = if config.params.mode == chorus_core::OrderingMode::Rcc {
+        // RCC delivers a round in a drawn lane order, Dispel an epoch in
+        // digest order: only the round (epoch) is fixed.
+        let misplaced = if matches!(
+            config.params.mode,
+            chorus_core::OrderingMode::Rcc | chorus_core::OrderingMode::Dispel
+        ) {
             cell.slot != config.cell_of(seq).slot || cell.lane.0 >= config.lanes()
         } else {
             config.cell_of(seq) != cell

@@ -8,7 +8,7 @@
 use crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT;
 use crate::queue::Micros;
 use bytes::Bytes;
-use chorus_apps::KvOp;
+use chorus_apps::WorkloadFn;
 use chorus_core::{
     ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Digest, Identity, MacKey, ReplicaId, Reply,
     ReplyBody, Request, RequestSeq,
@@ -26,8 +26,6 @@ pub const THINK_MAX_US: Micros = 20_000;
 /// rcc (RCC §III-E): after this many retransmissions of one request the
 /// client asks to move to the next instance (as the library does).
 pub const SWITCH_AFTER_RETRIES: u32 = 2;
-/// Keys the workload touches: few, so requests conflict.
-const KEYS: u32 = 8;
 
 /// How a client authenticates, with the keys it needs.
 #[derive(Clone)]
@@ -133,6 +131,8 @@ pub struct SimClient {
     switches: u32,
     /// Switches the cluster applied.
     switched: u32,
+    /// The service's operations (`ServiceEntry::workload`).
+    workload: WorkloadFn,
 }
 
 impl SimClient {
@@ -163,6 +163,7 @@ impl SimClient {
             switching: None,
             switches: 0,
             switched: 0,
+            workload: std::sync::Arc::new(chorus_apps::kv_workload),
         }
     }
 
@@ -178,6 +179,12 @@ impl SimClient {
     /// Switches sent, and applied.
     pub fn switches(&self) -> (u32, u32) {
         (self.switches, self.switched)
+    }
+
+    /// Issue the operations of another service's workload (default: kv).
+    pub fn with_workload(mut self, workload: WorkloadFn) -> SimClient {
+        self.workload = workload;
+        self
     }
 
     /// Use another client-table window than the simulator's executors use.
@@ -213,20 +220,9 @@ impl SimClient {
         self.pending.iter().map(|(s, p)| (*s, p.issued_at_us))
     }
 
-    /// The kv workload: puts, gets and read-modify-writes over a few keys, each
-    /// value naming its writer so results differ per request.
+    /// The next operation of the service's workload.
     fn op(&self, rng: &mut ChaCha8Rng, seq: u64) -> Bytes {
-        let key = format!("k{}", rng.gen_range(0..KEYS));
-        let value = format!("c{}-q{seq}", self.creds.id.0);
-        match rng.gen_range(0..3) {
-            0 => KvOp::put(key, value),
-            1 => KvOp::get(key),
-            _ => KvOp::ReadModifyWrite {
-                key: key.into(),
-                value: value.into(),
-            }
-            .encode(),
-        }
+        (self.workload)(rng, self.creds.id, seq)
     }
 
     fn has_room(&self) -> bool {

@@ -57,6 +57,9 @@ pub trait SimReplica: Sized {
     fn lane_progress(&self) -> Vec<crate::rcc_stats::LaneProgress> {
         Vec::new()
     }
+
+    /// sarek: PREDICT() for routing requests to partition lanes.
+    fn set_predictor(&mut self, _p: chorus_order::sarek::Predictor) {}
 }
 
 /// Replies a replica keeps to answer retransmitted requests.

@@ -2,6 +2,7 @@
 //! and the protocol parameters derived from it.
 
 use crate::faults::{FaultKind, FaultSet};
+use chorus_apps::ServiceRegistry;
 use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ProtocolParams};
 use chorus_exec::{Executor, Service};
 use std::fmt;
@@ -78,8 +79,17 @@ pub struct SimOptions {
     /// time is when the client's pacing wanted to send it, even if its window
     /// was still full (no coordinated omission: a throughput collapse fails).
     pub liveness_timeout_ms: u64,
-    /// The application every replica runs (`kv` or `null`).
+    /// The application every replica runs: a name in `registry` whose
+    /// entry has a workload generator (built in: `kv`, `null`).
     pub service: String,
+    /// Where `service` is looked up; applications add their own services.
+    pub registry: Arc<ServiceRegistry>,
+    /// Checked execution (issue 17): every operation runs inside its
+    /// declared access set and an access outside it is a violation.
+    pub checked_access: bool,
+    /// The binary replay commands name (an application's own, which knows
+    /// its services; `chorus` by default).
+    pub program: String,
     pub executor: ExecutorChoice,
     /// At the end of a run every correct replica must be active in the same
     /// view of every lane (`checker_extra::view_split`).
@@ -90,6 +100,10 @@ pub struct SimOptions {
     pub check_wait_free: bool,
     /// Leader rotation in cop mode; `None`: drawn per seed.
     pub rotation: Option<LeaderRotation>,
+    /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
+    /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
+    /// the serial-order checker can be shown to catch it.
+    pub skip_sync_wait: bool,
 }
 
 impl Default for SimOptions {
@@ -111,10 +125,14 @@ impl Default for SimOptions {
             fault_window_ms: 3_000,
             liveness_timeout_ms: 30_000,
             service: "kv".into(),
+            registry: Arc::new(ServiceRegistry::builtin()),
+            checked_access: true,
+            program: "chorus".into(),
             executor: ExecutorChoice::Sequential,
             check_views: true,
             check_wait_free: false,
             rotation: None,
+            skip_sync_wait: false,
         }
     }
 }
@@ -186,8 +204,11 @@ impl SimOptions {
                 "fault window and liveness timeout must be at most 600 s (and the timeout positive)".into(),
             );
         }
-        if self.service != "kv" && self.service != "null" {
-            return Err(format!("unknown service {:?} (kv or null)", self.service));
+        if self.registry.get(&self.service)?.workload.is_none() {
+            return Err(format!(
+                "service {:?} has no workload generator to simulate it with",
+                self.service
+            ));
         }
         Ok(())
     }
@@ -226,7 +247,8 @@ impl SimOptions {
     pub fn replay_command(&self, seed: u64) -> String {
         let d = SimOptions::default();
         let mut cmd = format!(
-            "chorus sim --mode {} --pillars {} --n {} --faults {} --seed {seed} --seeds 1",
+            "{} sim --mode {} --pillars {} --n {} --faults {} --seed {seed} --seeds 1",
+            self.program,
             mode_name(self.mode),
             self.pillars,
             self.n,
@@ -371,7 +393,8 @@ impl SimOptions {
     /// leader rotation are drawn per seed.
     pub fn params(&self, client_auth: ClientAuthKind, leader_rotation: LeaderRotation) -> ProtocolParams {
         // RCC §III-B: one instance (lane) per replica.
-        let lanes = if self.mode == OrderingMode::Rcc {
+        // Dispel §3: one lane per proposer, likewise.
+        let lanes = if matches!(self.mode, OrderingMode::Rcc | OrderingMode::Dispel) {
             self.n as u64
         } else {
             self.pillars as u64

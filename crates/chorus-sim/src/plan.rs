@@ -94,7 +94,10 @@ impl Plan {
         let leader_rotation = match opts.mode {
             OrderingMode::Cop => opts.rotation.unwrap_or(drawn_rotation),
             // RCC's leaders are fixed by instance; rotation does not apply.
-            OrderingMode::Pbft | OrderingMode::Rcc => drawn_rotation,
+            // Dispel has no leaders at all.
+            OrderingMode::Pbft | OrderingMode::Rcc | OrderingMode::Dispel => drawn_rotation,
+            // SAREK §IV-A: one (preferred) leader per partition and view.
+            OrderingMode::Sarek => chorus_core::LeaderRotation::Fixed,
         };
         let link_faults = LinkFaults {
             loss_ppm: ppm_if(drawn, FaultKind::Loss, rng, 5_000..=50_000),

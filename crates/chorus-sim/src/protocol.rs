@@ -39,6 +39,10 @@ impl SimReplica for Replica {
         Replica::leaked_pool_entries(self)
     }
 
+    fn set_predictor(&mut self, p: chorus_order::sarek::Predictor) {
+        Replica::set_predictor(self, p)
+    }
+
     fn lane_views(&self) -> Vec<(u64, bool)> {
         let s = self.status();
         s.views
@@ -66,10 +70,35 @@ impl SimReplica for Replica {
 
     fn describe(&self) -> String {
         let s = self.status();
-        format!(
+        let mut line = format!(
             "next {:?} stable {:?} views {:?} changing {:?} undecided {:?} pool {}",
             s.next_delivery, s.stable_seq, s.views, s.view_changing, s.next_undecided, s.pool_len
-        )
+        );
+        if let Some(d) = self.dispel_status() {
+            let epochs: Vec<String> = d
+                .epochs
+                .iter()
+                .map(|e| {
+                    format!(
+                        "e{}:{}bits/r{}{}",
+                        e.epoch,
+                        e.bits_decided,
+                        e.max_round,
+                        if e.joined { "" } else { "(not joined)" }
+                    )
+                })
+                .collect();
+            line.push_str(&format!(
+                " | dbft next-epoch {} spawn {} low {} depth {} live [{}] dropped {:?}",
+                d.next_epoch,
+                d.next_spawn,
+                d.low,
+                d.pipeline_depth,
+                epochs.join(" "),
+                d.dropped
+            ));
+        }
+        line
     }
 }
 

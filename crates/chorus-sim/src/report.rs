@@ -41,6 +41,17 @@ pub enum ViolationKind {
     /// round (RCC §III-E: a SWITCHINSTANCE hands a client over without
     /// overlap).
     TwoLanes,
+    /// Checked mode: an operation touched a key outside its declared access
+    /// set (CBASE §4 would run it beside a conflicting one).
+    AccessSet,
+    /// The service's own invariant (`ServiceEntry::invariant`) failed on a
+    /// correct replica's state.
+    ServiceInvariant,
+    /// sarek: a partitioned executor's run is not a serial execution
+    /// consistent with its streams (cross-border atomicity broken: an EXEC
+    /// ran ahead of a partition's earlier requests, a SYNC was passed before
+    /// its EXEC ran, a sub-request consumed twice or never).
+    SerialOrder,
 }
 
 impl ViolationKind {
@@ -69,6 +80,9 @@ impl ViolationKind {
             ViolationKind::ViewSplit => "view-split",
             ViolationKind::WaitFree => "wait-free",
             ViolationKind::TwoLanes => "two-lanes",
+            ViolationKind::AccessSet => "access-set",
+            ViolationKind::ServiceInvariant => "service-invariant",
+            ViolationKind::SerialOrder => "serial-order",
         }
     }
 }

@@ -49,6 +49,13 @@ impl Store {
             match &record {
                 PersistRecord::Stable { cert, .. } => self.discard_below(cert.seq, config),
                 PersistRecord::View { lane, .. } => self.discard_older_view(*lane),
+                // A DBFT snapshot covers every earlier DBFT record.
+                PersistRecord::DispelSnapshot { .. } => self.records.retain(|r| {
+                    !matches!(
+                        r,
+                        PersistRecord::DispelSnapshot { .. } | PersistRecord::DispelInput { .. }
+                    )
+                }),
                 _ => {}
             }
         }
@@ -59,7 +66,9 @@ impl Store {
     fn discard_below(&mut self, stable: Seq, config: &ClusterConfig) {
         let seq_of = |lane: LaneId, slot| config.seq_of(Cell { lane, slot });
         self.records.retain(|r| match r {
-            PersistRecord::View { .. } => true,
+            PersistRecord::View { .. }
+            | PersistRecord::DispelSnapshot { .. }
+            | PersistRecord::DispelInput { .. } => true,
             PersistRecord::Accepted { lane, slot, .. } => seq_of(*lane, *slot) >= stable,
             PersistRecord::Prepared { cert } => seq_of(cert.lane, cert.slot) >= stable,
             PersistRecord::Decided { cell, .. } => config.seq_of(*cell) >= stable,

@@ -16,16 +16,17 @@ use crate::report::{RunReport, ViolationKind};
 use crate::smart_adversary::SmartAdversary;
 use crate::stats::Counters;
 use crate::store::Store;
-use chorus_apps::{service_by_name, ServiceOptions};
+use chorus_apps::ServiceOptions;
 use chorus_core::{
     ClientId, ClusterConfig, Digest, Identity, Limits, ReplicaId, ReplicaMsg, Reply, Request, RequestSeq,
 };
-use chorus_exec::{Executor, SequentialExecutor};
+use chorus_exec::{AccessViolation, CheckedService, Executor, OnViolation, SequentialExecutor, Service};
 use chorus_order::TimerId;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 /// Pending events at most (a bound, not a target).
 const QUEUE_CAPACITY: usize = 2_000_000;
@@ -137,6 +138,12 @@ pub struct World<R: SimReplica> {
     pub(crate) extra: crate::checker_extra::Extra,
     /// The rcc checkers' measurements (`rcc_stats.rs`).
     pub(crate) rcc_obs: crate::rcc_stats::RccObserver,
+    /// Each node's current service instance (for the service invariant).
+    services: Vec<Option<Arc<dyn Service>>>,
+    /// Checked mode: the access-set violations of every instance any node ran.
+    access_logs: Vec<(usize, Arc<Mutex<Vec<AccessViolation>>>)>,
+    /// sarek: per-stream delivery agreement (`sarek_sim.rs`).
+    pub(crate) streams: crate::sarek_sim::StreamChecker,
 }
 
 impl<R: SimReplica> World<R> {
@@ -191,6 +198,9 @@ impl<R: SimReplica> World<R> {
             events: 0,
             extra,
             rcc_obs: Default::default(),
+            services: Vec::new(),
+            access_logs: Vec::new(),
+            streams: Default::default(),
         }
     }
 
@@ -210,9 +220,27 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    pub(crate) fn make_executor(&self) -> Box<dyn Executor> {
-        let service = service_by_name(&self.opts.service, &ServiceOptions::default())
+    /// A fresh executor around a fresh service instance for node `i`.
+    pub(crate) fn make_executor(&mut self, i: usize) -> Box<dyn Executor> {
+        if self.opts.mode == chorus_core::OrderingMode::Sarek {
+            return crate::sarek_sim::executor(&self.opts.service, &self.config, self.opts.skip_sync_wait);
+        }
+        let inner = self
+            .opts
+            .registry
+            .build(&self.opts.service, &ServiceOptions::default())
             .expect("the service name was validated");
+        if self.services.len() <= i {
+            self.services.resize(i + 1, None);
+        }
+        self.services[i] = Some(inner.clone());
+        let service: Arc<dyn Service> = if self.opts.checked_access {
+            let checked = CheckedService::new(inner, OnViolation::Record);
+            self.access_logs.push((i, checked.violations()));
+            Arc::new(checked)
+        } else {
+            inner
+        };
         let mut e: Box<dyn Executor> = match &self.opts.executor {
             ExecutorChoice::Sequential => {
                 Box::new(SequentialExecutor::new(service, EXEC_MAX_INFLIGHT_PER_CLIENT))
@@ -386,8 +414,13 @@ impl<R: SimReplica> World<R> {
                 let seq = live.executor.next_seq();
                 let d = live.executor.state_digest();
                 self.checker.state_at(now, id, seq, d);
+                if correct {
+                    self.check_service_invariant(i, now);
+                }
             }
         }
+        self.check_access_sets(now);
+        self.audit_executors();
         let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
         // RCC §III-E: instance switches of correct clients (sent, applied).
@@ -427,6 +460,40 @@ impl<R: SimReplica> World<R> {
             replay: self.opts.replay_command(self.seed),
             trace: Digest(*self.trace.finalize().as_bytes()),
             rcc,
+        }
+    }
+
+    /// The service's invariant on node `i`'s state (after `state_digest`,
+    /// which waits for a parallel executor to finish).
+    fn check_service_invariant(&mut self, i: usize, now: Micros) {
+        let entry = self.opts.registry.get(&self.opts.service).expect("validated");
+        let (Some(check), Some(Some(service))) = (entry.invariant.clone(), self.services.get(i)) else {
+            return;
+        };
+        if let Err(e) = check(&service.snapshot()) {
+            let id = self.nodes[i].replica_id;
+            self.checker
+                .violate(ViolationKind::ServiceInvariant, now, format!("{id:?}: {e}"));
+        }
+    }
+
+    /// Checked mode: the first undeclared access of each correct node.
+    fn check_access_sets(&mut self, now: Micros) {
+        let mut reported = std::collections::BTreeSet::new();
+        for (i, log) in &self.access_logs {
+            let node = &self.nodes[*i];
+            if !node.correct || reported.contains(i) {
+                continue;
+            }
+            let first = log.lock().unwrap_or_else(|e| e.into_inner()).first().cloned();
+            if let Some(v) = first {
+                reported.insert(*i);
+                self.checker.violate(
+                    ViolationKind::AccessSet,
+                    now,
+                    format!("{:?}: {v}", node.replica_id),
+                );
+            }
         }
     }
 
@@ -705,10 +772,22 @@ fn build_clients(
     let creds = |i: usize| Credentials::new(config, ClientId(i as u64), keys[i].clone());
     // Spread each client's requests over the fault window.
     let pacing_us = plan.heal_at_us / opts.requests_per_client as u64;
+    let workload = opts
+        .registry
+        .get(&opts.service)
+        .ok()
+        .and_then(|e| e.workload.clone())
+        .expect("validated: the service has a workload");
     let clients = (0..opts.clients as usize)
         .map(|i| {
             let (total, window) = (opts.requests_per_client, opts.client_window);
-            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us);
+            let workload = if opts.mode == chorus_core::OrderingMode::Sarek && opts.service == "kv" {
+                // sarek: a third of the requests are (mostly) cross-partition.
+                std::sync::Arc::new(chorus_apps::kv_multi_key_workload) as chorus_apps::WorkloadFn
+            } else {
+                workload.clone()
+            };
+            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us).with_workload(workload);
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())
             } else {

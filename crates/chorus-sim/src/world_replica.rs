@@ -36,9 +36,21 @@ impl<R: SimReplica> World<R> {
             now,
             &mut out,
         );
-        let executor = self.make_executor();
+        let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
+        self.set_predictor(i);
         self.perform(i, out);
+    }
+
+    /// sarek: the replica routes requests by the service's PREDICT().
+    fn set_predictor(&mut self, i: usize) {
+        if self.opts.mode != chorus_core::OrderingMode::Sarek {
+            return;
+        }
+        let p = crate::sarek_sim::predictor(&self.opts.service, self.config.lanes() as u16);
+        if let Some(live) = self.nodes[i].live.as_mut() {
+            live.replica.set_predictor(p);
+        }
     }
 
     pub(crate) fn on_crash(&mut self, i: usize, torn_after: Option<u32>) {
@@ -81,9 +93,11 @@ impl<R: SimReplica> World<R> {
             now,
             &mut out,
         );
-        let executor = self.make_executor();
+        let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
+        self.set_predictor(i);
         self.checker.restarted(self.nodes[i].replica_id);
+        self.streams.reset(self.nodes[i].replica_id);
         self.extra.executor_reset(self.nodes[i].replica_id);
         self.counters.note("restart");
         self.perform(i, out);
@@ -230,6 +244,7 @@ impl<R: SimReplica> World<R> {
                 }
             }
             Action::Deliver { seq, cell, batch } => self.deliver(i, seq, cell, batch, follow_ups),
+            Action::DeliverStream { cell, batch } => self.deliver_stream(i, cell, batch, follow_ups),
             Action::SetTimer { id, at } => {
                 let node = &mut self.nodes[i];
                 let Some(live) = node.live.as_mut() else { return };
@@ -515,7 +530,7 @@ impl<R: SimReplica> World<R> {
         self.rcc_obs.delivered(seq, cell, batch, m, lane, own);
     }
 
-    fn drain_results(&mut self, i: usize) {
+    pub(crate) fn drain_results(&mut self, i: usize) {
         let now = self.now_us();
         let id = self.nodes[i].replica_id;
         let Some(live) = self.nodes[i].live.as_mut() else {
@@ -530,21 +545,15 @@ impl<R: SimReplica> World<R> {
         }
         let correct = self.nodes[i].correct;
         for r in results {
+            let key = self.exactly_once_key(r.client, r.request_seq, r.delivered_at);
             let result_digest = Digest::of(&r.result);
             self.trace.update(result_digest.as_bytes());
             if correct && !r.is_rejected() {
-                self.extra
-                    .executed(now, id, (r.client, r.request_seq), r.delivered_at, r.duplicate);
+                self.extra.executed(now, id, key, r.delivered_at, r.duplicate);
             }
             if !r.is_rejected() {
-                self.checker.executed(
-                    now,
-                    id,
-                    (r.client, r.request_seq),
-                    r.delivered_at,
-                    result_digest,
-                    r.duplicate,
-                );
+                self.checker
+                    .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
             }
             self.send_reply(
                 i,
@@ -578,7 +587,7 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    fn checkpoint_if_due(&mut self, i: usize, seq: Seq, follow_ups: &mut VecDeque<Event>) {
+    pub(crate) fn checkpoint_if_due(&mut self, i: usize, seq: Seq, follow_ups: &mut VecDeque<Event>) {
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
@@ -626,6 +635,7 @@ impl<R: SimReplica> World<R> {
                 live.pending_checkpoints.retain(|s| *s > cert.seq);
                 // A new executor life for the exactly-once count.
                 self.extra.executor_reset(id);
+                self.streams.reset(id);
                 self.checker
                     .installed(now, id, cert.seq, *digest, cert.state_digest);
             }

@@ -66,3 +66,27 @@ fn weak_quorum_rcc_equivocating_instance_primary_forks() {
         "{r}"
     );
 }
+
+/// dispel: with every DBFT quorum one short (chorus-dbft's share of the
+/// feature), an RB-equivocating proposer gets two digests delivered for its
+/// slot (two echo quorums no longer share a correct replica), so correct
+/// replicas execute different batches at the same position.
+#[test]
+fn weak_quorum_dispel_rb_equivocator_forks() {
+    let o = byzantine_within_f(OrderingMode::Dispel, 4, &[FaultKind::Equivocate]);
+    let r = first_safety_violation(&o);
+    eprint!("{r}");
+    assert!(
+        r.has(ViolationKind::Agreement) || r.has(ViolationKind::StateDigest),
+        "{r}"
+    );
+}
+
+/// dispel: twins (one identity, two copies talking to different halves)
+/// fork the weakened DBFT quorums too.
+#[test]
+fn weak_quorum_dispel_twin_forks() {
+    let o = byzantine_within_f(OrderingMode::Dispel, 4, &[FaultKind::Twins]);
+    let r = first_safety_violation(&o);
+    eprint!("{r}");
+}

@@ -272,3 +272,77 @@ fn cop_n4_silent_seed_1000002_blockwise_silent_leader_is_excluded() {
         r.virtual_us
     );
 }
+
+/// `dispel` recovery: an epoch output out of order (above the first
+/// undelivered one) before the DBFT snapshot was not handed to the merger
+/// again after a restart: the replica decided it but never delivered it, and
+/// with a Byzantine replica withholding checkpoint votes the cluster stalled.
+const DISPEL_READY_EPOCH_LOST: &str = "dispel: out-of-order epoch lost across a restart";
+
+fn dispel_all(n: usize) -> SimOptions {
+    SimOptions::new(OrderingMode::Dispel, 4, n).with_faults("all".parse().expect("fault set"))
+}
+
+regression!(
+    /// dispel n=4: crash (torn) + garbage-snapshot; r0 stuck at epoch 13.
+    dispel_n4_all_seed_600_ready_epoch_lost_on_restart: dispel_all(4), seed 600, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);
+regression!(
+    /// dispel n=4: crash + silent r0; r2 stuck at epoch 5.
+    dispel_n4_all_seed_611_ready_epoch_lost_on_restart: dispel_all(4), seed 611, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);
+regression!(
+    /// dispel n=4: crash + partitions + garbage-snapshot.
+    dispel_n4_all_seed_791_ready_epoch_lost_on_restart: dispel_all(4), seed 791, Expect::Pass(DISPEL_READY_EPOCH_LOST)
+);
+/// Found by the first sarek sweep (8 partitions): the Byzantine leader of a
+/// partition (`corrupt`) sent a garbage DECIDED notice first, the lane kept
+/// each sender's first notice only, and with a single correct replica ahead
+/// the others never gathered f+1 matching notices; catching up, they never
+/// timed out either: 21 of 36 requests never completed. (`all` here is the
+/// full fault set of today, not `classic`.)
+#[test]
+fn sarek_k8_n4_seed_28_garbage_decided_notice_no_longer_locks_catch_up() {
+    let mut o = SimOptions::new(OrderingMode::Sarek, 8, 4).with_faults("all".parse().expect("fault set"));
+    o.check_views = false;
+    let r = run_one(&o, 28);
+    assert!(
+        r.ok(),
+        "catch-up locked by a garbage first notice (regression):\n{r}"
+    );
+}
+
+/// `dispel` retransmission: a replica that decided a binary instance early
+/// (and so delivered its epoch) still runs rounds d+1 and d+2 of it (spec
+/// §3.6), and the others need its AUX there; but messages the lagging
+/// replicas sent it were lost in a partition and only ever re-sent to peers
+/// whose status showed them stalled, which it no longer did. Both sides
+/// waited for ever: two correct replicas stuck in epoch 0 with 3 of 4 bits,
+/// the third done. A stalled replica now re-sends its stuck epochs to peers
+/// past them.
+const DISPEL_LAGGARD_NOT_RESENT: &str = "dispel: laggard's messages never re-sent to a peer past the epoch";
+
+regression!(
+    /// dispel n=4: twins r2 + partitions; r0 and r3 stuck in e0 slot 1 (rounds 2/3), r1 done.
+    dispel_n4_all_seed_327_laggard_not_resent: dispel_all(4), seed 327, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
+);
+regression!(
+    /// dispel n=4: Byzantine r3 + partitions; r0 and r1 stuck in e0 slot 2 (round 3), r2 done.
+    dispel_n4_all_seed_441_laggard_not_resent: dispel_all(4), seed 441, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
+);
+
+/// Beyond the fault model on purpose: f+1 = 2 twins at n = 4 (no weakened
+/// quorum needed). Each twin pair talks to a different half, so the two
+/// correct replicas RB-deliver and decide different batches in epoch 0: the
+/// checkers must report the fork.
+fn dispel_two_twins() -> SimOptions {
+    let mut o = SimOptions::new(OrderingMode::Dispel, 4, 4).with_faults("twins".parse().expect("fault set"));
+    o.byzantine = Some(2);
+    o.swarm = false;
+    o
+}
+
+regression!(
+    /// dispel n=4, r0 and r1 twins: r2 and r3 deliver different digests at #0.
+    dispel_n4_two_twins_seed_0_fork_reported: dispel_two_twins(), seed 0, Expect::Safety
+);

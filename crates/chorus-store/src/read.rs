@@ -28,7 +28,9 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
             LogEntry::Record(
                 r @ (PersistRecord::View { .. }
                 | PersistRecord::Accepted { .. }
-                | PersistRecord::Prepared { .. }),
+                | PersistRecord::Prepared { .. }
+                | PersistRecord::DispelSnapshot { .. }
+                | PersistRecord::DispelInput { .. }),
             ) => out.push(r),
             LogEntry::Record(_) => return Err(corrupt("log", key, "record kind never stored in the log")),
             LogEntry::Decided { cell, digest } => {

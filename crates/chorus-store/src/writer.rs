@@ -86,7 +86,9 @@ impl<'txn> Writer<'txn> {
 
     pub fn apply(&mut self, r: &PersistRecord) -> Result<()> {
         match r {
-            PersistRecord::View { .. } => self.push_log(&LogEntryRef::Record(r)),
+            PersistRecord::View { .. }
+            | PersistRecord::DispelSnapshot { .. }
+            | PersistRecord::DispelInput { .. } => self.push_log(&LogEntryRef::Record(r)),
             PersistRecord::Accepted { lane, slot, .. } => {
                 let seq = self.layout.seq_of(*lane, *slot)?;
                 self.push_log_unless_obsolete(seq, r)
@@ -203,6 +205,9 @@ impl<'txn> Writer<'txn> {
     fn truncate_log(&mut self, stable: u64) -> Result<()> {
         let mut drop_keys = Vec::new();
         let mut latest_view: BTreeMap<LaneId, (View, u64)> = BTreeMap::new();
+        // `dispel`: the latest DBFT snapshot covers every earlier DBFT record.
+        let mut dispel_keys: Vec<u64> = Vec::new();
+        let mut latest_snapshot: Option<u64> = None;
         for item in self.log.iter()? {
             let (k, v) = item?;
             let key = k.value();
@@ -216,6 +221,15 @@ impl<'txn> Writer<'txn> {
                         Some((_, old_key)) => drop_keys.push(old_key),
                         None => {}
                     }
+                    continue;
+                }
+                LogEntry::Record(PersistRecord::DispelSnapshot { .. }) => {
+                    latest_snapshot = Some(key);
+                    dispel_keys.push(key);
+                    continue;
+                }
+                LogEntry::Record(PersistRecord::DispelInput { .. }) => {
+                    dispel_keys.push(key);
                     continue;
                 }
                 LogEntry::Record(PersistRecord::Accepted { lane, slot, .. }) => {
@@ -232,6 +246,9 @@ impl<'txn> Writer<'txn> {
             if seq < stable {
                 drop_keys.push(key);
             }
+        }
+        if let Some(last) = latest_snapshot {
+            drop_keys.extend(dispel_keys.into_iter().filter(|k| *k < last));
         }
         for key in drop_keys {
             self.log.remove(key)?;

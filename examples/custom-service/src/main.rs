@@ -63,7 +63,7 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 3 && args[1] == "replica" {
         let loaded = chorus_node::node_config::load_node(args[2].as_ref())?;
-        return chorus_node::runtime::run_replica_with_service(loaded, Arc::new(Counters::default()));
+        return chorus_node::runtime::run_replica_with(loaded, Arc::new(Counters::default()));
     }
     let dir = tempfile::tempdir()?;
     let base_port = std::env::var("BASE_PORT").map_or(Ok(17_000), |p| p.parse())?;

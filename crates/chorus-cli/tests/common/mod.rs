@@ -375,3 +375,46 @@ pub async fn check_readable(
         );
     }
 }
+
+/// Completion times of every acknowledged write, and the writes themselves.
+#[derive(Default)]
+pub struct Load {
+    pub done: Vec<Instant>,
+    pub acked: std::collections::HashMap<bytes::Bytes, bytes::Bytes>,
+}
+
+/// `clients` clients × 4 in flight write fresh keys `{prefix}-{client}-{slot}-{i}`
+/// until `stop`, recording every acknowledged write in `load`.
+pub async fn drive_writes(
+    c: &TestCluster,
+    prefix: &'static str,
+    clients: usize,
+    stop: Instant,
+    load: Arc<std::sync::Mutex<Load>>,
+) {
+    use chorus_apps::kv_op::KvOp;
+    let mut tasks = Vec::new();
+    for ci in 0..clients {
+        let client = Arc::new(c.client(ci).await);
+        for slot in 0..4 {
+            let client = client.clone();
+            let load = load.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while Instant::now() < stop {
+                    let k = bytes::Bytes::from(format!("{prefix}-{ci}-{slot}-{i}"));
+                    let v = bytes::Bytes::from(format!("v{i}"));
+                    i += 1;
+                    if client.invoke(KvOp::put(k.clone(), v.clone())).await.is_ok() {
+                        let mut l = load.lock().unwrap();
+                        l.done.push(Instant::now());
+                        l.acked.insert(k, v);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

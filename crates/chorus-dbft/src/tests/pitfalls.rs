@@ -5,7 +5,7 @@ use super::harness::{batch, Net};
 use super::steps_bv::bval;
 use crate::binary::{BinOut, Binary, Input, Phase, TimerKind};
 use crate::counters::DropReason;
-use crate::engine::{Dbft, Event};
+use crate::engine::{Action, Dbft, Event};
 use crate::msg::{BinMsg, BinSet, DbftMsg, InstanceId};
 use crate::DbftConfig;
 use chorus_core::{Millis, ReplicaId};
@@ -530,6 +530,34 @@ fn p14_byzantine_input_is_bounded() {
         d.counters().get(DropReason::FetchFlood),
         10 - u64::from(cfg.max_fetch_replies_per_peer)
     );
+    // …then once per retry period: replies lost to a partition or our crash
+    // must not lock a correct peer out of the batch for ever.
+    let served_after = |d: &mut Dbft, at: u64| {
+        let req = DbftMsg::BatchRequest {
+            epoch: 0,
+            proposer: ReplicaId(3),
+            digest: h,
+        };
+        let acts = d.handle(
+            Millis(at),
+            Event::Message {
+                from: ReplicaId(2),
+                msg: req,
+            },
+        );
+        acts.iter().any(|a| {
+            matches!(
+                a,
+                Action::Send {
+                    msg: DbftMsg::BatchResponse { .. },
+                    ..
+                }
+            )
+        })
+    };
+    assert!(!served_after(&mut d, cfg.fetch_retry_ms - 1));
+    assert!(served_after(&mut d, cfg.fetch_retry_ms));
+    assert!(!served_after(&mut d, cfg.fetch_retry_ms + 1), "one per period");
     // Collected epochs are refused.
     d.handle(Millis(0), Event::Collect { below: 1 });
     d.handle(

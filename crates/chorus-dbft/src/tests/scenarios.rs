@@ -227,9 +227,12 @@ fn scenario_b3_equivocating_coordinator_n7() {
 
 #[test]
 fn scenario_b4_byzantine_aux_both_in_correct_coordinator_round() {
-    // Round 1 runs with timeout 0 (the RB fast path), so the first round whose
-    // timers let COORD and every correct AUX arrive is round 2, coordinator r1.
-    let mut net = BinNet::new(DbftConfig::new(4), &[BYZ]);
+    // Only round 1 runs with timeout 0 here (the RB fast path), so the first
+    // round whose timers let COORD and every correct AUX arrive is round 2,
+    // coordinator r1.
+    let mut cfg = DbftConfig::new(4);
+    cfg.zero_timeout_rounds = 1;
+    let mut net = BinNet::new(cfg, &[BYZ]);
     net.propose(0, Input::One);
     net.propose(1, Input::Zero);
     net.propose(2, Input::Zero);

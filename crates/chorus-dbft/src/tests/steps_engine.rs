@@ -344,3 +344,127 @@ fn join_rule_empty_batch_when_not_the_epoch_it_would_spawn() {
     assert!(st.joined() && st.proposed());
     assert!(st.has_batch(&Batch::noop().digest()));
 }
+
+/// Replica 0 of n = 4: proposes in epoch 0, sees r1's INIT (r1's broadcast
+/// is under way, not delivered), then its own slot 0 is RB-delivered and
+/// decides 1 in round 1, which starts the zero phase.
+fn engine_at_zero_phase() -> (Dbft, Vec<Action>) {
+    use crate::msg::{BinMsg, BinSet, InstanceId};
+    let mut d = Dbft::new(DbftConfig::new(4), ReplicaId(0));
+    let msg = |d: &mut Dbft, from: u32, msg: DbftMsg| {
+        d.handle(
+            Millis(10),
+            Event::Message {
+                from: ReplicaId(from),
+                msg,
+            },
+        )
+    };
+    let mine = batch(0, 0, 1);
+    let digest = mine.digest();
+    d.handle(
+        Millis(10),
+        Event::Propose {
+            epoch: 0,
+            batch: mine,
+        },
+    );
+    msg(
+        &mut d,
+        1,
+        DbftMsg::RbInit {
+            epoch: 0,
+            batch: batch(1, 0, 2),
+        },
+    );
+    let p0 = ReplicaId(0);
+    for from in [1, 2] {
+        msg(
+            &mut d,
+            from,
+            DbftMsg::RbEcho {
+                epoch: 0,
+                proposer: p0,
+                digest,
+            },
+        );
+    }
+    for from in [1, 2] {
+        msg(
+            &mut d,
+            from,
+            DbftMsg::RbReady {
+                epoch: 0,
+                proposer: p0,
+                digest,
+            },
+        );
+    }
+    let inst = InstanceId { epoch: 0, slot: p0 };
+    let mut acts = vec![];
+    for from in [1, 2] {
+        acts = msg(
+            &mut d,
+            from,
+            DbftMsg::Bin {
+                inst,
+                msg: BinMsg::Aux {
+                    round: 1,
+                    values: BinSet::One,
+                },
+            },
+        );
+    }
+    assert_eq!(d.epoch(0).unwrap().binary(0).decided(), Some(true));
+    (d, acts)
+}
+
+/// Zero-phase grace: once slot 0 decided 1, slots 2 and 3 (nothing seen
+/// from their proposers) are input 0 at once, but slot 1, whose INIT is
+/// here, waits for its RB delivery and is then input 1 via RB (the fast
+/// path) instead of 0 (a split instance: rounds 2 and 3 and their timers).
+#[test]
+fn zero_phase_grace_waits_for_a_broadcast_under_way() {
+    let (mut d, acts) = engine_at_zero_phase();
+    let st = d.epoch(0).unwrap();
+    assert_eq!(st.binary(2).input(), Some(Input::Zero));
+    assert_eq!(st.binary(3).input(), Some(Input::Zero));
+    assert_eq!(st.binary(1).input(), None, "slot 1's broadcast is under way");
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::SetTimer {
+            id: crate::engine::TimerId::ZeroGrace { epoch: 0 },
+            ..
+        }
+    )));
+    let digest = batch(1, 0, 2).digest();
+    for from in [2, 3] {
+        d.handle(
+            Millis(12),
+            Event::Message {
+                from: ReplicaId(from),
+                msg: DbftMsg::RbReady {
+                    epoch: 0,
+                    proposer: ReplicaId(1),
+                    digest,
+                },
+            },
+        );
+    }
+    // t+1 READY make us READY too; with ours, 2t+1: delivered.
+    assert!(d.epoch(0).unwrap().rb(1).delivered().is_some());
+    assert_eq!(d.epoch(0).unwrap().binary(1).input(), Some(Input::OneViaRb));
+}
+
+/// The grace is bounded: when it ends without a delivery, slot 1 gets 0,
+/// so every instance is invoked (P8: the epoch cannot hang on it).
+#[test]
+fn zero_phase_grace_ends_with_zero() {
+    let (mut d, _) = engine_at_zero_phase();
+    assert_eq!(d.epoch(0).unwrap().binary(1).input(), None);
+    d.handle(
+        Millis(40),
+        Event::Timer(crate::engine::TimerId::ZeroGrace { epoch: 0 }),
+    );
+    assert_eq!(d.epoch(0).unwrap().binary(1).input(), Some(Input::Zero));
+}

@@ -178,6 +178,11 @@ impl<T: Clone> RequestScheduler<T> {
         self.schedules.iter().all(VecDeque::is_empty)
     }
 
+    /// The payloads waiting in partition `p`'s schedule, head first.
+    pub fn pending_payloads(&self, p: PartitionId) -> impl Iterator<Item = &T> + '_ {
+        self.schedules[p.0 as usize].iter().map(|s| &s.entry.payload)
+    }
+
     pub fn is_busy(&self, p: PartitionId) -> bool {
         self.busy[p.0 as usize].is_some()
     }

@@ -13,16 +13,31 @@ use std::sync::Arc;
 
 impl Lane {
     /// Status tick: announce where we are, re-send our VIEW-CHANGE while the
-    /// view change lasts, and retry batch fetches.
-    pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) {
+    /// view change lasts, give up on a view f+1 peers gave up on, and retry
+    /// batch fetches.
+    pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
+        let mut lo = LaneOutput::default();
         self.broadcast_status(cx, env.stable_seq);
+        if self.give_up_with_f_plus_one(cx) {
+            self.leave_on_certificate(cx, env, &mut lo);
+        }
         if !self.active {
             if let Some(vc) = &self.own_vc {
                 cx.counters.retransmissions += 1;
                 cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
             }
         }
+        // Our signed timeout, while it may still be missing from a
+        // certificate (we wait for one, or we left the view before ours):
+        // peers may have lost the first broadcast (`timeout_cert.rs`).
+        if self.suspecting || !self.active {
+            if let Some(t) = &self.timeouts[self.me.index()] {
+                cx.counters.retransmissions += 1;
+                cx.out.broadcast(ReplicaMsg::Timeout(t.clone()));
+            }
+        }
         self.retry_wants(cx);
+        lo
     }
 
     pub(crate) fn broadcast_status(&mut self, cx: &mut Cx, stable_seq: Seq) {
@@ -36,10 +51,13 @@ impl Lane {
     }
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
-        self.note_peer_progress(cx, from, st.view, st.next_undecided, st.suspects);
+        self.note_peer_progress(cx, from, st.view, st.next_undecided);
         if st.view < self.view && self.active {
             self.resend_new_view(cx, from);
         }
+        // A peer still in a view that 2f+1 gave up on (it lost the
+        // statements): the certificate moves it on (`timeout_cert.rs`).
+        self.relay_certificate(cx, from, st.view);
         let start = st.next_undecided.max(self.low);
         if start < self.next_undecided {
             for (slot, s) in self
@@ -134,7 +152,12 @@ impl Lane {
             return;
         }
         let notices = self.notices.entry(d.slot).or_default();
-        if notices.contains_key(&from) {
+        // A sender's newer notice replaces its older one: a Byzantine
+        // sender's garbage first notice must not shut out its later correct
+        // ones (with one correct replica ahead, f+1 would never match). Safe:
+        // a correct replica's notice never changes, so f+1 current matching
+        // notices still include one from a correct replica that decided.
+        if notices.get(&from) == Some(&d.digest) {
             return;
         }
         notices.insert(from, d.digest);

@@ -27,6 +27,7 @@ mod recovery;
 mod restart_probe;
 mod slot;
 mod throttle;
+mod timeout_cert;
 mod timer;
 mod view_change;
 mod watermarks;
@@ -204,11 +205,14 @@ pub struct Lane {
     /// Each peer's last reported `next_undecided` of this lane, its view,
     /// and when.
     pub(crate) peer_next: Vec<Option<(Slot, View, Millis)>>,
-    /// When each peer last reported its timer expired in a view, and which.
-    pub(crate) peer_suspects: Vec<Option<(View, Millis)>>,
-    /// Our timer expired in this view (active: f peers must report it too;
-    /// waiting for NEW-VIEW: f+1 peers must give up on the view too,
-    /// `timer.rs`): we report it in `Status` and wait.
+    /// Each replica's (ours included) highest verified signed statement
+    /// that it gave up on this lane's views up to some view
+    /// (`timeout_cert.rs`).
+    pub(crate) timeouts: Vec<Option<chorus_core::Timeout>>,
+    /// When we last relayed a timeout certificate to each peer.
+    pub(crate) tc_sent: Vec<Option<Millis>>,
+    /// Our timer expired in this view: we signed a timeout for it and wait
+    /// for a certificate (2f+1 of them, `timeout_cert.rs`).
     pub(crate) suspecting: bool,
     /// Recovered and not yet heard from f+1 peers: the timer waits.
     pub(crate) awaiting_peers: bool,
@@ -253,7 +257,8 @@ impl Lane {
             penalties: Penalties::new(n),
             excluded: Vec::new(),
             peer_next: vec![None; n],
-            peer_suspects: vec![None; n],
+            timeouts: vec![None; n],
+            tc_sent: vec![None; n],
             suspecting: false,
             awaiting_peers: false,
             learnt_stable: None,
@@ -391,9 +396,11 @@ impl Lane {
             ReplicaMsg::Decided(m) => self.on_decided_notice(cx, from, m, lo),
             ReplicaMsg::FetchBatch(m) => self.on_fetch(cx, from, m),
             ReplicaMsg::BatchReply(m) => self.on_batch_reply(cx, from, m, lo),
-            ReplicaMsg::Checkpoint(_) | ReplicaMsg::StateRequest(_) | ReplicaMsg::StateChunk(_) => {
-                cx.reject("not-a-lane-message")
-            }
+            ReplicaMsg::Timeout(m) => self.on_timeout(cx, m, env, lo),
+            ReplicaMsg::Checkpoint(_)
+            | ReplicaMsg::StateRequest(_)
+            | ReplicaMsg::StateChunk(_)
+            | ReplicaMsg::Dbft(_) => cx.reject("not-a-lane-message"),
         }
     }
 

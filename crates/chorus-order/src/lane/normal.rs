@@ -368,10 +368,16 @@ impl Lane {
             if !seen.insert((r.client, r.seq)) {
                 return Err("duplicate-request");
             }
-            match env.owners.ownership(self.id, slot, r) {
-                Ownership::Owned => {}
-                Ownership::NotOwned(reason) => return Err(reason),
-                Ownership::Unknown => unknown_owner = true,
+            // SAREK: the lanes PREDICT() names (the pool's hint); otherwise
+            // the owner instance, RCC §III-E switches included.
+            match hint.lane_owns(self.id, r) {
+                Some(true) => {}
+                Some(false) => return Err("wrong-lane-request"),
+                None => match env.owners.ownership(self.id, slot, r) {
+                    Ownership::Owned => {}
+                    Ownership::NotOwned(reason) => return Err(reason),
+                    Ownership::Unknown => unknown_owner = true,
+                },
             }
             if hint.already_verified(r) {
                 continue;

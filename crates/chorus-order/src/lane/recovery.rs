@@ -155,6 +155,9 @@ impl Lane {
             view: self.view,
         });
         cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+        // We left the view below before the crash; our signed statement of
+        // it was not persisted, so sign it again (`timeout_cert.rs`).
+        self.give_up(cx, View(self.view.0 - 1));
         self.vcs.insert(
             self.me,
             StoredVc {

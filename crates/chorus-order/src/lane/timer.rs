@@ -13,36 +13,20 @@
 //! A lane that f+1 peers report ahead of it (at least one correct replica
 //! decided further) is catching up, e.g. after a restart: its pending
 //! requests may be ordered already and its restored pre-prepares decided
-//! long ago, so they are no evidence against the leader, and such a replica
-//! would only run off alone to a view nobody else joins (PBFT §4.5.2: leave
-//! a view on f+1 evidence). While catching up (and after recovery until f+1
-//! peers reported) the timer does not run: a correct replica is ahead, so
-//! the catch-up (notices, state transfer) ends, and reports expire, so f
-//! liars cannot hold it off.
+//! long ago, so they are no evidence against the leader. While catching up
+//! only a lack of contiguous progress for a whole timeout arms the timer
+//! (a catch-up can stall: rcc seed 10155, where the peers ahead were one
+//! correct replica and one that garbled its `Decided` notices); after
+//! recovery the timer waits until f+1 peers reported.
 //!
 //! An expired timer is evidence about *us* first: a replica cut off by a
 //! partition, or one whose NEW-VIEW came late, times out while the others
 //! make progress in the same view, and if it then sent VIEW-CHANGE(v+1)
 //! it could never return (PBFT §4.5.2: its VIEW-CHANGE may be used in a
-//! later NEW-VIEW, so it must not prepare in a lower view). It would sit
-//! alone in v+1 until the next view change of everyone else (finding 7,
-//! the `view-split` checker). So an expired timer is first only reported
-//! (`Status.suspects`, re-checked every status interval), and the lane
-//! leaves its view once enough peers *gave up on it too* (they report the
-//! same for this view, or ask for a later one):
-//!
-//! * active in `v`: f peers (f+1 with us, so at least one correct replica
-//!   sees no progress). A censored request waits at every correct replica,
-//!   and a failed leader stalls every correct replica, so all 2f+1 report
-//!   it; k ≤ f correct replicas stalled alone are outnumbered by f+1
-//!   correct ones that decide, whose `Decided` notices and checkpoints
-//!   bring them along without a view change.
-//! * in a view change to `v`, with 2f+1 in it (the timer runs only then,
-//!   PBFT §4.5.2): f+1 peers, at least one of them correct. If any correct
-//!   replica is active in `v` its NEW-VIEW reaches us (it answers our
-//!   re-sent VIEW-CHANGE with it); if none is, every correct replica waits
-//!   in the view change to `v` or later, times out and reports it, and 2f
-//!   of them are our peers.
+//! later NEW-VIEW, so it must not prepare in a lower view). So an expired
+//! timer only signs a timeout statement for the view, and the lane leaves
+//! the view once 2f+1 replicas signed one (a timeout certificate, which
+//! moves every correct replica that receives it: `timeout_cert.rs`).
 //!
 //! During a view change to `v` the timer runs only once 2f+1 replicas asked
 //! for `v` or a later view (PBFT §4.5.2), so a replica that timed out alone
@@ -54,9 +38,8 @@
 //! that eventually a correct primary gets enough time); a decision resets it.
 
 use super::{Lane, LaneEnv, LaneOutput};
-use crate::counters::{Cx, ViewChangeCause};
+use crate::counters::Cx;
 use crate::io::{Action, TimerId};
-use crate::roles::new_view_primary;
 use chorus_core::{Millis, ReplicaId, Seq, Slot, View};
 
 /// Back-off stops doubling at 2^4 = 16 × the base timeout. The doubling is
@@ -186,7 +169,17 @@ impl Lane {
             self.awaiting_peers = false;
         }
         if self.catching_up(cx.now) {
-            return self.set_deadline(cx, None);
+            // Only a catch-up that itself stalls for a whole timeout counts
+            // (rcc seed 10155: the only peers ahead were one correct replica
+            // and a Byzantine one that garbled its `Decided` notices, so the
+            // notices never reached f+1 and the two lagging replicas waited
+            // for ever). Our signed timeout moves nobody alone: a
+            // certificate needs 2f+1 (`timeout_cert.rs`).
+            let at = match self.timer.deadline {
+                Some(d) if !progressed => d,
+                _ => cx.now.plus(timeout),
+            };
+            return self.set_deadline(cx, Some(at));
         }
         let visible = self.has_open_slots() || self.behind(frontier);
         let needs = oldest_pending.is_some() || visible;
@@ -226,20 +219,16 @@ impl Lane {
         from: ReplicaId,
         st_view: View,
         next_undecided: Slot,
-        suspects: bool,
     ) {
         if let Some(p) = self.peer_next.get_mut(from.index()) {
             *p = Some((next_undecided, st_view, cx.now));
         }
-        if let Some(p) = self.peer_suspects.get_mut(from.index()) {
-            *p = suspects.then_some((st_view, cx.now));
-        }
     }
 
-    /// Our timer expired but too few peers gave up on the view: report it
-    /// (at once the first time, so that peers that timed out too learn it
-    /// without waiting for a status tick) and look again one status
-    /// interval later.
+    /// Our timer expired but fewer than 2f+1 replicas gave up on the view:
+    /// our signed timeout is out (`give_up`); report the suspicion in
+    /// `Status` too (informational) and look again one status interval
+    /// later.
     fn suspect(&mut self, cx: &mut Cx, env: &LaneEnv) {
         if !self.suspecting {
             self.suspecting = true;
@@ -247,70 +236,6 @@ impl Lane {
         }
         let retry = cx.now.plus(self.cfg.params.status_interval_ms);
         self.set_deadline(cx, Some(retry));
-    }
-
-    /// Active: at least f peers gave up on our view. With us, f+1, so at
-    /// least one correct replica sees no progress (or a request the leaders
-    /// do not propose).
-    fn suspicion_confirmed(&self, now: Millis) -> bool {
-        self.peers_given_up(now) >= self.cfg.f()
-    }
-
-    /// During a view change to `v`: at least f+1 peers gave up on `v` too,
-    /// by reporting their own timer for `v` expired (`Status.suspects`) or
-    /// by asking for a later view. At least one of them is correct, so we do
-    /// not leave alone a view that the others may still enter. After GST
-    /// every correct replica in the view change to `v` times out unless the
-    /// NEW-VIEW arrives, and 2f ≥ f+1 of them are our peers, so a faulty
-    /// new-view primary is still replaced.
-    fn escalation_confirmed(&self, now: Millis) -> bool {
-        self.peers_given_up(now) > self.cfg.f()
-    }
-
-    /// Peers that gave up on our view: they reported, recently, their timer
-    /// expired in it or a later one (`Status.suspects`), or they ask for a
-    /// later view. The latter counts for a suspicion of censorship too: a
-    /// peer that left our view reports its new one, and would otherwise
-    /// never confirm ours. While active, a suspicion counts only from a peer
-    /// not behind us: one that lags (catching up, or stuck on a state it
-    /// cannot install, sim seed 1400022) times out for its own reasons and
-    /// says nothing about the slot we wait for. The stalled correct replica
-    /// furthest behind still counts all the others, and once it has left,
-    /// its VIEW-CHANGE counts for them.
-    fn peers_given_up(&self, now: Millis) -> usize {
-        let fresh = self
-            .cfg
-            .params
-            .status_interval_ms
-            .saturating_mul(PEER_REPORT_INTERVALS);
-        let view = self.view;
-        let not_behind = |i: usize| {
-            !self.active
-                || self
-                    .peer_next
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|(next, _, _)| next >= self.next_undecided)
-        };
-        let gave_up = |i: usize| {
-            let suspects = self
-                .peer_suspects
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|(v, at)| v >= view && now.0.saturating_sub(at.0) <= fresh)
-                && not_behind(i);
-            let asks_later = self
-                .vcs
-                .values()
-                .any(|s| s.vc.replica.index() == i && s.vc.new_view > view);
-            suspects || asks_later
-        };
-        (0..self.cfg.n())
-            .filter(|i| *i != self.me.index())
-            .filter(|i| gave_up(*i))
-            .count()
     }
 
     /// f+1 peers reported, recently and *in our view*, a first undecided slot
@@ -356,54 +281,17 @@ impl Lane {
             _ => return lo,
         }
         self.timer.deadline = None;
-        // Finding 7: a timeout nobody else reports is no evidence against
-        // the leader (we were cut off, or a waiting request was ordered
-        // already, e.g. below a checkpoint we installed); a leader that
-        // fails or censors stalls every correct replica, so f+1 of us report
-        // it and the view changes one status interval later.
-        if self.active && !self.suspicion_confirmed(cx.now) {
+        // Finding 7: a timeout is first a signed statement only (we may have
+        // been cut off, or a waiting request was ordered already); the view
+        // is left once 2f+1 replicas made one, and then by every correct
+        // replica (`timeout_cert.rs`). A NEW-VIEW late only for us (seed 18)
+        // is re-sent by the peers active in the view meanwhile.
+        let view = self.view;
+        self.give_up(cx, view);
+        if !self.leave_on_certificate(cx, env, &mut lo) {
             self.suspect(cx, env);
             return lo;
         }
-        // Finding 7 (seed 18): a NEW-VIEW that is late only for us (our
-        // VIEW-CHANGE was cut off from its primary) is no evidence that the
-        // view failed; going to v+1 alone leaves us there while the others
-        // enter v and make progress without us, and we may not return to v
-        // once our VIEW-CHANGE for v+1 is out (PBFT §4.5.2). So leave v only
-        // with f+1 others that gave up on it too: one of them is correct.
-        if !self.active && !self.escalation_confirmed(cx.now) {
-            self.suspect(cx, env);
-            return lo;
-        }
-        self.suspecting = false;
-        tracing::debug!(
-            lane = ?self.id,
-            view = ?self.view,
-            active = self.active,
-            open = self.has_open_slots(),
-            censorship = self.timer.censorship_only,
-            next = ?self.next_undecided,
-            max_seen = ?self.max_seen,
-            low = ?self.low,
-            "progress timer expired"
-        );
-        if self.active {
-            self.blame_stuck_slot();
-        } else {
-            // PBFT §4.5.2: the new-view primary did not send NEW-VIEW in time.
-            let primary = new_view_primary(&self.cfg, self.id, self.view);
-            if primary != self.me {
-                self.penalties.blame(&self.cfg, primary, self.next_undecided);
-            }
-        }
-        // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
-        let target = self.view.next();
-        let cause = match (self.active, self.timer.censorship_only) {
-            (true, false) => ViewChangeCause::NoProgress,
-            (true, true) => ViewChangeCause::Censorship,
-            (false, _) => ViewChangeCause::NewViewTimeout,
-        };
-        self.start_view_change(cx, target, cause, env, &mut lo);
         self.replay(cx, env, &mut lo);
         lo
     }

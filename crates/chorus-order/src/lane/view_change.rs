@@ -59,6 +59,12 @@ impl Lane {
             view: target,
         });
         cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+        // We never act in a view below `target` again: say so, signed, so
+        // that our departure counts towards a timeout certificate for the
+        // view we left (`timeout_cert.rs`).
+        if let Some(left) = target.0.checked_sub(1) {
+            self.give_up(cx, View(left));
+        }
         self.vcs.retain(|_, s| s.vc.new_view >= target);
         self.vcs.insert(
             self.me,

@@ -30,6 +30,9 @@ impl Replica {
         let mut decided: BTreeMap<Seq, (Cell, Arc<Batch>)> = BTreeMap::new();
         let mut stable: Option<(CheckpointCert, Bytes)> = None;
         let mut ignored = 0u64;
+        // `dispel`: the latest DBFT snapshot and the engine inputs after it.
+        let mut dispel_snapshot: Option<Bytes> = None;
+        let mut dispel_inputs: Vec<(Millis, Bytes)> = Vec::new();
         for rec in records {
             match rec {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
@@ -61,6 +64,13 @@ impl Replica {
                         stable = Some((cert, snapshot));
                     }
                 }
+                PersistRecord::DispelSnapshot { state, .. } if r.dispel.is_some() => {
+                    dispel_snapshot = Some(state);
+                    dispel_inputs.clear();
+                }
+                PersistRecord::DispelInput { now, input } if r.dispel.is_some() => {
+                    dispel_inputs.push((now, input));
+                }
                 _ => ignored += 1,
             }
         }
@@ -82,8 +92,11 @@ impl Replica {
             r.merger.jump_to(seq);
         }
         for (_, (cell, batch)) in decided {
-            r.pool.on_decided(now, cell, &batch);
+            r.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
             r.merger.insert(cell, batch);
+        }
+        if r.dispel.is_some() {
+            r.dispel_recover(now, dispel_snapshot, dispel_inputs, out);
         }
         r.deliver(out);
         for l in 0..r.lanes.len() {

@@ -19,6 +19,9 @@ impl Replica {
     /// Cut a batch for `cell` with only the requests its lane may carry in
     /// that round (the current owner, once the hand-over allows it).
     pub(super) fn cut(&mut self, cell: Cell) -> Batch {
+        if self.sarek.is_some() {
+            return self.pool_of_mut(cell.lane).cut(cell);
+        }
         let view = OwnerView {
             cfg: &self.cfg,
             table: &self.assignments,

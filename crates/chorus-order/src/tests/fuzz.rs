@@ -632,7 +632,7 @@ struct Knobs {
 fn knobs() -> impl Strategy<Value = Knobs> {
     (
         (
-            0u8..12,
+            0u8..13,
             any::<u8>(),
             // Replica 1 is the one under test: signing as it is rarely useful.
             prop_oneof![8 => prop_oneof![Just(0u32), Just(2), Just(3)], 1 => Just(1u32)],
@@ -903,6 +903,16 @@ fn forge(s: &Setup, k: &Knobs) -> (u32, ReplicaMsg) {
                 data: bytes::Bytes::from(vec![k.variant; k.count * 4]),
             })
         }
+        11 => {
+            let mut t = s.timeout(k.signer, lane, view);
+            if k.variant.is_multiple_of(2) {
+                t.sig.0[k.count % 64] ^= 1;
+            } else {
+                // Another replica's statement, signed by the sender.
+                t.replica = chorus_core::ReplicaId((k.signer + 1 + k.variant as u32 % 3) % 4);
+            }
+            ReplicaMsg::Timeout(t)
+        }
         _ => ReplicaMsg::StateRequest(StateRequest { min_seq: Seq(k.seq) }),
     };
     (k.signer, m)
@@ -930,7 +940,7 @@ fn fingerprint_sees_every_component() {
             r.lanes[1].penalties.by_replica[2].failures += 1
         }),
         ("lane peer report", |r| {
-            r.lanes[1].peer_suspects[3] = Some((View(0), Millis(9)))
+            r.lanes[1].peer_next[3] = Some((Slot(5), View(0), Millis(9)))
         }),
         ("pool", |r| {
             let req = setup4().request(0, 9, b"poke");

@@ -77,6 +77,8 @@ pub struct Cluster {
     pub s: Setup,
     pub nodes: Vec<Option<Replica>>,
     pub execs: Vec<Exec>,
+    /// `sarek`: the stream executors (`execs` stays unused).
+    pub sexecs: Vec<super::sarek_exec::StreamExec>,
     /// What each replica delivered: position -> batch digest.
     pub delivered: Vec<BTreeMap<Seq, Digest>>,
     pub records: Vec<Vec<PersistRecord>>,
@@ -99,6 +101,7 @@ impl Cluster {
         let mut c = Cluster {
             nodes: Vec::new(),
             execs: vec![Exec::default(); n],
+            sexecs: vec![Default::default(); n],
             delivered: vec![BTreeMap::new(); n],
             records: vec![Vec::new(); n],
             rejects: Vec::new(),
@@ -131,12 +134,20 @@ impl Cluster {
         self.nodes.len()
     }
 
+    fn sarek(&self) -> bool {
+        self.s.cfg.params.mode == chorus_core::OrderingMode::Sarek
+    }
+
     fn push(&mut self, at: Millis, to: usize, ev: Event) {
         self.counter += 1;
         self.queue.insert((at, self.counter), (to, ev));
     }
 
     /// A client sends request `seq` to every replica.
+    pub fn push_event(&mut self, to: usize, ev: Event) {
+        self.push(self.now, to, ev);
+    }
+
     pub fn submit(&mut self, client: usize, seq: u64) {
         let req = self.s.request(client, seq, format!("c{client}s{seq}").as_bytes());
         for i in 0..self.n() {
@@ -203,6 +214,41 @@ impl Cluster {
                         prev.is_none_or(|p| p == batch.digest()),
                         "replica {i} re-delivered {seq:?} differently"
                     );
+                }
+                Action::DeliverStream { cell, batch } => {
+                    let lanes = self.s.cfg.lanes() as usize;
+                    self.sexecs[i].apply(cell, &batch, lanes);
+                    let seq = self.s.cfg.seq_of(cell);
+                    let prev = self.delivered[i].insert(seq, batch.digest());
+                    assert!(
+                        prev.is_none_or(|p| p == batch.digest()),
+                        "replica {i} re-delivered {cell:?} differently"
+                    );
+                }
+                Action::TakeCheckpoint { seq } if self.sarek() => {
+                    let lanes = self.s.cfg.lanes() as usize;
+                    let (state_digest, snapshot) = self.sexecs[i].checkpoint(seq, lanes);
+                    let ev = Event::Checkpointed {
+                        seq,
+                        state_digest,
+                        snapshot,
+                    };
+                    self.push(self.now, i, ev);
+                }
+                Action::InstallState { cert, snapshot } if self.sarek() => {
+                    let lanes = self.s.cfg.lanes() as usize;
+                    let digest = match super::sarek_exec::StreamExec::restore(&snapshot, lanes) {
+                        Some(e) => {
+                            self.sexecs[i] = e;
+                            super::sarek_exec::StreamExec::digest_of(&snapshot)
+                        }
+                        None => Digest::of(b"malformed snapshot"),
+                    };
+                    let ev = Event::StateInstalled {
+                        seq: cert.seq,
+                        state_digest: digest,
+                    };
+                    self.push(self.now, i, ev);
                 }
                 Action::SetTimer { id, at } => {
                     self.timers[i].insert(id, at);
@@ -329,6 +375,7 @@ impl Cluster {
     pub fn restart(&mut self, i: usize) {
         let mut out = Outbox::new();
         self.execs[i] = Exec::default();
+        self.sexecs[i] = Default::default();
         let r = Replica::recover(
             self.s.cfg.clone(),
             ReplicaId(i as u32),
@@ -349,9 +396,8 @@ impl Cluster {
             .filter(|(_, n)| n.is_some())
             .all(|(i, _)| {
                 reqs.iter().all(|(c, s)| {
-                    self.execs[i]
-                        .executed
-                        .contains(&(ClientId(*c as u64), RequestSeq(*s)))
+                    let key = (ClientId(*c as u64), RequestSeq(*s));
+                    self.execs[i].executed.contains(&key) || self.sexecs[i].executed.contains(&key)
                 })
             })
     }

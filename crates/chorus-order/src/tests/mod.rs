@@ -7,13 +7,19 @@
 
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod cluster;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod cluster_dispel;
 mod fuzz;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod sarek_exec;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_cluster_binding;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_dispel;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
@@ -28,6 +34,8 @@ mod steps_rcc_switch;
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_sarek;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_transfer;
 #[cfg(not(feature = "weak-quorum-for-tests"))]

@@ -317,3 +317,84 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
     assert_eq!(r.status().stable_seq, Seq(2));
     assert_eq!(r.lane(L0).map(|l| l.low()), Some(Slot(2)));
 }
+
+/// Issue 17: a replica whose executor diverged (its checkpoint digest differs
+/// from the one 2f+1 others certify) says so, once per position: the status
+/// count feeds a replica metric (state transfer then fetches the certified
+/// state, as before).
+#[test]
+fn a_stable_certificate_against_our_own_digest_is_a_reported_divergence() {
+    let s = setup_k2();
+    let mut r = replica(&s, 3);
+    decide(&s, &mut r, 3, 0, &s.batch(0, 1..2));
+    decide(&s, &mut r, 3, 1, &s.batch(1, 1..2));
+    let ours = Digest::of(b"our diverged state");
+    let theirs = Digest::of(&snapshot());
+    handle(
+        &mut r,
+        10,
+        Event::Checkpointed {
+            seq: Seq(2),
+            state_digest: ours,
+            snapshot: Bytes::from_static(b"our diverged state"),
+        },
+    );
+    assert_eq!(r.status().state_divergences, 0);
+    msg(&mut r, 11, 0, ReplicaMsg::Checkpoint(s.vote(0, 2, theirs)));
+    msg(&mut r, 11, 1, ReplicaMsg::Checkpoint(s.vote(1, 2, theirs)));
+    assert_eq!(r.status().state_divergences, 0, "no quorum yet");
+    msg(&mut r, 12, 2, ReplicaMsg::Checkpoint(s.vote(2, 2, theirs)));
+    assert_eq!(r.status().state_divergences, 1);
+    assert_eq!(r.status().stable_seq, Seq(0), "not our state: nothing stable");
+    assert_eq!(r.counters().rejected("state-divergence"), 1);
+    // More votes for the same certificate report nothing new.
+    msg(&mut r, 13, 2, ReplicaMsg::Checkpoint(s.vote(2, 2, theirs)));
+    assert_eq!(r.status().state_divergences, 1);
+}
+
+/// Issue 17: when the replicas' digests are so split that no certificate can
+/// ever form, the checkpoint never becomes stable and state transfer has
+/// nothing to fetch; the divergence is still reported, once.
+#[test]
+fn digests_split_beyond_any_quorum_are_a_reported_divergence() {
+    let s = setup_k2();
+    let mut r = replica(&s, 3);
+    decide(&s, &mut r, 3, 0, &s.batch(0, 1..2));
+    decide(&s, &mut r, 3, 1, &s.batch(1, 1..2));
+    let ours = Digest::of(b"ours");
+    handle(
+        &mut r,
+        10,
+        Event::Checkpointed {
+            seq: Seq(2),
+            state_digest: ours,
+            snapshot: Bytes::from_static(b"ours"),
+        },
+    );
+    msg(
+        &mut r,
+        11,
+        0,
+        ReplicaMsg::Checkpoint(s.vote(0, 2, Digest::of(b"zero"))),
+    );
+    assert_eq!(
+        r.status().state_divergences,
+        0,
+        "two votes out: a quorum may still form"
+    );
+    msg(
+        &mut r,
+        11,
+        1,
+        ReplicaMsg::Checkpoint(s.vote(1, 2, Digest::of(b"one"))),
+    );
+    assert_eq!(r.status().state_divergences, 1, "at most 2 of 4 can agree now");
+    msg(
+        &mut r,
+        11,
+        2,
+        ReplicaMsg::Checkpoint(s.vote(2, 2, Digest::of(b"two"))),
+    );
+    assert_eq!(r.status().state_divergences, 1);
+    assert_eq!(r.status().stable_seq, Seq(0));
+}

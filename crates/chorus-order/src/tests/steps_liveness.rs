@@ -2,12 +2,12 @@
 //! (issue 8, findings 2, 3, 7, 8, 12a).
 
 use super::harness::Cluster;
-use super::util::{broadcasts, handle, msg, params, replica, sends, setup, Setup};
+use super::util::{broadcasts, handle, msg, params, peer_gave_up, replica, sends, setup, Setup};
 use crate::io::{Action, Event, TimerId};
 use crate::replica::Replica;
 use chorus_core::{
-    Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaMsg, Seq, Slot, Status, View,
-    ViewChange,
+    Batch, Digest, LaneId, LeaderRotation, Millis, OrderingMode, ReplicaId, ReplicaMsg, Seq, Slot, Status,
+    View, ViewChange,
 };
 
 const L0: LaneId = LaneId(0);
@@ -142,19 +142,8 @@ fn new_view_primary_behind_the_new_checkpoint_reproposes_the_whole_range() {
     assert_eq!(r1.lane(L0).map(|l| l.low()), Some(Slot(16)));
     // Our next VIEW-CHANGE carries the checkpoint that covers the new low.
     let t2 = deadline(&r1).expect("open re-proposals arm the timer");
-    // Not alone: replica 2, at our slot, gave up on view 1 too (`timer.rs`).
-    msg(
-        &mut r1,
-        t2.0 - 1,
-        2,
-        ReplicaMsg::Status(Status {
-            lane: L0,
-            view: View(1),
-            next_undecided: Slot(16),
-            stable_seq: Seq(16),
-            suspects: true,
-        }),
-    );
+    // Not alone: 2f peers gave up on view 1 too (`timeout_cert.rs`).
+    peer_gave_up(&mut r1, t2.0 - 1, 2, 0, 1, 16);
     let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     let vc = broadcasts(&e)
         .into_iter()
@@ -283,21 +272,22 @@ fn a_restarted_replica_catches_up_in_the_view_of_the_others() {
     }
 }
 
-fn suspecting_status(from_view: u64) -> ReplicaMsg {
-    ReplicaMsg::Status(Status {
-        lane: L0,
-        view: View(from_view),
-        next_undecided: Slot(0),
-        stable_seq: Seq(0),
-        suspects: true,
-    })
+/// Replica `from`'s signed statement that it gave up on lane 0 up to `view`.
+fn gave_up(s: &Setup, from: u32, view: u64) -> ReplicaMsg {
+    ReplicaMsg::Timeout(s.timeout(from, 0, view))
+}
+
+fn asks_for(e: &[Action], view: u64) -> bool {
+    broadcasts(e)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(view)))
 }
 
 /// Finding 7 (the demo's case): a request waits at one replica only (the
 /// others ordered it below a checkpoint this replica installed, so its pool
 /// cannot know). Its timer expiring is no evidence against the leader: it
-/// reports the suspicion in `Status` and leaves view 0 only once f peers
-/// (f+1 with itself) report it too, as every correct replica does for a
+/// signs a timeout and leaves view 0 only once 2f+1 replicas signed one
+/// (a certificate, `timeout_cert.rs`), as every correct replica does for a
 /// request the leaders really censor.
 #[test]
 fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
@@ -314,6 +304,12 @@ fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
             .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
         "a lone suspicion sends no VIEW-CHANGE"
     );
+    assert!(
+        broadcasts(&e).iter().any(
+            |m| matches!(m, ReplicaMsg::Timeout(to) if to.view == View(0) && to.replica == ReplicaId(1))
+        ),
+        "our timeout is signed and sent at once"
+    );
     assert_eq!(r1.status().views, vec![View(0)]);
     assert_eq!(r1.status().view_changing, vec![false]);
     let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
@@ -324,13 +320,12 @@ fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
     let t2 = deadline(&r1).expect("re-armed");
     handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert_eq!(r1.status().view_changing, vec![false]);
-    // Replica 2 suspects too: f+1 together, the view changes.
-    msg(&mut r1, t2.0 + 1, 2, suspecting_status(0));
-    let t3 = deadline(&r1).expect("re-armed");
-    let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
-    assert!(broadcasts(&e)
-        .iter()
-        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
+    // Replica 2 gave up too: f+1 of us, still not a certificate.
+    let e = msg(&mut r1, t2.0 + 1, 2, gave_up(&s, 2, 0));
+    assert!(!asks_for(&e, 1), "f+1 statements are not a certificate");
+    // Replica 3 as well: 2f+1, the view changes at once.
+    let e = msg(&mut r1, t2.0 + 2, 3, gave_up(&s, 3, 0));
+    assert!(asks_for(&e, 1));
 }
 
 /// Replica 2 joins the view change to view 1 (replicas 0 and 1 ask for it),
@@ -394,7 +389,7 @@ fn a_late_new_view_alone_does_not_send_a_replica_to_the_next_view() {
         .iter()
         .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(1))));
     // One peer giving up on view 1 too: f of them may be faulty.
-    msg(&mut r2, t + 2, 0, suspecting_status(1));
+    msg(&mut r2, t + 2, 0, gave_up(&s, 0, 1));
     let t2 = deadline(&r2).expect("re-armed");
     let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert!(!asks_for_view_2(&e), "f peers are not enough");
@@ -421,40 +416,32 @@ fn a_late_new_view_alone_does_not_send_a_replica_to_the_next_view() {
     assert_eq!(r2.status().view_changing, vec![false], "replica 2 is in view 1");
 }
 
-/// The other side of the rule above: when f+1 peers give up on view 1 too
-/// (the new-view primary is faulty), replica 2 goes on to view 2.
+/// The other side of the rule above: when 2f+1 replicas (we and 2f peers)
+/// gave up on view 1 (the new-view primary is faulty), replica 2 goes on to
+/// view 2.
 #[test]
-fn a_view_change_goes_on_once_f_plus_1_peers_give_up_on_its_view() {
+fn a_view_change_goes_on_once_2f_plus_1_replicas_gave_up_on_its_view() {
     let mut p = params(OrderingMode::Pbft, 1);
     p.leader_rotation = LeaderRotation::Fixed;
     let s = setup(4, 2, p);
     let (mut r2, t) = timed_out_in_view_change_to_1(&s);
-    msg(&mut r2, t + 1, 0, suspecting_status(1));
-    msg(&mut r2, t + 2, 3, suspecting_status(1));
-    let t2 = deadline(&r2).expect("re-armed");
-    let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
-    assert!(asks_for_view_2(&e), "f+1 peers gave up on view 1");
-    // A peer already asking for view 2 counts as having given up on view 1.
+    msg(&mut r2, t + 1, 0, gave_up(&s, 0, 1));
+    let e = msg(&mut r2, t + 2, 3, gave_up(&s, 3, 1));
+    assert!(asks_for_view_2(&e), "2f+1 gave up on view 1");
+    // A statement for a later view covers view 1 too.
     let (mut r2, t) = timed_out_in_view_change_to_1(&s);
-    msg(&mut r2, t + 1, 0, suspecting_status(1));
-    msg(
-        &mut r2,
-        t + 2,
-        3,
-        ReplicaMsg::ViewChange(view_change(&s, 3, 2, None, vec![])),
-    );
-    let t2 = deadline(&r2).expect("re-armed");
-    let e = handle(&mut r2, t2.0, Event::Timer(TimerId::ViewChange(L0)));
-    assert!(asks_for_view_2(&e), "one suspicion and one VIEW-CHANGE(2)");
+    msg(&mut r2, t + 1, 0, gave_up(&s, 0, 1));
+    let e = msg(&mut r2, t + 2, 3, gave_up(&s, 3, 4));
+    assert!(asks_for_view_2(&e), "one statement for view 1, one for view 4");
 }
 
 /// Finding 7 (`chorus sim --mode pbft --n 7 --requests 8 --seed 59`, and the
 /// bulk of the view splits in the acceptance runs): replica 4, active in v1,
 /// was cut off from most prepares by a partition, so its slot stayed open
 /// while the others decided it; its timer expired and it went to v2 alone,
-/// for good. An expired timer in an active view is now only reported
-/// (`Status.suspects`): the view changes once f peers (f+1 with us) report
-/// the same, as every correct replica does when the leader really fails.
+/// for good. An expired timer in an active view now only signs a timeout:
+/// the view changes once 2f+1 replicas signed one (`timeout_cert.rs`), as
+/// every correct replica does when the leader really fails.
 #[test]
 fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
     let mut p = params(OrderingMode::Pbft, 1);
@@ -490,14 +477,17 @@ fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
     let t2 = deadline(&r1).expect("re-armed");
     handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert_eq!(r1.status().view_changing, vec![false], "still alone");
-    // Replica 3, not behind us, timed out in view 0 too: f+1 together, the
-    // view changes at the next retry.
-    msg(&mut r1, t2.0 + 1, 3, suspecting_status(0));
-    let t3 = deadline(&r1).expect("re-armed");
-    let e = handle(&mut r1, t3.0, Event::Timer(TimerId::ViewChange(L0)));
-    assert!(broadcasts(&e)
-        .iter()
-        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
+    // Replica 3 timed out in view 0 too: f+1, not yet a certificate.
+    let e = msg(&mut r1, t2.0 + 1, 3, gave_up(&s, 3, 0));
+    assert!(!asks_for(&e, 1));
+    // A forged statement (replica 2's, signed by 3) counts for nothing.
+    let mut forged = s.timeout(3, 0, 0);
+    forged.replica = ReplicaId(2);
+    let e = msg(&mut r1, t2.0 + 2, 3, ReplicaMsg::Timeout(forged));
+    assert!(!asks_for(&e, 1), "a forged timeout is rejected");
+    // Replica 2's own: 2f+1, the view changes at once.
+    let e = msg(&mut r1, t2.0 + 3, 2, gave_up(&s, 2, 0));
+    assert!(asks_for(&e, 1));
 }
 
 /// Progress ends a suspicion: a replica whose timed-out slot then decides
@@ -526,13 +516,22 @@ fn progress_withdraws_a_suspicion() {
         .any(|m| matches!(m, ReplicaMsg::Status(st) if !st.suspects)));
 }
 
-/// Sim seed 1400022 (cop n=7): two garbage-snapshot replicas, stuck behind a
-/// state nobody else has, report their own timeouts in every view; with them
-/// any correct replica that timed out alone had its f confirmations. A
-/// suspicion counts only from a peer not behind us: a lagging one times out
-/// for its own reasons.
+/// Did the replica `me` sign and send `Timeout(view)`?
+fn signs_timeout(actions: &[Action], me: u32, view: u64) -> bool {
+    broadcasts(actions)
+        .into_iter()
+        .any(|m| matches!(m, ReplicaMsg::Timeout(t) if t.replica == ReplicaId(me) && t.view == View(view)))
+}
+
+/// The view-split race (rcc seed 10192, `view-split` checker): replica 1
+/// saw progress in view 0 and never timed out, while its peers' timers
+/// expired; once they had left, replica 1 stayed alone in view 0 and the
+/// one that left first stayed alone in the view change (it could never
+/// return). A timeout certificate is transferable: 2f+1 signed statements
+/// move a replica that never timed out itself, and a replica that holds one
+/// relays it to a peer whose `Status` shows it still in the view.
 #[test]
-fn a_suspicion_from_a_peer_behind_us_does_not_confirm_ours() {
+fn a_timeout_certificate_moves_a_replica_that_saw_progress() {
     let mut p = params(OrderingMode::Pbft, 1);
     p.leader_rotation = LeaderRotation::Fixed;
     let s = setup(4, 2, p);
@@ -545,35 +544,88 @@ fn a_suspicion_from_a_peer_behind_us_does_not_confirm_ours() {
         ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &b0)),
     );
     decide_at(&s, &mut r1, 1, 2, 0, &b0);
-    let b1 = s.batch(1, 1..2);
-    msg(
-        &mut r1,
-        3,
-        0,
-        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 1, &b1)),
+    let e = msg(&mut r1, 3, 0, gave_up(&s, 0, 0));
+    assert!(!asks_for(&e, 1), "f statements are not a certificate");
+    assert!(
+        !signs_timeout(&e, 1, 0),
+        "nor are they evidence that view 0 failed"
     );
-    assert_eq!(r1.lane(L0).map(|l| l.next_undecided()), Some(Slot(1)));
-    let at = |next: u64| {
+    // f+1 others gave up (one of them correct): PBFT §4.5.2's first liveness
+    // rule, for timeouts. Replica 1 decided everything it knows of, so its
+    // own timer would never expire (seed 3000044); at its next status tick it
+    // gives up too, and with its own statement holds 2f+1: a certificate.
+    let e = msg(&mut r1, 4, 2, gave_up(&s, 2, 0));
+    assert!(!signs_timeout(&e, 1, 0), "signed on the status tick, not at once");
+    let e = handle(&mut r1, 100, Event::Timer(TimerId::Status));
+    assert!(
+        signs_timeout(&e, 1, 0),
+        "f+1 statements make a replica that saw progress give up"
+    );
+    assert!(
+        asks_for(&e, 1),
+        "its own statement completes the certificate: it leaves view 0"
+    );
+    assert_eq!(r1.status().view_changing, vec![true]);
+    // Replica 1 holds the certificate now; a straggler still in view 0
+    // (its status says so) gets the statements it lacks.
+    let e = msg(
+        &mut r1,
+        200,
+        3,
         ReplicaMsg::Status(Status {
             lane: L0,
             view: View(0),
-            next_undecided: Slot(next),
+            next_undecided: Slot(1),
             stable_seq: Seq(0),
-            suspects: true,
+            suspects: false,
+        }),
+    );
+    let relayed: Vec<u32> = sends(&e)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            ReplicaMsg::Timeout(t) if to == ReplicaId(3) && t.view == View(0) => Some(t.replica.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        relayed,
+        vec![0, 1, 2],
+        "the certificate (ours too: we left view 0), less the straggler's own"
+    );
+    // And it moves the straggler: a fresh replica 2 that saw progress.
+    let mut r2 = replica(&s, 2);
+    for from in [0, 1, 3] {
+        msg(&mut r2, 10, 1, gave_up(&s, from, 0));
+    }
+    assert_eq!(r2.status().views, vec![View(1)]);
+    assert_eq!(r2.status().view_changing, vec![true]);
+}
+
+/// Found by the sarek sweep (`chorus sim --mode sarek --pillars 8 --seed 28`):
+/// a Byzantine replica's first DECIDED notice for a slot was garbage, and
+/// the lane kept only each sender's first notice, so its later correct
+/// notice never counted; with one correct replica ahead, the laggards never
+/// reached f+1 matching notices (and, catching up, never timed out).
+/// A sender's newer notice replaces its older one: a correct replica's never
+/// changes, so f+1 current matching notices still include a correct one.
+#[test]
+fn a_garbage_first_decided_notice_does_not_lock_out_the_senders_later_ones() {
+    let s = setup(4, 1, params(OrderingMode::Pbft, 1));
+    let mut r = replica(&s, 0);
+    let notice = |digest| {
+        ReplicaMsg::Decided(chorus_core::Decided {
+            lane: L0,
+            slot: Slot(0),
+            digest,
         })
     };
-    let t = deadline(&r1).expect("an open slot arms the timer");
-    msg(&mut r1, t.0 - 1, 3, at(0));
-    handle(&mut r1, t.0, Event::Timer(TimerId::ViewChange(L0)));
+    msg(&mut r, 10, 3, notice(Digest::of(b"garbage")));
+    msg(&mut r, 11, 3, notice(Batch::noop_digest()));
+    assert_eq!(r.status().next_undecided[0], Slot(0), "one notice is not enough");
+    msg(&mut r, 12, 2, notice(Batch::noop_digest()));
     assert_eq!(
-        r1.status().view_changing,
-        vec![false],
-        "replica 3 lags: no evidence"
+        r.status().next_undecided[0],
+        Slot(1),
+        "f+1 matching current notices decide"
     );
-    let t2 = deadline(&r1).expect("re-armed");
-    msg(&mut r1, t2.0 - 1, 3, at(1));
-    let e = handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
-    assert!(broadcasts(&e)
-        .iter()
-        .any(|m| matches!(m, ReplicaMsg::ViewChange(vc) if vc.new_view == View(1))));
 }

@@ -163,7 +163,10 @@ fn recovered_new_view_primary_never_assembles_a_second_new_view() {
 
     // Crash and recover: the lane does not know whether view 1 was installed.
     let (mut n1, e) = Node::recover(&s, 1, n1.records, 5000);
-    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(
+        kinds(&e),
+        vec!["persist view", "broadcast view-change", "broadcast timeout"]
+    );
     assert_eq!(n1.r.status().view_changing, vec![true]);
     // Even with 2f+1 view changes for view 1 it assembles no NEW-VIEW.
     n1.msg(5001, 2, ReplicaMsg::ViewChange(view_change(&s, 2, 1, vec![])));

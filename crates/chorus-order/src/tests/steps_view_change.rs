@@ -98,15 +98,24 @@ fn scenario() -> (Scenario, Vec<Action>, Vec<Action>) {
 fn view_change_carries_the_prepared_certificate_and_is_persisted_first() {
     let (sc, vc_effects, _) = scenario();
     let s = &sc.s;
-    assert_eq!(kinds(&vc_effects), vec!["persist view", "broadcast view-change"]);
     assert_eq!(
-        vc_effects[0],
+        kinds(&vc_effects),
+        vec![
+            "broadcast timeout",
+            "persist view",
+            "broadcast view-change",
+            "broadcast timeout",
+            "broadcast timeout"
+        ]
+    );
+    assert_eq!(
+        vc_effects[1],
         Action::Persist(PersistRecord::View {
             lane: L0,
             view: View(1)
         })
     );
-    let ReplicaMsg::ViewChange(vc) = &broadcasts(&vc_effects)[0] else {
+    let ReplicaMsg::ViewChange(vc) = &broadcasts(&vc_effects)[1] else {
         panic!("not a view change");
     };
     assert_eq!(vc.new_view, View(1));
@@ -346,7 +355,10 @@ fn f_plus_one_view_changes_make_a_replica_join() {
         ReplicaMsg::ViewChange(view_change(&s, 3, 2, vec![])),
     );
     // f+1 = 2 replicas ask for views 3 and 2: join the highest both reached.
-    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(
+        kinds(&e),
+        vec!["persist view", "broadcast view-change", "broadcast timeout"]
+    );
     assert_eq!(
         persists(&e),
         vec![PersistRecord::View {
@@ -478,7 +490,10 @@ fn f_view_changes_for_higher_views_do_not_make_a_replica_join() {
         1,
         ReplicaMsg::ViewChange(view_change(&s, 1, 1, vec![])),
     );
-    assert_eq!(kinds(&e), vec!["persist view", "broadcast view-change"]);
+    assert_eq!(
+        kinds(&e),
+        vec!["persist view", "broadcast view-change", "broadcast timeout"]
+    );
     assert_eq!(r0.status().views, vec![View(1)]);
 }
 

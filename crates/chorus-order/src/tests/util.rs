@@ -57,6 +57,11 @@ impl Setup {
         self.keys[signer as usize].sign_bound(&self.tag(), kind, digest)
     }
 
+    /// Replica `signer`'s signed timeout for `lane` up to `view`.
+    pub fn timeout(&self, signer: u32, lane: u32, view: u64) -> chorus_core::Timeout {
+        timeout_for(&self.cfg, signer, lane, view)
+    }
+
     /// Replica `replica`'s signed VIEW-CHANGE of lane 0 to `view`.
     pub fn view_change(
         &self,
@@ -235,6 +240,9 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
             Action::Send { to, msg } => format!("send {} to {}", msg.kind(), to.0),
             Action::Broadcast { msg } => format!("broadcast {}", msg.kind()),
             Action::Deliver { seq, .. } => format!("deliver {}", seq.0),
+            Action::DeliverStream { cell, .. } => {
+                format!("deliver stream {} slot {}", cell.lane.0, cell.slot.0)
+            }
             Action::SetTimer { id, .. } => format!("set {id:?}"),
             Action::CancelTimer { id } => format!("cancel {id:?}"),
             Action::Persist(r) => match r {
@@ -243,6 +251,8 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
                 PersistRecord::Prepared { .. } => "persist prepared".into(),
                 PersistRecord::Decided { .. } => "persist decided".into(),
                 PersistRecord::Stable { .. } => "persist stable".into(),
+                PersistRecord::DispelSnapshot { low, .. } => format!("persist dispel-snapshot {low}"),
+                PersistRecord::DispelInput { .. } => "persist dispel-input".into(),
             },
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
@@ -282,10 +292,11 @@ pub fn msg(r: &mut crate::replica::Replica, now: u64, from: u32, m: chorus_core:
     )
 }
 
-/// Peer `from` reports (`Status.suspects`) that its timer for `lane` expired
-/// in `view` while its first undecided slot was `next_undecided`: a replica
-/// leaves a view on its own timer only with peers that gave up on it too
-/// (`lane/timer.rs`).
+/// Peer `from` and, with it, 2f peers in all (the next replica ids that are
+/// neither ours nor `from`) gave up on `view` of `lane`: each sends its
+/// signed timeout (`lane/timeout_cert.rs`), and `from` reports its first
+/// undecided slot `next_undecided` in a `Status`. With our own expired
+/// timer that is a timeout certificate: the view changes.
 pub fn peer_gave_up(
     r: &mut crate::replica::Replica,
     now: u64,
@@ -294,7 +305,9 @@ pub fn peer_gave_up(
     view: u64,
     next_undecided: u64,
 ) -> Vec<Action> {
-    msg(
+    let cfg = r.config().clone();
+    let me = r.me().0;
+    let mut out = msg(
         r,
         now,
         from,
@@ -305,5 +318,24 @@ pub fn peer_gave_up(
             stable_seq: chorus_core::Seq(0),
             suspects: true,
         }),
-    )
+    );
+    let others = (0..cfg.n() as u32).filter(|i| *i != me && *i != from);
+    for signer in std::iter::once(from).chain(others).take(2 * cfg.f()) {
+        let t = timeout_for(&cfg, signer, lane, view);
+        out.extend(msg(r, now, signer, ReplicaMsg::Timeout(t)));
+    }
+    out
+}
+
+/// `timeout` for a given configuration (its cluster tag binds the signature).
+pub fn timeout_for(cfg: &ClusterConfig, signer: u32, lane: u32, view: u64) -> chorus_core::Timeout {
+    let key = Identity::from_seed(format!("replica/42/{signer}").as_bytes());
+    let mut t = chorus_core::Timeout {
+        lane: LaneId(lane),
+        view: View(view),
+        replica: ReplicaId(signer),
+        sig: Signature([0; 64]),
+    };
+    t.sig = key.sign_bound(&ClusterTag::of(cfg), SigKind::Timeout, &t.signing_digest());
+    t
 }

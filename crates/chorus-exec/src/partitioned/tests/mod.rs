@@ -5,6 +5,7 @@
 mod alg2;
 mod prop;
 mod shuttle_cycles;
+mod stream;
 
 use super::*;
 use crate::{Access, ExecContext, ExecResult, Executor, SequentialExecutor, Service};

@@ -1,0 +1,525 @@
+//! The partitioned executor behind the [`Executor`] contract (SAREK §IV-B,
+//! Algorithms 2–3), fed by the ordering side's per-partition delivery
+//! streams (`Action::DeliverStream`): stream `k` is partition `k`'s lane.
+//!
+//! - Each delivered batch's requests are appended to their partition's
+//!   schedule; PREDICT() is recomputed from the service's access set, never
+//!   taken from the proposer, so an EXEC and its SYNCs match on every replica.
+//! - Exactly once: a request's copy already delivered in a partition (same
+//!   digest) is dropped there, and `(client, seq)` is decided by the client
+//!   table of the request's *execution* partition (its lowest), in that
+//!   partition's effective order — a function of the streams, not of timing.
+//!   A correct client's retransmission has the same digest, hence the same
+//!   execution partition and table.
+//! - Checkpoints at *cuts* (docs/decisions.md "SAREK ordering and checkpoint
+//!   cuts"): every `slots_per_cut` slots of every stream there is an implicit
+//!   create-checkpoint point (SAREK Algorithms 4–5 order an explicit
+//!   create-checkpoint request in every partition; here its position is fixed
+//!   by the slot number, so it needs no message). Entries at or above the
+//!   next cut are held back until every stream reached the cut and
+//!   everything executable below it ran; the snapshot then holds the service
+//!   state, the client tables, the dedup memory and the sub-requests below
+//!   the cut still waiting (a cross-border request whose other sub-request
+//!   lies above the cut) — a function of the streams below the cut only.
+
+use super::checker::{check_serial_order, StreamEntry};
+use super::predict::{predict, PartitionId, MAX_PARTITIONS};
+use super::scheduler::{Entry, LogEvent, RequestScheduler, SchedulerStats, Step};
+use crate::client_table::{Admission, CachedReply, ClientTable, ReplyLookup, TableSnapshot};
+use crate::executor::{rejected_result, ExecCheckpoint, ExecError, ExecResult, Executor};
+use crate::sequential::read_only_context;
+use crate::service::{ExecContext, Service};
+use bytes::Bytes;
+use chorus_core::{Batch, Cell, ClientId, Digest, LaneId, Request, RequestSeq, Seq, Slot};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Request digests a partition remembers to drop re-ordered copies (a
+/// recovered leader re-proposing a retransmission, a Byzantine leader
+/// replaying). Part of the snapshot; FIFO, so every replica forgets alike.
+pub const SEEN_PER_PARTITION: usize = 8_192;
+
+/// Sub-requests a partition schedule may hold. The barrier bounds it by a
+/// cut's worth of batches plus the waiting leftovers; this is a safety net,
+/// never reached by correct streams.
+const SCHEDULE_CAPACITY: usize = 1 << 20;
+
+/// A sub-request: the request and the position of the cell that ordered it.
+#[derive(Clone, Debug)]
+struct Sub {
+    req: Arc<Request>,
+    at: Seq,
+}
+
+#[derive(Default, Debug, Clone)]
+struct Seen {
+    set: BTreeSet<Digest>,
+    fifo: VecDeque<Digest>,
+}
+
+impl Seen {
+    fn insert(&mut self, d: Digest) -> bool {
+        if !self.set.insert(d) {
+            return false;
+        }
+        self.fifo.push_back(d);
+        if self.fifo.len() > SEEN_PER_PARTITION {
+            if let Some(old) = self.fifo.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    version: u8,
+    partitions: u16,
+    cut_slot: u64,
+    tables: Vec<TableSnapshot>,
+    service: Bytes,
+    seen: Vec<Vec<Digest>>,
+    /// Per partition, the waiting sub-requests below the cut, in schedule order.
+    waiting: Vec<Vec<(Request, Seq)>>,
+}
+
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// Counters of what the executor dropped or refused, for status and checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SarekExecStats {
+    pub duplicate_copies: u64,
+    pub out_of_order: u64,
+    pub scheduler: SchedulerStats,
+    pub cuts: u64,
+}
+
+/// What the serial-order checker replays (the simulator keeps it per life).
+#[derive(Default)]
+struct Record {
+    streams: Vec<Vec<StreamEntry>>,
+    log: Vec<LogEvent>,
+}
+
+pub struct SarekExecutor {
+    service: Arc<dyn Service>,
+    k: u16,
+    slots_per_cut: u64,
+    max_inflight: u32,
+    scheduler: RequestScheduler<Sub>,
+    tables: Vec<ClientTable>,
+    seen: Vec<Seen>,
+    next_slot: Vec<u64>,
+    /// The slot of the next cut; entries at or above it wait in `held`.
+    barrier: u64,
+    held: Vec<VecDeque<(Slot, Arc<Batch>)>>,
+    last: ExecCheckpoint,
+    results: Vec<ExecResult>,
+    stats: SarekExecStats,
+    record: Option<Record>,
+}
+
+impl SarekExecutor {
+    /// `partitions` streams; a checkpoint cut every `slots_per_cut` slots of
+    /// each (the configuration's `checkpoint_interval / lanes`).
+    pub fn new(
+        service: Arc<dyn Service>,
+        partitions: u16,
+        slots_per_cut: u64,
+        max_inflight: u32,
+    ) -> SarekExecutor {
+        assert!((1..=MAX_PARTITIONS).contains(&partitions));
+        assert!(slots_per_cut >= 1);
+        let k = partitions as usize;
+        let mut e = SarekExecutor {
+            service,
+            k: partitions,
+            slots_per_cut,
+            max_inflight,
+            scheduler: RequestScheduler::new(partitions, SCHEDULE_CAPACITY),
+            tables: (0..k).map(|_| ClientTable::new(max_inflight)).collect(),
+            seen: vec![Seen::default(); k],
+            next_slot: vec![0; k],
+            barrier: slots_per_cut,
+            held: vec![VecDeque::new(); k],
+            last: ExecCheckpoint {
+                next_seq: Seq(0),
+                state_digest: Digest::default(),
+                snapshot: Bytes::new(),
+            },
+            results: Vec::new(),
+            stats: SarekExecStats::default(),
+            record: None,
+        };
+        e.last = e.snapshot_at(0);
+        e
+    }
+
+    /// Keep the streams and the scheduler log for [`Executor::audit`].
+    pub fn recording(mut self) -> SarekExecutor {
+        self.record = Some(Record {
+            streams: vec![Vec::new(); self.k as usize],
+            log: Vec::new(),
+        });
+        self
+    }
+
+    /// Test-only fault: a CROSS-BORDER-EXEC runs without waiting for its SYNCs.
+    #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+    pub fn set_skip_sync_wait(&mut self, on: bool) {
+        self.scheduler.set_skip_sync_wait(on);
+    }
+
+    pub fn stats(&self) -> SarekExecStats {
+        let mut s = self.stats.clone();
+        s.scheduler = self.scheduler.stats().clone();
+        s
+    }
+
+    /// Sub-requests waiting in each partition's schedule.
+    pub fn pending(&self) -> Vec<usize> {
+        (0..self.k)
+            .map(|p| self.scheduler.pending(PartitionId(p)))
+            .collect()
+    }
+
+    fn feed(&mut self, p: usize, cell: Cell, batch: &Batch) {
+        let at = Seq(cell.slot.0 * u64::from(self.k) + p as u64);
+        for r in &batch.requests {
+            let id = r.digest();
+            if !self.seen[p].insert(id) {
+                self.stats.duplicate_copies += 1;
+                continue;
+            }
+            self.append(p, Arc::new(r.clone()), at);
+        }
+    }
+
+    fn append(&mut self, p: usize, req: Arc<Request>, at: Seq) {
+        let prediction = predict(&self.service.access(&req.op), self.k);
+        let entry = Entry {
+            id: req.digest(),
+            prediction: prediction.clone(),
+            payload: Sub { req, at },
+        };
+        let id = entry.id;
+        // Refusals (not predicted here, full) are counted by the scheduler
+        // and are the same on every replica: they depend on the entry only.
+        if self.scheduler.deliver(PartitionId(p as u16), entry).is_ok() {
+            if let Some(rec) = self.record.as_mut() {
+                rec.streams[p].push(StreamEntry { id, prediction });
+            }
+        }
+    }
+
+    /// Algorithm 2, every partition in turn, until none can move.
+    fn run_until_blocked(&mut self) {
+        loop {
+            let mut moved = false;
+            for p in 0..self.k {
+                loop {
+                    let before = self.scheduler.generation();
+                    match self.scheduler.next(PartitionId(p)) {
+                        Step::Run(job) => {
+                            self.run(job.partition, &job.payload);
+                            self.scheduler.complete(&job);
+                            moved = true;
+                        }
+                        Step::Wait => {
+                            if self.scheduler.generation() == before {
+                                break;
+                            }
+                            moved = true;
+                        }
+                    }
+                }
+            }
+            if let Some(rec) = self.record.as_mut() {
+                self.scheduler.drain_log(&mut rec.log);
+            } else {
+                let mut sink = Vec::new();
+                self.scheduler.drain_log(&mut sink);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Execute one request in its execution partition, exactly once per
+    /// `(client, seq)` by that partition's client table.
+    fn run(&mut self, p: PartitionId, sub: &Sub) {
+        let req = &sub.req;
+        let digest = req.digest();
+        let table = &mut self.tables[p.0 as usize];
+        let result = |result: Bytes, duplicate: bool| ExecResult {
+            client: req.client,
+            request_seq: req.seq,
+            delivered_at: sub.at,
+            result,
+            duplicate,
+            request: digest,
+        };
+        match table.admit_request(req.client, req.seq, digest) {
+            Admission::Fresh => {
+                let ctx = ExecContext {
+                    seq: sub.at,
+                    index: u32::from(p.0),
+                    client: req.client,
+                    request_seq: req.seq,
+                };
+                let reply = self.service.execute(&req.op, &ctx);
+                table.complete(req.client, req.seq, reply.clone());
+                self.results.push(result(reply, false));
+            }
+            Admission::Duplicate(CachedReply::Ready(reply)) => self.results.push(result(reply, true)),
+            Admission::Duplicate(CachedReply::Forgotten | CachedReply::Pending) => {}
+            Admission::Rejected(kind) => self.results.push(result(rejected_result(kind), false)),
+        }
+    }
+
+    /// Every stream reached the barrier and everything runnable below it
+    /// ran: snapshot, move the barrier, release what waited for it.
+    fn advance(&mut self) {
+        loop {
+            self.run_until_blocked();
+            if self.next_slot.iter().any(|&s| s < self.barrier) {
+                return;
+            }
+            self.last = self.snapshot_at(self.barrier);
+            self.stats.cuts += 1;
+            self.release_held();
+        }
+    }
+
+    /// Move the barrier to the next cut and feed what waited below it.
+    fn release_held(&mut self) {
+        self.barrier += self.slots_per_cut;
+        for p in 0..self.k as usize {
+            while self.held[p].front().is_some_and(|(s, _)| s.0 < self.barrier) {
+                let (slot, batch) = self.held[p].pop_front().expect("checked");
+                let cell = Cell {
+                    lane: LaneId(p as u32),
+                    slot,
+                };
+                self.feed(p, cell, &batch);
+            }
+        }
+    }
+
+    fn waiting(&self) -> Vec<Vec<(Request, Seq)>> {
+        (0..self.k)
+            .map(|p| {
+                self.scheduler
+                    .pending_payloads(PartitionId(p))
+                    .map(|s| ((*s.req).clone(), s.at))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn snapshot_at(&self, cut_slot: u64) -> ExecCheckpoint {
+        let s = Snapshot {
+            version: SNAPSHOT_VERSION,
+            partitions: self.k,
+            cut_slot,
+            tables: self.tables.iter().map(ClientTable::to_snapshot).collect(),
+            service: self.service.snapshot(),
+            seen: self
+                .seen
+                .iter()
+                .map(|s| s.fifo.iter().copied().collect())
+                .collect(),
+            waiting: self.waiting(),
+        };
+        let bytes = Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"));
+        ExecCheckpoint {
+            next_seq: Seq(cut_slot * u64::from(self.k)),
+            state_digest: Digest::of_parts("chorus sarek exec state v1", &[&bytes]),
+            snapshot: bytes,
+        }
+    }
+
+    fn decode(&self, next_seq: Seq, bytes: &[u8]) -> Result<Snapshot, ExecError> {
+        let (s, rest): (Snapshot, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(|e| ExecError::Malformed(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(ExecError::Malformed(format!("{} trailing bytes", rest.len())));
+        }
+        let k = self.k as usize;
+        if s.version != SNAPSHOT_VERSION || s.partitions != self.k {
+            return Err(ExecError::Invalid("unknown snapshot version or partition count"));
+        }
+        if s.cut_slot.checked_mul(u64::from(self.k)) != Some(next_seq.0) {
+            return Err(ExecError::Invalid("snapshot is not at this cut"));
+        }
+        if s.tables.len() != k || s.seen.len() != k || s.waiting.len() != k {
+            return Err(ExecError::Invalid("per-partition parts missing"));
+        }
+        if s.seen.iter().any(|v| v.len() > SEEN_PER_PARTITION) {
+            return Err(ExecError::Invalid("dedup memory too large"));
+        }
+        Ok(s)
+    }
+
+    /// Replace everything by a decoded snapshot (the service first: if it
+    /// refuses, nothing else changed).
+    fn adopt(&mut self, s: Snapshot, bytes: &[u8]) -> Result<Digest, ExecError> {
+        let tables = s
+            .tables
+            .iter()
+            .map(|t| ClientTable::from_snapshot(t, self.max_inflight))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ExecError::Invalid)?;
+        self.service.restore(&s.service).map_err(ExecError::Service)?;
+        self.tables = tables;
+        self.seen = s
+            .seen
+            .iter()
+            .map(|v| {
+                let mut seen = Seen::default();
+                for d in v {
+                    seen.insert(*d);
+                }
+                seen
+            })
+            .collect();
+        self.scheduler = RequestScheduler::new(self.k, SCHEDULE_CAPACITY);
+        if let Some(rec) = self.record.as_mut() {
+            *rec = Record {
+                streams: vec![Vec::new(); self.k as usize],
+                log: Vec::new(),
+            };
+        }
+        for (p, waiting) in s.waiting.into_iter().enumerate() {
+            for (req, at) in waiting {
+                self.append(p, Arc::new(req), at);
+            }
+        }
+        // Streams go on where they are: a stream already delivered past the
+        // cut (the ordering side's streams never rewind, `Streams::jump_to`)
+        // keeps what it delivered above the cut. This executor was behind the
+        // cut, so all of that waits in `held` (at or above its old barrier).
+        for (p, held) in self.held.iter_mut().enumerate() {
+            held.retain(|(slot, _)| slot.0 >= s.cut_slot);
+            self.next_slot[p] = self.next_slot[p].max(s.cut_slot);
+            debug_assert!(held.front().is_none_or(|(slot, _)| slot.0 == s.cut_slot));
+        }
+        self.barrier = s.cut_slot;
+        self.last = ExecCheckpoint {
+            next_seq: Seq(s.cut_slot * u64::from(self.k)),
+            state_digest: Digest::of_parts("chorus sarek exec state v1", &[bytes]),
+            snapshot: Bytes::copy_from_slice(bytes),
+        };
+        let digest = self.last.state_digest;
+        self.release_held();
+        self.advance();
+        Ok(digest)
+    }
+
+    fn lookup_any(&self, client: ClientId, seq: RequestSeq) -> ReplyLookup {
+        let mut best = ReplyLookup::Unknown;
+        for t in &self.tables {
+            match t.lookup(client, seq) {
+                ReplyLookup::Ready(r) => return ReplyLookup::Ready(r),
+                ReplyLookup::Unknown => {}
+                other => best = other,
+            }
+        }
+        best
+    }
+}
+
+impl Executor for SarekExecutor {
+    fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
+        self.tables.iter().find_map(|t| t.cached_reply(client, seq))
+    }
+
+    fn request_digest(&self, client: ClientId, seq: RequestSeq) -> Option<Digest> {
+        self.tables.iter().find_map(|t| t.request_digest(client, seq))
+    }
+
+    fn reply_lookup(&self, client: ClientId, seq: RequestSeq) -> ReplyLookup {
+        self.lookup_any(client, seq)
+    }
+
+    /// A global position is cell `(seq mod K, seq div K)` (`seq_of`), so a
+    /// driver with one global order still feeds the right streams.
+    fn submit(&mut self, seq: Seq, batch: Arc<Batch>) {
+        let k = u64::from(self.k);
+        let cell = Cell {
+            lane: LaneId((seq.0 % k) as u32),
+            slot: Slot(seq.0 / k),
+        };
+        self.submit_stream(cell, batch);
+    }
+
+    fn submit_stream(&mut self, cell: Cell, batch: Arc<Batch>) -> bool {
+        let p = cell.lane.index();
+        if p >= self.k as usize || cell.slot.0 != self.next_slot[p] {
+            // Streams are delivered in order without gaps; anything else is
+            // a driver bug, refused without touching the state.
+            self.stats.out_of_order += 1;
+            return false;
+        }
+        self.next_slot[p] += 1;
+        if cell.slot.0 >= self.barrier {
+            self.held[p].push_back((cell.slot, batch));
+            return true;
+        }
+        self.feed(p, cell, &batch);
+        self.advance();
+        true
+    }
+
+    fn drain_results(&mut self, out: &mut Vec<ExecResult>) {
+        out.append(&mut self.results);
+    }
+
+    /// The snapshot at the latest cut (taken when every stream reached it).
+    fn checkpoint(&mut self) -> ExecCheckpoint {
+        self.last.clone()
+    }
+
+    fn restore(&mut self, next_seq: Seq, snapshot: &[u8]) -> Result<Digest, ExecError> {
+        let s = self.decode(next_seq, snapshot)?;
+        self.adopt(s, snapshot)
+    }
+
+    fn install(&mut self, next_seq: Seq, snapshot: &[u8], expected: Digest) -> Result<Digest, ExecError> {
+        // Verify before anything changes (issue 8, finding 6).
+        let got = Digest::of_parts("chorus sarek exec state v1", &[snapshot]);
+        if got != expected {
+            return Err(ExecError::DigestMismatch { expected, got });
+        }
+        let s = self.decode(next_seq, snapshot)?;
+        self.adopt(s, snapshot)
+    }
+
+    fn execute_read_only(&self, op: &[u8]) -> Option<Bytes> {
+        if !self.service.is_read_only(op) {
+            return None;
+        }
+        Some(self.service.execute(op, &read_only_context(self.last.next_seq)))
+    }
+
+    /// The latest cut: every stream's cells below it are in the state.
+    fn next_seq(&self) -> Seq {
+        self.last.next_seq
+    }
+
+    /// The state at [`Executor::next_seq`] (the latest cut).
+    fn state_digest(&mut self) -> Digest {
+        self.last.state_digest
+    }
+
+    fn audit(&self) -> Option<Vec<String>> {
+        let rec = self.record.as_ref()?;
+        Some(match check_serial_order(&rec.streams, &rec.log, false) {
+            Ok(_) => Vec::new(),
+            Err(v) => v.iter().map(|x| format!("{x:?}")).collect(),
+        })
+    }
+}

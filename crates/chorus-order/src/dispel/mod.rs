@@ -1,0 +1,518 @@
+//! The `dispel` lanes: one DBFT engine (`chorus-dbft`) deciding, epoch by
+//! epoch, slot `e` of every lane `p` = proposer `p`'s batch in epoch `e`
+//! (Dispel §3–§4, `shared/specs/dbft.md`). The engine is sans-IO already;
+//! this wrapper turns its actions into `ReplicaMsg::Dbft` sends, one driver
+//! timer, persisted epoch marks and the `Decision`s the merger consumes.
+//!
+//! There is no view change: liveness comes from DBFT's timers and rotating
+//! weak coordinator; a silent proposer costs its own batch (its binary
+//! consensus decides 0).
+//!
+//! Links may lose messages (the engine assumes reliable links, spec §1), so
+//! every broadcast of a live epoch is kept and re-sent to a peer whose status
+//! shows it stalled at that epoch (spec P14: "pair the windows with
+//! retransmission").
+
+pub mod pipeline;
+
+use crate::counters::Cx;
+use crate::io::{PersistRecord, TimerId};
+use crate::verify::{RequestVerifier, VerifiedHint};
+use bytes::Bytes;
+use chorus_core::{
+    Batch, Cell, ClusterConfig, DbftWire, Identity, LaneId, Limits, Millis, ReplicaId, ReplicaMsg, Seq, Slot,
+    Status, View,
+};
+use chorus_dbft::{Action as DAction, Dbft, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Broadcasts kept per epoch for retransmission (P14: bounded).
+pub const MAX_KEPT_PER_EPOCH: usize = 4_096;
+/// Epochs re-sent to one stalled peer per status message.
+pub const RETRANSMIT_EPOCHS: u64 = 2;
+
+/// What one call produced for the rest of the replica.
+#[derive(Default, Debug)]
+pub struct DispelOutput {
+    /// Decided cells: every lane's slot of an epoch at once, a no-op where the
+    /// binary consensus decided 0 (or the digest repeated another proposer's).
+    pub decided: Vec<(Cell, Arc<Batch>)>,
+    /// The join rule admitted these epochs as the ones this replica would have
+    /// spawned: answer with a pool batch (Dispel Alg. 2 lines 13–15).
+    pub joins: Vec<Epoch>,
+}
+
+/// One live epoch as `chorus status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpochInfo {
+    pub epoch: Epoch,
+    pub joined: bool,
+    /// Binary instances decided so far, of n.
+    pub bits_decided: usize,
+    /// Highest binary-consensus round reached by any instance.
+    pub max_round: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispelStatus {
+    /// Lowest epoch not yet handed to the merger.
+    pub next_epoch: Epoch,
+    /// The epoch this replica would spawn next.
+    pub next_spawn: Epoch,
+    /// Lowest epoch the engine keeps.
+    pub low: Epoch,
+    /// Epochs joined and not yet delivered (`next_spawn − next_epoch`).
+    pub pipeline_depth: u64,
+    pub epochs: Vec<EpochInfo>,
+    /// Engine drops by reason.
+    pub dropped: Vec<(String, u64)>,
+    /// Highest decided epoch's rounds, per decided epoch still held.
+    pub decided_rounds: Vec<(Epoch, u32)>,
+}
+
+/// What survives a crash: the engine and the wrapper's own bookkeeping.
+/// Snapshotted at each collect, then rebuilt by replaying the inputs logged
+/// after it (`PersistRecord::DispelInput`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DispelState {
+    engine: Dbft,
+    /// The engine's timers, by deadline; the driver holds one (`TimerId::Dispel`).
+    timers: BTreeSet<(Millis, DTimer)>,
+    /// Our broadcasts of live epochs, for retransmission.
+    sent: BTreeMap<Epoch, Vec<DbftMsg>>,
+    /// First epoch not yet handed to the merger.
+    next_epoch: Epoch,
+    /// Highest round per decided epoch (status).
+    rounds: BTreeMap<Epoch, u32>,
+    /// Epochs output above `next_epoch` (they may complete out of order).
+    ready: BTreeSet<Epoch>,
+}
+
+/// One engine input as logged (the engine's `Event`, serialisable).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Input {
+    Message { from: ReplicaId, msg: DbftMsg },
+    Timer(DTimer),
+    Propose { epoch: Epoch, batch: Batch },
+}
+
+#[derive(Clone, Debug)]
+pub struct DispelCore {
+    cfg: Arc<ClusterConfig>,
+    me: ReplicaId,
+    st: DispelState,
+    limits: Limits,
+    verifier: RequestVerifier,
+    armed: Option<Millis>,
+    /// Per peer: the first epoch it has not delivered, and whether that did
+    /// not move since its previous status (stalled).
+    peers: Vec<(Epoch, bool)>,
+    /// While rebuilding from the log: nothing is persisted or sent again
+    /// (the messages went out before the crash; retransmission resends).
+    replaying: bool,
+    /// Our `next_epoch` at the previous status tick (unchanged = we are stalled).
+    last_tick_epoch: Option<Epoch>,
+}
+
+fn wire(msg: &DbftMsg) -> ReplicaMsg {
+    ReplicaMsg::Dbft(DbftWire {
+        bytes: Bytes::from(chorus_core::encode(msg)),
+    })
+}
+
+impl DispelCore {
+    pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> DispelCore {
+        let dcfg = DbftConfig::from_cluster(&cfg);
+        let limits = dcfg.limits();
+        let n = cfg.n();
+        DispelCore {
+            st: DispelState {
+                engine: Dbft::new(dcfg, me),
+                timers: BTreeSet::new(),
+                sent: BTreeMap::new(),
+                next_epoch: 0,
+                rounds: BTreeMap::new(),
+                ready: BTreeSet::new(),
+            },
+            limits,
+            verifier: RequestVerifier::new(cfg.clone(), me, identity),
+            armed: None,
+            peers: vec![(0, false); n],
+            replaying: false,
+            last_tick_epoch: None,
+            cfg,
+            me,
+        }
+    }
+
+    pub fn engine(&self) -> &Dbft {
+        &self.st.engine
+    }
+
+    pub fn next_epoch(&self) -> Epoch {
+        self.st.next_epoch
+    }
+
+    /// The epoch this replica would spawn next, if it may propose in it.
+    pub fn spawnable(&self) -> Option<Epoch> {
+        let e = self.st.engine.next_spawn();
+        let proposed = self.st.engine.epoch(e).is_some_and(|s| s.proposed());
+        let in_window =
+            e >= self.st.engine.low() && e - self.st.engine.low() < self.st.engine.config().window_epochs;
+        (!proposed && in_window).then_some(e)
+    }
+
+    /// Our own proposals not yet RB-delivered here: the outgoing-network
+    /// proxy of the pipeline (a delivered INIT reached an echo quorum).
+    pub fn own_undelivered(&self) -> u64 {
+        let me = self.me.index();
+        let from = self.st.next_epoch.max(self.st.engine.low());
+        (from..self.st.engine.next_spawn())
+            .filter(|e| {
+                self.st
+                    .engine
+                    .epoch(*e)
+                    .is_some_and(|s| s.proposed() && s.rb(me).delivered().is_none())
+            })
+            .count() as u64
+    }
+
+    pub fn cell(&self, epoch: Epoch) -> Cell {
+        Cell {
+            lane: LaneId(self.me.0),
+            slot: Slot(epoch),
+        }
+    }
+
+    /// A DBFT message from an authenticated peer.
+    pub fn on_message(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        w: &DbftWire,
+        hint: &dyn VerifiedHint,
+    ) -> DispelOutput {
+        let msg = match chorus_core::decode::<DbftMsg>(&w.bytes, &self.limits) {
+            Ok(m) => m,
+            Err(_) => {
+                cx.reject("dbft-undecodable");
+                return DispelOutput::default();
+            }
+        };
+        // A correct replica echoes only batches whose requests it verified
+        // (as a PBFT backup checks a pre-prepare): a delivered batch then had
+        // an echo quorum, so some correct replica vouched for every request.
+        if let DbftMsg::RbInit { batch, .. } = &msg {
+            for r in &batch.requests {
+                if !hint.already_verified(r) && self.verifier.check(r).is_err() {
+                    cx.reject("dbft-init-bad-request");
+                    return DispelOutput::default();
+                }
+            }
+        }
+        let acts = self.feed(cx, Input::Message { from, msg });
+        self.absorb(cx, acts)
+    }
+
+    pub fn on_timer(&mut self, cx: &mut Cx) -> DispelOutput {
+        if self.armed.is_some_and(|a| a <= cx.now) {
+            self.armed = None;
+        }
+        let mut all = DispelOutput::default();
+        while let Some(&(at, id)) = self.st.timers.first() {
+            if at > cx.now {
+                break;
+            }
+            self.st.timers.pop_first();
+            let acts = self.feed(cx, Input::Timer(id));
+            let o = self.absorb(cx, acts);
+            all.decided.extend(o.decided);
+            all.joins.extend(o.joins);
+        }
+        self.rearm(cx);
+        all
+    }
+
+    /// RB-broadcast our batch for `epoch` (spawned, or answering a join).
+    pub fn propose(&mut self, cx: &mut Cx, epoch: Epoch, batch: Batch) -> DispelOutput {
+        let acts = self.feed(cx, Input::Propose { epoch, batch });
+        self.absorb(cx, acts)
+    }
+
+    /// Epochs below `below` are covered by the stable checkpoint (or were
+    /// given up at recovery): free them (spec §5.5).
+    pub fn collect(&mut self, cx: &mut Cx, below: Epoch) -> DispelOutput {
+        if below <= self.st.engine.low() {
+            return DispelOutput::default();
+        }
+        let acts = self.st.engine.handle(cx.now, DEvent::Collect { below });
+        self.st.sent = self.st.sent.split_off(&below);
+        self.st.rounds = self.st.rounds.split_off(&below);
+        self.st.next_epoch = self.st.next_epoch.max(below);
+        self.st.ready = self.st.ready.split_off(&self.st.next_epoch);
+        while self.st.ready.remove(&self.st.next_epoch) {
+            self.st.next_epoch += 1;
+        }
+        let o = self.absorb(cx, acts);
+        if !self.replaying {
+            // Everything logged so far is in this snapshot.
+            cx.out.persist(PersistRecord::DispelSnapshot {
+                low: below,
+                state: Bytes::from(chorus_core::encode(&self.st)),
+            });
+        }
+        o
+    }
+
+    /// The status every replica broadcasts each interval: our first
+    /// undelivered epoch (peers retransmit to us when it stalls) and our
+    /// stable checkpoint (state transfer). Then retransmit (spec P14):
+    ///
+    /// * to a stalled peer, our messages of the epochs it is stuck at;
+    /// * when WE are stalled, our messages of the epochs we are stuck at to
+    ///   every peer already past them. A peer that has delivered an epoch
+    ///   may still be running rounds d+1, d+2 of one of its instances
+    ///   (spec §3.6) and need our B_VAL/AUX there to send the AUX we wait
+    ///   for; its status no longer shows it stuck, so without this our lost
+    ///   messages to it are never re-sent and both sides wait for ever.
+    pub fn on_status_tick(&mut self, cx: &mut Cx, stable_seq: Seq) {
+        cx.out.broadcast(ReplicaMsg::Status(Status {
+            lane: LaneId(0),
+            view: View(0),
+            next_undecided: Slot(self.st.next_epoch),
+            stable_seq,
+            suspects: false,
+        }));
+        let mine = self.st.next_epoch;
+        let self_stalled = self.last_tick_epoch == Some(mine);
+        self.last_tick_epoch = Some(mine);
+        for p in 0..self.peers.len() {
+            let (at, stalled) = self.peers[p];
+            if p == self.me.index() {
+                continue;
+            }
+            let mut ranges = Vec::with_capacity(2);
+            if stalled {
+                ranges.push(at..at.saturating_add(RETRANSMIT_EPOCHS));
+            }
+            if self_stalled && at > mine {
+                ranges.push(mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at));
+            }
+            let to = ReplicaId(p as u32);
+            for r in ranges {
+                for (_, msgs) in self.st.sent.range(r) {
+                    for m in msgs {
+                        cx.out.send(to, wire(m));
+                        cx.counters.retransmissions += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn on_peer_status(&mut self, from: ReplicaId, next_epoch: Epoch) {
+        if let Some(p) = self.peers.get_mut(from.index()) {
+            *p = (next_epoch, next_epoch == p.0);
+        }
+    }
+
+    /// Log an input (before the engine acts on it: persist before send),
+    /// then hand it to the engine.
+    fn feed(&mut self, cx: &mut Cx, input: Input) -> Vec<DAction> {
+        if !self.replaying {
+            cx.out.persist(PersistRecord::DispelInput {
+                now: cx.now,
+                input: Bytes::from(chorus_core::encode(&input)),
+            });
+        }
+        let ev = match input {
+            Input::Message { from, msg } => DEvent::Message { from, msg },
+            Input::Timer(id) => DEvent::Timer(id),
+            Input::Propose { epoch, batch } => DEvent::Propose { epoch, batch },
+        };
+        self.st.engine.handle(cx.now, ev)
+    }
+
+    /// Recovery: the latest snapshot (if any), then every input logged after
+    /// it, in order and at its original time. The engine is deterministic,
+    /// so this is the state that sent our messages before the crash. Returns
+    /// what the replay decided, and the epochs whose join we had not yet
+    /// answered with a proposal (safe to answer now: no INIT of ours left).
+    pub fn recover(
+        &mut self,
+        cx: &mut Cx,
+        snapshot: Option<Bytes>,
+        inputs: Vec<(Millis, Bytes)>,
+    ) -> DispelOutput {
+        let mut o = DispelOutput::default();
+        if let Some(b) = snapshot {
+            match postcard::from_bytes::<DispelState>(&b) {
+                Ok(st) if st.engine.me() == self.me && st.engine.config().n == self.cfg.n() => {
+                    self.st = st;
+                    // Epochs output before the snapshot but not yet covered by
+                    // a checkpoint (below `next_epoch`, and those that
+                    // completed out of order): the merger needs them again.
+                    let output: Vec<Epoch> = (self.st.engine.low()..self.st.next_epoch)
+                        .chain(self.st.ready.iter().copied())
+                        .collect();
+                    for e in output {
+                        if let Some(batches) = self.epoch_batches(e) {
+                            self.push_decided(e, batches, &mut o);
+                        }
+                    }
+                }
+                _ => cx.reject("dbft-bad-snapshot"),
+            }
+        }
+        self.replaying = true;
+        let real_now = cx.now;
+        for (at, bytes) in inputs {
+            let Ok(input) = postcard::from_bytes::<Input>(&bytes) else {
+                cx.reject("dbft-bad-logged-input");
+                continue;
+            };
+            cx.now = at;
+            let acts = self.feed(cx, input);
+            let more = self.absorb(cx, acts);
+            o.decided.extend(more.decided);
+            o.joins.extend(more.joins);
+        }
+        cx.now = real_now;
+        self.replaying = false;
+        o.joins
+            .retain(|e| self.st.engine.epoch(*e).is_some_and(|s| !s.proposed()));
+        o.joins.sort_unstable();
+        o.joins.dedup();
+        self.armed = None;
+        self.rearm(cx);
+        o
+    }
+
+    /// The output of an epoch already output: its selected batches, one per
+    /// digest (as `EpochReady` carries them).
+    fn epoch_batches(&self, e: Epoch) -> Option<Vec<(ReplicaId, Arc<Batch>)>> {
+        let s = self.st.engine.epoch(e)?;
+        let mut out: Vec<(ReplicaId, Arc<Batch>)> = Vec::new();
+        let mut last = None;
+        for (p, d) in s.selected()? {
+            if last != Some(d) {
+                out.push((p, s.batch(&d)?.clone()));
+                last = Some(d);
+            }
+        }
+        Some(out)
+    }
+
+    fn rearm(&mut self, cx: &mut Cx) {
+        let Some(&(at, _)) = self.st.timers.first() else {
+            return;
+        };
+        if self.armed.is_none_or(|a| at < a) {
+            self.armed = Some(at);
+            cx.out.set_timer(TimerId::Dispel, at);
+        }
+    }
+
+    fn absorb(&mut self, cx: &mut Cx, acts: Vec<DAction>) -> DispelOutput {
+        let mut o = DispelOutput::default();
+        for a in acts {
+            match a {
+                DAction::Send { .. } if self.replaying => {}
+                DAction::Send { to, msg } => cx.out.send(to, wire(&msg)),
+                DAction::Broadcast { msg } => {
+                    if !self.replaying {
+                        cx.out.broadcast(wire(&msg));
+                    }
+                    let kept = self.st.sent.entry(msg.epoch()).or_default();
+                    if kept.len() < MAX_KEPT_PER_EPOCH {
+                        kept.push(msg);
+                    } else {
+                        cx.counters.reject("dbft-retransmit-buffer-full");
+                    }
+                }
+                DAction::SetTimer { id, at } => {
+                    self.st.timers.insert((at, id));
+                }
+                DAction::Join { epoch } => o.joins.push(epoch),
+                DAction::SlotDecided { .. } => {}
+                DAction::EpochDecided { epoch, .. } => {
+                    let r = self.st.engine.epoch(epoch).map_or(0, |s| {
+                        (0..self.cfg.n())
+                            .filter_map(|k| s.binary(k).round_decided())
+                            .max()
+                            .unwrap_or(0)
+                    });
+                    self.st.rounds.insert(epoch, r);
+                }
+                DAction::EpochReady { epoch, batches } => self.on_ready(epoch, batches, &mut o),
+            }
+        }
+        self.rearm(cx);
+        o
+    }
+
+    /// Every selected batch is here: every lane's slot `epoch` is decided.
+    fn on_ready(&mut self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
+        if epoch < self.st.next_epoch {
+            return;
+        }
+        self.push_decided(epoch, batches, o);
+        self.st.ready.insert(epoch);
+        while self.st.ready.remove(&self.st.next_epoch) {
+            self.st.next_epoch += 1;
+        }
+    }
+
+    fn push_decided(&self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
+        let noop = Arc::new(Batch::noop());
+        let mut by_lane: Vec<Arc<Batch>> = vec![noop; self.cfg.n()];
+        for (p, b) in batches {
+            if let Some(at) = by_lane.get_mut(p.index()) {
+                *at = b;
+            }
+        }
+        for (l, b) in by_lane.into_iter().enumerate() {
+            o.decided.push((
+                Cell {
+                    lane: LaneId(l as u32),
+                    slot: Slot(epoch),
+                },
+                b,
+            ));
+        }
+    }
+
+    pub fn status(&self) -> DispelStatus {
+        let n = self.cfg.n();
+        let epochs = (self.st.engine.low()..self.st.engine.next_spawn().max(self.st.engine.low()))
+            .filter_map(|e| {
+                let s = self.st.engine.epoch(e)?;
+                Some(EpochInfo {
+                    epoch: e,
+                    joined: s.joined(),
+                    bits_decided: (0..n).filter(|&k| s.binary(k).decided().is_some()).count(),
+                    max_round: (0..n).map(|k| s.binary(k).round()).max().unwrap_or(0),
+                })
+            })
+            .filter(|i| i.epoch >= self.st.next_epoch)
+            .collect();
+        DispelStatus {
+            next_epoch: self.st.next_epoch,
+            next_spawn: self.st.engine.next_spawn(),
+            low: self.st.engine.low(),
+            pipeline_depth: self.st.engine.next_spawn().saturating_sub(self.st.next_epoch),
+            epochs,
+            dropped: self
+                .st
+                .engine
+                .counters()
+                .dropped
+                .iter()
+                .map(|(k, v)| (format!("{k:?}"), *v))
+                .collect(),
+            decided_rounds: self.st.rounds.iter().map(|(e, r)| (*e, *r)).collect(),
+        }
+    }
+}

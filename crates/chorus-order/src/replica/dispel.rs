@@ -1,0 +1,183 @@
+//! `Replica` glue of the `dispel` mode: the DBFT lanes (`DispelCore`) take
+//! the place of the PBFT lanes; the pool, merger, checkpointer and state
+//! transfer are shared with the other modes.
+
+use super::Replica;
+use crate::counters::Cx;
+use crate::dispel::pipeline::{spawn_now, SpawnView};
+use crate::dispel::{DispelOutput, DispelStatus};
+use crate::io::Outbox;
+use crate::pool::Readiness;
+use chorus_core::{Batch, Cell, DbftWire, LaneId, Millis, ReplicaId, ReplicaMsg, Slot};
+
+/// Bound on join answers chained in one call (each join is a distinct epoch
+/// inside the engine window, so the window bounds it too).
+const MAX_JOINS_PER_CALL: usize = 64;
+
+impl Replica {
+    pub(crate) fn dispel_on_message(&mut self, now: Millis, from: ReplicaId, w: DbftWire, out: &mut Outbox) {
+        let Some(d) = self.dispel.as_mut() else {
+            return self.counters.reject("dbft-not-in-mode");
+        };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let o = d.on_message(&mut cx, from, &w, &self.pool);
+        self.dispel_absorb(now, o, out);
+    }
+
+    /// A lane message in `dispel`: only STATUS means something (stable
+    /// checkpoints for state transfer, checkpoint votes, epoch progress).
+    pub(crate) fn dispel_on_other(
+        &mut self,
+        now: Millis,
+        from: ReplicaId,
+        msg: ReplicaMsg,
+        out: &mut Outbox,
+    ) {
+        let ReplicaMsg::Status(st) = msg else {
+            return self.counters.reject("not-in-dispel-mode");
+        };
+        self.transfer.note_peer_stable(from, st.stable_seq, now);
+        if let Some(v) = self.checkpointer.vote_for_peer(st.stable_seq) {
+            out.send(from, ReplicaMsg::Checkpoint(v));
+        }
+        if let Some(d) = self.dispel.as_mut() {
+            d.on_peer_status(from, st.next_undecided.0);
+        }
+    }
+
+    pub(crate) fn dispel_on_timer(&mut self, now: Millis, out: &mut Outbox) {
+        let Some(d) = self.dispel.as_mut() else {
+            return self.counters.reject("bad-timer");
+        };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let o = d.on_timer(&mut cx);
+        self.dispel_absorb(now, o, out);
+    }
+
+    pub(crate) fn dispel_status_tick(&mut self, now: Millis, out: &mut Outbox) {
+        let stable = self.checkpointer.stable_seq();
+        if let Some(d) = self.dispel.as_mut() {
+            let mut cx = Cx::new(now, out, &mut self.counters);
+            d.on_status_tick(&mut cx, stable);
+        }
+    }
+
+    /// Free epochs below `low` (stable checkpoint or installed snapshot).
+    pub(crate) fn dispel_collect(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
+        let Some(d) = self.dispel.as_mut() else { return };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let o = d.collect(&mut cx, low.0);
+        self.dispel_absorb(now, o, out);
+    }
+
+    /// `Replica::recover`: rebuild the DBFT lanes from their snapshot and
+    /// logged inputs; hand what they decided to the pool and the merger and
+    /// answer joins left unanswered by the crash.
+    pub(crate) fn dispel_recover(
+        &mut self,
+        now: Millis,
+        snapshot: Option<bytes::Bytes>,
+        inputs: Vec<(Millis, bytes::Bytes)>,
+        out: &mut Outbox,
+    ) {
+        let Some(d) = self.dispel.as_mut() else { return };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        let o = d.recover(&mut cx, snapshot, inputs);
+        self.dispel_absorb(now, o, out);
+    }
+
+    /// Decisions to the pool and the merger; join answers with our pool batch.
+    fn dispel_absorb(&mut self, now: Millis, mut o: DispelOutput, out: &mut Outbox) {
+        for _ in 0..MAX_JOINS_PER_CALL {
+            for (cell, batch) in o.decided.drain(..) {
+                self.pool.on_decided(now, cell, &batch);
+                self.counters.decided += 1;
+                self.merger.insert(cell, batch);
+            }
+            let Some(e) = o.joins.pop() else { return };
+            let batch = self.dispel_cut(now, e);
+            let more = self.dispel_propose_batch(now, e, batch, out);
+            o.decided.extend(more.decided);
+            o.joins.extend(more.joins);
+        }
+        self.counters.reject("dbft-join-chain-cut");
+    }
+
+    fn dispel_cut(&mut self, now: Millis, e: u64) -> Batch {
+        let me = LaneId(self.me.0);
+        let cell = Cell {
+            lane: me,
+            slot: Slot(e),
+        };
+        let before = Millis(now.0.saturating_sub(self.rescue_ms()));
+        let extra: Vec<LaneId> = (0..self.cfg.lanes())
+            .map(LaneId)
+            .filter(|l| *l != me)
+            .filter(|l| self.pool.rescue_due(*l, before))
+            .collect();
+        self.pool.cut_with_rescue(cell, &extra, before)
+    }
+
+    fn dispel_propose_batch(&mut self, now: Millis, e: u64, batch: Batch, out: &mut Outbox) -> DispelOutput {
+        self.counters.proposals += 1;
+        if batch.requests.is_empty() {
+            self.counters.noop_proposals += 1;
+        }
+        let Some(d) = self.dispel.as_mut() else {
+            return DispelOutput::default();
+        };
+        let mut cx = Cx::new(now, out, &mut self.counters);
+        d.propose(&mut cx, e, batch)
+    }
+
+    /// Another proposer's request this old is proposed by us too (its
+    /// proposer may be silent; no view change will hand its lane over).
+    fn rescue_ms(&self) -> u64 {
+        self.cfg.params.view_change_timeout_ms
+    }
+
+    /// The pipeline (Dispel §4.1–4.3, `dispel::pipeline`): spawn our next
+    /// epoch when a batch is due, the link is idle and the budget allows.
+    pub(crate) fn dispel_propose(&mut self, now: Millis, out: &mut Outbox) -> bool {
+        let Some(d) = self.dispel.as_ref() else {
+            return false;
+        };
+        let me = LaneId(self.me.0);
+        let (next_spawn, next_epoch, own) = (d.spawnable(), d.next_epoch(), d.own_undelivered());
+        let before = Millis(now.0.saturating_sub(self.rescue_ms()));
+        let rescue = (0..self.cfg.lanes())
+            .map(LaneId)
+            .filter(|l| *l != me)
+            .any(|l| self.pool.rescue_due(l, before));
+        let due = match self.pool.readiness(me, now) {
+            Readiness::Ready => true,
+            Readiness::WaitUntil(at) => {
+                if self.batch_deadline[me.index()] != Some(at) {
+                    self.batch_deadline[me.index()] = Some(at);
+                    out.set_timer(crate::io::TimerId::Batch(me), at);
+                }
+                false
+            }
+            Readiness::Empty => false,
+        } || rescue;
+        let view = SpawnView {
+            next_spawn,
+            next_epoch,
+            max_depth: self.cfg.params.max_lane_drift_slots,
+            own_undelivered: own,
+            batch_due: due,
+        };
+        let Some(e) = spawn_now(view) else {
+            return false;
+        };
+        let batch = self.dispel_cut(now, e);
+        let o = self.dispel_propose_batch(now, e, batch, out);
+        self.dispel_absorb(now, o, out);
+        true
+    }
+
+    /// Live epochs, pipeline depth and binary-consensus rounds (`chorus status`).
+    pub fn dispel_status(&self) -> Option<DispelStatus> {
+        self.dispel.as_ref().map(|d| d.status())
+    }
+}

@@ -1,0 +1,169 @@
+//! `dispel` clusters on the in-memory network: DBFT epochs decided by every
+//! proposer, delivered epoch by epoch, with losses, a silent proposer and a
+//! restart.
+
+use super::harness::Cluster;
+use super::util::params;
+use chorus_core::{OrderingMode, ProtocolParams, Seq};
+
+/// Checkpoints every 4 epochs (K a multiple of the n lanes).
+fn dispel_n(n: usize) -> ProtocolParams {
+    ProtocolParams {
+        checkpoint_interval: 4 * n as u64,
+        ..params(OrderingMode::Dispel, 1)
+    }
+}
+
+fn dispel() -> ProtocolParams {
+    dispel_n(4)
+}
+
+fn load(c: &mut Cluster, clients: usize, seqs: std::ops::RangeInclusive<u64>) -> Vec<(usize, u64)> {
+    let mut reqs = Vec::new();
+    for s in seqs {
+        for cl in 0..clients {
+            c.submit(cl, s);
+            reqs.push((cl, s));
+        }
+        c.run_for(2);
+    }
+    reqs
+}
+
+fn same_deliveries(c: &Cluster) {
+    c.check_agreement();
+    let first = c.delivered[0].clone();
+    for i in 1..c.n() {
+        assert_eq!(
+            c.delivered[i], first,
+            "replica {i} delivered a different sequence"
+        );
+    }
+}
+
+fn happy(n: usize, clients: usize) -> Cluster {
+    let mut c = Cluster::new(n, clients, dispel_n(n));
+    let reqs = load(&mut c, clients, 1..=12);
+    assert!(
+        c.run_until(20_000, |c| c.all_executed(&reqs)),
+        "not every request executed"
+    );
+    c.run_for(300);
+    same_deliveries(&c);
+    for i in 0..n {
+        let st = c.replica(i).status();
+        assert!(st.stable_seq > Seq(0), "checkpoints become stable");
+        assert_eq!(st.counters.rejected_total(), 0, "{:?}", st.counters.rejected);
+        assert_eq!(st.pool_len, 0);
+        assert_eq!(st.counters.view_changes, 0, "dispel has no view change");
+        let d = c.replica(i).dispel_status().expect("dispel mode");
+        assert!(d.next_epoch > 0);
+    }
+    c
+}
+
+#[test]
+fn dispel_n4_every_request_executes_and_all_deliver_the_same() {
+    happy(4, 4);
+}
+
+#[test]
+fn dispel_n7_every_request_executes_and_all_deliver_the_same() {
+    happy(7, 7);
+}
+
+#[test]
+fn dispel_epochs_fill_n_positions_each() {
+    let c = happy(4, 2);
+    // Every delivered position belongs to epoch seq / n; each epoch has n.
+    let next = c.replica(0).status().next_delivery.0;
+    assert_eq!(next % 4, 0, "epochs are delivered whole");
+}
+
+#[test]
+fn dispel_lossy_network_recovers_by_retransmission() {
+    let mut c = Cluster::new(4, 4, dispel());
+    c.loss = 0.05;
+    let reqs = load(&mut c, 4, 1..=10);
+    assert!(
+        c.run_until(60_000, |c| c.all_executed(&reqs)),
+        "retransmission did not recover"
+    );
+    // A replica may have skipped positions by state transfer: agreement
+    // wherever two delivered the same position.
+    c.check_agreement();
+    let retrans: u64 = (0..4).map(|i| c.replica(i).counters().retransmissions).sum();
+    assert!(retrans > 0);
+}
+
+/// A silent proposer costs its own batch only: its binary consensus decides
+/// 0, and its clients' requests are proposed by the others after the rescue
+/// timeout (no view change exists).
+#[test]
+fn dispel_silent_proposer_costs_only_its_batch() {
+    let mut c = Cluster::new(4, 4, dispel());
+    c.isolated.insert(3);
+    // Client 3's owner lane is proposer 3's.
+    let reqs = load(&mut c, 4, 1..=6);
+    assert!(
+        c.run_until(20_000, |c| (0..3).all(|i| {
+            reqs.iter().all(|(cl, s)| {
+                c.execs[i]
+                    .executed
+                    .contains(&(chorus_core::ClientId(*cl as u64), chorus_core::RequestSeq(*s)))
+            })
+        })),
+        "the correct replicas did not order every request"
+    );
+    c.check_agreement();
+    for i in 0..3 {
+        assert_eq!(c.replica(i).counters().view_changes, 0);
+    }
+}
+
+/// A replica restarted from its snapshot and logged inputs rebuilds the very
+/// state that sent its messages, takes part in the epochs it was in, and
+/// catches up (by state transfer past what the others collected).
+#[test]
+fn dispel_restarted_replica_rebuilds_its_engine_and_catches_up() {
+    let mut c = Cluster::new(4, 3, dispel());
+    let first = load(&mut c, 3, 1..=4);
+    assert!(c.run_until(20_000, |c| c.all_executed(&first)));
+    c.crash(3);
+    let second = load(&mut c, 3, 5..=30);
+    assert!(c.run_until(30_000, |c| c.all_executed(&second)));
+    c.restart(3);
+    let third = load(&mut c, 3, 31..=34);
+    let all: Vec<_> = first.iter().chain(&second).chain(&third).copied().collect();
+    assert!(
+        c.run_until(30_000, |c| c.all_executed(&all)),
+        "restarted replica did not catch up"
+    );
+    c.check_agreement();
+    assert!(c.replica(3).status().counters.state_transfers > 0);
+}
+
+/// Crash in the middle of an epoch and restart at once: the replay restores
+/// the epochs it was voting in, so with another replica silent (t = 1 used
+/// up) the cluster still needs it and still decides.
+#[test]
+fn dispel_restart_mid_epoch_with_a_silent_replica_stays_live() {
+    let mut c = Cluster::new(4, 4, dispel());
+    c.isolated.insert(0);
+    let first = load(&mut c, 4, 1..=3);
+    c.run_for(5);
+    c.crash(3);
+    c.restart(3);
+    let second = load(&mut c, 4, 4..=8);
+    let all: Vec<_> = first.iter().chain(&second).copied().collect();
+    assert!(
+        c.run_until(30_000, |c| (1..4).all(|i| all.iter().all(|(cl, s)| c.execs[i]
+            .executed
+            .contains(&(
+                chorus_core::ClientId(*cl as u64),
+                chorus_core::RequestSeq(*s)
+            ))))),
+        "the epochs replica 3 was in never decided"
+    );
+    c.check_agreement();
+}

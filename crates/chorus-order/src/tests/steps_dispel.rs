@@ -1,0 +1,279 @@
+//! `dispel` replica steps: what a replica sends for exact DBFT inputs, and
+//! that a restart from its records never contradicts what it sent.
+
+use super::util::{broadcasts, params, persists, replica, setup, Setup};
+use crate::io::{Action, Event, Outbox, PersistRecord};
+use crate::replica::Replica;
+use chorus_core::{DbftWire, Digest, Millis, OrderingMode, ReplicaId, ReplicaMsg};
+use chorus_dbft::DbftMsg;
+
+fn dispel() -> Setup {
+    setup(4, 4, params(OrderingMode::Dispel, 1))
+}
+
+fn wire(m: &DbftMsg) -> ReplicaMsg {
+    ReplicaMsg::Dbft(DbftWire {
+        bytes: bytes::Bytes::from(chorus_core::encode(m)),
+    })
+}
+
+fn dbft_broadcasts(actions: &[Action]) -> Vec<DbftMsg> {
+    broadcasts(actions)
+        .into_iter()
+        .filter_map(|m| match m {
+            ReplicaMsg::Dbft(w) => {
+                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits()).ok()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn deliver(
+    r: &mut Replica,
+    records: &mut Vec<PersistRecord>,
+    now: u64,
+    from: u32,
+    m: &DbftMsg,
+) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(
+        Millis(now),
+        Event::Message {
+            from: ReplicaId(from),
+            msg: wire(m),
+        },
+        &mut out,
+    );
+    let acts: Vec<Action> = out.drain().collect();
+    records.extend(persists(&acts));
+    acts
+}
+
+fn echoes(msgs: &[DbftMsg]) -> Vec<chorus_core::Digest> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            DbftMsg::RbEcho { digest, .. } => Some(*digest),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A correct replica echoes an INIT whose requests verify, and logs the
+/// input before the echo leaves (persist before send).
+#[test]
+fn init_is_logged_then_echoed() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+    let first_persist = acts.iter().position(|a| matches!(a, Action::Persist(_)));
+    let first_send = acts
+        .iter()
+        .position(|a| matches!(a, Action::Broadcast { .. } | Action::Send { .. }));
+    assert!(
+        first_persist < first_send,
+        "the input is logged before anything is sent"
+    );
+}
+
+/// An INIT carrying a request whose authenticator does not verify here is
+/// not echoed: a delivered batch always had a correct replica vouch for it.
+#[test]
+fn init_with_a_forged_request_is_not_echoed() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let mut a = s.batch(2, 1..3);
+    a.requests[0].op = bytes::Bytes::from_static(b"tampered");
+    let acts = deliver(&mut r, &mut recs, 1, 2, &DbftMsg::RbInit { epoch: 0, batch: a });
+    assert!(echoes(&dbft_broadcasts(&acts)).is_empty());
+    assert_eq!(r.counters().rejected("dbft-init-bad-request"), 1);
+}
+
+/// Pitfall "equivocation after restart": a Byzantine proposer sends INIT A,
+/// we echo A, crash, restart from our records; its INIT B must not be
+/// echoed (the replayed engine remembers the first INIT), while A's bytes
+/// are still served.
+#[test]
+fn restarted_replica_never_echoes_a_second_init() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    let b = s.batch(2, 3..5);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+    drop(r);
+    let mut out = Outbox::new();
+    let mut r = Replica::recover(
+        s.cfg.clone(),
+        ReplicaId(1),
+        s.keys[1].clone(),
+        recs.clone(),
+        Millis(5),
+        &mut out,
+    );
+    let acts = deliver(&mut r, &mut recs, 6, 2, &DbftMsg::RbInit { epoch: 0, batch: b });
+    assert!(
+        echoes(&dbft_broadcasts(&acts)).is_empty(),
+        "echoed a second INIT of the same proposer after a restart"
+    );
+    // Echoes of A from two others: with ours (restored) that is the echo quorum.
+    let mut readies = Vec::new();
+    for from in [0, 3] {
+        let acts = deliver(
+            &mut r,
+            &mut recs,
+            7,
+            from,
+            &DbftMsg::RbEcho {
+                epoch: 0,
+                proposer: ReplicaId(2),
+                digest: a.digest(),
+            },
+        );
+        readies.extend(
+            dbft_broadcasts(&acts)
+                .into_iter()
+                .filter(|m| matches!(m, DbftMsg::RbReady { .. })),
+        );
+    }
+    assert_eq!(
+        readies,
+        vec![DbftMsg::RbReady {
+            epoch: 0,
+            proposer: ReplicaId(2),
+            digest: a.digest()
+        }],
+        "our echo of A still counts after the restart"
+    );
+}
+
+/// A restart also keeps our own proposal: the epoch we proposed in is not
+/// proposed again with other content.
+#[test]
+fn restarted_replica_does_not_propose_twice_in_an_epoch() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let mut out = Outbox::new();
+    r.handle(Millis(1), Event::Request(s.request(1, 1, b"x")), &mut out);
+    r.handle(Millis(20), Event::Timer(crate::io::TimerId::Status), &mut out);
+    let acts: Vec<Action> = out.drain().collect();
+    recs.extend(persists(&acts));
+    let inits: Vec<DbftMsg> = dbft_broadcasts(&acts)
+        .into_iter()
+        .filter(|m| matches!(m, DbftMsg::RbInit { .. }))
+        .collect();
+    assert_eq!(inits.len(), 1, "proposed its request in epoch 0");
+    let mut out = Outbox::new();
+    let mut r = Replica::recover(
+        s.cfg.clone(),
+        ReplicaId(1),
+        s.keys[1].clone(),
+        recs,
+        Millis(30),
+        &mut out,
+    );
+    // Another request: the next proposal must be for epoch 1, not epoch 0 again.
+    r.handle(Millis(31), Event::Request(s.request(1, 2, b"y")), &mut out);
+    r.handle(Millis(40), Event::Timer(crate::io::TimerId::Status), &mut out);
+    let acts: Vec<Action> = out.drain().collect();
+    for m in dbft_broadcasts(&acts) {
+        if let DbftMsg::RbInit { epoch, .. } = m {
+            assert_ne!(epoch, 0, "proposed epoch 0 a second time after the restart");
+        }
+    }
+}
+
+fn status_from(r: &mut Replica, now: u64, from: u32, next_epoch: u64) {
+    let st = chorus_core::Status {
+        lane: chorus_core::LaneId(0),
+        view: chorus_core::View(0),
+        next_undecided: chorus_core::Slot(next_epoch),
+        stable_seq: chorus_core::Seq(0),
+        suspects: false,
+    };
+    super::util::msg(r, now, from, ReplicaMsg::Status(st));
+}
+
+fn status_tick(r: &mut Replica, now: u64) -> Vec<(ReplicaId, DbftMsg)> {
+    let acts = super::util::handle(r, now, Event::Timer(crate::io::TimerId::Status));
+    super::util::sends(&acts)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            ReplicaMsg::Dbft(w) => {
+                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits())
+                    .ok()
+                    .map(|m| (to, m))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Spec P14 (retransmission paired with the windows): a peer that already
+/// delivered epoch 0 may still run rounds d+1, d+2 of one of its instances
+/// and need our messages there, but its status no longer shows it stuck. A
+/// replica stalled at epoch 0 must re-send its epoch-0 messages to such a
+/// peer (seeds 327 and 441 hung on this), and not while it is progressing.
+#[test]
+fn stalled_replica_resends_its_epoch_to_a_peer_past_it() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+    // r3 has delivered epochs 0..5 and is not moving (it is idle).
+    status_from(&mut r, 2, 3, 5);
+    status_from(&mut r, 3, 3, 5);
+    // First tick: we have not been at epoch 0 for a whole interval yet.
+    let first = status_tick(&mut r, 10_000);
+    assert!(first.iter().all(|(to, _)| *to != ReplicaId(3)), "{first:?}");
+    // Second tick, still at epoch 0: our echo goes to r3 again.
+    let second = status_tick(&mut r, 20_000);
+    let to3: Vec<Digest> = second
+        .iter()
+        .filter(|(to, _)| *to == ReplicaId(3))
+        .filter_map(|(_, m)| match m {
+            DbftMsg::RbEcho { digest, .. } => Some(*digest),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        to3,
+        vec![a.digest()],
+        "stalled epoch not re-sent to the peer past it"
+    );
+}

@@ -1,0 +1,147 @@
+//! `sarek`: one PBFT lane per partition with preferred leader `k mod n`, a
+//! request ordered once in each partition PREDICT() names, one delivery
+//! stream per lane (SAREK §IV-A/B).
+
+use super::harness::Cluster;
+use super::util::params;
+use crate::sarek::Predictor;
+use chorus_core::{ClientId, OrderingMode, ProtocolParams, RequestSeq, View};
+use std::sync::Arc;
+
+/// Test ops name their partitions after an `@`: `"c0s3@02"` touches 0 and 2.
+fn predictor() -> Predictor {
+    Predictor::new(Arc::new(|op: &[u8]| {
+        let at = op.iter().position(|&b| b == b'@').map_or(op.len(), |i| i + 1);
+        op[at..].iter().map(|b| u16::from(b - b'0')).collect()
+    }))
+}
+
+fn sarek(n: usize, k: u32, clients: usize) -> Cluster {
+    let p = ProtocolParams {
+        leader_rotation: chorus_core::LeaderRotation::Fixed,
+        ..params(OrderingMode::Sarek, k)
+    };
+    let mut c = Cluster::new(n, clients, p);
+    for node in c.nodes.iter_mut().flatten() {
+        node.set_predictor(predictor());
+    }
+    c
+}
+
+fn submit(c: &mut Cluster, client: usize, seq: u64, parts: &str, to: Option<&[usize]>) -> (usize, u64) {
+    let req =
+        c.s.request(client, seq, format!("c{client}s{seq}@{parts}").as_bytes());
+    match to {
+        None => c.submit_request(req),
+        Some(to) => {
+            for i in to {
+                c.push_event(*i, crate::io::Event::Request(req.clone()));
+            }
+        }
+    }
+    (client, seq)
+}
+
+fn ordered_in(c: &Cluster, i: usize, (client, seq): (usize, u64)) -> Vec<u32> {
+    let mut v = c.sexecs[i]
+        .ordered_in
+        .get(&(ClientId(client as u64), RequestSeq(seq)))
+        .cloned()
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// SAREK §IV-B 1: a request is ordered exactly once in each predicted
+/// partition and nowhere else; every lane is led by its preferred leader;
+/// checkpoints become stable at cuts.
+#[test]
+fn sarek_orders_each_request_once_per_predicted_partition() {
+    let mut c = sarek(4, 3, 3);
+    let mut reqs = Vec::new();
+    let parts = ["0", "1", "2", "01", "12", "012", "02"];
+    for s in 1..=14u64 {
+        for cl in 0..3 {
+            let p = parts[(s as usize + cl) % parts.len()];
+            reqs.push((submit(&mut c, cl, s, p, None), p));
+        }
+        c.run_for(2);
+    }
+    let keys: Vec<(usize, u64)> = reqs.iter().map(|(k, _)| *k).collect();
+    let ok = c.run_until(20_000, |c| c.all_executed(&keys));
+    if !ok {
+        for i in 0..4 {
+            eprintln!("{:#?}", c.replica(i).status());
+        }
+    }
+    assert!(ok, "not every request delivered");
+    c.run_for(300);
+    c.check_agreement();
+    for i in 0..4 {
+        for (k, p) in &reqs {
+            let want: Vec<u32> = p.bytes().map(|b| u32::from(b - b'0')).collect();
+            assert_eq!(ordered_in(&c, i, *k), want, "replica {i}, request {k:?}");
+        }
+        let st = c.replica(i).status();
+        assert_eq!(st.counters.view_changes, 0);
+        assert!(st.stable_seq.0 > 0, "checkpoints become stable at cuts");
+        assert_eq!(st.pool_len, 0, "replica {i} holds {} requests", st.pool_len);
+        assert_eq!(st.counters.rejected_total(), 0, "{:?}", st.counters.rejected);
+        for l in 0..3 {
+            assert_eq!(
+                st.lanes[l].proposer.0, l as u32,
+                "partition {l} is led by {l} mod n"
+            );
+        }
+    }
+    // Replica 3 leads no partition (K = 3 < n = 4): it proposed nothing.
+    assert_eq!(c.replica(3).counters().proposals, 0);
+}
+
+/// SAREK §IV: a partition whose leader crashed pauses for its own view
+/// change only; the other partitions' streams keep delivering meanwhile.
+/// (With one global merger, lane 0's slots would wait for lane 1's.)
+#[test]
+fn sarek_a_stalled_partition_does_not_stop_the_others() {
+    let mut c = sarek(4, 2, 2);
+    c.crash(1); // preferred leader of partition 1
+    let mut p0 = Vec::new();
+    let mut p1 = Vec::new();
+    for s in 1..=6u64 {
+        p0.push(submit(&mut c, 0, s, "0", None));
+        p1.push(submit(&mut c, 1, s, "1", None));
+        c.run_for(2);
+    }
+    // Well before the view-change timeout (400 ms).
+    assert!(
+        c.run_until(200, |c| c.all_executed(&p0)),
+        "partition 0 delivered without partition 1"
+    );
+    assert!(!c.all_executed(&p1[..1]), "partition 1 has no leader yet");
+    assert!(
+        c.run_until(10_000, |c| c.all_executed(&p1)),
+        "partition 1 recovers by its view change"
+    );
+    for i in [0, 2, 3] {
+        let st = c.replica(i).status();
+        assert_eq!(st.views[0], View(0), "partition 0 never changed view");
+        assert!(st.views[1] >= View(1));
+        assert_ne!(st.lanes[1].proposer.0, 1);
+    }
+}
+
+/// SAREK §IV-B 1: a cross-partition request that reached only partition 0's
+/// leader is still ordered by partition 1 once partition 0 ordered it (the
+/// other replicas hand it to their partition-1 pools).
+#[test]
+fn sarek_cross_partition_request_reaching_one_leader_is_ordered_everywhere() {
+    let mut c = sarek(4, 2, 1);
+    let k = submit(&mut c, 0, 1, "01", Some(&[0]));
+    assert!(c.run_until(5_000, |c| c.all_executed(&[k])));
+    c.run_for(100);
+    for i in 0..4 {
+        assert_eq!(ordered_in(&c, i, k), vec![0, 1], "replica {i}");
+        assert!(c.replica(i).status().counters.view_changes == 0);
+    }
+    assert!(c.replica(1).counters().sarek_forwarded >= 1);
+}
