@@ -787,7 +787,8 @@ fn build_clients(
             } else {
                 workload.clone()
             };
-            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us).with_workload(workload);
+            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+                .with_workload(workload);
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())
             } else {
