@@ -39,6 +39,15 @@ impl RequestAuth {
 
     pub fn request(&self, seq: RequestSeq, read_only: bool, op: Bytes) -> Request {
         let fl = if read_only { flags::READ_ONLY } else { 0 };
+        self.build(seq, fl, op)
+    }
+
+    /// RCC §III-E `SWITCHINSTANCE(c, target)`.
+    pub fn switch_request(&self, seq: RequestSeq, target: u32) -> Request {
+        self.build(seq, flags::SWITCH_INSTANCE, chorus_core::switch_op(target))
+    }
+
+    fn build(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
         match self.kind {
             ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.client, seq, fl, op, &self.keys),
             ClientAuthKind::Signature => {

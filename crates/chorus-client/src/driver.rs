@@ -12,6 +12,7 @@ use crate::error::ClientError;
 use crate::options::ClientOptions;
 use crate::quorum::{Decision, Path, ReplyQuorum};
 use crate::stats::Stats;
+use crate::switch::Instance;
 use bytes::Bytes;
 use chorus_core::{
     decode, encode, ClientId, ClientMsg, ClusterConfig, Digest, Limits, ReplicaId, Reply, ReplyBody,
@@ -82,8 +83,13 @@ struct Pending {
     /// The read-only fast path failed and the request is being ordered.
     fell_back: bool,
     reply: ResultSender,
-    /// Held while the request is in flight (bounds in-flight requests).
-    _permit: OwnedSemaphorePermit,
+    /// Held while the request is in flight (bounds in-flight requests);
+    /// `None` for the driver's own SWITCHINSTANCE requests.
+    _permit: Option<OwnedSemaphorePermit>,
+    /// Retransmission rounds on the current path.
+    retransmits: u32,
+    /// RCC §III-E: this is our SWITCHINSTANCE to that instance.
+    switch_to: Option<u32>,
 }
 
 impl Pending {
@@ -112,6 +118,11 @@ pub(crate) struct Driver {
     window: u64,
     timers: BTreeSet<(Instant, RequestSeq)>,
     status_waiters: Vec<VecDeque<oneshot::Sender<String>>>,
+    /// RCC §III-E: the instance we believe serves us.
+    instance: Instance,
+    /// The receiving end of our switch request's result, while one is in
+    /// flight (at most one at a time).
+    switching: Option<oneshot::Receiver<Result<Timed, ClientError>>>,
 }
 
 impl Driver {
@@ -129,6 +140,7 @@ impl Driver {
         let limits = Limits::from_config(&config);
         let n = config.n();
         let window = u64::from(config.params.pool_max_per_client.max(1));
+        let instance = Instance::new(&config, id);
         Driver {
             config,
             id,
@@ -144,6 +156,8 @@ impl Driver {
             window,
             timers: BTreeSet::new(),
             status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
+            instance,
+            switching: None,
         }
     }
 
@@ -202,7 +216,9 @@ impl Driver {
                     first_reply: None,
                     fell_back: false,
                     reply,
-                    _permit: permit,
+                    _permit: Some(permit),
+                    retransmits: 0,
+                    switch_to: None,
                 };
                 self.start(p, path, now);
             }
@@ -230,9 +246,75 @@ impl Driver {
     /// complete would stretch the span past the window and lose it. So a new
     /// seq waits until it is within `window` of the oldest pending one.
     fn seq_fits(&self) -> bool {
+        // In `rcc` one seq of the window stays free for a SWITCHINSTANCE,
+        // which must get through when every other request is stuck.
+        let window = if self.instance.enabled() {
+            self.window.saturating_sub(1).max(1)
+        } else {
+            self.window
+        };
+        self.fits(window)
+    }
+
+    fn fits(&self, window: u64) -> bool {
         self.pending
             .first_key_value()
-            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < self.window)
+            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < window)
+    }
+
+    /// RCC §III-E: ask to move to the next instance (one switch at a time,
+    /// within the client table's window).
+    fn start_switch(&mut self, now: Instant) {
+        let Some(target) = self.instance.next_target() else {
+            return;
+        };
+        if self.switching.is_some() || !self.fits(self.window) {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        let p = Pending {
+            started: now,
+            deadline: now + self.opts.request_timeout,
+            op: chorus_core::switch_op(target),
+            frame: Bytes::new(),
+            digest: Digest::default(),
+            quorum: ReplyQuorum::for_config(&self.config, Path::Ordered),
+            retransmit_every: self.opts.retransmit_initial,
+            next_send: now,
+            fast_path_until: None,
+            busy_backoff: self.opts.busy_backoff_initial,
+            asked_full: false,
+            wake: now,
+            first_reply: None,
+            reply: tx,
+            _permit: None,
+            retransmits: 0,
+            switch_to: Some(target),
+        };
+        tracing::debug!(client = %self.id.0, from = self.instance.owner(), to = target, "switching instance");
+        Stats::bump(&self.stats.switches_sent);
+        self.switching = Some(rx);
+        self.start_now(p, Path::Ordered, now);
+    }
+
+    /// Our switch got its f+1 answers: believe the new owner, and resend
+    /// what is pending now rather than at its next back-off.
+    fn on_switch_done(&mut self, target: u32, result: &Result<Bytes, ClientError>, now: Instant) {
+        self.switching = None;
+        let Ok(reply) = result else {
+            return;
+        };
+        if self.instance.on_reply(target, reply) {
+            Stats::bump(&self.stats.switches_applied);
+        }
+        let seqs: Vec<RequestSeq> = self.pending.keys().copied().collect();
+        for seq in seqs {
+            if let Some(p) = self.pending.get_mut(&seq) {
+                p.next_send = p.next_send.min(now);
+                p.retransmits = 0;
+            }
+            self.reschedule(seq);
+        }
     }
 
     /// Start requests that waited for the window, oldest first; those whose
@@ -270,7 +352,11 @@ impl Driver {
 
     fn start_now(&mut self, mut p: Pending, path: Path, now: Instant) {
         let seq = self.take_seq();
-        let req = self.auth.request(seq, path == Path::ReadOnly, p.op.clone());
+        let req = match p.switch_to {
+            Some(target) => self.auth.switch_request(seq, target),
+            None => self.auth.request(seq, path == Path::ReadOnly, p.op.clone()),
+        };
+        p.retransmits = 0;
         p.digest = req.digest();
         p.frame = Bytes::from(encode(&ClientMsg::Request(req)));
         p.quorum = ReplyQuorum::for_config(&self.config, path);
@@ -405,9 +491,20 @@ impl Driver {
                     }
                     p.retransmit_every = (p.retransmit_every * 2).min(self.opts.retransmit_max);
                     p.next_send = now + p.retransmit_every;
+                    p.retransmits = p.retransmits.saturating_add(1);
                 }
                 p.wake = p.next_wake();
                 self.timers.insert((p.wake, seq));
+                // RCC §III-E: a request that keeps timing out in the ordered
+                // path may be censored by (or stuck at) our instance.
+                let after = self.opts.switch_after_retransmits;
+                let stuck = after > 0
+                    && p.switch_to.is_none()
+                    && p.quorum.path() == Path::Ordered
+                    && p.retransmits >= after;
+                if stuck {
+                    self.start_switch(now);
+                }
             }
         }
     }
@@ -444,6 +541,12 @@ impl Driver {
     fn finish(&mut self, seq: RequestSeq, result: Result<Bytes, ClientError>) {
         let p = self.remove(seq).expect("finishing a pending request");
         let now = Instant::now();
+        if let Some(target) = p.switch_to {
+            // Internal: no caller waits for it, and it is not an invocation.
+            self.on_switch_done(target, &result, now);
+            self.start_waiting(now);
+            return;
+        }
         let result = result.map(|bytes| Timed {
             result: bytes,
             first_reply: p.first_reply.unwrap_or(now).into_std(),

@@ -17,6 +17,7 @@ mod files;
 mod options;
 mod quorum;
 mod stats;
+mod switch;
 
 pub use auth::RequestAuth;
 pub use blocking::BlockingClient;

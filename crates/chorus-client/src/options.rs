@@ -36,6 +36,10 @@ pub struct ClientOptions {
     /// First request sequence number. `None`: microseconds since the Unix
     /// epoch, so a restarted client with the same id keeps increasing.
     pub first_seq: Option<u64>,
+    /// `rcc` only (RCC §III-E): after this many retransmissions of one
+    /// request without a result, ask to move to the next instance with a
+    /// SWITCHINSTANCE request (0: never).
+    pub switch_after_retransmits: u32,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +61,7 @@ impl Default for ClientOptions {
             handshake_timeout: Duration::from_secs(5),
             link_queue_frames: 1024,
             first_seq: None,
+            switch_after_retransmits: 2,
         }
     }
 }

@@ -48,6 +48,10 @@ stats!(
     ignored_replies,
     /// Frames from replicas that did not decode, or named another client or replica.
     bad_replies,
+    /// RCC §III-E: SWITCHINSTANCE requests sent after repeated timeouts.
+    switches_sent,
+    /// Of which the cluster applied (f+1 "switched" replies).
+    switches_applied,
 );
 
 impl Stats {

@@ -9,6 +9,7 @@ pub mod messages;
 pub mod quorum;
 pub mod request;
 pub mod status_report;
+pub mod switch;
 pub mod wire_bounds;
 
 pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};
@@ -21,4 +22,5 @@ pub use domain::{ClusterTag, SigKind};
 pub use ids::*;
 pub use messages::*;
 pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};
+pub use switch::{switch_op, switch_target, Assignments, Handover, SwitchOutcome, SwitchPolicy};
 pub use wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};

@@ -10,8 +10,11 @@ use serde::{Deserialize, Serialize};
 pub mod flags {
     /// The operation does not modify state: eligible for the read-only fast path.
     pub const READ_ONLY: u8 = 1;
+    /// RCC §III-E `SWITCHINSTANCE(c, j)`: the op is the target instance `j`
+    /// (u32 LE); see `crate::switch`. Only the `rcc` mode orders it.
+    pub const SWITCH_INSTANCE: u8 = 2;
     /// Every flag this version understands; others are rejected.
-    pub const KNOWN: u8 = READ_ONLY;
+    pub const KNOWN: u8 = READ_ONLY | SWITCH_INSTANCE;
 }
 
 /// How a replica checks that a request really comes from its client.
@@ -48,6 +51,10 @@ impl Request {
 
     pub fn digest(&self) -> Digest {
         Self::content_digest(self.client, self.seq, self.flags, &self.op)
+    }
+
+    pub fn is_switch(&self) -> bool {
+        self.flags & flags::SWITCH_INSTANCE != 0
     }
 
     pub fn is_read_only(&self) -> bool {

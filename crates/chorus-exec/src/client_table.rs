@@ -25,6 +25,7 @@
 //! reach the executor only after their authenticator was checked against it.
 
 use bytes::Bytes;
+use chorus_core::Assignments;
 use chorus_core::{ClientId, Digest, RequestSeq};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -133,6 +134,9 @@ pub struct ClientTable {
     clients: BTreeMap<ClientId, ClientEntry>,
     pending: usize,
     stats: TableStats,
+    /// RCC §III-E: the instance assignments of switched clients (replicated
+    /// state, carried in the snapshot; see `crate::switch`).
+    switches: Assignments,
 }
 
 /// The canonical, serialisable form of the table (no pending slots).
@@ -168,7 +172,20 @@ impl ClientTable {
             clients: BTreeMap::new(),
             pending: 0,
             stats: TableStats::default(),
+            switches: Assignments::default(),
         }
+    }
+
+    pub fn switches(&self) -> &Assignments {
+        &self.switches
+    }
+
+    pub(crate) fn switches_mut(&mut self) -> &mut Assignments {
+        &mut self.switches
+    }
+
+    pub(crate) fn set_switches(&mut self, switches: Assignments) {
+        self.switches = switches;
     }
 
     pub fn max_inflight(&self) -> u32 {
@@ -402,7 +419,13 @@ impl ClientTable {
 
     /// Digest of the canonical bytes.
     pub fn digest(&self) -> Digest {
-        Digest::of_parts("chorus client table v1", &[&self.encode()])
+        if self.switches.is_empty() {
+            return Digest::of_parts("chorus client table v1", &[&self.encode()]);
+        }
+        Digest::of_parts(
+            "chorus client table v2",
+            &[&self.encode(), self.switches.digest().as_bytes()],
+        )
     }
 }
 

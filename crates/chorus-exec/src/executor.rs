@@ -5,7 +5,7 @@
 use crate::client_table::{ClientTable, RejectKind, ReplyLookup, TableSnapshot};
 use crate::service::Service;
 use bytes::Bytes;
-use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
+use chorus_core::{Assignments, Batch, ClientId, Digest, RequestSeq, Seq};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -103,6 +103,10 @@ pub trait Executor: Send {
     /// See [`ResultsWaker`]. Executors that produce results inside `submit`
     /// (the sequential one) never need to call it.
     fn set_results_waker(&mut self, _waker: ResultsWaker) {}
+    /// Run as an executor of an `rcc` cluster: RCC §III-E switch requests
+    /// move clients between instances (`crate::switch`). Executors that
+    /// do not override it answer every switch as refused.
+    fn set_switch_policy(&mut self, _policy: chorus_core::SwitchPolicy) {}
     /// `sarek`: the next batch of partition stream `cell.lane` (SAREK §IV-B,
     /// `Action::DeliverStream`). Executors without streams refuse it
     /// (`false`) and change nothing; the driver reports the refusal.
@@ -129,23 +133,47 @@ pub fn rejected_result(kind: RejectKind) -> Bytes {
 }
 
 /// The executor snapshot: client table + service state, postcard-encoded.
+/// Version 2 puts the RCC assignment table right after the version byte, so
+/// the ordering layer reads it back after a state transfer
+/// (`chorus_core::Assignments::from_exec_snapshot`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ExecSnapshot {
+    version: u8,
+    switches: Assignments,
+    table: TableSnapshot,
+    service: Bytes,
+}
+
+/// Version 1: no client ever switched instance (every mode but `rcc`, and
+/// `rcc` until the first switch). Written whenever the table is empty, so
+/// such snapshots stay byte for byte what they were before version 2.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct ExecSnapshotV1 {
     version: u8,
     table: TableSnapshot,
     service: Bytes,
 }
 
-const SNAPSHOT_VERSION: u8 = 1;
+const SNAPSHOT_VERSION: u8 = chorus_core::switch::EXEC_SNAPSHOT_VERSION;
+const SNAPSHOT_VERSION_1: u8 = 1;
 
 /// Encode the snapshot of a quiescent executor (nothing pending).
 pub fn encode_snapshot(table: &ClientTable, service: &dyn Service) -> Bytes {
-    let s = ExecSnapshot {
-        version: SNAPSHOT_VERSION,
-        table: table.to_snapshot(),
-        service: service.snapshot(),
+    let bytes = if table.switches().is_empty() {
+        postcard::to_allocvec(&ExecSnapshotV1 {
+            version: SNAPSHOT_VERSION_1,
+            table: table.to_snapshot(),
+            service: service.snapshot(),
+        })
+    } else {
+        postcard::to_allocvec(&ExecSnapshot {
+            version: SNAPSHOT_VERSION,
+            switches: table.switches().clone(),
+            table: table.to_snapshot(),
+            service: service.snapshot(),
+        })
     };
-    Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"))
+    Bytes::from(bytes.expect("encoding a snapshot cannot fail"))
 }
 
 /// Decode and check a snapshot; nothing is changed.
@@ -153,15 +181,27 @@ pub fn decode_snapshot(
     bytes: &[u8],
     max_inflight_per_client: u32,
 ) -> Result<(ClientTable, Bytes), ExecError> {
-    let (s, rest): (ExecSnapshot, &[u8]) =
-        postcard::take_from_bytes(bytes).map_err(|e| ExecError::Malformed(e.to_string()))?;
+    let malformed = |e: postcard::Error| ExecError::Malformed(e.to_string());
+    let (s, rest): (ExecSnapshot, &[u8]) = match bytes.first() {
+        Some(&SNAPSHOT_VERSION_1) => {
+            let (v1, rest): (ExecSnapshotV1, &[u8]) = postcard::take_from_bytes(bytes).map_err(malformed)?;
+            let s = ExecSnapshot {
+                version: v1.version,
+                switches: Assignments::default(),
+                table: v1.table,
+                service: v1.service,
+            };
+            (s, rest)
+        }
+        Some(&SNAPSHOT_VERSION) => postcard::take_from_bytes(bytes).map_err(malformed)?,
+        _ => return Err(ExecError::Invalid("unknown snapshot version")),
+    };
     if !rest.is_empty() {
         return Err(ExecError::Malformed(format!("{} trailing bytes", rest.len())));
     }
-    if s.version != SNAPSHOT_VERSION {
-        return Err(ExecError::Invalid("unknown snapshot version"));
-    }
-    let table = ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
+    let mut table =
+        ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
+    table.set_switches(s.switches);
     Ok((table, s.service))
 }
 

@@ -19,6 +19,7 @@ pub mod keyed;
 pub mod partitioned;
 pub mod sequential;
 pub mod service;
+pub mod switch;
 pub mod typed;
 
 pub use access_check::{AccessViolation, CheckedService, OnViolation};
@@ -34,4 +35,5 @@ pub use graph::{conflicts, DependencyGraph, Full, GraphError, NodeId};
 pub use keyed::KeyedState;
 pub use sequential::{read_only_context, SequentialExecutor};
 pub use service::{Access, ExecContext, Service};
+pub use switch::apply_switch;
 pub use typed::{decode_reply, encode_op, Outcome, Typed, TypedService};

@@ -7,9 +7,10 @@ use crate::executor::{
     install_verified, rejected_result, restore_snapshot, ExecCheckpoint, ExecError, ExecResult, Executor,
 };
 use crate::service::{ExecContext, Service};
+use crate::switch::apply_switch;
 use crate::{encode_snapshot, state_digest};
 use bytes::Bytes;
-use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq};
+use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq, SwitchPolicy};
 use std::sync::Arc;
 
 /// The context a read-only fast-path operation runs with: it has no place in
@@ -28,6 +29,8 @@ pub struct SequentialExecutor {
     table: ClientTable,
     next_seq: Seq,
     results: Vec<ExecResult>,
+    /// `Some` in an `rcc` cluster: switch requests change assignments.
+    switch_policy: Option<SwitchPolicy>,
 }
 
 impl SequentialExecutor {
@@ -37,7 +40,15 @@ impl SequentialExecutor {
             table: ClientTable::new(max_inflight_per_client),
             next_seq: Seq(0),
             results: Vec::new(),
+            switch_policy: None,
         }
+    }
+
+    /// An executor of an `rcc` cluster: RCC §III-E switch requests move
+    /// clients between instances (`crate::switch`).
+    pub fn with_switch_policy(mut self, policy: SwitchPolicy) -> SequentialExecutor {
+        self.switch_policy = Some(policy);
+        self
     }
 
     /// Start at `next_seq` instead of 0 (e.g. a fresh replica whose ordering
@@ -96,7 +107,13 @@ impl Executor for SequentialExecutor {
                 duplicate,
                 request: digest,
             };
+            let switched = apply_switch(&mut self.table, self.switch_policy.as_ref(), req, seq);
             match self.table.admit_request(req.client, req.seq, digest) {
+                Admission::Fresh if switched.is_some() => {
+                    let reply = switched.unwrap_or_default();
+                    self.table.complete(req.client, req.seq, reply.clone());
+                    self.results.push(result(reply, false));
+                }
                 Admission::Fresh => {
                     let ctx = ExecContext {
                         seq,
@@ -161,6 +178,10 @@ impl Executor for SequentialExecutor {
 
     fn next_seq(&self) -> Seq {
         self.next_seq
+    }
+
+    fn set_switch_policy(&mut self, policy: SwitchPolicy) {
+        self.switch_policy = Some(policy);
     }
 
     fn state_digest(&mut self) -> Digest {

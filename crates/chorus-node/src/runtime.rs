@@ -57,7 +57,7 @@ pub fn executor_for(
             max_inflight,
         )));
     }
-    Ok(match node.executor.as_str() {
+    let mut executor: Box<dyn Executor> = match node.executor.as_str() {
         "sequential" => Box::new(chorus_exec::SequentialExecutor::new(service, max_inflight)),
         "parallel" => Box::new(chorus_parallel::ParallelExecutor::new(
             service,
@@ -66,7 +66,12 @@ pub fn executor_for(
             max_inflight,
         )),
         other => bail!("unknown executor {other:?} (expected sequential or parallel)"),
-    })
+    };
+    // RCC §III-E: the executor runs SWITCHINSTANCE requests as system ops.
+    if let Some(p) = chorus_core::SwitchPolicy::of(config) {
+        executor.set_switch_policy(p);
+    }
+    Ok(executor)
 }
 
 /// sarek: PREDICT() for the ordering core, from the service's access sets

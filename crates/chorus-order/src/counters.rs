@@ -43,6 +43,9 @@ pub struct Counters {
     /// Pre-prepares held until f+1 replicas vouched for requests whose MAC
     /// did not verify here (Aardvark's "Big MAC"), instead of rejected.
     pub held_for_vouchers: u64,
+    /// RCC §III-E SWITCHINSTANCE: delivered switches by outcome, and
+    /// pre-prepares held until the owner of their requests was known.
+    pub switches: BTreeMap<&'static str, u64>,
     /// Valid but late messages (older view, below the window, stale vote):
     /// normal under asynchrony, so not counted as rejections.
     pub stale: u64,

@@ -59,6 +59,9 @@ pub enum RejectReason {
     BadAuthenticator,
     UnknownClient,
     Oversized,
+    /// RCC §III-E: a SWITCHINSTANCE outside `rcc`, to an instance that does
+    /// not exist, or to the client's owner already.
+    BadSwitch,
 }
 
 /// What must survive a crash. Replayed in order by `Replica::recover`.

@@ -22,6 +22,7 @@ pub mod lane;
 pub mod merger;
 pub mod merger_dispel;
 pub mod pool;
+pub mod rcc_switch;
 pub mod replica;
 pub mod roles;
 pub mod round_order;

@@ -15,8 +15,8 @@
 use crate::io::RejectReason;
 use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::{
-    Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Request,
-    RequestSeq, Slot,
+    switch_target, Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis,
+    OrderingMode, ReplicaId, Request, RequestSeq, Slot,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -90,6 +90,9 @@ pub struct Pool {
     busy_waiting: BTreeMap<ClientId, (RequestSeq, Millis)>,
     /// Cells we cut a batch for (our own proposals), until decided or voided.
     own: BTreeSet<Cell>,
+    /// RCC §III-E: clients whose owner lane a delivered SWITCHINSTANCE
+    /// changed (`reassign`); bounded by the configured clients.
+    owner_override: BTreeMap<ClientId, LaneId>,
     /// `sarek`: this pool serves one partition's lane only (`sarek::SarekPools`),
     /// and PREDICT() says which requests that lane may order.
     fixed_lane: Option<LaneId>,
@@ -117,9 +120,61 @@ impl Pool {
             ordered_fifo: VecDeque::new(),
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
+            owner_override: BTreeMap::new(),
             fixed_lane: None,
             predictor: None,
         }
+    }
+
+    /// The lane a request waits in: a switch in its target, any other in its
+    /// client's owner (`crate::rcc_switch::request_lane`).
+    fn lane_for(&self, req: &Request) -> LaneId {
+        if let Some(lane) = self.fixed_lane {
+            return lane;
+        }
+        if self.cfg.params.mode == OrderingMode::Rcc {
+            if let Some(j) = switch_target(req).filter(|j| *j < self.cfg.lanes()) {
+                return LaneId(j);
+            }
+        }
+        self.owner_override
+            .get(&req.client)
+            .copied()
+            .unwrap_or_else(|| self.cfg.owner_lane(req.client))
+    }
+
+    /// RCC §III-E: a delivered switch made `lane` the owner of `client`: its
+    /// held requests (switches excepted) move to that lane's queue.
+    pub fn reassign(&mut self, client: ClientId, lane: LaneId) {
+        if lane == self.cfg.owner_lane(client) {
+            self.owner_override.remove(&client);
+        } else {
+            self.owner_override.insert(client, lane);
+        }
+        let from = (client, RequestSeq(0));
+        let to = (client, RequestSeq(u64::MAX));
+        let mut moved = Vec::new();
+        for (k, e) in self.entries.range_mut(from..=to) {
+            if e.req.is_switch() || e.lane == lane {
+                continue;
+            }
+            let old = e.lane;
+            e.lane = lane;
+            if e.state == State::Pending {
+                moved.push((*k, old, e.req.op.len()));
+            }
+        }
+        for (k, old, len) in moved {
+            // The key left behind in the old queue is skipped (lane differs).
+            self.sub_load(old, len);
+            self.add_load(lane, len);
+            self.queues[lane.index()].push_back(k);
+        }
+    }
+
+    /// Replace every owner override (after a state transfer).
+    pub fn reset_owners(&mut self, owners: impl IntoIterator<Item = (ClientId, LaneId)>) {
+        self.owner_override = owners.into_iter().collect();
     }
 
     /// A pool whose every request is owned by `lane` (SAREK: one pool per
@@ -135,10 +190,6 @@ impl Pool {
         self.predictor = Some(p);
     }
 
-    fn owner(&self, client: ClientId) -> LaneId {
-        self.fixed_lane.unwrap_or_else(|| self.cfg.owner_lane(client))
-    }
-
     /// Take a request another lane decided (already verified there) as
     /// pending, unless it is known, recently ordered or the pool is full.
     /// SAREK §IV-B 1: a cross-partition request must be ordered by every
@@ -151,7 +202,7 @@ impl Pool {
         if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
             return false;
         }
-        let lane = self.owner(req.client);
+        let lane = self.lane_for(req);
         self.insert(key, req.clone(), lane, now, State::Pending);
         true
     }
@@ -272,7 +323,7 @@ impl Pool {
             return Err(RejectReason::Busy);
         }
         self.clear_busy_wait(key);
-        let lane = self.owner(req.client);
+        let lane = self.lane_for(&req);
         self.insert(key, req, lane, now, State::Pending);
         Ok(Admitted::New)
     }
@@ -347,7 +398,7 @@ impl Pool {
         let q = &mut self.queues[lane.index()];
         while let Some(k) = q.front() {
             match self.entries.get(k) {
-                Some(e) if e.state == State::Pending => return Some(e.arrived),
+                Some(e) if e.state == State::Pending && e.lane == lane => return Some(e.arrived),
                 _ => {
                     q.pop_front();
                 }
@@ -384,7 +435,14 @@ impl Pool {
     /// up to `batch_max_requests` and `batch_max_bytes` (the last request may
     /// cross the byte bound, as `Limits` allows). The requests become in flight.
     pub fn cut(&mut self, cell: Cell) -> Batch {
+        self.cut_where(cell, |_| true)
+    }
+
+    /// `cut`, taking only requests `may` allows in `cell` (RCC §III-E: the
+    /// hand-over of a switched client); the others keep their place.
+    pub fn cut_where(&mut self, cell: Cell, may: impl Fn(&Request) -> bool) -> Batch {
         let lane = cell.lane;
+        let mut kept = Vec::new();
         let max_requests = self.cfg.params.batch_max_requests as usize;
         let max_bytes = self.cfg.params.batch_max_bytes as usize;
         let mut requests = Vec::new();
@@ -397,7 +455,11 @@ impl Pool {
             let Some(e) = self.entries.get_mut(&k) else {
                 continue;
             };
-            if e.state != State::Pending {
+            if e.state != State::Pending || e.lane != lane {
+                continue;
+            }
+            if !may(&e.req) {
+                kept.push(k);
                 continue;
             }
             e.state = State::InFlight(cell);
@@ -406,6 +468,9 @@ impl Pool {
             requests.push(e.req.clone());
             keys.push(k);
             self.sub_load(lane, len);
+        }
+        for k in kept.into_iter().rev() {
+            self.queues[lane.index()].push_front(k);
         }
         if !keys.is_empty() {
             self.in_flight.entry(cell).or_default().extend(keys);
@@ -440,7 +505,7 @@ impl Pool {
                     if self.entries.len() >= self.cfg.params.pool_max_requests as usize {
                         continue;
                     }
-                    let lane = self.owner(r.client);
+                    let lane = self.lane_for(r);
                     self.insert(key, r.clone(), lane, now, State::InFlight(cell));
                 }
             }
@@ -483,8 +548,12 @@ impl Pool {
         }
         let mut seen = BTreeSet::new();
         let entries = &self.entries;
-        self.queues[lane.index()]
-            .retain(|k| entries.get(k).is_some_and(|e| e.state == State::Pending) && seen.insert(*k));
+        self.queues[lane.index()].retain(|k| {
+            entries
+                .get(k)
+                .is_some_and(|e| e.state == State::Pending && e.lane == lane)
+                && seen.insert(*k)
+        });
     }
 
     /// `cell` was decided to `batch`: its requests are ordered and leave the

@@ -12,6 +12,7 @@
 
 mod dispel;
 mod recover;
+mod switch;
 
 use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
 use crate::counters::{Counters, Cx};
@@ -19,13 +20,14 @@ use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::lane::{Lane, LaneEnv, LaneOutput};
 use crate::merger::Merger;
 use crate::pool::{Admitted, Pool, Readiness};
+use crate::rcc_switch::{self, OwnerView, SwitchGate};
 use crate::sarek::{Predictor, SarekPools};
 use crate::transfer::{Installed, StateTransfer};
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
-    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
+    Assignments, Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis,
+    OrderingMode, ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 
@@ -103,6 +105,9 @@ pub struct Replica {
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     pub(crate) batch_deadline: Vec<Option<Millis>>,
+    /// RCC §III-E: instance assignments, from delivered switches.
+    pub(crate) assignments: Assignments,
+    pub(crate) switch_gate: SwitchGate,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
     pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
     /// `sarek`: one pool per partition lane (then `pool` stays empty).
@@ -131,6 +136,8 @@ impl Replica {
             counters: Counters::default(),
             status_deadline: None,
             batch_deadline: vec![None; lanes as usize],
+            assignments: Assignments::default(),
+            switch_gate: SwitchGate::default(),
             sarek,
             cfg,
             me,
@@ -278,6 +285,11 @@ impl Replica {
         out: &mut Outbox,
         f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> R,
     ) -> R {
+        let owners = OwnerView {
+            cfg: &self.cfg,
+            table: &self.assignments,
+            delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+        };
         let env = LaneEnv {
             stable: self.checkpointer.stable_cert(),
             stable_seq: self.checkpointer.stable_seq(),
@@ -285,6 +297,7 @@ impl Replica {
                 Some(s) => s.pool(LaneId(l as u32)),
                 None => &self.pool,
             },
+            owners: &owners,
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
         f(&mut self.lanes[l], &mut cx, &env)
@@ -306,6 +319,9 @@ impl Replica {
                 self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
             }
             self.merger.insert(cell, d.batch);
+        }
+        for (from, pp) in lo.owner_held {
+            self.hold_for_owner(from, pp);
         }
         if let Some(c) = lo.higher_stable {
             // Verified with the NEW-VIEW; adopted at the next status tick if
@@ -378,10 +394,14 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        let admitted = match self.sarek.as_mut() {
-            Some(s) => s.admit(now, req, verify),
-            None if verify => self.pool.admit(now, req),
-            None => self.pool.admit_verified(now, req),
+        let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
+            Err(e)
+        } else {
+            match self.sarek.as_mut() {
+                Some(s) => s.admit(now, req, verify),
+                None if verify => self.pool.admit(now, req),
+                None => self.pool.admit_verified(now, req),
+            }
         };
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,
@@ -506,6 +526,7 @@ impl Replica {
                     cert: cert.clone(),
                     snapshot: snapshot.clone(),
                 });
+                self.adopt_assignments(&snapshot);
                 self.checkpointer.install(cert, snapshot);
                 debug_assert!(self.checkpointer.stable_seq() >= seq);
                 self.merger.jump_to(seq);
@@ -596,7 +617,8 @@ impl Replica {
         for _ in 0..bound {
             let proposed = self.propose_all(now, out) | self.dispel_propose(now, out);
             let delivered = self.deliver(out);
-            if !proposed && !delivered {
+            let released = delivered && self.release_owner_held(now, out);
+            if !proposed && !delivered && !released {
                 break;
             }
         }
@@ -639,8 +661,8 @@ impl Replica {
         let cell = Cell { lane, slot };
         let behind = self.frontier().is_some_and(|f| self.cfg.seq_of(cell) < f);
         let batch = match self.pool_of_mut(lane).readiness(lane, now) {
-            Readiness::Ready => self.pool_of_mut(lane).cut(cell),
-            Readiness::WaitUntil(_) if behind => self.pool_of_mut(lane).cut(cell),
+            Readiness::Ready => self.cut(cell),
+            Readiness::WaitUntil(_) if behind => self.cut(cell),
             Readiness::WaitUntil(at) => {
                 self.arm_batch_timer(l, at, out);
                 return false;
@@ -648,6 +670,10 @@ impl Replica {
             Readiness::Empty if behind => Batch::noop(),
             Readiness::Empty => return false,
         };
+        // A no-op here means every pending request of the lane waits for a
+        // SWITCHINSTANCE hand-over (`rcc_switch`): proposing it moves the
+        // rounds on (the others follow with no-ops), up to the drift bound,
+        // so the hand-over round comes even in an idle cluster.
         let lo = self.with_lane(now, l, out, |ln, cx, _| ln.propose(cx, slot, batch));
         self.absorb(now, lane, lo);
         true
@@ -670,6 +696,7 @@ impl Replica {
         }
         let mut any = false;
         while let Some((seq, cell, batch)) = self.merger.pop_next() {
+            self.apply_switches(seq, &batch);
             out.push(Action::Deliver { seq, cell, batch });
             self.counters.delivered += 1;
             any = true;

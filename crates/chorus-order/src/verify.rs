@@ -110,5 +110,6 @@ pub fn reject_reason_name(r: &RejectReason) -> &'static str {
         RejectReason::BadAuthenticator => "bad-authenticator",
         RejectReason::UnknownClient => "unknown-client",
         RejectReason::Oversized => "oversized",
+        RejectReason::BadSwitch => "bad-switch",
     }
 }

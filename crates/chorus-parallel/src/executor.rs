@@ -45,6 +45,8 @@ pub struct ParallelExecutor {
     waiters: BTreeMap<(ClientId, RequestSeq), Vec<Seq>>,
     waiting: usize,
     capacity: usize,
+    /// `Some` in an `rcc` cluster (`with_switch_policy`).
+    switch_policy: Option<chorus_core::SwitchPolicy>,
 }
 
 impl ParallelExecutor {
@@ -76,7 +78,15 @@ impl ParallelExecutor {
             waiters: BTreeMap::new(),
             waiting: 0,
             capacity,
+            switch_policy: None,
         }
+    }
+
+    /// An executor of an `rcc` cluster: RCC §III-E switch requests move
+    /// clients between instances (`chorus_exec::switch`).
+    pub fn with_switch_policy(mut self, policy: chorus_core::SwitchPolicy) -> ParallelExecutor {
+        self.switch_policy = Some(policy);
+        self
     }
 
     /// Start at `next_seq` instead of 0.
@@ -247,7 +257,14 @@ impl Executor for ParallelExecutor {
         let capacity = self.capacity;
         let mut g = shared.lock();
         for (index, req) in batch.requests.iter().enumerate() {
+            let switched = chorus_exec::apply_switch(&mut self.table, self.switch_policy.as_ref(), req, seq);
             match self.table.admit_request(req.client, req.seq, req.digest()) {
+                // A system op: touches no service state, completes here.
+                Admission::Fresh if switched.is_some() => {
+                    let reply = switched.unwrap_or_default();
+                    self.table.complete(req.client, req.seq, reply.clone());
+                    self.push(req, seq, reply, false);
+                }
                 Admission::Fresh => {
                     let ctx = ExecContext {
                         seq,
@@ -385,6 +402,10 @@ impl Executor for ParallelExecutor {
 
     fn next_seq(&self) -> Seq {
         self.next_seq
+    }
+
+    fn set_switch_policy(&mut self, policy: chorus_core::SwitchPolicy) {
+        self.switch_policy = Some(policy);
     }
 
     fn state_digest(&mut self) -> Digest {

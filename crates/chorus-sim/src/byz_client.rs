@@ -63,6 +63,7 @@ impl ByzClient {
             FaultKind::BadAuth => vec![self.bad_auth(rng, all)],
             FaultKind::Oversized => vec![self.oversized(rng, all)],
             FaultKind::DupSeq => self.dup_seq(rng, all),
+            FaultKind::SwitchSpam => self.switch_spam(rng, all),
             other => unreachable!("{other} is not a client fault"),
         };
         (sends, Some(rng.gen_range(TICK_MIN_US..=TICK_MAX_US)))
@@ -132,6 +133,39 @@ impl ByzClient {
             request: self.creds.request(seq, Bytes::from(op)),
             issue: Issue::Forbidden("over the operation size limit"),
         }
+    }
+
+    /// RCC §III-E: switch back and forth — to any instance, to one that does
+    /// not exist, sometimes under an old seq (a replay, or a seq an ordinary
+    /// request used) — each followed by an ordinary request sent to only
+    /// part of the replicas. The client must never get a request executed
+    /// twice, nor its requests proposed by two instances in one round.
+    fn switch_spam(&mut self, rng: &mut ChaCha8Rng, all: Vec<ReplicaId>) -> Vec<ByzSend> {
+        let n = self.n as u32;
+        let target = if rng.gen_range(0..6) == 0 {
+            n + rng.gen_range(0..4)
+        } else {
+            rng.gen_range(0..n)
+        };
+        let seq = if self.next_seq > 1 && rng.gen_bool(0.2) {
+            RequestSeq(rng.gen_range(1..self.next_seq))
+        } else {
+            self.fresh_seq()
+        };
+        let switch = ByzSend {
+            to: all.clone(),
+            request: self.creds.switch_request(seq, target),
+            issue: Issue::Valid,
+        };
+        let seq = self.fresh_seq();
+        let op = KvOp::put("byz", format!("switch-spam c{} q{}", self.creds.id.0, seq.0));
+        let split = rng.gen_range(1..=all.len());
+        let ordinary = ByzSend {
+            to: all[..split].to_vec(),
+            request: self.creds.request(seq, op),
+            issue: Issue::Valid,
+        };
+        vec![switch, ordinary]
     }
 
     /// The same sequence number for two different, validly authenticated
@@ -235,6 +269,32 @@ mod tests {
             sends.is_empty() && next.is_none(),
             "a Byzantine client's sends are bounded"
         );
+    }
+
+    /// RCC §III-E: authentic switches back and forth, some to an absent
+    /// instance, some under reused seqs, each with an ordinary request.
+    #[test]
+    fn switch_spam_switches_back_and_forth_with_authentic_requests() {
+        let (mut c, config, replicas) = setup(FaultKind::SwitchSpam);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let (mut targets, mut absent, mut reused) = (std::collections::BTreeSet::new(), 0, 0);
+        let mut seqs = std::collections::BTreeSet::new();
+        for _ in 0..SENDS_MAX {
+            let (sends, _) = c.tick(&mut rng);
+            assert_eq!(sends.len(), 2);
+            let t = chorus_core::switch_target(&sends[0].request).expect("a switch first");
+            targets.insert(t);
+            absent += usize::from(t >= 4);
+            reused += usize::from(!seqs.insert(sends[0].request.seq));
+            seqs.insert(sends[1].request.seq);
+            assert!(!sends[1].request.is_switch());
+            for s in &sends {
+                assert_eq!(s.issue, Issue::Valid);
+                assert!(verifies_anywhere(&s.request, &config, &replicas));
+            }
+        }
+        assert!(targets.iter().filter(|t| **t < 4).count() >= 3, "{targets:?}");
+        assert!(absent > 0 && reused > 0, "absent {absent} reused {reused}");
     }
 
     #[test]

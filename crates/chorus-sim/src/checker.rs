@@ -54,6 +54,9 @@ pub struct Checker {
     exec_global: BTreeMap<RequestKey, (Seq, Digest, ReplicaId)>,
     states: BTreeMap<Seq, (Digest, ReplicaId)>,
     accepted: Vec<(RequestKey, Digest, Micros)>,
+    /// rcc: the lane that carried each client's requests in each round.
+    rcc: bool,
+    client_lanes: BTreeMap<(ClientId, u64), chorus_core::LaneId>,
     violations: Vec<Violation>,
     dropped: u64,
 }
@@ -77,6 +80,8 @@ impl Checker {
             exec_global: BTreeMap::new(),
             states: BTreeMap::new(),
             accepted: Vec::new(),
+            rcc: config.params.mode == chorus_core::OrderingMode::Rcc,
+            client_lanes: BTreeMap::new(),
             violations: Vec::new(),
             dropped: 0,
         }
@@ -206,6 +211,7 @@ impl Checker {
             None => {
                 self.common.insert(seq, (digest, r));
                 self.common_cells.insert(seq, cell);
+                self.check_one_lane(now, cell, batch);
             }
             Some(&(d, first)) if d != digest => self.violate(
                 ViolationKind::Agreement,
@@ -218,6 +224,30 @@ impl Checker {
             Some(_) => {}
         }
         self.check_batch(now, r, seq, batch);
+    }
+
+    /// RCC §III-E: in one round a client's requests come from one instance
+    /// (its switch requests go to their target and are not counted).
+    fn check_one_lane(&mut self, now: Micros, cell: Cell, batch: &Batch) {
+        if !self.rcc {
+            return;
+        }
+        for req in batch.requests.iter().filter(|r| !r.is_switch()) {
+            let lane = *self
+                .client_lanes
+                .entry((req.client, cell.slot.0))
+                .or_insert(cell.lane);
+            if lane != cell.lane {
+                self.violate(
+                    ViolationKind::TwoLanes,
+                    now,
+                    format!(
+                        "{:?}'s requests were proposed by lanes {lane:?} and {:?} in round {}",
+                        req.client, cell.lane, cell.slot.0
+                    ),
+                );
+            }
+        }
     }
 
     fn check_batch(&mut self, now: Micros, r: ReplicaId, seq: Seq, batch: &Batch) {
@@ -433,6 +463,38 @@ mod tests {
             &batch(&reqs[1..2]),
         );
         assert_eq!(kinds(c), vec![ViolationKind::Agreement]);
+    }
+
+    /// RCC §III-E: one client's requests from two instances in one round
+    /// is caught; in the next round another instance is fine (a switch).
+    #[test]
+    fn a_client_proposed_by_two_lanes_in_one_round_is_caught() {
+        let (_, _, reqs) = setup();
+        let params = ProtocolParams {
+            mode: chorus_core::OrderingMode::Rcc,
+            pillars: 1,
+            batch_max_requests: 2,
+            max_op_bytes: 16,
+            ..ProtocolParams::default()
+        };
+        let (cfg, _, _) = ClusterConfig::for_testing(4, 1, params, 1);
+        let mut c = Checker::new(&cfg, vec![true; 4]);
+        for r in &reqs {
+            c.issue(r.digest(), Issue::Valid);
+        }
+        let cell = |lane: u32, slot: u64| Cell {
+            lane: chorus_core::LaneId(lane),
+            slot: chorus_core::Slot(slot),
+        };
+        let r = ReplicaId(0);
+        c.delivered(1, &cfg, r, Seq(0), cell(0, 0), &batch(&reqs[..1]));
+        c.delivered(1, &cfg, r, Seq(1), cell(1, 0), &Batch::noop());
+        c.delivered(1, &cfg, r, Seq(2), cell(2, 0), &Batch::noop());
+        c.delivered(1, &cfg, r, Seq(3), cell(3, 0), &Batch::noop());
+        c.delivered(1, &cfg, r, Seq(4), cell(1, 1), &batch(&reqs[1..2]));
+        assert_eq!(c.violation_count(), 0);
+        c.delivered(1, &cfg, r, Seq(5), cell(2, 1), &batch(&reqs[2..3]));
+        assert_eq!(kinds(c), vec![ViolationKind::TwoLanes]);
     }
 
     #[test]

@@ -205,6 +205,7 @@ pub fn active_kinds(plan: &Plan, c: &Counters) -> FaultSet {
             FaultKind::BadAuth => has("byz-client-bad-auth"),
             FaultKind::DupSeq => has("byz-client-dup-seq"),
             FaultKind::Oversized => has("byz-client-oversized"),
+            FaultKind::SwitchSpam => has("byz-client-switch-spam"),
         };
         if active {
             set.insert(k);

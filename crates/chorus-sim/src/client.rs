@@ -23,6 +23,9 @@ pub const RETRY_FIRST_US: Micros = 400_000;
 pub const RETRY_MAX_US: Micros = 3_200_000;
 /// Think time between a completion and the next request.
 pub const THINK_MAX_US: Micros = 20_000;
+/// rcc (RCC §III-E): after this many retransmissions of one request the
+/// client asks to move to the next instance (as the library does).
+pub const SWITCH_AFTER_RETRIES: u32 = 2;
 
 /// How a client authenticates, with the keys it needs.
 #[derive(Clone)]
@@ -54,10 +57,23 @@ impl Credentials {
 
     /// A properly authenticated request.
     pub fn request(&self, seq: RequestSeq, op: Bytes) -> Request {
+        self.request_with(seq, 0, op)
+    }
+
+    /// RCC §III-E `SWITCHINSTANCE(c, target)`, properly authenticated.
+    pub fn switch_request(&self, seq: RequestSeq, target: u32) -> Request {
+        self.request_with(
+            seq,
+            chorus_core::flags::SWITCH_INSTANCE,
+            chorus_core::switch_op(target),
+        )
+    }
+
+    fn request_with(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
         match self.auth {
-            ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.id, seq, 0, op, &self.keys),
+            ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.id, seq, fl, op, &self.keys),
             ClientAuthKind::Signature => {
-                Request::with_signature(&self.tag, self.id, seq, 0, op, &self.identity)
+                Request::with_signature(&self.tag, self.id, seq, fl, op, &self.identity)
             }
         }
     }
@@ -107,6 +123,14 @@ pub struct SimClient {
     next_issue_us: Micros,
     /// Seqs the replicas' client table keeps above the lowest unexecuted one.
     seq_span: u32,
+    /// rcc: the instance count and the one we believe owns us.
+    instances: Option<(u32, u32)>,
+    /// Our SWITCHINSTANCE in flight: its seq and target.
+    switching: Option<(RequestSeq, u32)>,
+    /// Seqs taken by switches (not requests of the workload).
+    switches: u32,
+    /// Switches the cluster applied.
+    switched: u32,
     /// The service's operations (`ServiceEntry::workload`).
     workload: WorkloadFn,
 }
@@ -135,8 +159,26 @@ impl SimClient {
             pacing_us,
             next_issue_us: 0,
             seq_span: EXEC_MAX_INFLIGHT_PER_CLIENT,
+            instances: None,
+            switching: None,
+            switches: 0,
+            switched: 0,
             workload: std::sync::Arc::new(chorus_apps::kv_workload),
         }
+    }
+
+    /// An `rcc` client of `lanes` instances: it switches instance when a
+    /// request keeps timing out (RCC §III-E).
+    pub fn with_switching(mut self, lanes: u32) -> SimClient {
+        if lanes > 1 {
+            self.instances = Some((lanes, (self.creds.id.0 % lanes as u64) as u32));
+        }
+        self
+    }
+
+    /// Switches sent, and applied.
+    pub fn switches(&self) -> (u32, u32) {
+        (self.switches, self.switched)
     }
 
     /// Issue the operations of another service's workload (default: kv).
@@ -156,8 +198,9 @@ impl SimClient {
         self.creds.id
     }
 
+    /// Requests of the workload issued (switches not counted).
     pub fn issued(&self) -> u32 {
-        (self.next_seq - 1) as u32
+        (self.next_seq - 1) as u32 - self.switches
     }
 
     pub fn completed(&self) -> u32 {
@@ -195,9 +238,47 @@ impl SimClient {
     /// does, a new seq waits until it is within the window of the oldest
     /// pending one.
     fn seq_fits(&self) -> bool {
+        // With switching, one seq of the span stays free for a switch.
+        let reserve = u32::from(self.instances.is_some());
+        self.fits(self.seq_span.saturating_sub(reserve).max(1))
+    }
+
+    fn fits(&self, span: u32) -> bool {
         self.pending
             .first_key_value()
-            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < u64::from(self.seq_span))
+            .is_none_or(|(oldest, _)| self.next_seq - oldest.0 < u64::from(span))
+    }
+
+    /// RCC §III-E: ask to move to the instance after the one we believe
+    /// owns us (one switch at a time, within the client table's window).
+    fn start_switch(&mut self, now_us: Micros, out: &mut Vec<ClientAction>) {
+        let Some((lanes, owner)) = self.instances else {
+            return;
+        };
+        if self.switching.is_some() || !self.fits(self.seq_span) {
+            return;
+        }
+        let target = (owner + 1) % lanes;
+        let seq = RequestSeq(self.next_seq);
+        self.next_seq += 1;
+        self.switches += 1;
+        self.switching = Some((seq, target));
+        let request = self.creds.switch_request(seq, target);
+        out.push(ClientAction::Broadcast(request.clone()));
+        out.push(ClientAction::RetryTimer {
+            seq,
+            attempt: 0,
+            after_us: RETRY_FIRST_US,
+        });
+        self.pending.insert(
+            seq,
+            Pending {
+                request,
+                issued_at_us: now_us,
+                attempt: 0,
+                votes: BTreeMap::new(),
+            },
+        );
     }
 
     /// Arm the issue timer for the next paced slot (plus think time).
@@ -244,7 +325,7 @@ impl SimClient {
     }
 
     /// A retransmission timer fired.
-    pub fn retry(&mut self, seq: RequestSeq, attempt: u32, out: &mut Vec<ClientAction>) {
+    pub fn retry(&mut self, now_us: Micros, seq: RequestSeq, attempt: u32, out: &mut Vec<ClientAction>) {
         let Some(p) = self.pending.get_mut(&seq) else {
             return;
         };
@@ -252,6 +333,12 @@ impl SimClient {
             return;
         }
         p.attempt += 1;
+        if p.attempt == SWITCH_AFTER_RETRIES && !p.request.is_switch() {
+            self.start_switch(now_us, out);
+        }
+        let Some(p) = self.pending.get_mut(&seq) else {
+            return;
+        };
         out.push(ClientAction::Broadcast(p.request.clone()));
         let after_us = (RETRY_FIRST_US << p.attempt.min(8)).min(RETRY_MAX_US);
         out.push(ClientAction::RetryTimer {
@@ -259,6 +346,21 @@ impl SimClient {
             attempt: p.attempt,
             after_us,
         });
+    }
+
+    /// Our switch got f+1 matching answers: believe the new owner if the
+    /// cluster applied it (or says it is our owner already).
+    fn on_switched(&mut self, target: u32, result: &Bytes) {
+        use chorus_core::switch::{SWITCHED_PREFIX, SWITCH_REFUSED_PREFIX};
+        self.switching = None;
+        let applied = result.starts_with(SWITCHED_PREFIX.as_bytes());
+        let already = result.starts_with(format!("{SWITCH_REFUSED_PREFIX}already-owner").as_bytes());
+        if applied {
+            self.switched += 1;
+        }
+        if let Some((_, owner)) = self.instances.as_mut().filter(|_| applied || already) {
+            *owner = target;
+        }
     }
 
     /// A reply arrived (over the channel from `reply.replica`).
@@ -277,14 +379,20 @@ impl SimClient {
             return;
         };
         let d = Digest::of(&result);
-        let (voters, _) = p.votes.entry(d).or_insert_with(|| (BTreeSet::new(), result));
+        let (voters, _) = p
+            .votes
+            .entry(d)
+            .or_insert_with(|| (BTreeSet::new(), result.clone()));
         voters.insert(reply.replica);
         if voters.len() < self.quorum {
             return;
         }
         let latency_us = now_us - p.issued_at_us;
         self.pending.remove(&reply.seq);
-        self.completed += 1;
+        match self.switching {
+            Some((seq, target)) if seq == reply.seq => self.on_switched(target, &result),
+            _ => self.completed += 1,
+        }
         out.push(ClientAction::Accepted {
             seq: reply.seq,
             result: d,
@@ -449,7 +557,7 @@ mod tests {
         let mut out = vec![];
         c.issue(&mut rng, 0, &mut out);
         out.clear();
-        c.retry(RequestSeq(1), 0, &mut out);
+        c.retry(0, RequestSeq(1), 0, &mut out);
         assert!(matches!(out[0], ClientAction::Broadcast(_)));
         assert_eq!(
             out[1],
@@ -460,13 +568,51 @@ mod tests {
             }
         );
         out.clear();
-        c.retry(RequestSeq(1), 0, &mut out); // stale timer
+        c.retry(0, RequestSeq(1), 0, &mut out); // stale timer
         assert!(out.is_empty());
         c.reply(&mut rng, 5, reply(1, 0, b"r"), &mut out);
         c.reply(&mut rng, 5, reply(1, 1, b"r"), &mut out);
         assert!(c.done());
         out.clear();
-        c.retry(RequestSeq(1), 1, &mut out);
+        c.retry(0, RequestSeq(1), 1, &mut out);
         assert!(out.is_empty());
+    }
+
+    /// RCC §III-E: after `SWITCH_AFTER_RETRIES` retransmissions the client
+    /// sends a switch to the instance after its owner, under a seq of its
+    /// own (not a workload request), and believes the new owner once f+1
+    /// replicas say it was applied.
+    #[test]
+    fn a_request_that_keeps_timing_out_makes_the_client_switch() {
+        let (c, _) = client(2, 2);
+        let mut c = c.with_seq_span(2).with_switching(4);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        assert_eq!(c.issued(), 1, "one seq of the span is kept for a switch");
+        for attempt in 0..SWITCH_AFTER_RETRIES {
+            out.clear();
+            c.retry(1, RequestSeq(1), attempt, &mut out);
+        }
+        let switch = out.iter().find_map(|a| match a {
+            ClientAction::Broadcast(r) if r.is_switch() => Some(r.clone()),
+            _ => None,
+        });
+        let switch = switch.expect("a switch after the retries");
+        assert_eq!(
+            chorus_core::switch_target(&switch),
+            Some(1),
+            "client 0: owner 0, next 1"
+        );
+        assert_eq!(c.issued(), 1);
+        let applied = Bytes::from(format!("{}1", chorus_core::switch::SWITCHED_PREFIX));
+        for r in 0..2 {
+            let mut rep = reply(switch.seq.0, r, b"");
+            rep.body = ReplyBody::Full(applied.clone());
+            c.reply(&mut rng, 5, rep, &mut out);
+        }
+        assert_eq!(c.switches(), (1, 1));
+        assert_eq!(c.completed(), 0, "a switch is not a workload request");
+        assert_eq!(c.instances, Some((4, 1)));
     }
 }

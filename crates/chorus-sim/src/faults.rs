@@ -83,10 +83,14 @@ pub enum FaultKind {
     /// Byzantine replica that keeps sending false FAILUREs (VIEW-CHANGEs for
     /// the next view) for correct instances.
     FailureSpam,
+    /// Byzantine client (rcc) that keeps switching instance back and forth
+    /// (RCC §III-E SWITCHINSTANCE), to valid, current and absent instances,
+    /// replays old switches and reuses seqs, between ordinary requests.
+    SwitchSpam,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 28] = [
+    pub const ALL: [FaultKind; 29] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -115,6 +119,7 @@ impl FaultKind {
         FaultKind::Censor,
         FaultKind::OrderAttack,
         FaultKind::FailureSpam,
+        FaultKind::SwitchSpam,
     ];
 
     /// The kinds that existed before the smart adversaries (`--faults classic`).
@@ -152,6 +157,7 @@ impl FaultKind {
             FaultKind::Censor => "censor",
             FaultKind::OrderAttack => "order-attack",
             FaultKind::FailureSpam => "failure-spam",
+            FaultKind::SwitchSpam => "switch-spam",
         }
     }
 
@@ -196,7 +202,7 @@ impl FaultKind {
     pub fn is_byzantine_client(self) -> bool {
         matches!(
             self,
-            FaultKind::BadAuth | FaultKind::DupSeq | FaultKind::Oversized
+            FaultKind::BadAuth | FaultKind::DupSeq | FaultKind::Oversized | FaultKind::SwitchSpam
         )
     }
 
@@ -437,6 +443,10 @@ mod tests {
         assert!(FaultKind::ALL
             .iter()
             .all(|k| k.is_rcc() == FaultSet::rcc().contains(*k)));
-        assert!(FaultSet::rcc().iter().all(FaultKind::is_byzantine_replica));
+        // Every rcc kind is a Byzantine replica but `switch-spam`, a client.
+        assert!(FaultSet::rcc()
+            .iter()
+            .all(|k| k.is_byzantine_replica() != (k == FaultKind::SwitchSpam)));
+        assert!(FaultKind::SwitchSpam.is_byzantine_client());
     }
 }

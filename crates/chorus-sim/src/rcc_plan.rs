@@ -53,7 +53,44 @@ pub fn draw_rcc(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng) {
     if opts.mode != OrderingMode::Rcc {
         return;
     }
-    let allowed: Vec<FaultKind> = opts.faults.intersect(FaultSet::rcc()).iter().collect();
+    draw_rcc_replicas(opts, plan, rng);
+    // After the replica kinds: their draws stay what they were before the
+    // client kind existed.
+    draw_rcc_clients(opts, plan, rng);
+}
+
+/// `switch-spam` (RCC §III-E): some of the seed's Byzantine clients (all of
+/// them if no classic client kind was drawn) keep switching instance.
+fn draw_rcc_clients(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng) {
+    let k = FaultKind::SwitchSpam;
+    // Swarm testing draws each kind with a coin, but never an empty set.
+    let skip = opts.swarm && !plan.drawn.is_empty() && !rng.gen_bool(0.5);
+    if !opts.faults.contains(k) || opts.byzantine_clients == 0 || skip {
+        return;
+    }
+    if plan.byz_clients.is_empty() {
+        plan.byz_clients = vec![k; opts.byzantine_clients as usize];
+    } else {
+        for c in plan.byz_clients.iter_mut() {
+            if rng.gen_bool(0.5) {
+                *c = k;
+            }
+        }
+        if !plan.byz_clients.contains(&k) {
+            plan.byz_clients[0] = k;
+        }
+    }
+    plan.drawn.insert(k);
+    plan.rcc.drawn.insert(k);
+}
+
+fn draw_rcc_replicas(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng) {
+    let allowed: Vec<FaultKind> = opts
+        .faults
+        .intersect(FaultSet::rcc())
+        .iter()
+        .filter(|k| !k.is_byzantine_client())
+        .collect();
     if allowed.is_empty() {
         return;
     }
@@ -192,7 +229,7 @@ mod tests {
                 let p = draw(&opts, seed);
                 seen = seen.union(p.rcc.drawn);
                 assert!(p.byzantine.len() <= opts.f(), "seed {seed}");
-                for k in p.rcc.drawn.iter() {
+                for k in p.rcc.drawn.iter().filter(|k| !k.is_byzantine_client()) {
                     assert!(
                         p.byzantine.iter().any(|(_, b)| *b == k),
                         "seed {seed}: {k} unassigned"

@@ -37,6 +37,10 @@ pub enum ViolationKind {
     /// rcc: while one instance was stopped, the others decided at less than
     /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their rate before (RCC §III-C).
     WaitFree,
+    /// rcc: one client's requests were proposed by two instances in one
+    /// round (RCC §III-E: a SWITCHINSTANCE hands a client over without
+    /// overlap).
+    TwoLanes,
     /// Checked mode: an operation touched a key outside its declared access
     /// set (CBASE §4 would run it beside a conflicting one).
     AccessSet,
@@ -75,6 +79,7 @@ impl ViolationKind {
             ViolationKind::PoolLeak => "pool-leak",
             ViolationKind::ViewSplit => "view-split",
             ViolationKind::WaitFree => "wait-free",
+            ViolationKind::TwoLanes => "two-lanes",
             ViolationKind::AccessSet => "access-set",
             ViolationKind::ServiceInvariant => "service-invariant",
             ViolationKind::SerialOrder => "serial-order",

@@ -241,12 +241,16 @@ impl<R: SimReplica> World<R> {
         } else {
             inner
         };
-        match &self.opts.executor {
+        let mut e: Box<dyn Executor> = match &self.opts.executor {
             ExecutorChoice::Sequential => {
                 Box::new(SequentialExecutor::new(service, EXEC_MAX_INFLIGHT_PER_CLIENT))
             }
             ExecutorChoice::Custom { factory, .. } => factory(service, EXEC_MAX_INFLIGHT_PER_CLIENT),
+        };
+        if let Some(p) = chorus_core::SwitchPolicy::of(&self.config) {
+            e.set_switch_policy(p);
         }
+        e
     }
 
     /// May nodes `a` and `b` talk? Twin copies only reach their own side.
@@ -419,6 +423,15 @@ impl<R: SimReplica> World<R> {
         self.audit_executors();
         let requests_issued = self.clients.iter().map(|c| c.total() as u64).sum();
         let requests_committed = self.clients.iter().map(|c| c.completed() as u64).sum();
+        // RCC §III-E: instance switches of correct clients (sent, applied).
+        for c in &self.clients {
+            let (sent, applied) = c.switches();
+            for (name, k) in [("client-switch-sent", sent), ("client-switch-applied", applied)] {
+                if k > 0 {
+                    *self.counters.notes.entry(name).or_insert(0) += u64::from(k);
+                }
+            }
+        }
         let delivered_positions = self.checker.delivered_positions();
         self.trace_words(&[delivered_positions, requests_committed]);
         if !cut_short && self.opts.check_wait_free {
@@ -774,7 +787,13 @@ fn build_clients(
             } else {
                 workload.clone()
             };
-            SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us).with_workload(workload)
+            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+                .with_workload(workload);
+            if config.params.mode == chorus_core::OrderingMode::Rcc {
+                c.with_switching(config.lanes())
+            } else {
+                c
+            }
         })
         .collect();
     let max_op_bytes = config.params.max_op_bytes as usize;

@@ -18,7 +18,8 @@ impl<R: SimReplica> World<R> {
 
     pub(crate) fn on_client_retry(&mut self, c: usize, seq: RequestSeq, attempt: u32) {
         let mut out = Vec::new();
-        self.clients[c].retry(seq, attempt, &mut out);
+        let now = self.now_us();
+        self.clients[c].retry(now, seq, attempt, &mut out);
         if !out.is_empty() {
             self.counters.note("client-retransmission");
         }
@@ -97,6 +98,7 @@ impl<R: SimReplica> World<R> {
             self.counters.fault(match kind {
                 "bad-auth" => "byz-client-bad-auth",
                 "oversized" => "byz-client-oversized",
+                "switch-spam" => "byz-client-switch-spam",
                 _ => "byz-client-dup-seq",
             });
             self.checker.issue(s.request.digest(), s.issue);

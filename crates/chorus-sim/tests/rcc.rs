@@ -211,3 +211,12 @@ fn all_draws_the_rcc_kinds_in_rcc_mode_only() {
     let r = run_one(&SimOptions::new(OrderingMode::Pbft, 1, 4), 3);
     assert!(r.faults_drawn.intersect(FaultSet::rcc()).is_empty());
 }
+
+/// RCC §III-E: Byzantine clients switching back and forth (to valid,
+/// current and absent instances, with replayed seqs) break nothing: every
+/// checker, exactly-once included, stays clean.
+#[test]
+fn switch_spam_clients_run_clean() {
+    let o = rcc(4, "switch-spam").with_seeds(0, 4);
+    assert_clean(&run_many(&o), FaultKind::SwitchSpam);
+}

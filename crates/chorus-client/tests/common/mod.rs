@@ -42,6 +42,9 @@ pub enum Behavior {
     /// Answers with the honest result of the op but for another request
     /// under the same seq (what a reused seq got before issue 16 finding 5).
     OtherRequest,
+    /// RCC §III-E: the client's instance censors it: silent on its requests
+    /// until a SWITCHINSTANCE arrives (answered as applied), honest after.
+    CensoredUntilSwitch,
 }
 
 pub struct Fake {
@@ -60,6 +63,10 @@ pub async fn start(behaviors: &[Behavior], auth: ClientAuthKind) -> Fake {
         client_auth: auth,
         ..ProtocolParams::default()
     };
+    start_with(behaviors, params).await
+}
+
+pub async fn start_with(behaviors: &[Behavior], params: ProtocolParams) -> Fake {
     let (mut config, replicas, clients) = ClusterConfig::for_testing(behaviors.len(), 2, params, 11);
     let mut listeners = vec![];
     for r in config.replicas.iter_mut() {
@@ -79,6 +86,7 @@ pub async fn start(behaviors: &[Behavior], auth: ClientAuthKind) -> Fake {
             busy_counts: Arc::new(Mutex::new(HashMap::new())),
             dropped_once: Arc::new(AtomicBool::new(false)),
             answered: Arc::new(Mutex::new(HashSet::new())),
+            switched: Arc::new(AtomicBool::new(false)),
         };
         tokio::spawn(replica.serve(l));
     }
@@ -141,6 +149,7 @@ struct FakeReplica {
     busy_counts: Arc<Mutex<HashMap<(ClientId, u64), u32>>>,
     dropped_once: Arc<AtomicBool>,
     answered: Arc<Mutex<HashSet<(ClientId, u64)>>>,
+    switched: Arc<AtomicBool>,
 }
 
 impl FakeReplica {
@@ -248,6 +257,15 @@ impl FakeReplica {
             }
             Behavior::StaleReads => Some(honest(result_for(&req.op))),
             Behavior::DigestOnly => Some(ReplyBody::Digest(Digest::of(&result_for(&req.op)))),
+            Behavior::CensoredUntilSwitch => match chorus_core::switch_target(req) {
+                Some(j) => {
+                    self.switched.store(true, Ordering::SeqCst);
+                    let r = format!("{}{j}", chorus_core::switch::SWITCHED_PREFIX);
+                    Some(honest(r.into_bytes()))
+                }
+                None if self.switched.load(Ordering::SeqCst) => Some(honest(result_for(&req.op))),
+                None => None,
+            },
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct LaneEnv<'a> {
     pub stable_seq: Seq,
     /// Requests the pool already verified.
     pub hint: &'a dyn VerifiedHint,
+    /// Which lane may carry a client's request in a round (RCC §III-E).
+    pub owners: &'a dyn crate::rcc_switch::OwnerOracle,
 }
 
 /// A decided cell of this lane.
@@ -84,6 +86,9 @@ pub struct LaneOutput {
     pub release_from: Option<Slot>,
     /// A valid stable checkpoint above ours, learnt from a NEW-VIEW.
     pub higher_stable: Option<CheckpointCert>,
+    /// RCC §III-E: authentic pre-prepares whose requests' owner is not known
+    /// here yet; the replica holds them until delivery catches up.
+    pub owner_held: Vec<(ReplicaId, chorus_core::PrePrepare)>,
 }
 
 impl LaneOutput {
@@ -92,6 +97,7 @@ impl LaneOutput {
             && self.pre_prepared.is_empty()
             && self.release_from.is_none()
             && self.higher_stable.is_none()
+            && self.owner_held.is_empty()
     }
 }
 

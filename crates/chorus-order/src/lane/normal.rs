@@ -4,8 +4,8 @@ use super::slot::Accepted;
 use super::{Admit, Decision, Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{PersistRecord, RejectReason};
+use crate::rcc_switch::Ownership;
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
-use crate::verify::VerifiedHint;
 use chorus_core::{
     Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
     ReplicaMsg, SigKind, Signature, Slot,
@@ -19,6 +19,9 @@ enum Verified {
     Locally,
     /// Some MAC-vector request did not; f+1 vouchers must make up for it.
     NeedsVouchers,
+    /// RCC §III-E: a switch not yet delivered here could still change who
+    /// owns a request in this round (`rcc_switch`).
+    OwnerUnknown,
 }
 
 impl Lane {
@@ -286,10 +289,11 @@ impl Lane {
         // A re-proposed digest was prepared by 2f+1 replicas, f+1 of them
         // correct, who verified its requests; fresh batches are verified here.
         if reproposal.is_none() {
-            match self.verify_batch(&pp.batch, env.hint) {
+            match self.verify_batch(pp.slot, &pp.batch, env) {
                 Err(reason) => return cx.reject(reason),
                 Ok(Verified::Locally) => {}
                 Ok(Verified::NeedsVouchers) => return self.hold_pre_prepare(cx, from, pp, lo),
+                Ok(Verified::OwnerUnknown) => return lo.owner_held.push((from, pp)),
             }
         }
         self.accept_pre_prepare(cx, from, pp, lo);
@@ -349,7 +353,8 @@ impl Lane {
     /// request is proposed by two lanes), the batch within limits, and no
     /// request twice. A MAC vector whose entry for this replica is wrong is
     /// not held against the proposer: see `hold_pre_prepare`.
-    fn verify_batch(&mut self, batch: &Batch, hint: &dyn VerifiedHint) -> Result<Verified, &'static str> {
+    fn verify_batch(&mut self, slot: Slot, batch: &Batch, env: &LaneEnv) -> Result<Verified, &'static str> {
+        let hint = env.hint;
         let p = &self.cfg.params;
         if batch.requests.len() > p.batch_max_requests as usize
             || batch.op_bytes() > p.batch_max_bytes as usize + p.max_op_bytes as usize
@@ -358,15 +363,21 @@ impl Lane {
         }
         let mut seen = BTreeSet::new();
         let mut verified = Verified::Locally;
+        let mut unknown_owner = false;
         for r in &batch.requests {
             if !seen.insert((r.client, r.seq)) {
                 return Err("duplicate-request");
             }
-            let owned = hint
-                .lane_owns(self.id, r)
-                .unwrap_or_else(|| self.cfg.owner_lane(r.client) == self.id);
-            if !owned {
-                return Err("wrong-lane-request");
+            // SAREK: the lanes PREDICT() names (the pool's hint); otherwise
+            // the owner instance, RCC §III-E switches included.
+            match hint.lane_owns(self.id, r) {
+                Some(true) => {}
+                Some(false) => return Err("wrong-lane-request"),
+                None => match env.owners.ownership(self.id, slot, r) {
+                    Ownership::Owned => {}
+                    Ownership::NotOwned(reason) => return Err(reason),
+                    Ownership::Unknown => unknown_owner = true,
+                },
             }
             if hint.already_verified(r) {
                 continue;
@@ -384,6 +395,9 @@ impl Lane {
                 // checked it, or should have.
                 Err(_) => return Err("bad-request-auth"),
             }
+        }
+        if unknown_owner {
+            return Ok(Verified::OwnerUnknown);
         }
         Ok(verified)
     }

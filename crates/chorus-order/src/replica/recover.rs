@@ -87,6 +87,7 @@ impl Replica {
                 cert: cert.clone(),
                 snapshot: snapshot.clone(),
             });
+            r.adopt_assignments(&snapshot);
             r.checkpointer.install(cert, snapshot);
             r.merger.jump_to(seq);
         }

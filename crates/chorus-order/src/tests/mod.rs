@@ -29,6 +29,8 @@ mod steps_normal;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_rcc;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_rcc_switch;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_recovery;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_request_auth;

@@ -331,10 +331,16 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
     assert_eq!(r2.lane(L0).map(|l| l.low()), Some(Slot(2)));
     assert!(!r2.merger.is_paused());
     // A VIEW-CHANGE now carries the installed checkpoint.
+    let owners = crate::rcc_switch::OwnerView {
+        cfg: &r2.cfg,
+        table: &r2.assignments,
+        delivered_rounds: 0,
+    };
     let env = crate::lane::LaneEnv {
         stable: r2.checkpointer.stable_cert(),
         stable_seq: r2.checkpointer.stable_seq(),
         hint: &r2.pool,
+        owners: &owners,
     };
     let vc = r2.lanes[0].build_view_change(&env);
     assert_eq!(vc.stable, Some(cert));

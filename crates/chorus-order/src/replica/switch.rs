@@ -1,0 +1,102 @@
+//! The replica's side of RCC §III-E SWITCHINSTANCE (`crate::rcc_switch`):
+//! applying delivered switches, cutting batches under the hand-over rule,
+//! holding pre-prepares until their owners are known, and taking the table
+//! back from a snapshot.
+
+use super::Replica;
+use crate::io::Outbox;
+use crate::rcc_switch::{self, OwnerView};
+use bytes::Bytes;
+use chorus_core::{
+    Assignments, Batch, Cell, Millis, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Seq, SwitchOutcome,
+};
+
+impl Replica {
+    fn delivered_rounds(&self) -> u64 {
+        self.merger.next().0 / self.cfg.lanes() as u64
+    }
+
+    /// Cut a batch for `cell` with only the requests its lane may carry in
+    /// that round (the current owner, once the hand-over allows it).
+    pub(super) fn cut(&mut self, cell: Cell) -> Batch {
+        if self.sarek.is_some() {
+            return self.pool_of_mut(cell.lane).cut(cell);
+        }
+        let view = OwnerView {
+            cfg: &self.cfg,
+            table: &self.assignments,
+            delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+        };
+        self.pool
+            .cut_where(cell, |r| rcc_switch::may_propose(&view, cell.lane, cell.slot, r))
+    }
+
+    /// RCC §III-E: a switch is agreed by delivering it. Every correct
+    /// replica applies it here at the same round; the executor applies the
+    /// same rule to the same requests (`chorus_exec::switch`).
+    pub(super) fn apply_switches(&mut self, seq: Seq, batch: &Batch) {
+        if self.cfg.params.mode != OrderingMode::Rcc {
+            return;
+        }
+        let p = rcc_switch::policy(&self.cfg);
+        for req in batch.requests.iter().filter(|r| r.is_switch()) {
+            let outcome = self.assignments.apply(&p, req, p.round_of(seq.0));
+            *self.counters.switches.entry(outcome.name()).or_insert(0) += 1;
+            if let SwitchOutcome::Applied(h) = outcome {
+                tracing::debug!(client = ?req.client, ?h, "client switched instance");
+                self.pool.reassign(req.client, chorus_core::LaneId(h.to));
+            }
+        }
+    }
+
+    pub(super) fn hold_for_owner(&mut self, from: ReplicaId, pp: PrePrepare) {
+        // One per cell of every lane's window.
+        let cap = self.lanes.len() * self.cfg.params.window_slots as usize;
+        let held = self.switch_gate.hold(cap, from, pp);
+        let key = if held { "held" } else { "hold-dropped" };
+        *self.counters.switches.entry(key).or_insert(0) += 1;
+    }
+
+    /// Hand the held pre-prepares whose owners are known now back to their
+    /// lanes (which check them again from the start).
+    pub(super) fn release_owner_held(&mut self, now: Millis, out: &mut Outbox) -> bool {
+        if self.switch_gate.is_empty() {
+            return false;
+        }
+        let ready = self
+            .switch_gate
+            .release(self.delivered_rounds(), self.cfg.params.max_lane_drift_slots);
+        let any = !ready.is_empty();
+        for (from, pp) in ready {
+            let lane = pp.lane;
+            let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {
+                l.handle_message(cx, from, ReplicaMsg::PrePrepare(pp), env)
+            });
+            self.absorb(now, lane, lo);
+        }
+        any
+    }
+
+    /// A snapshot (state transfer, or our own stable one after a crash)
+    /// replaces the table: it is the executor's copy at the snapshot's
+    /// position (`Assignments::from_exec_snapshot`).
+    pub(super) fn adopt_assignments(&mut self, snapshot: &Bytes) {
+        if self.cfg.params.mode != OrderingMode::Rcc {
+            return;
+        }
+        self.switch_gate.clear();
+        let table = match Assignments::from_exec_snapshot(snapshot) {
+            Some(t) => t,
+            // Version 1: written while no client had switched.
+            None if snapshot.first() == Some(&1) => Assignments::default(),
+            None => {
+                // Not an executor snapshot of this version: the state digest
+                // matched, so the cluster runs without switches in it.
+                self.counters.reject("snapshot-without-assignments");
+                Assignments::default()
+            }
+        };
+        self.pool.reset_owners(rcc_switch::overrides(&self.cfg, &table));
+        self.assignments = table;
+    }
+}
