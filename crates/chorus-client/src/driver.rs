@@ -286,6 +286,7 @@ impl Driver {
             asked_full: false,
             wake: now,
             first_reply: None,
+            fell_back: false,
             reply: tx,
             _permit: None,
             retransmits: 0,
