@@ -302,8 +302,12 @@ impl Driver {
     /// what is pending now rather than at its next back-off.
     fn on_switch_done(&mut self, target: u32, result: &Result<Bytes, ClientError>, now: Instant) {
         self.switching = None;
-        let Ok(reply) = result else {
-            return;
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.instance.on_failed(target, &e.to_string());
+                return;
+            }
         };
         if self.instance.on_reply(target, reply) {
             Stats::bump(&self.stats.switches_applied);

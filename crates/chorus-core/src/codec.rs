@@ -131,6 +131,12 @@ impl Validate for Request {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
         check(self.op.len() <= l.max_op_bytes, "operation too large")?;
         check(self.flags & !flags::KNOWN == 0, "unknown request flags")?;
+        // A switch is ordered (it changes the assignment table): never a read.
+        check(
+            self.flags & (flags::READ_ONLY | flags::SWITCH_INSTANCE)
+                != flags::READ_ONLY | flags::SWITCH_INSTANCE,
+            "read-only switch request",
+        )?;
         if let Authenticator::Macs(m) = &self.auth {
             check(m.len() == l.n, "MAC vector length differs from n")?;
         }
@@ -289,6 +295,33 @@ mod tests {
                 batch,
             }),
         ]
+    }
+
+    /// Review of SWITCHINSTANCE, finding 6: the flag combination that
+    /// means nothing is refused at decode, before any replica state sees it.
+    #[test]
+    fn a_read_only_switch_does_not_decode() {
+        let id = Identity::from_seed(b"x");
+        let keys: Vec<_> = (0..4u8)
+            .map(|i| id.pairwise_key(&Identity::from_seed(&[i]).public()))
+            .collect();
+        let tag = crate::ClusterTag::from_digest(Digest::of(b"cluster"));
+        let make = |flags| {
+            Request::with_macs(
+                &tag,
+                ClientId(1),
+                RequestSeq(1),
+                flags,
+                Bytes::from_static(b"\x01\0\0\0"),
+                &keys,
+            )
+        };
+        let l = limits();
+        assert!(make(crate::flags::SWITCH_INSTANCE).validate(&l).is_ok());
+        assert!(make(crate::flags::READ_ONLY).validate(&l).is_ok());
+        let both = make(crate::flags::READ_ONLY | crate::flags::SWITCH_INSTANCE);
+        assert!(both.validate(&l).is_err());
+        assert!(decode::<ClientMsg>(&encode(&ClientMsg::Request(both)), &l).is_err());
     }
 
     #[test]

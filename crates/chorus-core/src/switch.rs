@@ -74,7 +74,8 @@ pub enum SwitchOutcome {
     BadTarget,
     /// The client already is owned by the target.
     AlreadyOwner,
-    /// Not newer than the client's last applied switch (a replay).
+    /// Not newer than the client's last delivered switch, applied or
+    /// refused (a replay).
     Replayed,
     /// The previous hand-over has not taken effect yet (rounds `<= r + σ`
     /// of the last switch): one at a time, so `owner_at` needs only the
@@ -128,6 +129,11 @@ pub fn switch_op(target: u32) -> Bytes {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignments {
     map: BTreeMap<ClientId, Handover>,
+    /// The highest seq of any delivered switch of each client, applied or
+    /// refused: a switch the cluster once refused (in progress, already
+    /// owner) can never be ordered again later by a Byzantine primary of its
+    /// target to move the client behind its back. Bounded like `map`.
+    seen: BTreeMap<ClientId, RequestSeq>,
 }
 
 impl Assignments {
@@ -135,8 +141,10 @@ impl Assignments {
         self.map.len()
     }
 
+    /// Nothing recorded at all (then an executor snapshot keeps its
+    /// version-1 bytes).
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.seen.is_empty()
     }
 
     pub fn get(&self, client: ClientId) -> Option<&Handover> {
@@ -171,10 +179,12 @@ impl Assignments {
         let Some(to) = switch_target(req).filter(|t| *t < p.lanes) else {
             return SwitchOutcome::BadTarget;
         };
+        if self.seen.get(&req.client).is_some_and(|s| req.seq <= *s) {
+            return SwitchOutcome::Replayed;
+        }
+        self.seen.insert(req.client, req.seq);
         if let Some(h) = self.map.get(&req.client) {
-            if req.seq <= h.seq {
-                return SwitchOutcome::Replayed;
-            }
+            debug_assert!(req.seq > h.seq, "an applied switch's seq is in `seen`");
             if round <= h.round.saturating_add(p.sigma) {
                 return SwitchOutcome::InProgress;
             }
@@ -236,6 +246,30 @@ mod tests {
 
     const P: SwitchPolicy = SwitchPolicy { lanes: 4, sigma: 3 };
 
+    /// Review of SWITCHINSTANCE, finding 3: a switch the cluster refused
+    /// while a hand-over was in progress must not be applied when a
+    /// Byzantine primary of its target orders it again later.
+    #[test]
+    fn a_refused_switch_ordered_again_later_is_a_replay() {
+        let mut t = Assignments::default();
+        assert!(matches!(
+            t.apply(&P, &switch(1, 5, 2), 10),
+            SwitchOutcome::Applied(_)
+        ));
+        assert_eq!(t.apply(&P, &switch(1, 6, 3), 12), SwitchOutcome::InProgress);
+        assert_eq!(t.apply(&P, &switch(1, 6, 3), 40), SwitchOutcome::Replayed);
+        assert_eq!(t.owner(&P, ClientId(1)), LaneId(2));
+        // The refusal is replicated state: the snapshot head carries it.
+        let back = Assignments::from_exec_snapshot(&t.exec_snapshot_head()).unwrap();
+        assert_eq!(back, t);
+        let mut fresh = Assignments::default();
+        assert!(matches!(
+            fresh.apply(&P, &switch(2, 1, 2), 1),
+            SwitchOutcome::AlreadyOwner
+        ));
+        assert!(!fresh.is_empty(), "a refused switch is recorded");
+    }
+
     #[test]
     fn ownership_moves_after_sigma_rounds_and_only_once_at_a_time() {
         let mut t = Assignments::default();
@@ -250,10 +284,10 @@ mod tests {
         assert_eq!(t.owner_at(&P, c, Slot(14)), LaneId(2));
         assert_eq!(t.apply(&P, &switch(1, 5, 3), 20), SwitchOutcome::Replayed);
         assert_eq!(t.apply(&P, &switch(1, 6, 3), 13), SwitchOutcome::InProgress);
-        assert_eq!(t.apply(&P, &switch(1, 6, 2), 14), SwitchOutcome::AlreadyOwner);
-        assert_eq!(t.apply(&P, &switch(1, 6, 4), 14), SwitchOutcome::BadTarget);
+        assert_eq!(t.apply(&P, &switch(1, 7, 2), 14), SwitchOutcome::AlreadyOwner);
+        assert_eq!(t.apply(&P, &switch(1, 8, 4), 14), SwitchOutcome::BadTarget);
         assert!(matches!(
-            t.apply(&P, &switch(1, 6, 1), 14),
+            t.apply(&P, &switch(1, 8, 1), 14),
             SwitchOutcome::Applied(_)
         ));
         assert_eq!(t.owner_at(&P, c, Slot(17)), LaneId(2));

@@ -129,7 +129,8 @@ fn max_batch(l: &Limits) -> Batch {
             Request {
                 client: ClientId(u64::MAX),
                 seq: RequestSeq(u64::MAX),
-                flags: flags::KNOWN,
+                // The largest flags value a receiver accepts.
+                flags: flags::SWITCH_INSTANCE,
                 op: Bytes::from(vec![0x5a; op]),
                 auth: Authenticator::Macs(vec![Mac([0xee; 16]); l.n]),
             }

@@ -104,9 +104,15 @@ pub trait Executor: Send {
     /// (the sequential one) never need to call it.
     fn set_results_waker(&mut self, _waker: ResultsWaker) {}
     /// Run as an executor of an `rcc` cluster: RCC §III-E switch requests
-    /// move clients between instances (`crate::switch`). Executors that
-    /// do not override it answer every switch as refused.
-    fn set_switch_policy(&mut self, _policy: chorus_core::SwitchPolicy) {}
+    /// move clients between instances (`crate::switch`). Returns whether
+    /// this executor runs them; one that does not (the default) must not
+    /// serve an `rcc` cluster: its replicas would drop the assignment table
+    /// from their snapshots and disagree after a state transfer, so the
+    /// runtime and the simulator refuse to start with it.
+    #[must_use]
+    fn set_switch_policy(&mut self, _policy: chorus_core::SwitchPolicy) -> bool {
+        false
+    }
     /// `sarek`: the next batch of partition stream `cell.lane` (SAREK §IV-B,
     /// `Action::DeliverStream`). Executors without streams refuse it
     /// (`false`) and change nothing; the driver reports the refusal.

@@ -180,8 +180,9 @@ impl Executor for SequentialExecutor {
         self.next_seq
     }
 
-    fn set_switch_policy(&mut self, policy: SwitchPolicy) {
+    fn set_switch_policy(&mut self, policy: SwitchPolicy) -> bool {
         self.switch_policy = Some(policy);
+        true
     }
 
     fn state_digest(&mut self) -> Digest {

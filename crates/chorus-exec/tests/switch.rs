@@ -105,7 +105,12 @@ fn a_refused_switch_gets_a_refusal_and_changes_nothing() {
     let out = run(&mut e, vec![vec![switch(1, 1, 1), switch(2, 1, 7)]]);
     assert_eq!(&out[0].result[..], b"\0chorus/switch-refused: already-owner");
     assert_eq!(&out[1].result[..], b"\0chorus/switch-refused: bad-target");
-    assert!(e.client_table().switches().is_empty());
+    // No hand-over; the refusal is remembered (its seq can never be
+    // ordered again to move the client later).
+    let t = e.client_table().switches();
+    assert!(t.get(ClientId(1)).is_none() && t.get(ClientId(2)).is_none());
+    assert_eq!(t.owner(&P, ClientId(1)), LaneId(1));
+    assert!(!t.is_empty());
     // Outside rcc (no policy) a delivered switch is refused too.
     let mut plain = SequentialExecutor::new(Arc::new(Counter::default()), 8);
     let out = run(&mut plain, vec![vec![switch(1, 1, 2)]]);

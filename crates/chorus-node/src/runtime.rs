@@ -69,7 +69,12 @@ pub fn executor_for(
     };
     // RCC §III-E: the executor runs SWITCHINSTANCE requests as system ops.
     if let Some(p) = chorus_core::SwitchPolicy::of(config) {
-        executor.set_switch_policy(p);
+        if !executor.set_switch_policy(p) {
+            bail!(
+                "executor {:?} cannot run RCC SWITCHINSTANCE requests, which mode rcc needs",
+                node.executor
+            );
+        }
     }
     Ok(executor)
 }

@@ -172,6 +172,18 @@ impl Pool {
         }
     }
 
+    /// The client's pending requests in `lane` start waiting anew at `now`
+    /// (RCC §III-E: the new owner may not propose them yet).
+    pub fn restart_wait(&mut self, client: ClientId, lane: LaneId, now: Millis) {
+        let from = (client, RequestSeq(0));
+        let to = (client, RequestSeq(u64::MAX));
+        for (_, e) in self.entries.range_mut(from..=to) {
+            if e.state == State::Pending && e.lane == lane && !e.req.is_switch() {
+                e.arrived = e.arrived.max(now);
+            }
+        }
+    }
+
     /// Replace every owner override (after a state transfer).
     pub fn reset_owners(&mut self, owners: impl IntoIterator<Item = (ClientId, LaneId)>) {
         self.owner_override = owners.into_iter().collect();

@@ -108,6 +108,9 @@ pub struct Replica {
     /// RCC §III-E: instance assignments, from delivered switches.
     pub(crate) assignments: Assignments,
     pub(crate) switch_gate: SwitchGate,
+    /// RCC §III-E: hand-overs whose new owner may not propose the client
+    /// yet: (client, new owner, delivery round). Bounded by the clients.
+    pub(crate) handing_over: Vec<(chorus_core::ClientId, LaneId, u64)>,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
     pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
     /// `sarek`: one pool per partition lane (then `pool` stays empty).
@@ -138,6 +141,7 @@ impl Replica {
             batch_deadline: vec![None; lanes as usize],
             assignments: Assignments::default(),
             switch_gate: SwitchGate::default(),
+            handing_over: Vec::new(),
             sarek,
             cfg,
             me,
@@ -734,6 +738,7 @@ impl Replica {
     }
 
     fn refresh_timers(&mut self, now: Millis, out: &mut Outbox) {
+        self.restart_handover_waits(now);
         let frontier = self.frontier();
         for l in 0..self.lanes.len() {
             let lane = LaneId(l as u32);

@@ -404,8 +404,9 @@ impl Executor for ParallelExecutor {
         self.next_seq
     }
 
-    fn set_switch_policy(&mut self, policy: chorus_core::SwitchPolicy) {
+    fn set_switch_policy(&mut self, policy: chorus_core::SwitchPolicy) -> bool {
         self.switch_policy = Some(policy);
+        true
     }
 
     fn state_digest(&mut self) -> Digest {

@@ -16,7 +16,7 @@ const P: SwitchPolicy = SwitchPolicy { lanes: 4, sigma: 2 };
 fn switches_execute_alike_in_parallel_and_sequentially() {
     let mut seq = SequentialExecutor::new(Arc::new(KvService::default()), 8).with_switch_policy(P);
     let mut par = ParallelExecutor::new(Arc::new(KvService::default()), 4, 64, 8);
-    par.set_switch_policy(P);
+    assert!(par.set_switch_policy(P));
     let switch = |client: u64, s: u64, to: u32| {
         let mut r = req(client, s, switch_op(to));
         r.flags = flags::SWITCH_INSTANCE;

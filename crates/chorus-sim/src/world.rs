@@ -248,7 +248,10 @@ impl<R: SimReplica> World<R> {
             ExecutorChoice::Custom { factory, .. } => factory(service, EXEC_MAX_INFLIGHT_PER_CLIENT),
         };
         if let Some(p) = chorus_core::SwitchPolicy::of(&self.config) {
-            e.set_switch_policy(p);
+            assert!(
+                e.set_switch_policy(p),
+                "this executor cannot run RCC SWITCHINSTANCE requests, which mode rcc needs"
+            );
         }
         e
     }

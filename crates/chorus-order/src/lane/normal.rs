@@ -368,6 +368,11 @@ impl Lane {
             if !seen.insert((r.client, r.seq)) {
                 return Err("duplicate-request");
             }
+            // Only rcc orders switches (RCC §III-E); in sarek the hint below
+            // would otherwise let a leader order one as a plain op.
+            if r.is_switch() && self.cfg.params.mode != OrderingMode::Rcc {
+                return Err("switch-not-rcc");
+            }
             // SAREK: the lanes PREDICT() names (the pool's hint); otherwise
             // the owner instance, RCC §III-E switches included.
             match hint.lane_owns(self.id, r) {

@@ -8,7 +8,8 @@ use crate::io::Outbox;
 use crate::rcc_switch::{self, OwnerView};
 use bytes::Bytes;
 use chorus_core::{
-    Assignments, Batch, Cell, Millis, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Seq, SwitchOutcome,
+    Assignments, Batch, Cell, Millis, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Seq, Slot,
+    SwitchOutcome,
 };
 
 impl Replica {
@@ -45,8 +46,34 @@ impl Replica {
             if let SwitchOutcome::Applied(h) = outcome {
                 tracing::debug!(client = ?req.client, ?h, "client switched instance");
                 self.pool.reassign(req.client, chorus_core::LaneId(h.to));
+                self.handing_over.retain(|(c, _, _)| *c != req.client);
+                self.handing_over
+                    .push((req.client, chorus_core::LaneId(h.to), h.round));
             }
         }
+    }
+
+    /// A client's requests moved to its new owner wait there without
+    /// counting against it until that owner may propose them (rounds above
+    /// `r_d + σ`, once delivery allows that slot): otherwise requests that
+    /// waited a timeout at the censoring old owner would make every correct
+    /// replica suspect the correct new one at once and stop it (review of
+    /// SWITCHINSTANCE, finding 1). Their wait restarts each time until then.
+    pub(super) fn restart_handover_waits(&mut self, now: Millis) {
+        if self.handing_over.is_empty() {
+            return;
+        }
+        let sigma = self.cfg.params.max_lane_drift_slots;
+        let mut pending = std::mem::take(&mut self.handing_over);
+        pending.retain(|(client, lane, round)| {
+            let first = Slot(round.saturating_add(sigma).saturating_add(1));
+            let waiting = self.proposal_limit(lane.index()) <= first;
+            if waiting {
+                self.pool.restart_wait(*client, *lane, now);
+            }
+            waiting
+        });
+        self.handing_over = pending;
     }
 
     pub(super) fn hold_for_owner(&mut self, from: ReplicaId, pp: PrePrepare) {
@@ -97,6 +124,12 @@ impl Replica {
             }
         };
         self.pool.reset_owners(rcc_switch::overrides(&self.cfg, &table));
+        // Hand-overs still under way at the installed state (the stale ones
+        // drop out at the next timer refresh).
+        self.handing_over = table
+            .iter()
+            .map(|(c, h)| (*c, chorus_core::LaneId(h.to), h.round))
+            .collect();
         self.assignments = table;
     }
 }

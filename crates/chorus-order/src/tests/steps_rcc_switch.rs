@@ -267,6 +267,18 @@ fn a_switch_to_the_owner_or_out_of_range_or_outside_rcc_is_rejected() {
         assert!(!prepared(&e, lane, 0));
     }
     assert_eq!(r3.counters().rejected("wrong-lane-switch"), 2);
+    // sarek: PREDICT() would let the partition's leader order it as a plain
+    // op (review of SWITCHINSTANCE, finding 6); backups refuse it.
+    let sarek = setup(4, 8, params(OrderingMode::Sarek, 4));
+    let mut k3 = replica(&sarek, 3);
+    let e = msg(
+        &mut k3,
+        0,
+        0,
+        ReplicaMsg::PrePrepare(sarek.pre_prepare(0, 0, 0, 0, &one(switch(&sarek, C, 1, 0)))),
+    );
+    assert!(!prepared(&e, 0, 0));
+    assert_eq!(k3.counters().rejected("switch-not-rcc"), 1);
 }
 
 /// (e) Switching back within σ rounds of a switch changes nothing (one
@@ -366,4 +378,35 @@ fn a_censored_client_switches_and_its_request_executes() {
         assert_eq!(r.counters().switches.get("applied"), Some(&1));
         assert_eq!(r.counters().view_changes, 0, "no instance was stopped");
     }
+}
+
+/// Review of SWITCHINSTANCE, finding 1: the censored request waited longer
+/// than the failure timeout at its old owner (only replica 0 has it, so its
+/// suspicion of instance 1 never gathers a certificate) before the client
+/// switched. Moved to the new owner, its wait must start again, and not
+/// count while the new owner may not propose it yet: otherwise the replicas
+/// holding it suspect the correct new owner at once, in the censor's place.
+#[test]
+fn a_request_that_waited_at_the_censor_does_not_make_the_new_owner_suspect() {
+    let p = chorus_core::ProtocolParams {
+        max_lane_drift_slots: 4,
+        view_change_timeout_ms: 2_000,
+        ..params(OrderingMode::Rcc, 4)
+    };
+    let mut c = super::harness::Cluster::new(4, 8, p);
+    c.submit_to(C, 1, &[0]);
+    c.run_for(2_500);
+    assert!(!c.all_executed(&[(C, 1)]), "censored");
+    assert!(c.replica(0).lanes[1].suspecting, "r0 suspects the censor, alone");
+    c.submit_request(switch(&c.s, C, 2, 2));
+    // The client retransmits its request with the switch (the censor drops it).
+    c.submit_to(C, 1, &[2, 3]);
+    let mut suspected_new_owner = false;
+    let done = c.run_until(30_000, |c| {
+        suspected_new_owner |= (0..4).any(|i| c.replica(i).lanes[2].suspecting);
+        c.all_executed(&[(C, 1), (C, 2)])
+    });
+    assert!(done, "the switch and the request execute");
+    c.check_agreement();
+    assert!(!suspected_new_owner, "no replica suspected instance 2");
 }
