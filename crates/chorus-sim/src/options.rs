@@ -216,9 +216,16 @@ impl SimOptions {
     /// `mode=cop pillars=4 n=4 f=1 faults=all ...`: what a summary was run with.
     pub fn describe(&self) -> String {
         format!(
-            "mode={} pillars={} n={} f={} faults={}{} clients={} requests={} window={} pool={} fault-window={}ms liveness={}ms byzantine={} byzantine-clients={} executor={}",
+            "mode={} {} n={} f={} faults={}{} clients={} requests={} window={} pool={} fault-window={}ms liveness={}ms byzantine={} byzantine-clients={} executor={}",
             mode_name(self.mode),
-            self.pillars,
+            // What the lane count means in each mode (rcc and dispel: one
+            // lane per replica, whatever --pillars says).
+            match self.mode {
+                OrderingMode::Rcc => format!("instances={}", self.n),
+                OrderingMode::Dispel => format!("proposers={}", self.n),
+                OrderingMode::Sarek => format!("partitions={}", self.pillars),
+                _ => format!("pillars={}", self.pillars),
+            },
             self.n,
             self.f(),
             self.faults,
@@ -239,7 +246,11 @@ impl SimOptions {
             } else {
                 0
             },
-            self.executor.name(),
+            if self.mode == OrderingMode::Sarek {
+                "partitioned"
+            } else {
+                self.executor.name()
+            },
         )
     }
 
