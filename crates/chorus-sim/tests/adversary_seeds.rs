@@ -245,8 +245,9 @@ found!(
     /// Full-scale acceptance after the f+1 timeout rule (cop/4 n=4 8×150,
     /// 25 s, block-wise; r1 twins, compacting storage): 7 of 1200 requests
     /// issued at ~54.4 s never complete, every pool empty, lanes in views
-    /// [v6, v5, v8, v5]. Passes without the f+1 rule (which fixes 3000044
-    /// and 3300005): not yet traced.
+    /// [v6, v5, v8, v5]. Traced: not a hang but a slow-leader throughput
+    /// loss with no view change (lane 0 paced by the twin's late slots),
+    /// docs/known-issues.md; needs an Aardvark-style throughput bound.
     cop_n4_blockwise_seed_3000270_stall_with_the_f_plus_one_rule: {
         let mut o = heavy(Cop, 4, 4, "all", 150, 25_000);
         o.rotation = Some(chorus_core::LeaderRotation::BlockWise);
