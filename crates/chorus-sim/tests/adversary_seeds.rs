@@ -241,14 +241,16 @@ fixed!(
     }, seed 3300005, "liveness regression of timeout certificates"
 );
 
-found!(
+fixed!(
     /// Full-scale acceptance after the f+1 timeout rule (cop/4 n=4 8×150,
     /// 25 s, block-wise; r1 twins, compacting storage): 7 of 1200 requests
     /// issued at ~54.4 s never complete, every pool empty, lanes in views
-    /// [v6, v5, v8, v5]. Traced: not a hang but a slow-leader throughput
-    /// loss with no view change (lane 0 paced by the twin's late slots),
-    /// docs/known-issues.md; needs an Aardvark-style throughput bound.
-    cop_n4_blockwise_seed_3000270_stall_with_the_f_plus_one_rule: {
+    /// [v6, v5, v8, v5]. Not a hang: lane 0 paced by the twin's slots,
+    /// proposed a status interval late because the twin's live copy learnt
+    /// r2's decisions only at its status ticks (it never gets r2's
+    /// pre-prepares). Fixed: the f+1-th commit for a slot we lack asks the
+    /// committers for their decision at once (`ask_committers_for_decision`).
+    cop_n4_blockwise_seed_3000270_slow_catch_up_of_a_cut_off_leader: {
         let mut o = heavy(Cop, 4, 4, "all", 150, 25_000);
         o.rotation = Some(chorus_core::LeaderRotation::BlockWise);
         o

@@ -50,6 +50,49 @@ impl Lane {
         }));
     }
 
+    /// f+1 peers committed `digest` at `slot` (so a correct one prepared it
+    /// and the slot is about to be decided) but we never got its
+    /// pre-prepare: its leader cannot reach us, or dropped us. Tell those
+    /// peers where we are now, so they answer with `Decided` notices at once
+    /// rather than at our next status tick (a leader cut off from one peer
+    /// otherwise learns each slot of that peer a status interval late, and
+    /// proposes its own slots that much later: seed 3000270). Sent once per
+    /// slot, when the f+1-th commit arrives; only the committers get it.
+    pub(crate) fn ask_committers_for_decision(
+        &mut self,
+        cx: &mut Cx,
+        slot: Slot,
+        digest: Digest,
+        stable_seq: Seq,
+    ) {
+        let (view, f) = (self.view, self.cfg.f());
+        let Some(st) = self.slots.get(&slot) else {
+            return;
+        };
+        if slot < self.next_undecided || st.decided.is_some() || st.accepted_in(view).is_some() {
+            return;
+        }
+        let committers: Vec<ReplicaId> = st
+            .commits
+            .iter()
+            .filter(|(_, d)| **d == digest)
+            .map(|(r, _)| *r)
+            .collect();
+        if committers.len() != f + 1 {
+            return;
+        }
+        let status = Status {
+            lane: self.id,
+            view,
+            next_undecided: self.next_undecided,
+            stable_seq,
+            suspects: self.suspecting,
+        };
+        for r in committers {
+            cx.out.send(r, ReplicaMsg::Status(status.clone()));
+        }
+    }
+
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
         self.note_peer_progress(cx, from, st.view, st.next_undecided);
         if st.view < self.view && self.active {

@@ -389,7 +389,17 @@ impl Lane {
         match msg {
             ReplicaMsg::PrePrepare(m) => self.on_pre_prepare(cx, from, m, env, lo),
             ReplicaMsg::Prepare(m) => self.on_prepare(cx, from, m, lo),
-            ReplicaMsg::Commit(m) => self.on_commit(cx, from, m, lo),
+            ReplicaMsg::Commit(m) => {
+                let (slot, digest) = (m.slot, m.digest);
+                let known = |l: &Lane| l.slots.get(&slot).is_some_and(|s| s.commits.contains_key(&from));
+                let new = !known(self);
+                self.on_commit(cx, from, m, lo);
+                // Only a commit that counted can ask (a retransmitted one
+                // must not, or the answers' retransmissions would loop).
+                if new && known(self) {
+                    self.ask_committers_for_decision(cx, slot, digest, env.stable_seq);
+                }
+            }
             ReplicaMsg::ViewChange(m) => self.on_view_change(cx, from, m, env, lo),
             ReplicaMsg::NewView(m) => self.on_new_view(cx, from, m, env, lo),
             ReplicaMsg::Status(m) => self.on_status(cx, from, m),

@@ -629,3 +629,35 @@ fn a_garbage_first_decided_notice_does_not_lock_out_the_senders_later_ones() {
         "f+1 matching current notices decide"
     );
 }
+
+/// Seed 3000270: a replica whose link to one slot's leader is cut (here: it
+/// never gets the pre-prepare) learned the slot's decision only at its next
+/// status tick, and when it led the following slot it proposed that much
+/// later, on every such slot, with no view change ever firing. The f+1-th
+/// commit for a slot it lacks now makes it tell the committers where it is,
+/// once, so their `Decided` notices come back within a round trip.
+#[test]
+fn the_f_plus_one_th_commit_for_a_slot_we_lack_asks_the_committers_once() {
+    use chorus_core::{Digest, OrderingMode, ReplicaId, ReplicaMsg};
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut r3 = replica(&s, 3);
+    let d = Digest::of(b"a batch r3 never saw");
+    let status_to = |e: &[crate::io::Action]| -> Vec<ReplicaId> {
+        sends(e)
+            .into_iter()
+            .filter(|(_, m)| matches!(m, ReplicaMsg::Status(_)))
+            .map(|(to, _)| to)
+            .collect()
+    };
+    let e = msg(&mut r3, 10, 1, ReplicaMsg::Commit(s.commit(1, 0, 0, 0, d)));
+    assert!(status_to(&e).is_empty(), "one commit may come from a liar");
+    let e = msg(&mut r3, 11, 2, ReplicaMsg::Commit(s.commit(2, 0, 0, 0, d)));
+    assert_eq!(status_to(&e), vec![ReplicaId(1), ReplicaId(2)]);
+    let e = msg(&mut r3, 12, 2, ReplicaMsg::Commit(s.commit(2, 0, 0, 0, d)));
+    assert!(
+        status_to(&e).is_empty(),
+        "a retransmitted commit does not ask again"
+    );
+    let e = msg(&mut r3, 13, 0, ReplicaMsg::Commit(s.commit(0, 0, 0, 0, d)));
+    assert!(status_to(&e).is_empty(), "asked once per slot");
+}
