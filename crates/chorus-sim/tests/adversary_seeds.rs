@@ -47,6 +47,8 @@ fn must_pass(opts: SimOptions, seed: u64, finding: &str) {
     assert!(r.ok(), "issue 8 {finding} (found by the issue 9 simulator):\n{r}");
 }
 
+// Every finding is fixed today; new ones start here as `found!`.
+#[allow(unused_macros)]
 macro_rules! found {
     ($(#[$doc:meta])* $name:ident: $opts:expr, seed $seed:literal, $finding:literal) => {
         $(#[$doc])*
