@@ -258,3 +258,52 @@ fixed!(
         o
     }, seed 3000270, "liveness: requests lost late in a run"
 );
+
+// Bugs 1, 4, 10 and 11, found on the unfixed code (the h-sim tip, fed9e07,
+// with `bad-auth`'s partial-MAC variant added) by helper "tests"; see
+// "The other bugs" in docs/sim-findings.md.
+
+fixed!(
+    /// r1 garbage-snapshot, r6 nv-forge, block-wise: `agreement` — r5 and r2
+    /// delivered different batches at #194. Passes on fed9e07 with only the
+    /// adopt-then-truncate change of 22dd632 applied.
+    cop_n7_install_and_forged_new_view_seed_7100176_agreement: {
+        let mut o = no_swarm(heavy(
+            Cop,
+            4,
+            7,
+            "delay,loss,partition,crash,nv-forge,garbage-snapshot,outage",
+            60,
+            15_000,
+        ));
+        o.check_views = false;
+        o
+    }, seed 7100176, "finding 1"
+);
+
+fixed!(
+    /// Only fault: Byzantine clients with MAC vectors valid at f+1 replicas.
+    /// Lane 0 went through 44 views with no faulty replica; 7 of 800
+    /// requests incomplete (liveness).
+    cop_n4_partial_mac_seed_5: heavy(Cop, 4, 4, "bad-auth", 100, 20_000), seed 5, "finding 4"
+);
+
+fixed!(
+    /// cop/2 n=13: "r3 sent a new-view the wire codec refuses: frame of
+    /// 81266 bytes exceeds the limit of 65536" (delivery).
+    cop_n13_all_seed_2000006_new_view_frame: {
+        let mut o = SimOptions::new(Cop, 2, 13);
+        o.requests_per_client = 8;
+        o
+    }, seed 2000006, "finding 10"
+);
+
+fixed!(
+    /// No fault, pool of 2: c6's q36 and c5's q28 were abandoned in silence
+    /// (liveness, every pool empty at the end).
+    pbft_n4_pool_2_seed_1_busy_admission: {
+        let mut o = heavy(OrderingMode::Pbft, 1, 4, "none", 100, 3_000);
+        o.pool_max_requests = 2;
+        o
+    }, seed 1, "finding 11"
+);
