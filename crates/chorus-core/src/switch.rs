@@ -2,7 +2,7 @@
 //! client's requests, as a pure function of delivered history.
 //!
 //! A client asks to move to instance `j` with a request flagged
-//! [`flags::SWITCH_INSTANCE`](crate::flags::SWITCH_INSTANCE) whose op is `j`
+//! [`flags::SWITCH_INSTANCE`] whose op is `j`
 //! (u32 LE). The request is proposed in lane `j` (never by the old owner,
 //! which may be the censor). Once it is delivered at round `r`, every
 //! correct replica knows it at the same round, so one boundary suffices
