@@ -264,6 +264,11 @@ impl SimClient {
         self.switches += 1;
         self.switching = Some((seq, target));
         let request = self.creds.switch_request(seq, target);
+        self.send_new(seq, request, now_us, out);
+    }
+
+    /// Send a new request to every replica, arm its first retry and track it.
+    fn send_new(&mut self, seq: RequestSeq, request: Request, now_us: Micros, out: &mut Vec<ClientAction>) {
         out.push(ClientAction::Broadcast(request.clone()));
         out.push(ClientAction::RetryTimer {
             seq,
@@ -305,21 +310,7 @@ impl SimClient {
             self.next_seq += 1;
             let op = self.op(rng, seq.0);
             let request = self.creds.request(seq, op);
-            out.push(ClientAction::Broadcast(request.clone()));
-            out.push(ClientAction::RetryTimer {
-                seq,
-                attempt: 0,
-                after_us: RETRY_FIRST_US,
-            });
-            self.pending.insert(
-                seq,
-                Pending {
-                    request,
-                    issued_at_us: now_us,
-                    attempt: 0,
-                    votes: BTreeMap::new(),
-                },
-            );
+            self.send_new(seq, request, now_us, out);
         }
         self.arm(rng, now_us, out);
     }
