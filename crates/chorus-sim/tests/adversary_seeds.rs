@@ -307,3 +307,17 @@ fixed!(
         o
     }, seed 1, "finding 11"
 );
+
+fixed!(
+    /// The issue-8 acceptance workload at n=7, block-wise: r0 a twin and r6
+    /// silent for ever. Each time r0 led a slot again a lane changed view,
+    /// and the next new-view primaries were r6 and r0 themselves, each given
+    /// the full backed-off wait: four 3.6 s stalls after healing, 18 of 1200
+    /// requests late. A new-view primary the replica's record excludes now
+    /// gets a short wait (`lane/penalty.rs`, `short_wait_for`).
+    cop_n7_all_seed_3100075_excluded_new_view_primaries: {
+        let mut o = heavy(Cop, 4, 7, "all", 150, 25_000);
+        o.rotation = Some(chorus_core::LeaderRotation::BlockWise);
+        o
+    }, seed 3100075, "finding 2"
+);

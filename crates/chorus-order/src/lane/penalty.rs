@@ -120,6 +120,19 @@ impl Penalties {
         }
     }
 
+    /// Should a view whose new-view primary is `primary` get only a short
+    /// wait, the lane being stuck at `at`? Yes when the primary is among the
+    /// (at most f) replicas our next NEW-VIEW would exclude there
+    /// (`exclusions`; block-wise rotation only). Never more than f: a record
+    /// that blames correct replicas too (a partition) must not cycle through
+    /// views without giving any primary time. (Seed 3100075, cop n=7: after
+    /// the slot leader r0 failed, the next two new-view primaries were the
+    /// silent r6 and r0 itself, and waiting out each with the full back-off
+    /// stalled every lane 3.6 s.)
+    pub fn short_wait_for(&self, cfg: &ClusterConfig, primary: ReplicaId, at: Slot) -> bool {
+        self.exclusions(cfg, at).iter().any(|e| e.replica == primary)
+    }
+
     /// What a NEW-VIEW whose fresh slots start at `from` excludes: the (at
     /// most f) replicas still penalised there, most-failed first. Only
     /// block-wise rotation has per-slot leaders to skip.

@@ -40,7 +40,8 @@
 use super::{Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::{Action, TimerId};
-use chorus_core::{Millis, ReplicaId, Seq, Slot, View};
+use crate::roles::new_view_primary;
+use chorus_core::{Millis, OrderingMode, ReplicaId, Seq, Slot, View};
 
 /// Back-off stops doubling at 2^4 = 16 × the base timeout. The doubling is
 /// only there to outgrow an unknown message delay after GST (PBFT §4.5.2);
@@ -148,7 +149,8 @@ impl Lane {
         let timeout = self.timer.timeout_ms(self.cfg.params.view_change_timeout_ms);
         if !self.active {
             if self.timer.deadline.is_none() && self.view_change_quorum() {
-                self.set_deadline(cx, Some(cx.now.plus(timeout)));
+                let wait = self.view_change_wait(timeout);
+                self.set_deadline(cx, Some(cx.now.plus(wait)));
             }
             return;
         }
@@ -210,6 +212,28 @@ impl Lane {
             at = at.min(t.max(cx.now));
         }
         self.set_deadline(cx, Some(at));
+    }
+
+    /// How long to give the new-view primary of the view we are changing
+    /// to. A primary our record excludes (it failed as a slot leader or as a
+    /// new-view primary not long ago) gets a quarter of the base timeout
+    /// instead of the backed-off one: with f faulty replicas next to each
+    /// other in the rotation, a view change otherwise waits out each of them
+    /// in turn at the full back-off. Timers only decide when we sign a
+    /// timeout statement, so this never touches safety, and a short wait
+    /// still leaves a correct but excluded primary time for a round trip.
+    fn view_change_wait(&self, timeout: u64) -> u64 {
+        let primary = new_view_primary(&self.cfg, self.id, self.view);
+        let skip = primary != self.me
+            && !matches!(self.cfg.params.mode, OrderingMode::Rcc | OrderingMode::Sarek)
+            && self
+                .penalties
+                .short_wait_for(&self.cfg, primary, self.next_undecided);
+        if skip {
+            (self.cfg.params.view_change_timeout_ms / 4).clamp(1, timeout)
+        } else {
+            timeout
+        }
     }
 
     /// Remember a peer's `Status` for this lane (finding 7's evidence).

@@ -661,3 +661,60 @@ fn the_f_plus_one_th_commit_for_a_slot_we_lack_asks_the_committers_once() {
     let e = msg(&mut r3, 13, 0, ReplicaMsg::Commit(s.commit(0, 0, 0, 0, d)));
     assert!(status_to(&e).is_empty(), "asked once per slot");
 }
+
+/// Replicas other than r2 that, with r2, make 2f+1 at n = 7.
+const PEERS_7: [u32; 4] = [0, 3, 4, 5];
+
+/// The wait r2 gives the new-view primary of `view` once `PEERS_7` ask for
+/// it at `now` too (2f+1 in the view change: the timer runs).
+fn view_change_wait(s: &Setup, r2: &mut Replica, now: u64, view: u64) -> u64 {
+    for from in PEERS_7 {
+        msg(
+            r2,
+            now,
+            from,
+            ReplicaMsg::ViewChange(view_change(s, from, view, None, vec![])),
+        );
+    }
+    assert_eq!(r2.status().views, vec![View(view)]);
+    assert_eq!(r2.status().view_changing, vec![true]);
+    deadline(r2).expect("2f+1 in the view change: the timer runs").0 - now
+}
+
+/// Seed 3100075 (`chorus sim --mode cop --pillars 4 --n 7 --faults all
+/// --clients 8 --requests 150 --fault-window-ms 25000 --rotation block-wise`):
+/// after the slot leader r0 failed, the next new-view primaries were the
+/// silent r6 and r0 itself, and each got the full backed-off wait: every
+/// lane stalled 3.6 s at a time and 18 requests missed the liveness bound.
+/// A new-view primary our record excludes now gets a quarter of the base
+/// timeout; one it does not exclude still gets the backed-off one.
+#[test]
+fn a_view_change_to_an_excluded_new_view_primary_waits_briefly() {
+    let s = setup(7, 2, params(OrderingMode::Pbft, 1));
+    let base = s.cfg.params.view_change_timeout_ms;
+    let mut r2 = replica(&s, 2);
+    // View 1 (new-view primary r1): the full wait; r1 never sends NEW-VIEW.
+    let wait = view_change_wait(&s, &mut r2, 10, 1);
+    assert!(wait >= base, "r1 is not excluded yet: {wait} ms");
+    let t = 10 + wait;
+    handle(&mut r2, t, Event::Timer(TimerId::ViewChange(L0)));
+    for from in PEERS_7 {
+        msg(&mut r2, t + 1, from, gave_up(&s, from, 1));
+    }
+    assert_eq!(r2.status().views, vec![View(2)], "2f+1 gave up on view 1");
+    // Views 2 to 7 fail elsewhere; a certificate for view 7 brings r2 to
+    // view 8, whose new-view primary is r1 again.
+    for from in [0, 1, 3, 4, 5] {
+        msg(&mut r2, t + 2, from, gave_up(&s, from, 7));
+    }
+    let wait = view_change_wait(&s, &mut r2, t + 3, 8);
+    assert_eq!(wait, base / 4, "r1 failed as new-view primary of view 1");
+
+    // Control: a replica that never saw r1 fail waits the full time in view 8.
+    let mut fresh = replica(&s, 2);
+    for from in [0, 1, 3, 4, 5] {
+        msg(&mut fresh, 10, from, gave_up(&s, from, 7));
+    }
+    let wait = view_change_wait(&s, &mut fresh, 11, 8);
+    assert!(wait >= base, "r1 is not excluded here: {wait} ms");
+}
