@@ -82,6 +82,13 @@ pub struct Args {
     /// Leader rotation in cop mode: fixed | block-wise | random (drawn per seed).
     #[arg(long, default_value = "random")]
     pub rotation: String,
+    /// One-way latency of every replica-to-replica link in ms (a WAN
+    /// profile; default: drawn per link between 0.5 and 5 ms).
+    #[arg(long)]
+    pub latency_ms: Option<u64>,
+    /// dispel: concurrent epochs allowed (Dispel §4.3; default 8).
+    #[arg(long)]
+    pub epochs: Option<u64>,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -133,6 +140,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.registry = Arc::new(crate::registry().clone());
     opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
+    opts.latency_ms = a.latency_ms;
+    opts.epochs = a.epochs;
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {
         return long_run(&opts, minutes, a.verbose);

@@ -126,6 +126,9 @@ pub struct ProtocolParams {
     pub future_msgs_per_peer: u32,
     /// Bytes per state-transfer chunk.
     pub state_chunk_bytes: u32,
+    /// dispel: the outgoing link's capacity; the pipeline spawns an epoch
+    /// only while we send below 5 % of it (Dispel §4.2).
+    pub link_capacity_mib_s: u64,
     /// Names this cluster; bound into every handshake (and so every channel)
     /// through [`ClusterConfig::cluster_tag`], so keys reused in another
     /// cluster cannot open a connection here. `chorus keygen` draws a random one.
@@ -153,6 +156,8 @@ impl Default for ProtocolParams {
             pool_max_per_client: 1_024,
             future_msgs_per_peer: 256,
             state_chunk_bytes: 1 << 20,
+            // Dispel §4.2: the paper's c5.xlarge measured 600 MiB/s.
+            link_capacity_mib_s: 600,
             cluster_id: String::new(),
         }
     }
@@ -410,6 +415,7 @@ impl ClusterConfig {
             ("pool_max_per_client", p.pool_max_per_client as u64),
             ("future_msgs_per_peer", p.future_msgs_per_peer as u64),
             ("state_chunk_bytes", p.state_chunk_bytes as u64),
+            ("link_capacity_mib_s", p.link_capacity_mib_s),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero(name));

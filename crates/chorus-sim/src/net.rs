@@ -103,11 +103,19 @@ impl Network {
         faults: LinkFaults,
         partitions: Vec<Partition>,
         heal_at_us: Micros,
+        wan_latency_us: Option<u64>,
     ) -> Network {
         let nodes = node_replica.len();
         let e = nodes + clients;
         let base_us = (0..e * e)
-            .map(|_| rng.gen_range(BASE_LATENCY_MIN_US..=BASE_LATENCY_MAX_US))
+            .map(|link| {
+                let drawn = rng.gen_range(BASE_LATENCY_MIN_US..=BASE_LATENCY_MAX_US);
+                let between_nodes = link / e < nodes && link % e < nodes;
+                match wan_latency_us {
+                    Some(wan) if between_nodes => wan,
+                    _ => drawn,
+                }
+            })
             .collect();
         let slow = (0..e * e)
             .map(|_| rng.gen_range(0..1_000_000) < faults.slow_link_ppm)
@@ -225,7 +233,7 @@ mod tests {
 
     fn net(faults: LinkFaults, partitions: Vec<Partition>) -> (Network, ChaCha8Rng) {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let n = Network::new(&mut rng, vec![0, 1, 2, 3], 2, faults, partitions, 1_000_000);
+        let n = Network::new(&mut rng, vec![0, 1, 2, 3], 2, faults, partitions, 1_000_000, None);
         (n, rng)
     }
 

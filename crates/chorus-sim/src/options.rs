@@ -104,6 +104,13 @@ pub struct SimOptions {
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
     /// the serial-order checker can be shown to catch it.
     pub skip_sync_wait: bool,
+    /// Every replica-to-replica link's one-way base latency (a WAN profile,
+    /// e.g. 50 ms for Dispel §5's pipelining experiment); `None`: drawn per
+    /// link between 0.5 and 5 ms. Clients keep their LAN links.
+    pub latency_ms: Option<u64>,
+    /// dispel: concurrent epochs allowed (Dispel §4.3's memory bound,
+    /// `max_lane_drift_slots`); `None`: the simulator's default (8).
+    pub epochs: Option<u64>,
 }
 
 impl Default for SimOptions {
@@ -133,6 +140,8 @@ impl Default for SimOptions {
             check_wait_free: false,
             rotation: None,
             skip_sync_wait: false,
+            latency_ms: None,
+            epochs: None,
         }
     }
 }
@@ -195,6 +204,17 @@ impl SimOptions {
         }
         if self.byzantine_replicas() > self.n.saturating_sub(2) {
             return Err("at least two replicas must stay correct".into());
+        }
+        if self.latency_ms.is_some_and(|l| l > 1_000) {
+            return Err("latency must be at most 1000 ms".into());
+        }
+        if let Some(e) = self.epochs {
+            if self.mode != OrderingMode::Dispel {
+                return Err("--epochs is for --mode dispel".into());
+            }
+            if e == 0 || e > 64 {
+                return Err(format!("epochs must be 1..=64, got {e}"));
+            }
         }
         if self.fault_window_ms > 600_000
             || self.liveness_timeout_ms == 0
@@ -411,6 +431,7 @@ impl SimOptions {
             self.pillars as u64
         };
         let per_lane_checkpoint = 4;
+        let max_lane_drift_slots = self.epochs.unwrap_or(2 * per_lane_checkpoint);
         ProtocolParams {
             mode: self.mode,
             pillars: self.pillars,
@@ -419,9 +440,10 @@ impl SimOptions {
             batch_max_requests: 4,
             batch_max_bytes: 4 * 1024,
             batch_delay_ms: 2,
-            window_slots: 3 * per_lane_checkpoint,
+            // Dispel §4.3: the window must hold every concurrent epoch.
+            window_slots: (3 * per_lane_checkpoint).max(max_lane_drift_slots + per_lane_checkpoint),
             checkpoint_interval: per_lane_checkpoint * lanes,
-            max_lane_drift_slots: 2 * per_lane_checkpoint,
+            max_lane_drift_slots,
             view_change_timeout_ms: 500,
             status_interval_ms: 250,
             max_op_bytes: 512,
@@ -430,6 +452,7 @@ impl SimOptions {
             pool_max_per_client: 32.min(self.pool_max_requests),
             future_msgs_per_peer: 64,
             state_chunk_bytes: 1024,
+            link_capacity_mib_s: 600,
             cluster_id: String::new(),
         }
     }

@@ -173,6 +173,7 @@ impl<R: SimReplica> World<R> {
             plan.link_faults.clone(),
             plan.partitions.clone(),
             plan.heal_at_us,
+            opts.latency_ms.map(|ms| ms * 1_000),
         );
         let correct = (0..opts.n as u32).map(|r| plan.is_byzantine(ReplicaId(r)).is_none());
         let checker = Checker::new(&config, correct.collect());

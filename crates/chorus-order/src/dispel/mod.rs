@@ -114,12 +114,22 @@ pub struct DispelCore {
     replaying: bool,
     /// Our `next_epoch` at the previous status tick (unchanged = we are stalled).
     last_tick_epoch: Option<Epoch>,
+    /// Dispel §4.2: what we sent recently, for the pipeline's idle-link test.
+    meter: pipeline::SendMeter,
 }
 
 fn wire(msg: &DbftMsg) -> ReplicaMsg {
     ReplicaMsg::Dbft(DbftWire {
         bytes: Bytes::from(chorus_core::encode(msg)),
     })
+}
+
+/// Bytes a message puts on our outgoing link per recipient.
+fn wire_bytes(m: &ReplicaMsg) -> u64 {
+    match m {
+        ReplicaMsg::Dbft(w) => w.bytes.len() as u64,
+        _ => 0,
+    }
 }
 
 impl DispelCore {
@@ -142,6 +152,7 @@ impl DispelCore {
             peers: vec![(0, false); n],
             replaying: false,
             last_tick_epoch: None,
+            meter: pipeline::SendMeter::default(),
             cfg,
             me,
         }
@@ -164,19 +175,15 @@ impl DispelCore {
         (!proposed && in_window).then_some(e)
     }
 
-    /// Our own proposals not yet RB-delivered here: the outgoing-network
-    /// proxy of the pipeline (a delivered INIT reached an echo quorum).
-    pub fn own_undelivered(&self) -> u64 {
-        let me = self.me.index();
-        let from = self.st.next_epoch.max(self.st.engine.low());
-        (from..self.st.engine.next_spawn())
-            .filter(|e| {
-                self.st
-                    .engine
-                    .epoch(*e)
-                    .is_some_and(|s| s.proposed() && s.rb(me).delivered().is_none())
-            })
-            .count() as u64
+    /// Dispel §4.2: is our outgoing link idle (below 5 % of its capacity
+    /// over the last 6 ms)? If not, when to look again.
+    pub fn link_idle(&self, now: Millis) -> Result<(), Millis> {
+        let capacity = self.cfg.params.link_capacity_mib_s.saturating_mul(1 << 20);
+        if self.meter.idle(now, capacity) {
+            Ok(())
+        } else {
+            Err(self.meter.next_sample(now))
+        }
     }
 
     pub fn cell(&self, epoch: Epoch) -> Cell {
@@ -304,7 +311,9 @@ impl DispelCore {
             for r in ranges {
                 for (_, msgs) in self.st.sent.range(r) {
                     for m in msgs {
-                        cx.out.send(to, wire(m));
+                        let w = wire(m);
+                        self.meter.record(cx.now, wire_bytes(&w));
+                        cx.out.send(to, w);
                         cx.counters.retransmissions += 1;
                     }
                 }
@@ -420,10 +429,17 @@ impl DispelCore {
         for a in acts {
             match a {
                 DAction::Send { .. } if self.replaying => {}
-                DAction::Send { to, msg } => cx.out.send(to, wire(&msg)),
+                DAction::Send { to, msg } => {
+                    let w = wire(&msg);
+                    self.meter.record(cx.now, wire_bytes(&w));
+                    cx.out.send(to, w);
+                }
                 DAction::Broadcast { msg } => {
                     if !self.replaying {
-                        cx.out.broadcast(wire(&msg));
+                        let w = wire(&msg);
+                        let peers = self.cfg.n().saturating_sub(1) as u64;
+                        self.meter.record(cx.now, wire_bytes(&w).saturating_mul(peers));
+                        cx.out.broadcast(w);
                     }
                     let kept = self.st.sent.entry(msg.epoch()).or_default();
                     if kept.len() < MAX_KEPT_PER_EPOCH {

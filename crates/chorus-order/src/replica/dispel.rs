@@ -143,7 +143,8 @@ impl Replica {
             return false;
         };
         let me = LaneId(self.me.0);
-        let (next_spawn, next_epoch, own) = (d.spawnable(), d.next_epoch(), d.own_undelivered());
+        let (next_spawn, next_epoch) = (d.spawnable(), d.next_epoch());
+        let idle = d.link_idle(now);
         let before = Millis(now.0.saturating_sub(self.rescue_ms()));
         let rescue = (0..self.cfg.lanes())
             .map(LaneId)
@@ -164,10 +165,25 @@ impl Replica {
             next_spawn,
             next_epoch,
             max_depth: self.cfg.params.max_lane_drift_slots,
-            own_undelivered: own,
+            link_idle: idle.is_ok(),
             batch_due: due,
         };
         let Some(e) = spawn_now(view) else {
+            // Only the link held a due epoch back: look again when the
+            // meter's window moves.
+            if let (Err(at), true) = (
+                idle,
+                spawn_now(SpawnView {
+                    link_idle: true,
+                    ..view
+                })
+                .is_some(),
+            ) {
+                if self.batch_deadline[me.index()].is_none_or(|d| d > at) {
+                    self.batch_deadline[me.index()] = Some(at);
+                    out.set_timer(crate::io::TimerId::Batch(me), at);
+                }
+            }
             return false;
         };
         let batch = self.dispel_cut(now, e);
