@@ -208,6 +208,13 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         dist: a.distribution,
         conflict_rate: a.conflict_rate,
         buckets: a.buckets,
+        cross_partition: a.cross_partition,
+        partitions: if a.mode == chorus_core::OrderingMode::Sarek {
+            a.pillars
+                .clamp(2, u32::from(chorus_exec::partitioned::predict::MAX_PARTITIONS)) as u16
+        } else {
+            4
+        },
     };
     let mut clients = Vec::new();
     // One identity per process (see `lock_identity`): held until the run ends.

@@ -58,6 +58,13 @@ pub struct Args {
     /// Fraction of operations sent to one hot key / bucket (0..1).
     #[arg(long, default_value_t = 0.0)]
     pub conflict_rate: f64,
+    /// kv: fraction of operations (0..1) that are two-key `PutAll`s whose
+    /// keys lie in different SAREK partitions (the paper's cross-border
+    /// requests, SAREK §V). Partitions are those of `--mode sarek
+    /// --pillars K`; other modes get the same operations, keys split as for
+    /// 4 partitions, so runs compare side by side.
+    #[arg(long, default_value_t = 0.0)]
+    pub cross_partition: f64,
     /// Send reads through ordering instead of the read-only fast path.
     #[arg(long)]
     pub ordered_reads: bool,
@@ -87,7 +94,7 @@ pub struct Args {
     pub warmup: u64,
     /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
     /// Parameters: pillars, workers, buckets, clients, in-flight, batch, rate, value-bytes,
-    /// request-bytes, conflict-rate, executor, mode, service, workload.
+    /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload.
     #[arg(long)]
     pub sweep: Option<String>,
     /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
@@ -121,6 +128,7 @@ impl Args {
             "value-bytes" => self.value_bytes = num()? as usize,
             "request-bytes" => self.request_bytes = num()? as usize,
             "conflict-rate" => self.conflict_rate = v.parse().with_context(|| format!("{key}={v}"))?,
+            "cross-partition" => self.cross_partition = v.parse().with_context(|| format!("{key}={v}"))?,
             "executor" => self.executor = v.into(),
             "service" => self.service = v.into(),
             "mode" => self.mode = v.parse().map_err(anyhow::Error::msg)?,
@@ -154,6 +162,12 @@ impl Args {
         }
         if !(0.0..=1.0).contains(&self.conflict_rate) {
             bail!("--conflict-rate must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.cross_partition) {
+            bail!("--cross-partition must be between 0 and 1");
+        }
+        if self.cross_partition > 0.0 && self.service != "kv" {
+            bail!("--cross-partition is for --service kv");
         }
         if self.n != 1 && self.n < 4 {
             bail!("--n must be 1 or at least 4 (3f+1)");

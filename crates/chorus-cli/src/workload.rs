@@ -43,6 +43,9 @@ pub struct WorkloadSpec {
     /// Fraction of operations redirected to one hot key (kv) or bucket 0 (sleep).
     pub conflict_rate: f64,
     pub buckets: u32,
+    /// kv: fraction of two-key `PutAll`s across `partitions` SAREK partitions.
+    pub cross_partition: f64,
+    pub partitions: u16,
 }
 
 /// Services with their own generator here; any other comes from the registry.
@@ -157,7 +160,31 @@ impl Generator {
         }
     }
 
+    /// SAREK §V's cross-border request: one write to each of two keys in
+    /// different partitions.
+    fn cross_partition_put(&self, rng: &mut impl Rng) -> Op {
+        use chorus_exec::partitioned::predict::partition_of_key;
+        let first = Self::key(self.pick(rng));
+        let home = partition_of_key(&first, self.spec.partitions);
+        // With K ≥ 2 partitions a uniform key lands elsewhere with
+        // probability ≥ 1/2: 64 draws all failing is 2^-64.
+        let second = (0..64)
+            .map(|_| Self::key(self.pick(rng)))
+            .find(|k| partition_of_key(k, self.spec.partitions) != home)
+            .unwrap_or_else(|| Self::key(self.spec.records));
+        let op = KvOp::PutAll {
+            pairs: vec![(first, self.value()), (second, self.value())],
+        };
+        Op {
+            bytes: op.encode(),
+            read_only: false,
+        }
+    }
+
     fn next_kv(&mut self, rng: &mut impl Rng) -> Op {
+        if self.spec.cross_partition > 0.0 && rng.gen_bool(self.spec.cross_partition.min(1.0)) {
+            return self.cross_partition_put(rng);
+        }
         let r: f64 = rng.gen();
         let key = Self::key(self.pick(rng));
         let (op, ro) = match self.spec.ycsb {
@@ -224,5 +251,54 @@ impl Generator {
             bytes: op.encode(),
             read_only: ro,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_exec::partitioned::predict::partition_of_key;
+
+    fn spec(cross_partition: f64) -> WorkloadSpec {
+        WorkloadSpec {
+            service: "kv".into(),
+            ycsb: Ycsb::U,
+            records: 1_000,
+            value_bytes: 8,
+            request_bytes: 0,
+            dist: KeyDist::Uniform,
+            conflict_rate: 0.0,
+            buckets: 1,
+            cross_partition,
+            partitions: 4,
+        }
+    }
+
+    fn cross_ops(cross_partition: f64, draws: usize) -> usize {
+        let mut g = Generator::new(spec(cross_partition), 1);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        (0..draws)
+            .filter(|_| match KvOp::decode(&g.next(&mut rng).bytes) {
+                Ok(KvOp::PutAll { pairs }) => {
+                    assert_eq!(pairs.len(), 2);
+                    assert_ne!(
+                        partition_of_key(&pairs[0].0, 4),
+                        partition_of_key(&pairs[1].0, 4),
+                        "a cross-border request spans two partitions"
+                    );
+                    true
+                }
+                Ok(_) => false,
+                Err(e) => panic!("undecodable op: {e:?}"),
+            })
+            .count()
+    }
+
+    #[test]
+    fn cross_partition_share_is_the_requested_fraction() {
+        assert_eq!(cross_ops(0.0, 1_000), 0);
+        assert_eq!(cross_ops(1.0, 1_000), 1_000);
+        let some = cross_ops(0.3, 10_000);
+        assert!((2_700..3_300).contains(&some), "{some} of 10 000");
     }
 }
