@@ -21,6 +21,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// A stable checkpoint with the state it certifies.
+/// Digests one replica may have votes counted for at one position: a
+/// correct replica signs one; an equivocator is held to two, which bounds
+/// memory and is all a relayed copy needs.
+const MAX_DIGESTS_PER_VOTER: usize = 2;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StableCheckpoint {
     pub cert: CheckpointCert,
@@ -50,7 +55,11 @@ pub struct Checkpointer {
     own: BTreeMap<Seq, (Digest, Bytes)>,
     /// Our own votes (kept for retransmission), the stable one included.
     own_votes: BTreeMap<Seq, CheckpointVote>,
-    votes: BTreeMap<Seq, BTreeMap<ReplicaId, CheckpointVote>>,
+    /// Signed votes by (voter, digest): a replica that equivocated is
+    /// counted for each digest it signed (at most `MAX_DIGESTS_PER_VOTER`),
+    /// which cannot make two digests stable: two quorums share f+1 voters,
+    /// one of them correct.
+    votes: BTreeMap<Seq, BTreeMap<(ReplicaId, Digest), CheckpointVote>>,
     /// `TakeCheckpoint` emitted, `Checkpointed` not yet received.
     awaiting: BTreeSet<Seq>,
     /// The highest verified certificate above our stable checkpoint learnt
@@ -136,7 +145,10 @@ impl Checkpointer {
         let vote = self.sign_vote(seq, state_digest);
         self.own.insert(seq, (state_digest, snapshot));
         self.own_votes.insert(seq, vote.clone());
-        self.votes.entry(seq).or_default().insert(self.me, vote.clone());
+        self.votes
+            .entry(seq)
+            .or_default()
+            .insert((self.me, state_digest), vote.clone());
         cx.out.broadcast(ReplicaMsg::Checkpoint(vote));
         self.check(cx, seq)
     }
@@ -153,10 +165,16 @@ impl Checkpointer {
         vote
     }
 
-    /// A peer's vote (PBFT §4.3).
-    pub fn on_vote(&mut self, cx: &mut Cx, from: ReplicaId, vote: CheckpointVote) -> VoteOutcome {
-        if vote.replica != from {
-            cx.reject("replica-mismatch");
+    /// A vote (PBFT §4.3), from its signer or relayed by a peer that holds
+    /// it in its stable certificate (`votes_for_peer`): the signature, not
+    /// the link, says who voted. A relay is what lets a replica whose copy of
+    /// one voter's vote differed (that voter equivocated) still reach 2f+1
+    /// (dispel seed 1619: r0 sent conflicting checkpoint votes, the lagging
+    /// r6 could not vote, and only r3 ever held a certificate, so r6 never
+    /// learnt of two claims and could not catch up).
+    pub fn on_vote(&mut self, cx: &mut Cx, _from: ReplicaId, vote: CheckpointVote) -> VoteOutcome {
+        if vote.replica.index() >= self.cfg.n() {
+            cx.reject("unknown-replica");
             return VoteOutcome::Nothing;
         }
         if vote.seq.0 == 0 || !vote.seq.0.is_multiple_of(self.interval()) {
@@ -171,18 +189,32 @@ impl Checkpointer {
             cx.reject("checkpoint-beyond-horizon");
             return VoteOutcome::Nothing;
         }
-        if let Some(old) = self.votes.get(&vote.seq).and_then(|v| v.get(&from)) {
-            if old.state_digest != vote.state_digest {
-                cx.reject("equivocation");
-            }
+        let held = self.votes.get(&vote.seq);
+        if held.is_some_and(|v| v.contains_key(&(vote.replica, vote.state_digest))) {
+            return VoteOutcome::Nothing;
+        }
+        let signed = held.map_or(0, |v| {
+            v.range((vote.replica, Digest([0; 32]))..)
+                .take_while(|((r, _), _)| *r == vote.replica)
+                .count()
+        });
+        if signed >= MAX_DIGESTS_PER_VOTER {
+            cx.reject("equivocation");
             return VoteOutcome::Nothing;
         }
         if let Err(reason) = verify_vote_sig(&self.cfg, &vote) {
             cx.reject(reason);
             return VoteOutcome::Nothing;
         }
+        if signed > 0 {
+            // Kept (a relayed copy may be the one the others hold), but said.
+            cx.reject("equivocation");
+        }
         let seq = vote.seq;
-        self.votes.entry(seq).or_default().insert(from, vote);
+        self.votes
+            .entry(seq)
+            .or_default()
+            .insert((vote.replica, vote.state_digest), vote);
         self.check(cx, seq)
     }
 
@@ -194,13 +226,18 @@ impl Checkpointer {
         for v in votes.values() {
             by_digest.entry(v.state_digest).or_default().push(v);
         }
+        let voters = votes
+            .keys()
+            .map(|(r, _)| *r)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         let largest = by_digest.values().map(Vec::len).max().unwrap_or(0);
         let Some((digest, quorum)) = by_digest.into_iter().find(|(_, v)| v.len() >= self.cfg.quorum()) else {
             // Correct replicas never disagree on a state digest; when the
             // votes are so split that no digest can reach 2f+1 any more, the
             // checkpoint never becomes stable and nothing repairs it (issue
             // 17: four replicas, four totals, and no replica said a word).
-            let unheard = self.cfg.n() - votes.len();
+            let unheard = self.cfg.n().saturating_sub(voters);
             if largest + unheard < self.cfg.quorum() && self.last_divergence.is_none_or(|s| s < seq) {
                 self.last_divergence = Some(seq);
                 self.divergences += 1;
@@ -214,7 +251,7 @@ impl Checkpointer {
                     %ours,
                     "state divergence: the checkpoint at position {} cannot become stable, the replicas' state digests disagree (ours {ours}, at most {largest} of {} agree)",
                     seq.0,
-                    votes.len()
+                    voters
                 );
             }
             return VoteOutcome::Nothing;
@@ -310,7 +347,7 @@ impl Checkpointer {
     /// the correct ones) can stay short of 2f+1 at every correct replica
     /// that reached the checkpoint by execution, when those need every
     /// correct vote: their windows fill and the lanes stall (issue 8,
-    /// findings 5 and 12). `vote_for_peer` hands it to peers still below.
+    /// findings 5 and 12). `votes_for_peer` hands it to peers still below.
     pub fn install(&mut self, cert: CheckpointCert, snapshot: Bytes) {
         if cert.seq <= self.stable_seq() {
             return;
@@ -329,11 +366,21 @@ impl Checkpointer {
             .collect()
     }
 
-    /// Our vote for our stable checkpoint, for a peer that reports an older one.
-    pub fn vote_for_peer(&self, peer_stable: Seq) -> Option<CheckpointVote> {
-        if peer_stable >= self.stable_seq() {
-            return None;
+    /// For a peer that reports an older stable checkpoint: the 2f+1 votes of
+    /// our stable certificate, and our own vote for it if the certificate
+    /// lacks it (we installed the state), so the peer can make the
+    /// checkpoint stable too, or learn that one exists and fetch the state
+    /// (`on_vote` takes relayed votes).
+    pub fn votes_for_peer(&self, peer_stable: Seq) -> Vec<CheckpointVote> {
+        let Some(s) = self.stable.as_ref().filter(|s| peer_stable < s.cert.seq) else {
+            return Vec::new();
+        };
+        let mut votes = s.cert.votes.clone();
+        if let Some(own) = self.own_votes.get(&s.cert.seq) {
+            if !votes.iter().any(|v| v.replica == own.replica) {
+                votes.push(own.clone());
+            }
         }
-        self.own_votes.get(&self.stable_seq()).cloned()
+        votes
     }
 }

@@ -379,7 +379,7 @@ impl Replica {
                     self.transfer.note_peer_stable(from, st.stable_seq, now);
                     // One vote per peer per status round (lane 0's status).
                     if st.lane.0 == 0 {
-                        if let Some(v) = self.checkpointer.vote_for_peer(st.stable_seq) {
+                        for v in self.checkpointer.votes_for_peer(st.stable_seq) {
                             out.send(from, ReplicaMsg::Checkpoint(v));
                         }
                     }

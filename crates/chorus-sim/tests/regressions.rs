@@ -331,6 +331,20 @@ regression!(
     dispel_n4_all_seed_441_laggard_not_resent: dispel_all(4), seed 441, Expect::Pass(DISPEL_LAGGARD_NOT_RESENT)
 );
 
+/// `dispel` with the send-rate spawn rule (deeper pipelines): r0 sent
+/// conflicting checkpoint votes, so only r3 held the certificate for
+/// position 28 and garbage-collected epochs 0–3; r6, behind at epoch 2, could
+/// not RB-deliver there without r3's READYs, saw only one stable claim and
+/// never fetched the state, and epoch 4 needed r6. A replica now sends a
+/// peer below its stable checkpoint the certificate's votes, and relayed
+/// votes count (`Checkpointer::on_vote`).
+const CHECKPOINT_CERT_NOT_SHARED: &str = "checkpoint certificate held by one correct replica only";
+
+regression!(
+    /// dispel n=7: r0 conflicting-votes, r2 silent; 29 of 36 requests stuck.
+    dispel_n7_all_seed_1619_checkpoint_cert_not_shared: dispel_all(7), seed 1619, Expect::Pass(CHECKPOINT_CERT_NOT_SHARED)
+);
+
 /// Beyond the fault model on purpose: f+1 = 2 twins at n = 4 (no weakened
 /// quorum needed). Each twin pair talks to a different half, so the two
 /// correct replicas RB-deliver and decide different batches in epoch 0: the

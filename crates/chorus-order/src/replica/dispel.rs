@@ -37,7 +37,7 @@ impl Replica {
             return self.counters.reject("not-in-dispel-mode");
         };
         self.transfer.note_peer_stable(from, st.stable_seq, now);
-        if let Some(v) = self.checkpointer.vote_for_peer(st.stable_seq) {
+        for v in self.checkpointer.votes_for_peer(st.stable_seq) {
             out.send(from, ReplicaMsg::Checkpoint(v));
         }
         if let Some(d) = self.dispel.as_mut() {

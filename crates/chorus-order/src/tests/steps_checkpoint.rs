@@ -79,16 +79,16 @@ fn stable_replica(s: &Setup) -> (Replica, CheckpointCert) {
         }]
     );
     assert!(msg(&mut r, 11, 0, ReplicaMsg::Checkpoint(s.vote(0, 2, d))).is_empty());
-    // A bad signature and a vote claiming another replica do not count.
+    // A bad signature does not count.
     let mut forged = s.vote(2, 2, d);
     forged.sig = s.vote(1, 2, d).sig;
     msg(&mut r, 11, 2, ReplicaMsg::Checkpoint(forged));
     assert_eq!(r.counters().rejected("bad-vote-signature"), 1);
-    msg(&mut r, 11, 2, ReplicaMsg::Checkpoint(s.vote(1, 2, d)));
-    assert_eq!(r.counters().rejected("replica-mismatch"), 1);
     assert_eq!(r.status().stable_seq, Seq(0));
-    // 2f+1 matching votes: stable. Persist certificate and snapshot.
-    let e = msg(&mut r, 12, 1, ReplicaMsg::Checkpoint(s.vote(1, 2, d)));
+    // 2f+1 matching votes: stable. Persist certificate and snapshot. The
+    // signature says who voted, not the link: replica 1's vote relayed by
+    // replica 2 counts (`Checkpointer::on_vote`).
+    let e = msg(&mut r, 12, 2, ReplicaMsg::Checkpoint(s.vote(1, 2, d)));
     let cert = s.checkpoint_cert(2, d, &[0, 1, 3]);
     assert_eq!(
         persists(&e),
@@ -397,4 +397,71 @@ fn digests_split_beyond_any_quorum_are_a_reported_divergence() {
     );
     assert_eq!(r.status().state_divergences, 1);
     assert_eq!(r.status().stable_seq, Seq(0));
+}
+
+/// Dispel seed 1619 (`chorus sim --mode dispel --n 7 --faults all --seed
+/// 1619`): r0 sent conflicting checkpoint votes, so only one correct replica
+/// (r3) ever held a certificate; the others held r0's other vote and stayed
+/// one short, and the replica that fell behind never saw f+1 stable claims
+/// and waited for ever. A replica now answers a peer below its stable
+/// checkpoint with the certificate's votes, and a relayed vote counts even
+/// where its signer's other vote arrived first.
+#[test]
+fn a_certificate_relayed_by_its_holder_completes_a_checkpoint_an_equivocator_split() {
+    let s = setup_k2();
+    let (mut holder, cert) = stable_replica(&s);
+    // The holder answers a peer that reports stable 0 with the 2f+1 votes.
+    let status = ReplicaMsg::Status(chorus_core::Status {
+        lane: L0,
+        view: chorus_core::View(0),
+        next_undecided: Slot(2),
+        stable_seq: Seq(0),
+        suspects: false,
+    });
+    let e = msg(&mut holder, 20, 2, status);
+    let relayed: Vec<_> = e
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send {
+                to,
+                msg: ReplicaMsg::Checkpoint(v),
+            } if to.0 == 2 => Some(v.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        relayed, cert.votes,
+        "the whole certificate goes to the lagging peer"
+    );
+
+    // Replica 2 holds its own vote and replica 1's for d, and a different
+    // vote from replica 0 (the equivocator): one short of 2f+1 for d.
+    let mut r2 = replica(&s, 2);
+    for slot in 0..2 {
+        decide(&s, &mut r2, 2, slot, &s.batch(slot as usize, 1..2));
+    }
+    let snap = snapshot();
+    let d = Digest::of(&snap);
+    handle(
+        &mut r2,
+        10,
+        Event::Checkpointed {
+            seq: Seq(2),
+            state_digest: d,
+            snapshot: snap,
+        },
+    );
+    msg(
+        &mut r2,
+        11,
+        0,
+        ReplicaMsg::Checkpoint(s.vote(0, 2, Digest::of(b"other"))),
+    );
+    assert_eq!(r2.status().stable_seq, Seq(0));
+    // The relayed certificate brings replica 0's vote for d: stable.
+    for v in relayed {
+        msg(&mut r2, 21, 3, ReplicaMsg::Checkpoint(v));
+    }
+    assert_eq!(r2.status().stable_seq, Seq(2));
+    assert_eq!(r2.counters().rejected("equivocation"), 1);
 }
