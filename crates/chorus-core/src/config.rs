@@ -126,6 +126,10 @@ pub struct ProtocolParams {
     pub future_msgs_per_peer: u32,
     /// Bytes per state-transfer chunk.
     pub state_chunk_bytes: u32,
+    /// sarek: a partition led by another replica after a view change returns
+    /// to its preferred leader after this many decided slots (doubling with
+    /// every failed return; 0 = never). SAREK §IV-A.
+    pub preferred_return_slots: u64,
     /// dispel: the outgoing link's capacity; the pipeline spawns an epoch
     /// only while we send below 5 % of it (Dispel §4.2).
     pub link_capacity_mib_s: u64,
@@ -156,6 +160,7 @@ impl Default for ProtocolParams {
             pool_max_per_client: 1_024,
             future_msgs_per_peer: 256,
             state_chunk_bytes: 1 << 20,
+            preferred_return_slots: 1_024,
             // Dispel §4.2: the paper's c5.xlarge measured 600 MiB/s.
             link_capacity_mib_s: 600,
             cluster_id: String::new(),

@@ -80,6 +80,9 @@ pub enum ViewChangeCause {
     NewViewTimeout,
     /// f+1 peers asked for a higher view (PBFT §4.5.2 join rule).
     Joined,
+    /// SAREK §IV-A: the planned change back to the partition's preferred
+    /// leader (`lane/preferred.rs`).
+    PreferredReturn,
 }
 
 impl ViewChangeCause {
@@ -89,6 +92,7 @@ impl ViewChangeCause {
             ViewChangeCause::Censorship => "censorship",
             ViewChangeCause::NewViewTimeout => "new-view-timeout",
             ViewChangeCause::Joined => "joined",
+            ViewChangeCause::PreferredReturn => "preferred-return",
         }
     }
 }

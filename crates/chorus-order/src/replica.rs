@@ -599,7 +599,26 @@ impl Replica {
             None => self.merger.next().0 / self.cfg.lanes() as u64,
         };
         let drift = Slot(delivered.saturating_add(self.cfg.params.max_lane_drift_slots));
-        drift.min(self.lanes[l].high())
+        let limit = drift.min(self.lanes[l].high());
+        // SAREK §IV-A: no proposal past a planned return to the preferred leader.
+        match self.lanes[l].preferred_return_boundary() {
+            Some(b) => limit.min(b),
+            None => limit,
+        }
+    }
+
+    /// SAREK §IV-A: start the planned view changes back to preferred leaders
+    /// that are due (`lane/preferred.rs`).
+    fn preferred_returns(&mut self, now: Millis, out: &mut Outbox) {
+        for l in 0..self.lanes.len() {
+            let Some(target) = self.lanes[l].preferred_return_due() else {
+                continue;
+            };
+            let lo = self.with_lane(now, l, out, |ln, cx, env| {
+                ln.start_preferred_return(cx, env, target)
+            });
+            self.absorb(now, LaneId(l as u32), lo);
+        }
     }
 
     /// A request waited a status interval while the lane sat idle: the
@@ -626,6 +645,7 @@ impl Replica {
                 break;
             }
         }
+        self.preferred_returns(now, out);
         self.refresh_timers(now, out);
     }
 

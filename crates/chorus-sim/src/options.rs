@@ -453,6 +453,8 @@ impl SimOptions {
             future_msgs_per_peer: 64,
             state_chunk_bytes: 1024,
             link_capacity_mib_s: 600,
+            // Short, so simulated runs cross returns (and failed ones).
+            preferred_return_slots: 16,
             cluster_id: String::new(),
         }
     }

@@ -23,6 +23,7 @@ mod catchup;
 mod normal;
 mod penalty;
 mod plan;
+mod preferred;
 mod recovery;
 mod restart_probe;
 mod slot;

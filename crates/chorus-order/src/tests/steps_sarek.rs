@@ -17,8 +17,15 @@ fn predictor() -> Predictor {
 }
 
 fn sarek(n: usize, k: u32, clients: usize) -> Cluster {
+    sarek_returning_after(n, k, clients, 0)
+}
+
+/// `preferred_return_slots` = `return_slots` (0: never, as the other tests
+/// here expect leadership to stay where a view change put it).
+fn sarek_returning_after(n: usize, k: u32, clients: usize, return_slots: u64) -> Cluster {
     let p = ProtocolParams {
         leader_rotation: chorus_core::LeaderRotation::Fixed,
+        preferred_return_slots: return_slots,
         ..params(OrderingMode::Sarek, k)
     };
     let mut c = Cluster::new(n, clients, p);
@@ -144,4 +151,49 @@ fn sarek_cross_partition_request_reaching_one_leader_is_ordered_everywhere() {
         assert!(c.replica(i).status().counters.view_changes == 0);
     }
     assert!(c.replica(1).counters().sarek_forwarded >= 1);
+}
+
+/// SAREK §IV-A preferred leader: after r1 (preferred leader of partition 1)
+/// crashed, partition 1 moved to view 1 under r2. Once r1 is back and the
+/// lane decided `preferred_return_slots` slots in view 1, every replica
+/// starts the planned view change to view 4 (4 ≡ 0 mod n: r1 again), which
+/// blames nobody and leaves the back-off alone; r2 proposes nothing past the
+/// boundary.
+#[test]
+fn sarek_partition_returns_to_its_preferred_leader_after_the_planned_slots() {
+    let mut c = sarek_returning_after(4, 2, 2, 4);
+    c.crash(1);
+    let mut reqs = Vec::new();
+    for s in 1..=2u64 {
+        reqs.push(submit(&mut c, 1, s, "1", None));
+    }
+    assert!(
+        c.run_until(10_000, |c| c.all_executed(&reqs)),
+        "partition 1 changes view without r1"
+    );
+    assert_eq!(c.replica(0).status().views[1], View(1), "r2 leads view 1");
+    c.restart(1);
+    c.run_for(1_000);
+    // Enough requests for 4 fresh slots in view 1 (batches of 1: one every 5 ms).
+    for s in 3..=12u64 {
+        reqs.push(submit(&mut c, 1, s, "1", None));
+        c.run_for(5);
+    }
+    assert!(
+        c.run_until(20_000, |c| c.all_executed(&reqs)),
+        "every request executes across the planned return"
+    );
+    c.check_agreement();
+    for i in 0..4 {
+        let st = c.replica(i).status();
+        assert_eq!(
+            st.views[1],
+            View(4),
+            "r{i}: partition 1 is back with its preferred leader"
+        );
+        assert_eq!(st.lanes[1].proposer.0, 1, "r{i}");
+        assert_eq!(st.views[0], View(0), "partition 0 never changed view");
+    }
+    let causes = &c.replica(0).status().counters.view_change_causes;
+    assert_eq!(causes.get("preferred-return"), Some(&1), "{causes:?}");
 }
