@@ -263,7 +263,10 @@ mod tests {
             Bytes::from_static(b"put k v"),
             &keys,
         );
-        let batch = Batch { requests: vec![req] };
+        let batch = Batch {
+            requests: vec![req],
+            time_ms: 0,
+        };
         let d = batch.digest();
         let sig = id.sign(b"m");
         vec![

@@ -126,6 +126,11 @@ pub struct ProtocolParams {
     pub future_msgs_per_peer: u32,
     /// Bytes per state-transfer chunk.
     pub state_chunk_bytes: u32,
+    /// A backup rejects a fresh batch whose proposer time (`Batch::time_ms`)
+    /// is more than this ahead of its own wall clock (`batch-time-future`),
+    /// so a leader cannot push the agreed time (`ExecContext::time_ms`) far
+    /// into the future. Correct clocks must agree within it.
+    pub max_clock_skew_ms: u64,
     /// Names this cluster; bound into every handshake (and so every channel)
     /// through [`ClusterConfig::cluster_tag`], so keys reused in another
     /// cluster cannot open a connection here. `chorus keygen` draws a random one.
@@ -153,6 +158,7 @@ impl Default for ProtocolParams {
             pool_max_per_client: 1_024,
             future_msgs_per_peer: 256,
             state_chunk_bytes: 1 << 20,
+            max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
         }
     }
@@ -410,6 +416,7 @@ impl ClusterConfig {
             ("pool_max_per_client", p.pool_max_per_client as u64),
             ("future_msgs_per_peer", p.future_msgs_per_peer as u64),
             ("state_chunk_bytes", p.state_chunk_bytes as u64),
+            ("max_clock_skew_ms", p.max_clock_skew_ms),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero(name));

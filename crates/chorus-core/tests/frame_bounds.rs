@@ -136,7 +136,7 @@ fn max_batch(l: &Limits) -> Batch {
             }
         })
         .collect();
-    Batch { requests }
+    Batch { requests, time_ms: 0 }
 }
 
 /// Encode `msg` and decode it as a receiver does; return its size.

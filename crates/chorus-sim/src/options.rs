@@ -430,6 +430,7 @@ impl SimOptions {
             pool_max_per_client: 32.min(self.pool_max_requests),
             future_msgs_per_peer: 64,
             state_chunk_bytes: 1024,
+            max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
         }
     }

@@ -217,6 +217,7 @@ pub(super) fn sequential_reference(s: &Scenario, order: &[Digest]) -> (BTreeMap<
             Seq(i as u64),
             Arc::new(Batch {
                 requests: vec![r.clone()],
+                time_ms: 0,
             }),
         );
     }
