@@ -323,3 +323,71 @@ pub fn installed_digest(outcome: &Result<Digest, ExecError>, expected: &Digest) 
         Err(_) => Digest::of_parts("chorus install failed", &[expected.as_bytes()]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Empty;
+
+    impl Service for Empty {
+        fn execute(&self, _: &[u8], _: &crate::ExecContext) -> Bytes {
+            Bytes::new()
+        }
+        fn snapshot(&self) -> Bytes {
+            Bytes::from_static(b"s")
+        }
+        fn restore(&self, s: &[u8]) -> Result<(), String> {
+            (s == b"s").then_some(()).ok_or_else(|| "not mine".into())
+        }
+    }
+
+    fn switched() -> Assignments {
+        let mut a = Assignments::default();
+        let policy = chorus_core::SwitchPolicy { lanes: 4, sigma: 3 };
+        let op = chorus_core::switch::switch_op(2);
+        let r = chorus_core::Request {
+            client: ClientId(1),
+            seq: RequestSeq(1),
+            flags: chorus_core::flags::SWITCH_INSTANCE,
+            op,
+            auth: chorus_core::Authenticator::Macs(vec![]),
+        };
+        a.apply(&policy, &r, 10);
+        assert!(!a.is_empty());
+        a
+    }
+
+    /// Issue 17: version 3 carries the agreed time (and still begins with
+    /// the assignment table the ordering layer reads back); a version 2
+    /// snapshot stored before it decodes with time 0.
+    #[test]
+    fn the_agreed_time_is_in_version_3_and_version_2_still_decodes() {
+        let mut t = ClientTable::new(8);
+        t.agree_time(1_234);
+        let bytes = encode_snapshot(&t, &Empty);
+        assert_eq!(bytes[0], 3);
+        assert_eq!(
+            Assignments::from_exec_snapshot(&bytes),
+            Some(Assignments::default())
+        );
+        let (back, service) = decode_snapshot(&bytes, 8).expect("decodes");
+        assert_eq!((back.agreed_time(), &service[..]), (1_234, &b"s"[..]));
+        assert_eq!(
+            state_digest(Seq(4), &back, &Empty),
+            state_digest(Seq(4), &t, &Empty)
+        );
+
+        let v2 = postcard::to_allocvec(&ExecSnapshotV2 {
+            version: 2,
+            switches: switched(),
+            table: t.to_snapshot(),
+            service: Bytes::from_static(b"s"),
+        })
+        .unwrap();
+        assert_eq!(Assignments::from_exec_snapshot(&v2), Some(switched()));
+        let (old, _) = decode_snapshot(&v2, 8).expect("version 2 decodes");
+        assert_eq!(old.agreed_time(), 0);
+        assert_eq!(old.switches(), &switched());
+    }
+}

@@ -2,6 +2,7 @@
 //! cycles (Algorithm 3) under every interleaving (`shuttle`), random streams
 //! against the sequential executor, and the checker biting.
 
+mod agreed_time;
 mod alg2;
 mod prop;
 mod shuttle_cycles;
