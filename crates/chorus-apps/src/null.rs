@@ -49,6 +49,7 @@ mod tests {
             index: 1,
             client: ClientId(1),
             request_seq: RequestSeq(1),
+            time_ms: 0,
         };
         assert!(s.execute(b"anything", &ctx).is_empty());
         assert!(!chorus_exec::conflicts(&s.access(b"a"), &s.access(b"a")));

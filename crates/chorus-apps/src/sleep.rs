@@ -143,6 +143,7 @@ mod tests {
             index: 0,
             client: ClientId(1),
             request_seq: RequestSeq(1),
+            time_ms: 0,
         }
     }
 

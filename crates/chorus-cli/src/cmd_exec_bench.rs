@@ -76,7 +76,10 @@ fn batches(a: &Args, factor: u32) -> Vec<Arc<Batch>> {
             });
             i += 1;
         }
-        out.push(Arc::new(Batch { requests: reqs }));
+        out.push(Arc::new(Batch {
+            requests: reqs,
+            time_ms: 0,
+        }));
     }
     out
 }

@@ -188,7 +188,7 @@ mod tests {
         let mut gens: Vec<TokenGen> = (0..10)
             .map(|_| TokenGen::new(37, Ycsb::U, KeyDist::Zipfian, 0.3))
             .collect();
-        let ctx = chorus_exec::read_only_context(chorus_core::Seq(0));
+        let ctx = chorus_exec::read_only_context(chorus_core::Seq(0), 0);
         let mut hot = 0;
         for _ in 0..50 {
             let mut senders = Vec::new();

@@ -78,6 +78,7 @@ fn pre_prepare(requests: usize, op: usize) -> (ReplicaMsg, Limits) {
                 )
             })
             .collect(),
+        time_ms: 0,
     };
     let id = Identity::from_seed(b"leader");
     let digest = batch.digest();

@@ -263,7 +263,10 @@ mod tests {
             Bytes::from_static(b"put k v"),
             &keys,
         );
-        let batch = Batch { requests: vec![req] };
+        let batch = Batch {
+            requests: vec![req],
+            time_ms: 1_700_000_000_123,
+        };
         let d = batch.digest();
         let sig = id.sign(b"m");
         vec![
@@ -322,6 +325,33 @@ mod tests {
         let both = make(crate::flags::READ_ONLY | crate::flags::SWITCH_INSTANCE);
         assert!(both.validate(&l).is_err());
         assert!(decode::<ClientMsg>(&encode(&ClientMsg::Request(both)), &l).is_err());
+    }
+
+    /// Issue 17: the batch time travels on the wire and is under the digest
+    /// a pre-prepare names, so it is agreed like the requests.
+    #[test]
+    fn a_batch_time_roundtrips_and_is_covered_by_the_digest() {
+        let l = limits();
+        let ReplicaMsg::PrePrepare(pp) = &sample_msgs()[0] else {
+            panic!("the first sample is a pre-prepare");
+        };
+        let timed = pp.batch.clone();
+        assert_ne!(timed.time_ms, 0);
+        let decoded = decode::<ReplicaMsg>(&encode(&sample_msgs()[0]), &l).unwrap();
+        let ReplicaMsg::PrePrepare(back) = decoded else {
+            panic!("not a pre-prepare");
+        };
+        assert_eq!(back.batch.time_ms, timed.time_ms);
+        assert_eq!(back.batch.digest(), timed.digest());
+        let untimed = Batch::new(timed.requests.clone(), 0);
+        assert_ne!(
+            untimed.digest(),
+            timed.digest(),
+            "the time is not under the digest"
+        );
+        assert_ne!(encode(&untimed), encode(&timed));
+        let later = Batch::new(timed.requests.clone(), timed.time_ms + 1);
+        assert_ne!(later.digest(), timed.digest());
     }
 
     #[test]

@@ -133,6 +133,11 @@ pub struct ProtocolParams {
     /// dispel: the outgoing link's capacity; the pipeline spawns an epoch
     /// only while we send below 5 % of it (Dispel §4.2).
     pub link_capacity_mib_s: u64,
+    /// A backup rejects a fresh batch whose proposer time (`Batch::time_ms`)
+    /// is more than this ahead of its own wall clock (`batch-time-future`),
+    /// so a leader cannot push the agreed time (`ExecContext::time_ms`) far
+    /// into the future. Correct clocks must agree within it.
+    pub max_clock_skew_ms: u64,
     /// Names this cluster; bound into every handshake (and so every channel)
     /// through [`ClusterConfig::cluster_tag`], so keys reused in another
     /// cluster cannot open a connection here. `chorus keygen` draws a random one.
@@ -163,6 +168,7 @@ impl Default for ProtocolParams {
             preferred_return_slots: 1_024,
             // Dispel §4.2: the paper's c5.xlarge measured 600 MiB/s.
             link_capacity_mib_s: 600,
+            max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
         }
     }
@@ -421,6 +427,7 @@ impl ClusterConfig {
             ("future_msgs_per_peer", p.future_msgs_per_peer as u64),
             ("state_chunk_bytes", p.state_chunk_bytes as u64),
             ("link_capacity_mib_s", p.link_capacity_mib_s),
+            ("max_clock_skew_ms", p.max_clock_skew_ms),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero(name));

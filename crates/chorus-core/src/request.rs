@@ -133,9 +133,18 @@ impl Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Batch {
     pub requests: Vec<Request>,
+    /// The proposer's wall clock (ms since the Unix epoch) when it built the
+    /// batch; 0 = no time (no-ops, view-change fillers). Covered by
+    /// `digest()`, so the time is agreed exactly like the requests; the
+    /// executor turns it into the monotone `ExecContext::time_ms`.
+    pub time_ms: u64,
 }
 
 impl Batch {
+    pub fn new(requests: Vec<Request>, time_ms: u64) -> Batch {
+        Batch { requests, time_ms }
+    }
+
     pub fn noop() -> Batch {
         Batch::default()
     }
@@ -147,7 +156,8 @@ impl Batch {
     /// The digest consensus agrees on: over each request's content digest and
     /// authenticator, so two batches with the same digest carry the same requests.
     pub fn digest(&self) -> Digest {
-        let mut h = blake3::Hasher::new_derive_key("chorus batch v1");
+        let mut h = blake3::Hasher::new_derive_key("chorus batch v2");
+        h.update(&self.time_ms.to_le_bytes());
         h.update(&(self.requests.len() as u64).to_le_bytes());
         for r in &self.requests {
             h.update(r.digest().as_bytes());
@@ -301,9 +311,11 @@ mod tests {
         };
         let a = Batch {
             requests: vec![r(1), r(2)],
+            time_ms: 0,
         };
         let b = Batch {
             requests: vec![r(2), r(1)],
+            time_ms: 0,
         };
         assert_ne!(a.digest(), b.digest());
         assert_ne!(a.digest(), Batch::noop_digest());

@@ -222,12 +222,19 @@ impl Assignments {
 
     pub fn from_exec_snapshot(snapshot: &[u8]) -> Option<Assignments> {
         let ((version, table), _): ((u8, Assignments), _) = postcard::take_from_bytes(snapshot).ok()?;
-        (version == EXEC_SNAPSHOT_VERSION).then_some(table)
+        EXEC_SNAPSHOT_VERSIONS_WITH_TABLE
+            .contains(&version)
+            .then_some(table)
     }
 }
 
-/// The executor snapshot version that begins with the assignment table.
-pub const EXEC_SNAPSHOT_VERSION: u8 = 2;
+/// The executor snapshot version written now; it begins with the assignment
+/// table. Version 3 (issue 17) added the agreed time after the table.
+pub const EXEC_SNAPSHOT_VERSION: u8 = 3;
+
+/// Every executor snapshot version that begins with the assignment table
+/// (2 is still read: stored snapshots from before version 3).
+pub const EXEC_SNAPSHOT_VERSIONS_WITH_TABLE: [u8; 2] = [2, EXEC_SNAPSHOT_VERSION];
 
 #[cfg(test)]
 mod tests {

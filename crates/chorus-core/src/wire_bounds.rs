@@ -177,14 +177,16 @@ impl WireBounds {
             view: VIEW,
             slot: SLOT,
             digest: DIGEST,
-            batch: Batch::noop(),
+            // The largest time: its varint is part of every batch's size.
+            batch: Batch::new(vec![], u64::MAX),
             sig: SIG,
         })) - 1)
             .saturating_add(batch);
         let batch_reply = (len(&ReplicaMsg::BatchReply(BatchReply {
             lane: LANE,
             slot: SLOT,
-            batch: Batch::noop(),
+            // The largest time: its varint is part of every batch's size.
+            batch: Batch::new(vec![], u64::MAX),
         })) - 1)
             .saturating_add(batch);
         let chunk = l.max_chunk_bytes as u64;

@@ -136,7 +136,10 @@ fn max_batch(l: &Limits) -> Batch {
             }
         })
         .collect();
-    Batch { requests }
+    Batch {
+        requests,
+        time_ms: u64::MAX,
+    }
 }
 
 /// Encode `msg` and decode it as a receiver does; return its size.

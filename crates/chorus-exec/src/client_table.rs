@@ -137,6 +137,10 @@ pub struct ClientTable {
     /// RCC §III-E: the instance assignments of switched clients (replicated
     /// state, carried in the snapshot; see `crate::switch`).
     switches: Assignments,
+    /// Issue 17: the agreed time of the last delivered batch (see
+    /// `agree_time`); replicated state, carried in the snapshot and covered
+    /// by the state digest like `switches`.
+    agreed_time_ms: u64,
 }
 
 /// The canonical, serialisable form of the table (no pending slots).
@@ -173,7 +177,28 @@ impl ClientTable {
             pending: 0,
             stats: TableStats::default(),
             switches: Assignments::default(),
+            agreed_time_ms: 0,
         }
+    }
+
+    /// The agreed time of the batch delivered next, given its proposer's
+    /// time: `max(previous agreed, batch time)`. Monotone by construction;
+    /// bounded above by correct clocks plus `max_clock_skew_ms` (backups
+    /// refuse batches from further ahead), so a Byzantine leader can only
+    /// hold it back, never push it on. Call once per delivered batch, in
+    /// delivery order, before its requests run.
+    pub fn agree_time(&mut self, batch_time_ms: u64) -> u64 {
+        self.agreed_time_ms = self.agreed_time_ms.max(batch_time_ms);
+        self.agreed_time_ms
+    }
+
+    /// The agreed time of the last delivered batch (0 before any had a time).
+    pub fn agreed_time(&self) -> u64 {
+        self.agreed_time_ms
+    }
+
+    pub(crate) fn set_agreed_time(&mut self, ms: u64) {
+        self.agreed_time_ms = ms;
     }
 
     pub fn switches(&self) -> &Assignments {

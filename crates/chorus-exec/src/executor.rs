@@ -139,11 +139,23 @@ pub fn rejected_result(kind: RejectKind) -> Bytes {
 }
 
 /// The executor snapshot: client table + service state, postcard-encoded.
-/// Version 2 puts the RCC assignment table right after the version byte, so
-/// the ordering layer reads it back after a state transfer
+/// Version 3 (issue 17) adds the agreed time (`ClientTable::agree_time`);
+/// like version 2 it puts the RCC assignment table right after the version
+/// byte, so the ordering layer reads it back after a state transfer
 /// (`chorus_core::Assignments::from_exec_snapshot`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ExecSnapshot {
+    version: u8,
+    switches: Assignments,
+    time_ms: u64,
+    table: TableSnapshot,
+    service: Bytes,
+}
+
+/// Version 2: switches but no agreed time (decoded as time 0). No longer
+/// written; read so that snapshots stored before version 3 still restore.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct ExecSnapshotV2 {
     version: u8,
     switches: Assignments,
     table: TableSnapshot,
@@ -151,8 +163,9 @@ struct ExecSnapshot {
 }
 
 /// Version 1: no client ever switched instance (every mode but `rcc`, and
-/// `rcc` until the first switch). Written whenever the table is empty, so
-/// such snapshots stay byte for byte what they were before version 2.
+/// `rcc` until the first switch) and no batch carried a time. Written
+/// whenever both hold, so such snapshots stay byte for byte what they were
+/// before versions 2 and 3.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct ExecSnapshotV1 {
     version: u8,
@@ -161,11 +174,12 @@ struct ExecSnapshotV1 {
 }
 
 const SNAPSHOT_VERSION: u8 = chorus_core::switch::EXEC_SNAPSHOT_VERSION;
+const SNAPSHOT_VERSION_2: u8 = 2;
 const SNAPSHOT_VERSION_1: u8 = 1;
 
 /// Encode the snapshot of a quiescent executor (nothing pending).
 pub fn encode_snapshot(table: &ClientTable, service: &dyn Service) -> Bytes {
-    let bytes = if table.switches().is_empty() {
+    let bytes = if table.switches().is_empty() && table.agreed_time() == 0 {
         postcard::to_allocvec(&ExecSnapshotV1 {
             version: SNAPSHOT_VERSION_1,
             table: table.to_snapshot(),
@@ -175,6 +189,7 @@ pub fn encode_snapshot(table: &ClientTable, service: &dyn Service) -> Bytes {
         postcard::to_allocvec(&ExecSnapshot {
             version: SNAPSHOT_VERSION,
             switches: table.switches().clone(),
+            time_ms: table.agreed_time(),
             table: table.to_snapshot(),
             service: service.snapshot(),
         })
@@ -194,8 +209,20 @@ pub fn decode_snapshot(
             let s = ExecSnapshot {
                 version: v1.version,
                 switches: Assignments::default(),
+                time_ms: 0,
                 table: v1.table,
                 service: v1.service,
+            };
+            (s, rest)
+        }
+        Some(&SNAPSHOT_VERSION_2) => {
+            let (v2, rest): (ExecSnapshotV2, &[u8]) = postcard::take_from_bytes(bytes).map_err(malformed)?;
+            let s = ExecSnapshot {
+                version: v2.version,
+                switches: v2.switches,
+                time_ms: 0,
+                table: v2.table,
+                service: v2.service,
             };
             (s, rest)
         }
@@ -208,11 +235,25 @@ pub fn decode_snapshot(
     let mut table =
         ClientTable::from_snapshot(&s.table, max_inflight_per_client).map_err(ExecError::Invalid)?;
     table.set_switches(s.switches);
+    table.set_agreed_time(s.time_ms);
     Ok((table, s.service))
 }
 
-/// The state digest replicas compare: position, client table and service state.
+/// The state digest replicas compare: position, client table, service state
+/// and (once a batch had one) the agreed time, so a replica that computes
+/// another time than the others is caught at the next checkpoint.
 pub fn state_digest(next_seq: Seq, table: &ClientTable, service: &dyn Service) -> Digest {
+    if table.agreed_time() != 0 {
+        return Digest::of_parts(
+            "chorus exec state v2",
+            &[
+                &next_seq.0.to_le_bytes(),
+                table.digest().as_bytes(),
+                service.state_digest().as_bytes(),
+                &table.agreed_time().to_le_bytes(),
+            ],
+        );
+    }
     Digest::of_parts(
         "chorus exec state v1",
         &[
@@ -280,5 +321,73 @@ pub fn installed_digest(outcome: &Result<Digest, ExecError>, expected: &Digest) 
         Ok(d) => *d,
         Err(ExecError::DigestMismatch { got, .. }) if got != expected => *got,
         Err(_) => Digest::of_parts("chorus install failed", &[expected.as_bytes()]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Empty;
+
+    impl Service for Empty {
+        fn execute(&self, _: &[u8], _: &crate::ExecContext) -> Bytes {
+            Bytes::new()
+        }
+        fn snapshot(&self) -> Bytes {
+            Bytes::from_static(b"s")
+        }
+        fn restore(&self, s: &[u8]) -> Result<(), String> {
+            (s == b"s").then_some(()).ok_or_else(|| "not mine".into())
+        }
+    }
+
+    fn switched() -> Assignments {
+        let mut a = Assignments::default();
+        let policy = chorus_core::SwitchPolicy { lanes: 4, sigma: 3 };
+        let op = chorus_core::switch::switch_op(2);
+        let r = chorus_core::Request {
+            client: ClientId(1),
+            seq: RequestSeq(1),
+            flags: chorus_core::flags::SWITCH_INSTANCE,
+            op,
+            auth: chorus_core::Authenticator::Macs(vec![]),
+        };
+        a.apply(&policy, &r, 10);
+        assert!(!a.is_empty());
+        a
+    }
+
+    /// Issue 17: version 3 carries the agreed time (and still begins with
+    /// the assignment table the ordering layer reads back); a version 2
+    /// snapshot stored before it decodes with time 0.
+    #[test]
+    fn the_agreed_time_is_in_version_3_and_version_2_still_decodes() {
+        let mut t = ClientTable::new(8);
+        t.agree_time(1_234);
+        let bytes = encode_snapshot(&t, &Empty);
+        assert_eq!(bytes[0], 3);
+        assert_eq!(
+            Assignments::from_exec_snapshot(&bytes),
+            Some(Assignments::default())
+        );
+        let (back, service) = decode_snapshot(&bytes, 8).expect("decodes");
+        assert_eq!((back.agreed_time(), &service[..]), (1_234, &b"s"[..]));
+        assert_eq!(
+            state_digest(Seq(4), &back, &Empty),
+            state_digest(Seq(4), &t, &Empty)
+        );
+
+        let v2 = postcard::to_allocvec(&ExecSnapshotV2 {
+            version: 2,
+            switches: switched(),
+            table: t.to_snapshot(),
+            service: Bytes::from_static(b"s"),
+        })
+        .unwrap();
+        assert_eq!(Assignments::from_exec_snapshot(&v2), Some(switched()));
+        let (old, _) = decode_snapshot(&v2, 8).expect("version 2 decodes");
+        assert_eq!(old.agreed_time(), 0);
+        assert_eq!(old.switches(), &switched());
     }
 }

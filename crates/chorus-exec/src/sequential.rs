@@ -14,13 +14,15 @@ use chorus_core::{Batch, ClientId, Digest, RequestSeq, Seq, SwitchPolicy};
 use std::sync::Arc;
 
 /// The context a read-only fast-path operation runs with: it has no place in
-/// the order, so it is given the next position and no client.
-pub fn read_only_context(next_seq: Seq) -> ExecContext {
+/// the order, so it is given the next position, no client and the agreed
+/// time of the last delivered batch.
+pub fn read_only_context(next_seq: Seq, time_ms: u64) -> ExecContext {
     ExecContext {
         seq: next_seq,
         index: 0,
         client: ClientId(0),
         request_seq: RequestSeq(0),
+        time_ms,
     }
 }
 
@@ -97,6 +99,7 @@ impl Executor for SequentialExecutor {
             seq, self.next_seq,
             "batches must be submitted in delivery order without gaps"
         );
+        let time_ms = self.table.agree_time(batch.time_ms);
         for (index, req) in batch.requests.iter().enumerate() {
             let digest = req.digest();
             let result = |result: Bytes, duplicate: bool| ExecResult {
@@ -120,6 +123,7 @@ impl Executor for SequentialExecutor {
                         index: index as u32,
                         client: req.client,
                         request_seq: req.seq,
+                        time_ms,
                     };
                     let reply = self.service.execute(&req.op, &ctx);
                     self.table.complete(req.client, req.seq, reply.clone());
@@ -173,7 +177,10 @@ impl Executor for SequentialExecutor {
         if !self.service.is_read_only(op) {
             return None;
         }
-        Some(self.service.execute(op, &read_only_context(self.next_seq)))
+        Some(
+            self.service
+                .execute(op, &read_only_context(self.next_seq, self.table.agreed_time())),
+        )
     }
 
     fn next_seq(&self) -> Seq {

@@ -22,6 +22,13 @@ pub struct ExecContext {
     pub index: u32,
     pub client: ClientId,
     pub request_seq: RequestSeq,
+    /// The agreed time (ms since the Unix epoch) of the batch, the same for
+    /// all its requests and on every replica: the running maximum of the
+    /// proposers' batch times (`Batch::time_ms`). Use it instead of the
+    /// wall clock. Monotone; not exact: a Byzantine leader can hold it
+    /// back (until a correct leader proposes), never push it more than
+    /// `max_clock_skew_ms` past correct clocks. 0 until a batch had a time.
+    pub time_ms: u64,
 }
 
 impl ExecContext {

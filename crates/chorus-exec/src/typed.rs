@@ -167,6 +167,7 @@ mod tests {
             index: 0,
             client: ClientId(0),
             request_seq: RequestSeq(1),
+            time_ms: 0,
         }
     }
 

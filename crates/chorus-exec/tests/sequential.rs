@@ -80,7 +80,10 @@ fn req(client: u64, seq: u64, op: &[u8]) -> Request {
 }
 
 fn batch(reqs: Vec<Request>) -> Arc<Batch> {
-    Arc::new(Batch { requests: reqs })
+    Arc::new(Batch {
+        requests: reqs,
+        time_ms: 0,
+    })
 }
 
 fn exec(max_inflight: u32) -> SequentialExecutor {

@@ -54,7 +54,13 @@ fn switch(client: u64, seq: u64, to: u32) -> Request {
 fn run(e: &mut SequentialExecutor, batches: Vec<Vec<Request>>) -> Vec<ExecResult> {
     for b in batches {
         let seq = e.next_seq();
-        e.submit(seq, Arc::new(Batch { requests: b }));
+        e.submit(
+            seq,
+            Arc::new(Batch {
+                requests: b,
+                time_ms: 0,
+            }),
+        );
     }
     let mut out = Vec::new();
     e.drain_results(&mut out);

@@ -123,6 +123,7 @@ impl CoreThread {
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = driver.now();
                     let due: Vec<TimerId> = driver.timers.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+                    replica.set_wall_clock(wall_ms());
                     for id in due {
                         driver.timers.remove(&id);
                         replica.handle(now, Event::Timer(id), &mut out);
@@ -150,7 +151,17 @@ impl CoreThread {
     }
 }
 
+/// The wall clock the core stamps on batches it proposes and bounds the
+/// ones it accepts by (`Replica::set_wall_clock`): ms since the Unix epoch,
+/// unlike `Driver::now`, which is monotonic since start.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) {
+    replica.set_wall_clock(wall_ms());
     let event = match input {
         // Requests reach the core only from pillars, which verified their
         // authenticator at this replica already (pillar.rs).

@@ -188,6 +188,7 @@ mod tests {
         let mut st = Stages::new(&m);
         let batch = Batch {
             requests: vec![req(1), req(2)],
+            time_ms: 0,
         };
         st.delivered(&batch, Instant::now());
         let now = Instant::now();

@@ -12,6 +12,7 @@
 //! How the other ordering modes of DESIGN §1 plug into the lane/merger split
 //! is written down in `docs/modes.md`.
 
+pub mod batch_time;
 pub mod buffer;
 pub mod certs;
 pub mod checkpoint;

@@ -53,6 +53,7 @@ mod tests {
                 op: bytes::Bytes::from(vec![tag]),
                 auth: Authenticator::Macs(Vec::new()),
             }],
+            time_ms: 0,
         })
     }
 

@@ -488,7 +488,7 @@ impl Pool {
             self.in_flight.entry(cell).or_default().extend(keys);
             self.own.insert(cell);
         }
-        Batch { requests }
+        Batch { requests, time_ms: 0 }
     }
 
     /// A pre-prepare for `cell` carrying `batch` was accepted (ours or a
@@ -797,6 +797,7 @@ mod tests {
             cell(1),
             &Batch {
                 requests: vec![req(&s, 0, 3, b"x")],
+                time_ms: 0,
             },
         );
         assert_eq!(p.admit(Millis(8), req(&s, 0, 8, b"x")), Err(RejectReason::Busy));
@@ -820,6 +821,7 @@ mod tests {
         p.mark_in_flight(Millis(0), cell(0), &ours);
         let theirs = Batch {
             requests: vec![req(&s, 1, 1, b"c")],
+            time_ms: 0,
         };
         p.mark_in_flight(Millis(0), cell(1), &theirs);
         p.release_from(Millis(1), LaneId(0), Slot(0));
@@ -868,6 +870,7 @@ mod tests {
         // A leader proposed r1 and r2 (r2 unknown to us so far) at slot 4.
         let batch = Batch {
             requests: vec![r1.clone(), r2.clone()],
+            time_ms: 0,
         };
         p.mark_in_flight(Millis(1), cell(4), &batch);
         assert_eq!(p.pending_len(LaneId(0)), 0);
@@ -880,10 +883,18 @@ mod tests {
             cell(5),
             &Batch {
                 requests: vec![r2.clone()],
+                time_ms: 0,
             },
         );
         assert_eq!(p.pending_len(LaneId(0)), 1);
-        p.on_decided(Millis(3), cell(5), &Batch { requests: vec![r2] });
+        p.on_decided(
+            Millis(3),
+            cell(5),
+            &Batch {
+                requests: vec![r2],
+                time_ms: 0,
+            },
+        );
         assert_eq!(p.len(), 1);
         assert_eq!(p.oldest_pending(LaneId(0)), Some(Millis(2)));
         p.clear();

@@ -115,6 +115,10 @@ pub struct Replica {
     pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
     /// `sarek`: one pool per partition lane (then `pool` stays empty).
     pub(crate) sarek: Option<SarekPools>,
+    /// The driver's wall clock (ms since the Unix epoch), `set_wall_clock`:
+    /// stamped on the batches we cut and bounding the time of the ones we
+    /// accept. Not `now`, which is local and monotonic (DESIGN §2).
+    pub(crate) wall_ms: u64,
 }
 
 impl Replica {
@@ -143,6 +147,7 @@ impl Replica {
             switch_gate: SwitchGate::default(),
             handing_over: Vec::new(),
             sarek,
+            wall_ms: 0,
             cfg,
             me,
         }
@@ -185,6 +190,16 @@ impl Replica {
     pub fn handle_verified_request(&mut self, now: Millis, req: Request, out: &mut Outbox) {
         self.admit_request(now, req, out, false);
         self.settle(now, out);
+    }
+
+    /// The wall clock (ms since the Unix epoch) the driver read before
+    /// handing the next events in. The core has no clock of its own (sans-IO):
+    /// this is an input like `now`, only used for batch times
+    /// (`Batch::time_ms`, the executor's agreed `ExecContext::time_ms`).
+    /// A driver that never sets it proposes time 0 and accepts only batches
+    /// within `max_clock_skew_ms` of the epoch.
+    pub fn set_wall_clock(&mut self, ms: u64) {
+        self.wall_ms = ms;
     }
 
     /// `sarek`: PREDICT() from the service's access sets (SAREK Algorithm
@@ -302,6 +317,7 @@ impl Replica {
                 None => &self.pool,
             },
             owners: &owners,
+            wall_ms: self.wall_ms,
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
         f(&mut self.lanes[l], &mut cx, &env)

@@ -256,6 +256,8 @@ impl Executor for ParallelExecutor {
         let shared = self.shared.clone();
         let capacity = self.capacity;
         let mut g = shared.lock();
+        // Issue 17: computed here, in delivery order, not in the workers.
+        let time_ms = self.table.agree_time(batch.time_ms);
         for (index, req) in batch.requests.iter().enumerate() {
             let switched = chorus_exec::apply_switch(&mut self.table, self.switch_policy.as_ref(), req, seq);
             match self.table.admit_request(req.client, req.seq, req.digest()) {
@@ -271,6 +273,7 @@ impl Executor for ParallelExecutor {
                         index: index as u32,
                         client: req.client,
                         request_seq: req.seq,
+                        time_ms,
                     };
                     let access = shared.service.access(&req.op);
                     g = self.wait_locked(&shared, g, |pending, waiting| pending + waiting < capacity);
@@ -357,7 +360,7 @@ impl Executor for ParallelExecutor {
             return None;
         }
         let access = service.access(op);
-        let ctx = read_only_context(self.next_seq);
+        let ctx = read_only_context(self.next_seq, self.table.agreed_time());
         let shared = &*self.shared;
         let mut g = shared.lock();
         while g.graph.is_full() {

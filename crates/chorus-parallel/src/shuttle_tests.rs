@@ -123,7 +123,12 @@ fn req(client: u64, seq: u64, op: &[u8]) -> Request {
 /// Conflicts on key 0, a reader group, a barrier, duplicates of requests that
 /// may still be running, a rejection (window 4) and a no-op batch.
 fn workload() -> Vec<Arc<Batch>> {
-    let b = |r: Vec<Request>| Arc::new(Batch { requests: r });
+    let b = |r: Vec<Request>| {
+        Arc::new(Batch {
+            requests: r,
+            time_ms: 0,
+        })
+    };
     vec![
         b(vec![
             req(1, 1, &[1, 0]),

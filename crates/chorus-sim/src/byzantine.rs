@@ -234,7 +234,7 @@ impl Adversary {
         if batch.requests.len() >= 2 {
             let mut requests = batch.requests.clone();
             requests.reverse();
-            return Some(Batch { requests });
+            return Some(Batch { requests, time_ms: 0 });
         }
         if !batch.requests.is_empty() {
             return Some(Batch::noop());
@@ -242,6 +242,7 @@ impl Adversary {
         let r = self.seen_requests.back()?;
         Some(Batch {
             requests: vec![r.clone()],
+            time_ms: 0,
         })
     }
 
@@ -640,6 +641,7 @@ mod tests {
             &me,
             Batch {
                 requests: vec![request(1), request(2)],
+                time_ms: 0,
             },
         );
         let mut digests = BTreeMap::new();
@@ -758,6 +760,7 @@ mod tests {
             &me,
             Batch {
                 requests: vec![request(1)],
+                time_ms: 0,
             },
         )));
         let mut flooder = Adversary::new(FaultKind::Flood, ReplicaId(0), me.clone(), tag(), 4, 1);
@@ -768,6 +771,7 @@ mod tests {
                     &me,
                     Batch {
                         requests: vec![request(2)],
+                        time_ms: 0,
                     },
                 ))
             } else {

@@ -411,6 +411,7 @@ mod tests {
     fn batch(reqs: &[Request]) -> Batch {
         Batch {
             requests: reqs.to_vec(),
+            time_ms: 0,
         }
     }
 

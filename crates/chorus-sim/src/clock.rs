@@ -5,6 +5,17 @@
 use crate::queue::Micros;
 use chorus_core::Millis;
 
+/// The simulated wall clock reads this (ms since the Unix epoch, Nov 2023)
+/// at local time 0, so batch times look like real ones yet every run is
+/// deterministic.
+pub const WALL_EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// A node's wall clock at its local time `local`: skewed clocks skew it too,
+/// as the batch-time bound (`max_clock_skew_ms`) must tolerate.
+pub fn wall_ms(local: Millis) -> u64 {
+    WALL_EPOCH_MS + local.0
+}
+
 /// Parts per million of an exact clock rate.
 const EXACT_PPM: u64 = 1_000_000;
 

@@ -34,6 +34,11 @@ pub trait SimReplica: Sized {
         out: &mut Outbox,
     ) -> Self;
     fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox);
+
+    /// The wall clock (ms since the Unix epoch) for the next events
+    /// (`Replica::set_wall_clock`); the simulator derives it from the
+    /// node's own, possibly skewed, clock (`crate::clock::wall_ms`).
+    fn set_wall_clock(&mut self, _ms: u64) {}
     /// One line on where the replica stands, for liveness reports.
     /// Requests the replica can never release (see
     /// `Replica::leaked_pool_entries`); 0 for protocols without a pool.

@@ -455,6 +455,7 @@ impl SimOptions {
             link_capacity_mib_s: 600,
             // Short, so simulated runs cross returns (and failed ones).
             preferred_return_slots: 16,
+            max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
         }
     }

@@ -35,6 +35,10 @@ impl SimReplica for Replica {
         Replica::handle(self, now, event, out)
     }
 
+    fn set_wall_clock(&mut self, ms: u64) {
+        Replica::set_wall_clock(self, ms)
+    }
+
     fn leaked_pool_entries(&self) -> usize {
         Replica::leaked_pool_entries(self)
     }

@@ -407,6 +407,7 @@ impl RccAdversary {
         let favoured = requests.iter().filter(|r| Some(r.client) == target).count();
         let mut best = Batch {
             requests: requests.clone(),
+            time_ms: 0,
         };
         let mut won = self.rank_of(pp.slot, &best) == 0;
         // Heap's algorithm over the non-favoured tail, then over everything.
@@ -426,6 +427,7 @@ impl RccAdversary {
                     tries += 1;
                     let batch = Batch {
                         requests: cand.clone(),
+                        time_ms: 0,
                     };
                     if self.rank_of(pp.slot, &batch) == 0 {
                         best = batch;
@@ -614,6 +616,7 @@ mod tests {
                 requests: (0..4)
                     .map(|i| request(&cfg, &ck, [0, 0, 3, 3][i], round * 4 + i as u64 + 1))
                     .collect(),
+                time_ms: 0,
             };
             let mine = pp(&cfg, &keys[0], 0, round, batch);
             let out = adv.outgoing(
@@ -628,6 +631,7 @@ mod tests {
                 .map(|l| {
                     let b = Batch {
                         requests: vec![request(&cfg, &ck, l, 1_000 + round)],
+                        time_ms: 0,
                     };
                     let m = pp(&cfg, &keys[l as usize], l as u32, round, b);
                     adv.observe(&ReplicaMsg::PrePrepare(m.clone()));

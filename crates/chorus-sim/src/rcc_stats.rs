@@ -250,7 +250,10 @@ mod tests {
     #[test]
     fn ranks_are_counted_once_per_round_for_the_attackers_own_batches() {
         let mut o = RccObserver::default();
-        let b = Batch { requests: vec![] };
+        let b = Batch {
+            requests: vec![],
+            time_ms: 0,
+        };
         let tag = chorus_core::ClusterTag::from_digest(chorus_core::Digest::of(b"rank test"));
         let busy = Batch {
             requests: vec![chorus_core::Request::with_signature(
@@ -261,6 +264,7 @@ mod tests {
                 bytes::Bytes::from_static(b"x"),
                 &chorus_core::Identity::from_seed(&[1]),
             )],
+            time_ms: 0,
         };
         let cell = |l, s| Cell {
             lane: LaneId(l),

@@ -98,6 +98,7 @@ impl<const SEND_BEFORE_PERSIST: bool> Sequencer<SEND_BEFORE_PERSIST> {
         }
         let batch = Batch {
             requests: self.pool.drain(..take).collect(),
+            time_ms: 0,
         };
         let slot = self.sent.keys().next_back().map_or(0, |s| s + 1);
         let cell = self.config.cell_of(Seq(slot));

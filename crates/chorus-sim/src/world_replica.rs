@@ -176,6 +176,7 @@ impl<R: SimReplica> World<R> {
             return;
         };
         let mut out = Outbox::new();
+        live.replica.set_wall_clock(crate::clock::wall_ms(now));
         live.replica.handle(now, event, &mut out);
         self.perform(i, out);
     }
@@ -220,6 +221,7 @@ impl<R: SimReplica> World<R> {
                 return;
             };
             let mut out = Outbox::new();
+            live.replica.set_wall_clock(crate::clock::wall_ms(now));
             live.replica.handle(now, event, &mut out);
             actions.extend(out.actions);
         }

@@ -9,7 +9,7 @@ use chorus_sim::{ExecutorChoice, FaultSet, SimOptions, ViolationKind};
 use std::sync::Arc;
 
 fn ctx(i: u64) -> ExecContext {
-    ExecContext { seq: Seq(i), index: 0, client: ClientId(0), request_seq: RequestSeq(i) }
+    ExecContext { seq: Seq(i), index: 0, client: ClientId(0), request_seq: RequestSeq(i), time_ms: 0 }
 }
 
 fn run(s: &dyn Service, i: u64, op: BankOp) -> Outcome<BankReply, BankError> {

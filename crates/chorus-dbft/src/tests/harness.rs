@@ -26,6 +26,7 @@ pub fn batch(replica: usize, epoch: Epoch, tag: u8) -> Batch {
             op: Bytes::from(vec![tag; 8]),
             auth: Authenticator::Signature(Signature([tag; 64])),
         }],
+        time_ms: 0,
     }
 }
 

@@ -37,7 +37,9 @@ pub fn entry_for(service: &dyn Service, partitions: u16, req: Arc<Request>) -> E
 
 /// Run one job against the service. The context names the request's place
 /// in its execution partition's stream: `seq` is the stream position and
-/// `index` the partition (there is no global sequence in SAREK).
+/// `index` the partition (there is no global sequence in SAREK). Jobs come
+/// without their batch, so there is no agreed time (`time_ms` 0); drivers use
+/// the stream executor (`SarekExecutor`), which has one per stream.
 pub fn run_job(service: &dyn Service, job: &Job<Arc<Request>>) -> PartitionedResult {
     let req = &job.payload;
     let ctx = ExecContext {
@@ -45,6 +47,7 @@ pub fn run_job(service: &dyn Service, job: &Job<Arc<Request>>) -> PartitionedRes
         index: u32::from(job.partition.0),
         client: req.client,
         request_seq: req.seq,
+        time_ms: 0,
     };
     PartitionedResult {
         client: req.client,

@@ -21,6 +21,10 @@
 //!   state, the client tables, the dedup memory and the sub-requests below
 //!   the cut still waiting (a cross-border request whose other sub-request
 //!   lies above the cut) — a function of the streams below the cut only.
+//! - Agreed time (issue 17): there is no global order, so each stream has its
+//!   own: `max(previous, batch time)` over the stream's batches in slot
+//!   order. A request runs with the time its execution partition's stream
+//!   gave the batch that delivered it there. Part of the snapshot (version 2).
 
 use super::checker::{check_serial_order, StreamEntry};
 use super::predict::{predict, PartitionId, MAX_PARTITIONS};
@@ -45,11 +49,13 @@ pub const SEEN_PER_PARTITION: usize = 8_192;
 /// never reached by correct streams.
 const SCHEDULE_CAPACITY: usize = 1 << 20;
 
-/// A sub-request: the request and the position of the cell that ordered it.
+/// A sub-request: the request, the position of the cell that ordered it and
+/// that cell's agreed time in its stream.
 #[derive(Clone, Debug)]
 struct Sub {
     req: Arc<Request>,
     at: Seq,
+    time_ms: u64,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -81,11 +87,27 @@ struct Snapshot {
     tables: Vec<TableSnapshot>,
     service: Bytes,
     seen: Vec<Vec<Digest>>,
-    /// Per partition, the waiting sub-requests below the cut, in schedule order.
+    /// Per partition, the waiting sub-requests below the cut, in schedule
+    /// order, with their agreed times.
+    waiting: Vec<Vec<(Request, Seq, u64)>>,
+    /// Per stream, its agreed time at the cut.
+    times: Vec<u64>,
+}
+
+/// Version 1: before agreed times (decoded with every time 0).
+#[derive(Serialize, Deserialize)]
+struct SnapshotV1 {
+    version: u8,
+    partitions: u16,
+    cut_slot: u64,
+    tables: Vec<TableSnapshot>,
+    service: Bytes,
+    seen: Vec<Vec<Digest>>,
     waiting: Vec<Vec<(Request, Seq)>>,
 }
 
-const SNAPSHOT_VERSION: u8 = 1;
+const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION_1: u8 = 1;
 
 /// Counters of what the executor dropped or refused, for status and checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -112,6 +134,8 @@ pub struct SarekExecutor {
     tables: Vec<ClientTable>,
     seen: Vec<Seen>,
     next_slot: Vec<u64>,
+    /// Per stream, the agreed time of the last batch fed.
+    times: Vec<u64>,
     /// The slot of the next cut; entries at or above it wait in `held`.
     barrier: u64,
     held: Vec<VecDeque<(Slot, Arc<Batch>)>>,
@@ -142,6 +166,7 @@ impl SarekExecutor {
             tables: (0..k).map(|_| ClientTable::new(max_inflight)).collect(),
             seen: vec![Seen::default(); k],
             next_slot: vec![0; k],
+            times: vec![0; k],
             barrier: slots_per_cut,
             held: vec![VecDeque::new(); k],
             last: ExecCheckpoint {
@@ -185,24 +210,27 @@ impl SarekExecutor {
             .collect()
     }
 
+    /// Stream `p`'s next batch, in slot order (held ones once released).
     fn feed(&mut self, p: usize, cell: Cell, batch: &Batch) {
         let at = Seq(cell.slot.0 * u64::from(self.k) + p as u64);
+        self.times[p] = self.times[p].max(batch.time_ms);
+        let time_ms = self.times[p];
         for r in &batch.requests {
             let id = r.digest();
             if !self.seen[p].insert(id) {
                 self.stats.duplicate_copies += 1;
                 continue;
             }
-            self.append(p, Arc::new(r.clone()), at);
+            self.append(p, Arc::new(r.clone()), at, time_ms);
         }
     }
 
-    fn append(&mut self, p: usize, req: Arc<Request>, at: Seq) {
+    fn append(&mut self, p: usize, req: Arc<Request>, at: Seq, time_ms: u64) {
         let prediction = predict(&self.service.access(&req.op), self.k);
         let entry = Entry {
             id: req.digest(),
             prediction: prediction.clone(),
-            payload: Sub { req, at },
+            payload: Sub { req, at, time_ms },
         };
         let id = entry.id;
         // Refusals (not predicted here, full) are counted by the scheduler
@@ -269,6 +297,7 @@ impl SarekExecutor {
                     index: u32::from(p.0),
                     client: req.client,
                     request_seq: req.seq,
+                    time_ms: sub.time_ms,
                 };
                 let reply = self.service.execute(&req.op, &ctx);
                 table.complete(req.client, req.seq, reply.clone());
@@ -309,12 +338,12 @@ impl SarekExecutor {
         }
     }
 
-    fn waiting(&self) -> Vec<Vec<(Request, Seq)>> {
+    fn waiting(&self) -> Vec<Vec<(Request, Seq, u64)>> {
         (0..self.k)
             .map(|p| {
                 self.scheduler
                     .pending_payloads(PartitionId(p))
-                    .map(|s| ((*s.req).clone(), s.at))
+                    .map(|s| ((*s.req).clone(), s.at, s.time_ms))
                     .collect()
             })
             .collect()
@@ -333,6 +362,7 @@ impl SarekExecutor {
                 .map(|s| s.fifo.iter().copied().collect())
                 .collect(),
             waiting: self.waiting(),
+            times: self.times.clone(),
         };
         let bytes = Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"));
         ExecCheckpoint {
@@ -343,19 +373,40 @@ impl SarekExecutor {
     }
 
     fn decode(&self, next_seq: Seq, bytes: &[u8]) -> Result<Snapshot, ExecError> {
-        let (s, rest): (Snapshot, &[u8]) =
-            postcard::take_from_bytes(bytes).map_err(|e| ExecError::Malformed(e.to_string()))?;
+        let malformed = |e: postcard::Error| ExecError::Malformed(e.to_string());
+        let (s, rest): (Snapshot, &[u8]) = match bytes.first() {
+            Some(&SNAPSHOT_VERSION_1) => {
+                let (v1, rest): (SnapshotV1, &[u8]) = postcard::take_from_bytes(bytes).map_err(malformed)?;
+                let s = Snapshot {
+                    version: v1.version,
+                    partitions: v1.partitions,
+                    cut_slot: v1.cut_slot,
+                    tables: v1.tables,
+                    service: v1.service,
+                    seen: v1.seen,
+                    waiting: v1
+                        .waiting
+                        .into_iter()
+                        .map(|w| w.into_iter().map(|(r, at)| (r, at, 0)).collect())
+                        .collect(),
+                    times: vec![0; self.k as usize],
+                };
+                (s, rest)
+            }
+            _ => postcard::take_from_bytes(bytes).map_err(malformed)?,
+        };
         if !rest.is_empty() {
             return Err(ExecError::Malformed(format!("{} trailing bytes", rest.len())));
         }
         let k = self.k as usize;
-        if s.version != SNAPSHOT_VERSION || s.partitions != self.k {
+        let known = [SNAPSHOT_VERSION_1, SNAPSHOT_VERSION].contains(&s.version);
+        if !known || s.partitions != self.k {
             return Err(ExecError::Invalid("unknown snapshot version or partition count"));
         }
         if s.cut_slot.checked_mul(u64::from(self.k)) != Some(next_seq.0) {
             return Err(ExecError::Invalid("snapshot is not at this cut"));
         }
-        if s.tables.len() != k || s.seen.len() != k || s.waiting.len() != k {
+        if s.tables.len() != k || s.seen.len() != k || s.waiting.len() != k || s.times.len() != k {
             return Err(ExecError::Invalid("per-partition parts missing"));
         }
         if s.seen.iter().any(|v| v.len() > SEEN_PER_PARTITION) {
@@ -393,9 +444,10 @@ impl SarekExecutor {
                 log: Vec::new(),
             };
         }
+        self.times = s.times;
         for (p, waiting) in s.waiting.into_iter().enumerate() {
-            for (req, at) in waiting {
-                self.append(p, Arc::new(req), at);
+            for (req, at, time_ms) in waiting {
+                self.append(p, Arc::new(req), at, time_ms);
             }
         }
         // Streams go on where they are: a stream already delivered past the
@@ -502,7 +554,10 @@ impl Executor for SarekExecutor {
         if !self.service.is_read_only(op) {
             return None;
         }
-        Some(self.service.execute(op, &read_only_context(self.last.next_seq)))
+        Some(self.service.execute(
+            op,
+            &read_only_context(self.last.next_seq, self.times.iter().copied().max().unwrap_or(0)),
+        ))
     }
 
     /// The latest cut: every stream's cells below it are in the state.

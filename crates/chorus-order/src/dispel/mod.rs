@@ -193,13 +193,15 @@ impl DispelCore {
         }
     }
 
-    /// A DBFT message from an authenticated peer.
+    /// A DBFT message from an authenticated peer; `wall_ms` is our wall
+    /// clock (`Replica::set_wall_clock`).
     pub fn on_message(
         &mut self,
         cx: &mut Cx,
         from: ReplicaId,
         w: &DbftWire,
         hint: &dyn VerifiedHint,
+        wall_ms: u64,
     ) -> DispelOutput {
         let msg = match chorus_core::decode::<DbftMsg>(&w.bytes, &self.limits) {
             Ok(m) => m,
@@ -212,6 +214,12 @@ impl DispelCore {
         // (as a PBFT backup checks a pre-prepare): a delivered batch then had
         // an echo quorum, so some correct replica vouched for every request.
         if let DbftMsg::RbInit { batch, .. } = &msg {
+            // Nor does it echo a batch from the future: the agreed time
+            // (`ExecContext::time_ms`) stays within correct clocks + skew.
+            if crate::batch_time::from_future(batch, wall_ms, &self.cfg.params) {
+                cx.reject("batch-time-future");
+                return DispelOutput::default();
+            }
             for r in &batch.requests {
                 if !hint.already_verified(r) && self.verifier.check(r).is_err() {
                     cx.reject("dbft-init-bad-request");

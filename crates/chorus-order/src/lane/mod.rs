@@ -66,6 +66,9 @@ pub struct LaneEnv<'a> {
     pub hint: &'a dyn VerifiedHint,
     /// Which lane may carry a client's request in a round (RCC §III-E).
     pub owners: &'a dyn crate::rcc_switch::OwnerOracle,
+    /// The replica's wall clock (`Replica::set_wall_clock`): a fresh batch
+    /// may carry a time at most `max_clock_skew_ms` above it.
+    pub wall_ms: u64,
 }
 
 /// A decided cell of this lane.

@@ -361,6 +361,13 @@ impl Lane {
         {
             return Err("batch-too-large");
         }
+        // Issue 17: the batch's time becomes the executor's agreed time; a
+        // leader from the future is refused (and so replaced by a view
+        // change). Only fresh batches come here: re-proposals, catch-up and
+        // state transfer carry batches prepared by a quorum already.
+        if crate::batch_time::from_future(batch, env.wall_ms, p) {
+            return Err("batch-time-future");
+        }
         let mut seen = BTreeSet::new();
         let mut verified = Verified::Locally;
         let mut unknown_owner = false;

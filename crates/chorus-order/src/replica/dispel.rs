@@ -20,7 +20,7 @@ impl Replica {
             return self.counters.reject("dbft-not-in-mode");
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
-        let o = d.on_message(&mut cx, from, &w, &self.pool);
+        let o = d.on_message(&mut cx, from, &w, &self.pool, self.wall_ms);
         self.dispel_absorb(now, o, out);
     }
 
@@ -115,7 +115,9 @@ impl Replica {
             .filter(|l| *l != me)
             .filter(|l| self.pool.rescue_due(*l, before))
             .collect();
-        self.pool.cut_with_rescue(cell, &extra, before)
+        let mut batch = self.pool.cut_with_rescue(cell, &extra, before);
+        batch.time_ms = self.batch_time(&batch);
+        batch
     }
 
     fn dispel_propose_batch(&mut self, now: Millis, e: u64, batch: Batch, out: &mut Outbox) -> DispelOutput {

@@ -19,17 +19,30 @@ impl Replica {
 
     /// Cut a batch for `cell` with only the requests its lane may carry in
     /// that round (the current owner, once the hand-over allows it).
+    /// A batch with requests carries our wall clock (`Batch::time_ms`).
     pub(super) fn cut(&mut self, cell: Cell) -> Batch {
-        if self.sarek.is_some() {
-            return self.pool_of_mut(cell.lane).cut(cell);
-        }
-        let view = OwnerView {
-            cfg: &self.cfg,
-            table: &self.assignments,
-            delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+        let mut batch = if self.sarek.is_some() {
+            self.pool_of_mut(cell.lane).cut(cell)
+        } else {
+            let view = OwnerView {
+                cfg: &self.cfg,
+                table: &self.assignments,
+                delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+            };
+            self.pool
+                .cut_where(cell, |r| rcc_switch::may_propose(&view, cell.lane, cell.slot, r))
         };
-        self.pool
-            .cut_where(cell, |r| rcc_switch::may_propose(&view, cell.lane, cell.slot, r))
+        batch.time_ms = self.batch_time(&batch);
+        batch
+    }
+
+    /// No-ops carry no time (0), so a filler never moves the agreed time.
+    pub(super) fn batch_time(&self, batch: &Batch) -> u64 {
+        if batch.is_noop() {
+            0
+        } else {
+            self.wall_ms
+        }
     }
 
     /// RCC §III-E: a switch is agreed by delivering it. Every correct

@@ -15,6 +15,8 @@ mod harness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod sarek_exec;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_batch_time;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_checkpoint;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_cluster_binding;

@@ -78,6 +78,7 @@ fn a_request_authenticated_for_another_cluster_is_rejected_with_the_same_keys() 
     let mut backup = replica(&b, 2);
     let batch = Batch {
         requests: vec![b.request(0, 1, b"ok"), signed(&a, 3)],
+        time_ms: 0,
     };
     let e = msg(
         &mut backup,

@@ -341,6 +341,7 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
         stable_seq: r2.checkpointer.stable_seq(),
         hint: &r2.pool,
         owners: &owners,
+        wall_ms: 0,
     };
     let vc = r2.lanes[0].build_view_change(&env);
     assert_eq!(vc.stable, Some(cert));

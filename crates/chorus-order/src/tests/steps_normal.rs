@@ -167,6 +167,7 @@ fn leader_cuts_a_batch_persists_then_broadcasts_pre_prepare() {
     r.handle(Millis(1), Event::Request(q2.clone()), &mut out);
     let batch = Batch {
         requests: vec![q1, q2],
+        time_ms: 0,
     };
     assert_eq!(
         effects(&mut out),
@@ -259,6 +260,7 @@ fn invalid_pre_prepares_are_rejected_and_change_nothing() {
     forged.op = bytes::Bytes::from_static(b"y");
     let bad_batch = Batch {
         requests: vec![s.request(0, 1, b"ok"), forged],
+        time_ms: 0,
     };
     msg(
         &mut r,
@@ -272,6 +274,7 @@ fn invalid_pre_prepares_are_rejected_and_change_nothing() {
     stranger.client = ClientId(55);
     let stranger_batch = Batch {
         requests: vec![stranger],
+        time_ms: 0,
     };
     msg(
         &mut r,

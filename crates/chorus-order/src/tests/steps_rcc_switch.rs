@@ -40,7 +40,10 @@ fn switch(s: &Setup, client: usize, seq: u64, to: u32) -> Request {
 }
 
 fn one(r: Request) -> Batch {
-    Batch { requests: vec![r] }
+    Batch {
+        requests: vec![r],
+        time_ms: 0,
+    }
 }
 
 /// Decide `batch` at `slot` of `lane` at replica `me` (its own lane's slot

@@ -51,6 +51,7 @@ fn a_backup_holds_a_batch_it_cannot_verify_until_f_plus_one_vouch() {
     let mut r = replica(&s, 2);
     let batch = Batch {
         requests: vec![s.request(0, 1, b"ok"), partial_mac(&s, 0, 2, &[0, 1])],
+        time_ms: 0,
     };
     let pp = s.pre_prepare(0, 0, 0, 0, &batch);
     assert!(msg(&mut r, 1, 0, ReplicaMsg::PrePrepare(pp.clone())).is_empty());
@@ -60,6 +61,7 @@ fn a_backup_holds_a_batch_it_cannot_verify_until_f_plus_one_vouch() {
     assert!(msg(&mut r, 2, 0, ReplicaMsg::PrePrepare(pp)).is_empty());
     let other = Batch {
         requests: vec![partial_mac(&s, 0, 3, &[0, 1])],
+        time_ms: 0,
     };
     assert!(msg(
         &mut r,
@@ -121,6 +123,7 @@ fn a_held_batch_without_vouchers_is_never_accepted() {
     let mut r = replica(&s, 2);
     let forged = Batch {
         requests: vec![partial_mac(&s, 0, 1, &[0])],
+        time_ms: 0,
     };
     assert!(msg(
         &mut r,

@@ -180,6 +180,7 @@ impl Setup {
             requests: seqs
                 .map(|s| self.request(client, s, format!("op{s}").as_bytes()))
                 .collect(),
+            time_ms: 0,
         }
     }
 }

@@ -17,7 +17,10 @@ pub fn req(client: u64, seq: u64, op: Bytes) -> Request {
 }
 
 pub fn batch(reqs: Vec<Request>) -> Arc<Batch> {
-    Arc::new(Batch { requests: reqs })
+    Arc::new(Batch {
+        requests: reqs,
+        time_ms: 0,
+    })
 }
 
 pub fn drain_sorted(e: &mut dyn Executor) -> Vec<ExecResult> {

@@ -32,7 +32,7 @@ pub fn batch(tag: u64, n: usize) -> Batch {
             )
         })
         .collect();
-    Batch { requests }
+    Batch { requests, time_ms: 0 }
 }
 
 pub fn view(lane: u32, v: u64) -> PersistRecord {

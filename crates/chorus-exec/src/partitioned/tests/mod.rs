@@ -2,6 +2,7 @@
 //! cycles (Algorithm 3) under every interleaving (`shuttle`), random streams
 //! against the sequential executor, and the checker biting.
 
+mod agreed_time;
 mod alg2;
 mod prop;
 mod shuttle_cycles;
@@ -217,6 +218,7 @@ pub(super) fn sequential_reference(s: &Scenario, order: &[Digest]) -> (BTreeMap<
             Seq(i as u64),
             Arc::new(Batch {
                 requests: vec![r.clone()],
+                time_ms: 0,
             }),
         );
     }

@@ -67,7 +67,12 @@ fn streams(seed: u64, n: usize) -> Vec<Vec<Arc<Batch>>> {
         .into_iter()
         .map(|reqs| {
             reqs.chunks(2)
-                .map(|c| Arc::new(Batch { requests: c.to_vec() }))
+                .map(|c| {
+                    Arc::new(Batch {
+                        requests: c.to_vec(),
+                        time_ms: 0,
+                    })
+                })
                 .collect()
         })
         .collect();
