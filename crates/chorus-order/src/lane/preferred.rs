@@ -7,16 +7,20 @@
 //!
 //! The boundary is a pure function of agreed state: the first fresh slot of
 //! the view's NEW-VIEW (`nv.end()`, the same at every replica that entered the
-//! view through it) plus the wait. Every correct replica that decides up to
-//! the boundary starts the same view change; one that lags joins through the
-//! f+1 rule. The leader stops proposing at the boundary. A preferred leader
+//! view through it) plus the wait. The leader stops proposing at the
+//! boundary. A replica that decided up to it does not leave the view on its
+//! own: it signs a timeout statement for the view before the target, and the
+//! lane leaves once 2f+1 did (a timeout certificate, `timeout_cert.rs`), which
+//! moves every correct replica together. Leaving alone stranded a replica in
+//! the target view while the others changed to v+1 on a timer (sim sarek
+//! seed 50943: r0 alone changing to v4, r1 and r2 in v3). A preferred leader
 //! that fails again is not retried every `preferred_return_slots` slots: the
 //! wait doubles with every full rotation of views (`v / n`, capped), and the
 //! view number is agreed too. A planned change blames nobody and does not
 //! grow the view-change back-off.
 
 use super::{Lane, LaneEnv, LaneOutput};
-use crate::counters::{Cx, ViewChangeCause};
+use crate::counters::Cx;
 use chorus_core::{OrderingMode, Slot, View};
 
 /// The wait doubles per failed return up to 2^6 times the configured one.
@@ -51,16 +55,20 @@ impl Lane {
         Some(View((self.view.0 / n + 1).saturating_mul(n)))
     }
 
-    /// Start the planned view change to `target` (`preferred_return_due`).
+    /// Planned return to `target` (`preferred_return_due`): sign our
+    /// statement that we give up on every view below it, and leave once 2f+1
+    /// replicas did.
     pub(crate) fn start_preferred_return(&mut self, cx: &mut Cx, env: &LaneEnv, target: View) -> LaneOutput {
         let mut lo = LaneOutput::default();
         debug_assert!(target > self.view && target.0.is_multiple_of(self.cfg.n().max(1) as u64));
-        let backoff = self.timer.failures;
-        tracing::info!(lane = ?self.id, from = ?self.view, to = ?target, "planned view change back to the preferred leader");
-        self.start_view_change(cx, target, ViewChangeCause::PreferredReturn, env, &mut lo);
-        // Nobody failed: the back-off stays where it was.
-        self.timer.failures = backoff;
-        self.replay(cx, env, &mut lo);
+        let Some(last) = target.0.checked_sub(1) else {
+            return lo;
+        };
+        self.give_up(cx, View(last));
+        if self.leave_on_certificate(cx, env, &mut lo) {
+            tracing::info!(lane = ?self.id, view = ?self.view, "planned view change back to the preferred leader");
+            self.replay(cx, env, &mut lo);
+        }
         lo
     }
 }

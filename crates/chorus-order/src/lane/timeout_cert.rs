@@ -132,17 +132,21 @@ impl Lane {
             next = ?self.next_undecided,
             "timeout certificate: leaving the view"
         );
+        // A planned return to the preferred leader (`preferred.rs`) is
+        // nobody's failure.
+        let planned = self.active && self.preferred_return_due().is_some();
         if self.active {
             // Whoever should have moved the lane past the slot it is stuck
             // at failed (`penalty.rs`); a leader whose pre-prepare we hold
             // is blamed only on our own timeout, as for the f+1 join rule.
             let stuck = self.next_undecided;
             let ours = self.suspecting;
-            if ours
-                || self
-                    .slots
-                    .get(&stuck)
-                    .is_none_or(|st| st.accepted_in(self.view).is_none())
+            if !planned && ours
+                || !planned
+                    && self
+                        .slots
+                        .get(&stuck)
+                        .is_none_or(|st| st.accepted_in(self.view).is_none())
             {
                 self.blame_stuck_slot();
             }
@@ -165,12 +169,18 @@ impl Lane {
             .cloned()
             .collect();
         let cause = match (self.active, self.timer.censorship_only) {
+            _ if planned => ViewChangeCause::PreferredReturn,
             (true, false) => ViewChangeCause::NoProgress,
             (true, true) => ViewChangeCause::Censorship,
             (false, _) => ViewChangeCause::NewViewTimeout,
         };
+        let backoff = self.timer.failures;
         // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
         self.start_view_change(cx, w.next(), cause, env, lo);
+        if planned {
+            // Nobody failed: the back-off stays where it was.
+            self.timer.failures = backoff;
+        }
         for t in cert.into_iter().filter(|t| t.replica != self.me) {
             cx.out.broadcast(ReplicaMsg::Timeout(t));
         }
