@@ -141,13 +141,12 @@ impl Lane {
             // is blamed only on our own timeout, as for the f+1 join rule.
             let stuck = self.next_undecided;
             let ours = self.suspecting;
-            if !planned && ours
-                || !planned
-                    && self
-                        .slots
-                        .get(&stuck)
-                        .is_none_or(|st| st.accepted_in(self.view).is_none())
-            {
+            let unproposed = || {
+                self.slots
+                    .get(&stuck)
+                    .is_none_or(|st| st.accepted_in(self.view).is_none())
+            };
+            if !planned && (ours || unproposed()) {
                 self.blame_stuck_slot();
             }
         } else {
