@@ -30,6 +30,9 @@ pub const MAX_KV_SHARDS: usize = 4096;
 
 pub struct KvService {
     shards: Vec<RwLock<BTreeMap<Bytes, Bytes>>>,
+    /// Test-only imprecise access sets (SAREK §IV-D): a `PutAll` declares
+    /// only its first key; [`Service::execution_access`] names them all.
+    first_key_only: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -60,6 +63,17 @@ impl KvService {
         let n = shards.clamp(1, MAX_KV_SHARDS);
         KvService {
             shards: (0..n).map(|_| RwLock::new(BTreeMap::new())).collect(),
+            first_key_only: false,
+        }
+    }
+
+    /// A store whose `PutAll` declares only its first key, so SAREK's
+    /// PREDICT() misses its other partitions and execution re-predicts them
+    /// (the service `kv-mispredicting`; for tests and the simulator).
+    pub fn mispredicting(shards: usize) -> KvService {
+        KvService {
+            first_key_only: true,
+            ..KvService::new(shards)
         }
     }
 
@@ -156,25 +170,8 @@ impl KvService {
         KvReply::Entries { entries, more }
     }
 
-    fn sorted_entries(&self) -> Vec<(Bytes, Bytes)> {
-        let mut all: Vec<(Bytes, Bytes)> = Vec::with_capacity(self.len());
-        for s in &self.shards {
-            all.extend(s.read().iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        all
-    }
-}
-
-impl Service for KvService {
-    fn execute(&self, op: &[u8], _ctx: &ExecContext) -> Bytes {
-        match KvOp::decode(op) {
-            Ok(op) => self.apply(op).encode(),
-            Err(e) => KvReply::Error(e.to_string()).encode(),
-        }
-    }
-
-    fn access(&self, op: &[u8]) -> Access {
+    /// What an operation touches, exactly.
+    fn exact_access(&self, op: &[u8]) -> Access {
         let Ok(op) = KvOp::decode(op) else {
             return Access::Keys {
                 reads: vec![],
@@ -200,6 +197,40 @@ impl Service for KvService {
                 writes: vec![key],
             },
         }
+    }
+
+    fn sorted_entries(&self) -> Vec<(Bytes, Bytes)> {
+        let mut all: Vec<(Bytes, Bytes)> = Vec::with_capacity(self.len());
+        for s in &self.shards {
+            all.extend(s.read().iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
+impl Service for KvService {
+    fn execute(&self, op: &[u8], _ctx: &ExecContext) -> Bytes {
+        match KvOp::decode(op) {
+            Ok(op) => self.apply(op).encode(),
+            Err(e) => KvReply::Error(e.to_string()).encode(),
+        }
+    }
+
+    fn access(&self, op: &[u8]) -> Access {
+        if self.first_key_only {
+            if let Ok(KvOp::PutAll { pairs }) = KvOp::decode(op) {
+                return Access::Keys {
+                    reads: vec![],
+                    writes: pairs.into_iter().take(1).map(|(k, _)| k).collect(),
+                };
+            }
+        }
+        self.exact_access(op)
+    }
+
+    fn execution_access(&self, op: &[u8]) -> Option<Access> {
+        self.first_key_only.then(|| self.exact_access(op))
     }
 
     fn is_read_only(&self, op: &[u8]) -> bool {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The names [`service_by_name`] knows.
-pub const SERVICE_NAMES: &[&str] = &["kv", "null", "sleep", "token"];
+pub const SERVICE_NAMES: &[&str] = &["kv", "kv-mispredicting", "null", "sleep", "token"];
 
 /// Options for every service; each service reads its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +137,12 @@ pub(crate) fn builtin_entries() -> Vec<ServiceEntry> {
             Ok(Arc::new(KvService::new(o.kv_shards)) as Arc<dyn Service>)
         })
         .with_workload(kv_workload),
+        ServiceEntry::new(
+            "kv-mispredicting",
+            "kv whose PutAll declares only its first key (test-only: exercises SAREK re-prediction)",
+            |o| Ok(Arc::new(KvService::mispredicting(o.kv_shards)) as Arc<dyn Service>),
+        )
+        .with_workload(kv_multi_key_workload),
         // The null service answers the kv workload with empty replies.
         ServiceEntry::new("null", "empty replies, no state", |_| {
             Ok(Arc::new(NullService) as Arc<dyn Service>)

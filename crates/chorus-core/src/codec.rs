@@ -5,6 +5,7 @@
 
 use crate::config::ClusterConfig;
 use crate::messages::*;
+use crate::reprediction::MAX_REPREDICTION_PARTITIONS;
 use crate::request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
 use crate::wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};
 use serde::de::DeserializeOwned;
@@ -130,6 +131,18 @@ fn check(cond: bool, reason: &'static str) -> Result<(), CodecError> {
 impl Validate for Request {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
         check(self.op.len() <= l.max_op_bytes, "operation too large")?;
+        if self.is_reprediction() {
+            // A system request: exactly the flag, the certificate as the
+            // operation, no client authenticator.
+            check(
+                self.flags == flags::REPREDICTION,
+                "re-prediction with other flags",
+            )?;
+            return check(
+                self.auth == Authenticator::Macs(Vec::new()),
+                "re-prediction with an authenticator",
+            );
+        }
         check(self.flags & !flags::KNOWN == 0, "unknown request flags")?;
         // A switch is ordered (it changes the assignment table): never a read.
         check(
@@ -221,6 +234,11 @@ impl Validate for ReplicaMsg {
             | ReplicaMsg::FetchBatch(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::Timeout(_) => Ok(()),
+            ReplicaMsg::RePredict(v) => check(
+                v.body.partitions.len() <= MAX_REPREDICTION_PARTITIONS
+                    && v.body.added.len() <= MAX_REPREDICTION_PARTITIONS,
+                "re-prediction names too many partitions",
+            ),
         }
     }
 }

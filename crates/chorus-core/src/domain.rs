@@ -36,6 +36,8 @@ pub enum SigKind {
     NewView,
     /// A replica's progress timer expired in a lane's view ([`crate::Timeout`]).
     Timeout,
+    /// SAREK §IV-D: a re-prediction proposal ([`crate::RePredictionVote`]).
+    RePrediction,
 }
 
 impl SigKind {
@@ -49,6 +51,7 @@ impl SigKind {
             SigKind::ViewChange => "view-change",
             SigKind::NewView => "new-view",
             SigKind::Timeout => "timeout",
+            SigKind::RePrediction => "reprediction",
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::crypto::{Digest, Signature};
 use crate::ids::{LaneId, ReplicaId, Seq, Slot, View};
+use crate::reprediction::RePredictionVote;
 use crate::request::{Batch, Reply, Request};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -304,6 +305,8 @@ pub enum ReplicaMsg {
     Dbft(DbftWire),
     /// Appended last: existing variants keep their wire tags.
     Timeout(Timeout),
+    /// `sarek` only (SAREK §IV-D): a signed re-prediction proposal.
+    RePredict(RePredictionVote),
 }
 
 impl ReplicaMsg {
@@ -324,7 +327,8 @@ impl ReplicaMsg {
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
-            | ReplicaMsg::Dbft(_) => None,
+            | ReplicaMsg::Dbft(_)
+            | ReplicaMsg::RePredict(_) => None,
         }
     }
 
@@ -344,6 +348,7 @@ impl ReplicaMsg {
             ReplicaMsg::StateChunk(_) => "state-chunk",
             ReplicaMsg::Dbft(_) => "dbft",
             ReplicaMsg::Timeout(_) => "timeout",
+            ReplicaMsg::RePredict(_) => "reprediction",
         }
     }
 }

@@ -13,7 +13,12 @@ pub mod flags {
     /// RCC §III-E `SWITCHINSTANCE(c, j)`: the op is the target instance `j`
     /// (u32 LE); see `crate::switch`. Only the `rcc` mode orders it.
     pub const SWITCH_INSTANCE: u8 = 2;
-    /// Every flag this version understands; others are rejected.
+    /// SAREK §IV-D: a re-prediction certificate
+    /// (`crate::reprediction::RePredictionCert`) ordered in an added
+    /// partition's lane. A system request: the certificate authenticates
+    /// it, never a client, so a client's request with this flag is refused.
+    pub const REPREDICTION: u8 = 4;
+    /// Every flag a client may set; others are rejected.
     pub const KNOWN: u8 = READ_ONLY | SWITCH_INSTANCE;
 }
 
@@ -55,6 +60,10 @@ impl Request {
 
     pub fn is_switch(&self) -> bool {
         self.flags & flags::SWITCH_INSTANCE != 0
+    }
+
+    pub fn is_reprediction(&self) -> bool {
+        self.flags & flags::REPREDICTION != 0
     }
 
     pub fn is_read_only(&self) -> bool {

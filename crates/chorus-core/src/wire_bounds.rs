@@ -22,6 +22,7 @@ use crate::config::ClusterConfig;
 use crate::crypto::{Digest, Mac, Signature};
 use crate::ids::{ClientId, LaneId, ReplicaId, RequestSeq, Seq, Slot, View};
 use crate::messages::*;
+use crate::reprediction::{RePrediction, RePredictionVote, MAX_REPREDICTION_PARTITIONS};
 use crate::request::{Authenticator, Batch, Request};
 use bytes::Bytes;
 use serde::Serialize;
@@ -242,6 +243,17 @@ impl WireBounds {
             len(&ReplicaMsg::Timeout(Timeout {
                 lane: LANE,
                 view: VIEW,
+                replica: REPLICA,
+                sig: SIG,
+            })),
+            len(&ReplicaMsg::RePredict(RePredictionVote {
+                body: RePrediction {
+                    request: DIGEST,
+                    client: ClientId(u64::MAX),
+                    seq: RequestSeq(u64::MAX),
+                    partitions: vec![u16::MAX; MAX_REPREDICTION_PARTITIONS],
+                    added: vec![u16::MAX; MAX_REPREDICTION_PARTITIONS],
+                },
                 replica: REPLICA,
                 sig: SIG,
             })),

@@ -158,7 +158,12 @@ impl CheckedService {
 impl Service for CheckedService {
     fn execute(&self, op: &[u8], ctx: &ExecContext) -> Bytes {
         // A read-only operation may not write anything it read.
-        let access = match (self.inner.access(op), self.inner.is_read_only(op)) {
+        // Where the declaration is only a prediction, the exact set counts.
+        let declared = self
+            .inner
+            .execution_access(op)
+            .unwrap_or_else(|| self.inner.access(op));
+        let access = match (declared, self.inner.is_read_only(op)) {
             (Access::Keys { reads, writes }, true) => {
                 let mut reads = reads;
                 reads.extend(writes);
@@ -186,6 +191,9 @@ impl Service for CheckedService {
     }
     fn access(&self, op: &[u8]) -> Access {
         self.inner.access(op)
+    }
+    fn execution_access(&self, op: &[u8]) -> Option<Access> {
+        self.inner.execution_access(op)
     }
     fn is_read_only(&self, op: &[u8]) -> bool {
         self.inner.is_read_only(op)

@@ -125,6 +125,11 @@ pub trait Executor: Send {
     fn audit(&self) -> Option<Vec<String>> {
         None
     }
+    /// SAREK §IV-D: the re-predictions of requests suspended since the last
+    /// call (mis-predicted at execution). The driver hands each to its
+    /// replica (`Replica::on_misprediction`), which signs and broadcasts it.
+    /// Only the partitioned executor suspends requests.
+    fn drain_repredictions(&mut self, _out: &mut Vec<chorus_core::RePrediction>) {}
 }
 
 /// Every rejected request's result starts with these bytes.

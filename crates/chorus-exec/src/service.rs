@@ -55,6 +55,17 @@ pub trait Service: Send + Sync + 'static {
     fn access(&self, _op: &[u8]) -> Access {
         Access::Everything
     }
+    /// SAREK §IV-D: the operation's exact access set at execution, where
+    /// [`Service::access`] is only a prediction (an imprecise PREDICT(): the
+    /// keys depend on the operation in ways the declaration does not state).
+    /// `None` (the default): `access` is exact. The partitioned executor
+    /// asks just before it runs the operation, holding every partition of
+    /// the current prediction; an access outside them suspends the request
+    /// until its re-prediction is ordered. Must be a pure function of the
+    /// operation and of the state of keys `access` names.
+    fn execution_access(&self, _op: &[u8]) -> Option<Access> {
+        None
+    }
     /// Read-only operations may use the fast path.
     fn is_read_only(&self, _op: &[u8]) -> bool {
         false

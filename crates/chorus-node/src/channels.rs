@@ -29,6 +29,8 @@ pub enum CoreInput {
         seq: Seq,
         state_digest: Digest,
     },
+    /// `sarek`: the executor suspended a mis-predicted request (SAREK §IV-D).
+    Mispredicted(chorus_core::RePrediction),
     /// Several of the above that a pillar read in one burst: one channel
     /// hop and one wake-up of the core instead of one each (never nested).
     Many(Vec<CoreInput>),

@@ -183,6 +183,7 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
             snapshot,
         },
         CoreInput::StateInstalled { seq, state_digest } => Event::StateInstalled { seq, state_digest },
+        CoreInput::Mispredicted(body) => Event::Mispredicted(body),
     };
     replica.handle(now, event, out);
 }

@@ -43,6 +43,7 @@ impl ExecThread {
         let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
         let mut results: Vec<ExecResult> = Vec::new();
+        let mut repredictions: Vec<chorus_core::RePrediction> = Vec::new();
         let mut stages = crate::latency::Stages::new(&self.metrics);
         let mut timed: Vec<Option<std::time::Instant>> = Vec::new();
         self.outgoing = vec![Vec::new(); self.pillars.len()];
@@ -164,6 +165,11 @@ impl ExecThread {
                 }
             }
             self.executor.drain_results(&mut results);
+            // SAREK §IV-D: suspended requests' re-predictions to the core.
+            self.executor.drain_repredictions(&mut repredictions);
+            for body in repredictions.drain(..) {
+                let _ = self.core.blocking_send(CoreInput::Mispredicted(body));
+            }
             let executed_at = std::time::Instant::now();
             for r in results.drain(..) {
                 timed.push(stages.executed(r.client, r.request_seq, executed_at));

@@ -28,6 +28,10 @@ pub struct Counters {
     /// `sarek`: cross-partition requests handed to another partition's pool
     /// after one partition ordered them (SAREK §IV-B 1).
     pub sarek_forwarded: u64,
+    /// `sarek` (SAREK §IV-D): re-predictions our executor asked for, and
+    /// re-prediction certificates completed here (2f+1 matching votes).
+    pub sarek_repredictions_proposed: u64,
+    pub sarek_repredictions_certified: u64,
     /// View changes this replica started (timer expiry or the f+1 join rule).
     pub view_changes: u64,
     /// New views installed.

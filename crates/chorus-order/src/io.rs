@@ -48,6 +48,11 @@ pub enum Event {
         seq: Seq,
         state_digest: Digest,
     },
+    /// `sarek` (SAREK §IV-D): the executor suspended a request that
+    /// accessed partitions outside its prediction
+    /// (`Executor::drain_repredictions`); sign and broadcast the
+    /// re-prediction.
+    Mispredicted(chorus_core::RePrediction),
 }
 
 /// Why a client request was not taken into the pool.

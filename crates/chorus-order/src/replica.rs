@@ -12,6 +12,7 @@
 
 mod dispel;
 mod recover;
+mod repredict;
 mod switch;
 
 use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
@@ -179,6 +180,7 @@ impl Replica {
             Event::StateInstalled { seq, state_digest } => {
                 self.on_state_installed(now, seq, state_digest, out)
             }
+            Event::Mispredicted(body) => self.on_mispredicted(now, body, out),
         }
         self.settle(now, out);
     }
@@ -337,6 +339,7 @@ impl Replica {
             self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
             if let Some(s) = self.sarek.as_mut() {
                 self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
+                s.repredictions.on_decided(lane, &d.batch);
             }
             self.merger.insert(cell, d.batch);
         }
@@ -386,6 +389,7 @@ impl Replica {
                 }
             }
             ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
+            ReplicaMsg::RePredict(vote) => self.on_reprediction_vote(now, vote, out),
             other if self.dispel.is_some() => self.dispel_on_other(now, from, other, out),
             other => {
                 let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {
@@ -469,6 +473,7 @@ impl Replica {
             self.absorb(now, LaneId(l as u32), lo);
         }
         self.dispel_status_tick(now, out);
+        self.reprediction_tick(now, out);
         for v in self.checkpointer.pending_votes() {
             out.broadcast(ReplicaMsg::Checkpoint(v));
         }

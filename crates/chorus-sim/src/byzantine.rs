@@ -375,6 +375,29 @@ impl Adversary {
         counters.fault("byz-corrupt");
         let other = ReplicaId((self.me.0 + rng.gen_range(1..self.n as u32)) % self.n as u32);
         match msg {
+            // SAREK §IV-C (Table I row 3): a false re-prediction, validly
+            // signed, must never gather 2f+1; a broken or borrowed signature
+            // must not count at all.
+            ReplicaMsg::RePredict(mut v) => {
+                counters.fault("byz-false-reprediction");
+                match rng.gen_range(0..3) {
+                    0 => flip_sig(&mut v.sig, rng),
+                    1 => {
+                        let top = v.body.partitions.last().copied().unwrap_or(0);
+                        let k = u16::try_from(self.lanes).unwrap_or(u16::MAX);
+                        if top + 1 < k {
+                            let extra = rng.gen_range(top + 1..k);
+                            v.body.partitions.push(extra);
+                            v.body.added.push(extra);
+                        } else {
+                            v.body.request = random_digest(rng);
+                        }
+                        v = v.body.sign(&self.tag, self.me, &self.identity);
+                    }
+                    _ => v.replica = other,
+                }
+                ReplicaMsg::RePredict(v)
+            }
             ReplicaMsg::PrePrepare(mut m) => {
                 match rng.gen_range(0..4) {
                     0 => flip_sig(&mut m.sig, rng),

@@ -202,6 +202,13 @@ impl<R: SimReplica> World<R> {
                 if !self.nodes[i].is_live() {
                     return;
                 }
+                // SAREK §IV-D: requests the executor suspended go to the
+                // replica as re-predictions.
+                if let Some(live) = self.nodes[i].live.as_mut() {
+                    let mut bodies = Vec::new();
+                    live.executor.drain_repredictions(&mut bodies);
+                    follow_ups.extend(bodies.into_iter().map(Event::Mispredicted));
+                }
             }
             let Some(event) = follow_ups.pop_front() else {
                 return;

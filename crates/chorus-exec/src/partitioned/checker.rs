@@ -18,13 +18,17 @@
 use super::predict::{PartitionId, Prediction};
 use super::scheduler::LogEvent;
 use chorus_core::Digest;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One sub-request of an agreed partition stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEntry {
     pub id: Digest,
     pub prediction: Prediction,
+    /// A re-prediction's CROSS-BORDER-SYNC (SAREK §IV-D). Until its request
+    /// is suspended the executor holds its partition's stream back at it,
+    /// so to the rules it is not there yet.
+    pub reprediction: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,19 +54,36 @@ pub enum Violation {
     ReleasedApart { partition: PartitionId, position: u64 },
     /// The run ended with this sub-request never executed.
     Unexecuted { partition: PartitionId, position: u64 },
+    /// A suspension that does not only add partitions above the highest
+    /// predicted, or of a request not heading its partitions.
+    BadSuspension { id: Digest },
 }
 
 struct Replay<'a> {
     streams: &'a [Vec<StreamEntry>],
     /// Remaining stream positions per partition, in stream order.
     remaining: Vec<Vec<u64>>,
+    /// Suspended requests' new predictions (SAREK §IV-D).
+    repredicted: BTreeMap<Digest, Prediction>,
+}
+
+/// An entry as the rules see it: with its request's re-prediction, if any.
+struct Seen<'a> {
+    id: Digest,
+    prediction: &'a Prediction,
 }
 
 impl Replay<'_> {
-    fn head(&self, q: usize) -> Option<&StreamEntry> {
-        self.remaining[q]
-            .first()
-            .map(|&pos| &self.streams[q][pos as usize])
+    fn head(&self, q: usize) -> Option<Seen<'_>> {
+        let e = &self.streams[q][*self.remaining[q].first()? as usize];
+        let re = self.repredicted.get(&e.id);
+        if e.reprediction && re.is_none() {
+            return None;
+        }
+        Some(Seen {
+            id: e.id,
+            prediction: re.unwrap_or(&e.prediction),
+        })
     }
 
     fn first_of(&self, q: usize, id: Digest) -> Option<u64> {
@@ -151,6 +172,7 @@ pub fn check_serial_order(
     let mut replay = Replay {
         streams,
         remaining: streams.iter().map(|s| (0..s.len() as u64).collect()).collect(),
+        repredicted: BTreeMap::new(),
     };
     let mut violations = Vec::new();
     let mut order = Vec::new();
@@ -162,6 +184,36 @@ pub fn check_serial_order(
     for event in log {
         match event {
             LogEvent::Resolved { .. } => {}
+            LogEvent::Suspended { id, prediction } => {
+                // It was handed out: it heads every partition it held.
+                let old = replay.repredicted.get(id).cloned().or_else(|| {
+                    (0..streams.len()).find_map(|q| {
+                        replay
+                            .head(q)
+                            .filter(|h| h.id == *id)
+                            .map(|h| h.prediction.clone())
+                    })
+                });
+                let ok = old.is_some_and(|old| {
+                    let heads = old
+                        .partitions()
+                        .iter()
+                        .all(|q| replay.head(q.0 as usize).is_some_and(|h| h.id == *id));
+                    let added: Vec<_> = prediction
+                        .partitions()
+                        .iter()
+                        .filter(|q| !old.contains(**q))
+                        .collect();
+                    heads
+                        && old.partitions().iter().all(|q| prediction.contains(*q))
+                        && !added.is_empty()
+                        && added.iter().all(|q| Some(*q) > old.partitions().last())
+                });
+                if !ok {
+                    violations.push(Violation::BadSuspension { id: *id });
+                }
+                replay.repredicted.insert(*id, prediction.clone());
+            }
             LogEvent::Released { partition, position } => {
                 violations.push(Violation::ReleasedApart {
                     partition: *partition,
@@ -188,7 +240,11 @@ pub fn check_serial_order(
                     });
                     continue;
                 };
-                let prediction = streams[p.0 as usize][pos as usize].prediction.clone();
+                let prediction = replay
+                    .repredicted
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| streams[p.0 as usize][pos as usize].prediction.clone());
                 let expected: Vec<(PartitionId, u64)> = prediction
                     .partitions()
                     .iter()
@@ -218,6 +274,7 @@ pub fn check_serial_order(
                         }
                     }
                 }
+                replay.repredicted.remove(id);
                 for &(q, at) in consumed {
                     let r = &mut replay.remaining[q.0 as usize];
                     match r.iter().position(|&x| x == at) {

@@ -23,4 +23,4 @@ pub use checker::{check_serial_order, effective_schedules, StreamEntry, Violatio
 pub use executor::{entry_for, run_job, PartitionedExecutor, PartitionedResult};
 pub use predict::{partition_of_key, predict, EntryKind, PartitionId, Prediction, MAX_PARTITIONS};
 pub use scheduler::{DeliverError, Entry, Job, LogEvent, RequestScheduler, SchedulerStats, Step};
-pub use stream_exec::{SarekExecStats, SarekExecutor, SEEN_PER_PARTITION};
+pub use stream_exec::{SarekExecStats, SarekExecutor, MISPREDICTED_BELOW_RESULT, SEEN_PER_PARTITION};

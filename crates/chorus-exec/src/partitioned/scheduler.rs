@@ -91,6 +91,10 @@ pub enum LogEvent {
     /// Only with the test-only SYNC-skipping fault: a SYNC whose EXEC had
     /// already run was dropped when it reached its head.
     Released { partition: PartitionId, position: u64 },
+    /// SAREK §IV-D: a handed-out request accessed partitions outside its
+    /// prediction and was suspended before it ran; it keeps the heads of its
+    /// partitions and now also needs a sub-request in each added partition.
+    Suspended { id: Digest, prediction: Prediction },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +103,8 @@ pub struct SchedulerStats {
     pub executed: u64,
     pub cross_border: u64,
     pub cycles_resolved: u64,
+    /// Requests suspended for a re-prediction (SAREK §IV-D).
+    pub suspended: u64,
     pub rejected_no_such_partition: u64,
     pub rejected_not_predicted: u64,
     pub rejected_out_of_range: u64,
@@ -339,6 +345,60 @@ impl<T: Clone> RequestScheduler<T> {
             assert_eq!((slot.pos, slot.entry.id), (*pos, job.id));
             self.busy[qi] = None;
         }
+        self.generation += 1;
+    }
+
+    /// SAREK §IV-D: `job` accessed partitions its prediction did not name,
+    /// so it is not run. It stays at the head of every schedule it holds
+    /// (no rollback: nothing ran), frees them, and from now on needs
+    /// `prediction` (its own plus partitions above its highest, §IV-D 2),
+    /// so it runs once a sub-request of each added partition heads that
+    /// partition's schedule (the re-prediction's CROSS-BORDER-SYNC). Called
+    /// instead of [`RequestScheduler::complete`].
+    pub fn suspend(&mut self, job: &Job<T>, prediction: Prediction) {
+        let old = job.prediction.partitions();
+        let new = prediction.partitions();
+        assert!(
+            old.iter().all(|p| prediction.contains(*p))
+                && new.len() > old.len()
+                && new
+                    .iter()
+                    .filter(|p| !job.prediction.contains(**p))
+                    .all(|p| Some(p) > old.last()),
+            "a re-prediction only adds partitions above the highest predicted"
+        );
+        assert_eq!(
+            self.log.last(),
+            Some(&LogEvent::Executed {
+                id: job.id,
+                consumed: job.consumed.clone()
+            }),
+            "suspend right after the hand-out"
+        );
+        self.log.pop();
+        self.stats.executed -= 1;
+        if job.prediction.is_cross_border() {
+            self.stats.cross_border -= 1;
+        }
+        for (q, pos) in &job.consumed {
+            let qi = q.0 as usize;
+            assert_eq!(
+                self.busy[qi],
+                Some(job.id),
+                "suspending a job that does not hold {q:?}"
+            );
+            self.busy[qi] = None;
+            let head = self.schedules[qi]
+                .front_mut()
+                .expect("the job's sub-request heads its schedule");
+            assert_eq!((head.pos, head.entry.id), (*pos, job.id));
+            head.entry.prediction = prediction.clone();
+        }
+        self.stats.suspended += 1;
+        self.log.push(LogEvent::Suspended {
+            id: job.id,
+            prediction,
+        });
         self.generation += 1;
     }
 

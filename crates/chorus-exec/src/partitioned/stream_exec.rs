@@ -27,22 +27,33 @@
 //!   gave the batch that delivered it there. Part of the snapshot (version 2).
 
 use super::checker::{check_serial_order, StreamEntry};
-use super::predict::{predict, PartitionId, MAX_PARTITIONS};
-use super::scheduler::{Entry, LogEvent, RequestScheduler, SchedulerStats, Step};
+use super::predict::{predict, PartitionId, Prediction, MAX_PARTITIONS};
+use super::scheduler::{Entry, Job, LogEvent, RequestScheduler, SchedulerStats, Step};
 use crate::client_table::{Admission, CachedReply, ClientTable, ReplyLookup, TableSnapshot};
 use crate::executor::{rejected_result, ExecCheckpoint, ExecError, ExecResult, Executor};
 use crate::sequential::read_only_context;
 use crate::service::{ExecContext, Service};
 use bytes::Bytes;
-use chorus_core::{Batch, Cell, ClientId, Digest, LaneId, Request, RequestSeq, Seq, Slot};
+use chorus_core::{
+    Batch, Cell, ClientId, Digest, LaneId, RePrediction, RePredictionCert, Request, RequestSeq, Seq, Slot,
+};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// Request digests a partition remembers to drop re-ordered copies (a
 /// recovered leader re-proposing a retransmission, a Byzantine leader
 /// replaying). Part of the snapshot; FIFO, so every replica forgets alike.
 pub const SEEN_PER_PARTITION: usize = 8_192;
+
+/// The result of a request that, at execution, accessed a partition below
+/// the highest one predicted for it. A re-prediction may only add higher
+/// partitions (SAREK §IV-D 2: otherwise two re-predictions could wait for
+/// each other), so it is executed as this error instead, identically on
+/// every replica; nothing of it ran. The cure is a conservative
+/// `Service::access` that names that partition.
+pub const MISPREDICTED_BELOW_RESULT: &[u8] =
+    b"chorus error: the operation accessed a partition below its highest predicted one; declare it in Service::access (SAREK re-predicts only higher partitions)";
 
 /// Sub-requests a partition schedule may hold. The barrier bounds it by a
 /// cut's worth of batches plus the waiting leftovers; this is a safety net,
@@ -92,6 +103,31 @@ struct Snapshot {
     waiting: Vec<Vec<(Request, Seq, u64)>>,
     /// Per stream, its agreed time at the cut.
     times: Vec<u64>,
+    /// Requests suspended for a re-prediction below the cut (version 3).
+    suspended: Vec<(Digest, Suspension)>,
+}
+
+/// Version 2: before re-predictions.
+#[derive(Serialize, Deserialize)]
+struct SnapshotV2 {
+    version: u8,
+    partitions: u16,
+    cut_slot: u64,
+    tables: Vec<TableSnapshot>,
+    service: Bytes,
+    seen: Vec<Vec<Digest>>,
+    waiting: Vec<Vec<(Request, Seq, u64)>>,
+    times: Vec<u64>,
+}
+
+/// A request suspended for a re-prediction (SAREK §IV-D): its new
+/// prediction, and the added partitions whose SYNC was delivered already.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Suspension {
+    prediction: Prediction,
+    delivered: BTreeSet<PartitionId>,
+    /// What this replica proposed (sent again after a restore).
+    body: RePrediction,
 }
 
 /// Version 1: before agreed times (decoded with every time 0).
@@ -106,7 +142,8 @@ struct SnapshotV1 {
     waiting: Vec<Vec<(Request, Seq)>>,
 }
 
-const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION: u8 = 3;
+const SNAPSHOT_VERSION_2: u8 = 2;
 const SNAPSHOT_VERSION_1: u8 = 1;
 
 /// Counters of what the executor dropped or refused, for status and checks.
@@ -116,6 +153,16 @@ pub struct SarekExecStats {
     pub out_of_order: u64,
     pub scheduler: SchedulerStats,
     pub cuts: u64,
+    /// Re-prediction SYNCs dropped: a second one for the same request and
+    /// partition, or one for a request already executed.
+    pub stale_repredictions: u64,
+    /// Re-prediction SYNCs whose prediction differs from the one this
+    /// replica computed when it suspended the request: the service is not
+    /// deterministic (`Service::execution_access`). Dropped.
+    pub reprediction_mismatches: u64,
+    /// Re-prediction SYNCs that arrived before their request was suspended
+    /// here and held their stream back until it was.
+    pub gated_syncs: u64,
 }
 
 /// What the serial-order checker replays (the simulator keeps it per life).
@@ -139,6 +186,16 @@ pub struct SarekExecutor {
     /// The slot of the next cut; entries at or above it wait in `held`.
     barrier: u64,
     held: Vec<VecDeque<(Slot, Arc<Batch>)>>,
+    /// SAREK §IV-D: requests suspended for a re-prediction, until they run.
+    suspended: BTreeMap<Digest, Suspension>,
+    /// Per partition, the stream held back at a re-prediction SYNC whose
+    /// request is not suspended here yet (first entry), and what followed.
+    /// Gating keeps the schedules a function of the streams: every replica
+    /// sees the SYNC only once it suspended the request, as the replicas
+    /// that certified the re-prediction did.
+    gated: Vec<VecDeque<Sub>>,
+    /// Re-predictions to hand to the ordering side.
+    repredictions: Vec<RePrediction>,
     last: ExecCheckpoint,
     results: Vec<ExecResult>,
     stats: SarekExecStats,
@@ -169,6 +226,9 @@ impl SarekExecutor {
             times: vec![0; k],
             barrier: slots_per_cut,
             held: vec![VecDeque::new(); k],
+            suspended: BTreeMap::new(),
+            gated: vec![VecDeque::new(); k],
+            repredictions: Vec::new(),
             last: ExecCheckpoint {
                 next_seq: Seq(0),
                 state_digest: Digest::default(),
@@ -226,18 +286,87 @@ impl SarekExecutor {
     }
 
     fn append(&mut self, p: usize, req: Arc<Request>, at: Seq, time_ms: u64) {
-        let prediction = predict(&self.service.access(&req.op), self.k);
-        let entry = Entry {
-            id: req.digest(),
-            prediction: prediction.clone(),
-            payload: Sub { req, at, time_ms },
+        self.append_sub(p, Sub { req, at, time_ms });
+    }
+
+    fn append_sub(&mut self, p: usize, sub: Sub) {
+        if !self.gated[p].is_empty() {
+            self.gated[p].push_back(sub);
+            return;
+        }
+        self.admit(p, sub);
+    }
+
+    /// Hand one stream entry to the scheduler, or hold the stream back at a
+    /// re-prediction SYNC whose request is not suspended yet.
+    fn admit(&mut self, p: usize, sub: Sub) {
+        let (id, prediction, reprediction) = if sub.req.is_reprediction() {
+            // The ordering side verified the certificate; a batch that got
+            // here with a malformed one was decided, so every replica drops
+            // it alike.
+            let Some(cert) = RePredictionCert::from_request(&sub.req) else {
+                self.stats.stale_repredictions += 1;
+                return;
+            };
+            let b = cert.body;
+            let exec = b.partitions.first().copied().unwrap_or(0) as usize;
+            if exec >= self.k as usize || self.tables[exec].is_executed(b.client, b.seq) {
+                self.stats.stale_repredictions += 1;
+                return;
+            }
+            let Some(s) = self.suspended.get_mut(&b.request) else {
+                self.stats.gated_syncs += 1;
+                self.gated[p].push_back(sub);
+                return;
+            };
+            let part = PartitionId(p as u16);
+            let same = s
+                .prediction
+                .partitions()
+                .iter()
+                .map(|q| q.0)
+                .eq(b.partitions.iter().copied());
+            if !same {
+                self.stats.reprediction_mismatches += 1;
+                return;
+            }
+            if !s.delivered.insert(part) {
+                self.stats.stale_repredictions += 1;
+                return;
+            }
+            (b.request, s.prediction.clone(), true)
+        } else {
+            let id = sub.req.digest();
+            let prediction = match self.suspended.get(&id) {
+                Some(s) => s.prediction.clone(),
+                None => predict(&self.service.access(&sub.req.op), self.k),
+            };
+            (id, prediction, false)
         };
-        let id = entry.id;
+        let entry = Entry {
+            id,
+            prediction: prediction.clone(),
+            payload: sub,
+        };
         // Refusals (not predicted here, full) are counted by the scheduler
         // and are the same on every replica: they depend on the entry only.
         if self.scheduler.deliver(PartitionId(p as u16), entry).is_ok() {
             if let Some(rec) = self.record.as_mut() {
-                rec.streams[p].push(StreamEntry { id, prediction });
+                rec.streams[p].push(StreamEntry {
+                    id,
+                    prediction,
+                    reprediction,
+                });
+            }
+        }
+    }
+
+    /// A request was suspended: feed again what its gates held back, in
+    /// order (a later re-prediction SYNC may close a gate again).
+    fn open_gates(&mut self) {
+        for p in 0..self.k as usize {
+            for sub in std::mem::take(&mut self.gated[p]) {
+                self.append_sub(p, sub);
             }
         }
     }
@@ -251,8 +380,13 @@ impl SarekExecutor {
                     let before = self.scheduler.generation();
                     match self.scheduler.next(PartitionId(p)) {
                         Step::Run(job) => {
-                            self.run(job.partition, &job.payload);
-                            self.scheduler.complete(&job);
+                            if self.repredict(&job) {
+                                self.open_gates();
+                            } else {
+                                self.run(&job);
+                                self.scheduler.complete(&job);
+                                self.suspended.remove(&job.id);
+                            }
                             moved = true;
                         }
                         Step::Wait => {
@@ -276,11 +410,82 @@ impl SarekExecutor {
         }
     }
 
+    /// SAREK §IV-D: does the request, about to run with its partitions
+    /// held, access partitions outside its prediction? Then it is suspended
+    /// (nothing ran, so nothing is rolled back) and its re-prediction goes
+    /// to the ordering side; returns true. A request already executed, or
+    /// one that accessed a partition below its highest predicted one (a
+    /// re-prediction may not add it, §IV-D 2), runs as usual; the latter is
+    /// refused in [`SarekExecutor::run`].
+    fn repredict(&mut self, job: &Job<Sub>) -> bool {
+        let req = &job.payload.req;
+        let Some(access) = self.service.execution_access(&req.op) else {
+            return false;
+        };
+        let table = &self.tables[job.partition.0 as usize];
+        if req.seq.0 == 0
+            || table.is_executed(req.client, req.seq)
+            || table.request_digest(req.client, req.seq).is_some()
+        {
+            return false;
+        }
+        let needed = predict(&access, self.k);
+        let added: Vec<PartitionId> = needed
+            .partitions()
+            .iter()
+            .copied()
+            .filter(|q| !job.prediction.contains(*q))
+            .collect();
+        let highest = *job
+            .prediction
+            .partitions()
+            .last()
+            .expect("a prediction is never empty");
+        if added.is_empty() || added[0] < highest {
+            return false;
+        }
+        let mut all = job.prediction.partitions().to_vec();
+        all.extend(&added);
+        let prediction = Prediction::new(all, self.k).expect("partitions of a prediction");
+        self.scheduler.suspend(job, prediction.clone());
+        let body = RePrediction {
+            request: job.id,
+            client: req.client,
+            seq: req.seq,
+            partitions: prediction.partitions().iter().map(|q| q.0).collect(),
+            added: added.iter().map(|q| q.0).collect(),
+        };
+        self.repredictions.push(body.clone());
+        self.suspended.insert(
+            job.id,
+            Suspension {
+                prediction,
+                delivered: BTreeSet::new(),
+                body,
+            },
+        );
+        true
+    }
+
+    /// Did the service, asked at execution, access a partition below the
+    /// highest predicted one (SAREK §IV-D 2)?
+    fn mispredicted_below(&self, op: &[u8], prediction: &Prediction) -> bool {
+        let Some(access) = self.service.execution_access(op) else {
+            return false;
+        };
+        predict(&access, self.k)
+            .partitions()
+            .iter()
+            .any(|q| !prediction.contains(*q))
+    }
+
     /// Execute one request in its execution partition, exactly once per
     /// `(client, seq)` by that partition's client table.
-    fn run(&mut self, p: PartitionId, sub: &Sub) {
+    fn run(&mut self, job: &Job<Sub>) {
+        let (p, sub) = (job.partition, &job.payload);
         let req = &sub.req;
         let digest = req.digest();
+        let below = self.mispredicted_below(&req.op, &job.prediction);
         let table = &mut self.tables[p.0 as usize];
         let result = |result: Bytes, duplicate: bool| ExecResult {
             client: req.client,
@@ -299,7 +504,11 @@ impl SarekExecutor {
                     request_seq: req.seq,
                     time_ms: sub.time_ms,
                 };
-                let reply = self.service.execute(&req.op, &ctx);
+                let reply = if below {
+                    Bytes::from_static(MISPREDICTED_BELOW_RESULT)
+                } else {
+                    self.service.execute(&req.op, &ctx)
+                };
                 table.complete(req.client, req.seq, reply.clone());
                 self.results.push(result(reply, false));
             }
@@ -343,6 +552,7 @@ impl SarekExecutor {
             .map(|p| {
                 self.scheduler
                     .pending_payloads(PartitionId(p))
+                    .chain(self.gated[p as usize].iter())
                     .map(|s| ((*s.req).clone(), s.at, s.time_ms))
                     .collect()
             })
@@ -363,6 +573,7 @@ impl SarekExecutor {
                 .collect(),
             waiting: self.waiting(),
             times: self.times.clone(),
+            suspended: self.suspended.iter().map(|(d, s)| (*d, s.clone())).collect(),
         };
         let bytes = Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"));
         ExecCheckpoint {
@@ -390,6 +601,22 @@ impl SarekExecutor {
                         .map(|w| w.into_iter().map(|(r, at)| (r, at, 0)).collect())
                         .collect(),
                     times: vec![0; self.k as usize],
+                    suspended: Vec::new(),
+                };
+                (s, rest)
+            }
+            Some(&SNAPSHOT_VERSION_2) => {
+                let (v2, rest): (SnapshotV2, &[u8]) = postcard::take_from_bytes(bytes).map_err(malformed)?;
+                let s = Snapshot {
+                    version: v2.version,
+                    partitions: v2.partitions,
+                    cut_slot: v2.cut_slot,
+                    tables: v2.tables,
+                    service: v2.service,
+                    seen: v2.seen,
+                    waiting: v2.waiting,
+                    times: v2.times,
+                    suspended: Vec::new(),
                 };
                 (s, rest)
             }
@@ -399,7 +626,7 @@ impl SarekExecutor {
             return Err(ExecError::Malformed(format!("{} trailing bytes", rest.len())));
         }
         let k = self.k as usize;
-        let known = [SNAPSHOT_VERSION_1, SNAPSHOT_VERSION].contains(&s.version);
+        let known = [SNAPSHOT_VERSION_1, SNAPSHOT_VERSION_2, SNAPSHOT_VERSION].contains(&s.version);
         if !known || s.partitions != self.k {
             return Err(ExecError::Invalid("unknown snapshot version or partition count"));
         }
@@ -411,6 +638,16 @@ impl SarekExecutor {
         }
         if s.seen.iter().any(|v| v.len() > SEEN_PER_PARTITION) {
             return Err(ExecError::Invalid("dedup memory too large"));
+        }
+        let waiting: usize = s.waiting.iter().map(Vec::len).sum();
+        if s.suspended.len() > waiting
+            || s.suspended
+                .iter()
+                .any(|(_, x)| x.prediction.partitions().iter().any(|q| q.0 >= self.k))
+        {
+            return Err(ExecError::Invalid(
+                "suspended requests do not match the schedules",
+            ));
         }
         Ok(s)
     }
@@ -445,6 +682,16 @@ impl SarekExecutor {
             };
         }
         self.times = s.times;
+        self.suspended = s.suspended.into_iter().collect();
+        self.gated = vec![VecDeque::new(); self.k as usize];
+        // Our proposals may have been lost with the old state: propose again
+        // (the ordering side counts one vote per replica).
+        self.repredictions = self
+            .suspended
+            .values()
+            .filter(|x| x.delivered.len() < x.body.added.len())
+            .map(|x| x.body.clone())
+            .collect();
         for (p, waiting) in s.waiting.into_iter().enumerate() {
             for (req, at, time_ms) in waiting {
                 self.append(p, Arc::new(req), at, time_ms);
@@ -528,6 +775,10 @@ impl Executor for SarekExecutor {
 
     fn drain_results(&mut self, out: &mut Vec<ExecResult>) {
         out.append(&mut self.results);
+    }
+
+    fn drain_repredictions(&mut self, out: &mut Vec<RePrediction>) {
+        out.append(&mut self.repredictions);
     }
 
     /// The snapshot at the latest cut (taken when every stream reached it).

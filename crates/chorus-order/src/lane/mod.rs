@@ -414,7 +414,8 @@ impl Lane {
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
-            | ReplicaMsg::Dbft(_) => cx.reject("not-a-lane-message"),
+            | ReplicaMsg::Dbft(_)
+            | ReplicaMsg::RePredict(_) => cx.reject("not-a-lane-message"),
         }
     }
 

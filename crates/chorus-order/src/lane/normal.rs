@@ -380,6 +380,22 @@ impl Lane {
             if r.is_switch() && self.cfg.params.mode != OrderingMode::Rcc {
                 return Err("switch-not-rcc");
             }
+            // SAREK §IV-D: a re-prediction is authenticated by its 2f+1
+            // replicas' certificate, not by a client, and is ordered only in
+            // the partitions it adds.
+            if r.is_reprediction() {
+                if self.cfg.params.mode != OrderingMode::Sarek {
+                    return Err("reprediction-not-sarek");
+                }
+                let ok = chorus_core::RePredictionCert::from_request(r).is_some_and(|c| {
+                    c.body.added.iter().any(|p| u32::from(*p) == self.id.0)
+                        && crate::sarek::repredict::verify_cert(&self.cfg, &self.tag, &c)
+                });
+                if !ok {
+                    return Err("bad-reprediction");
+                }
+                continue;
+            }
             // SAREK: the lanes PREDICT() names (the pool's hint); otherwise
             // the owner instance, RCC §III-E switches included.
             match hint.lane_owns(self.id, r) {

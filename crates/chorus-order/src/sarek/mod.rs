@@ -12,6 +12,7 @@
 //! Checkpoints: see docs/decisions.md "SAREK ordering and checkpoint cuts".
 
 mod pools;
+pub mod repredict;
 mod streams;
 
 pub use pools::SarekPools;

@@ -3,6 +3,7 @@
 //! and released once per partition; each lane's leader proposes from its own
 //! pool only, as in PBFT.
 
+use super::repredict::RePredictions;
 use super::Predictor;
 use crate::io::RejectReason;
 use crate::pool::{Admitted, Pool};
@@ -15,6 +16,8 @@ pub struct SarekPools {
     cfg: Arc<ClusterConfig>,
     pools: Vec<Pool>,
     predictor: Predictor,
+    /// SAREK §IV-D: re-prediction votes and certificates.
+    pub(crate) repredictions: RePredictions,
 }
 
 impl SarekPools {
@@ -24,6 +27,7 @@ impl SarekPools {
                 .map(|l| Pool::for_lane(cfg.clone(), me, identity.clone(), LaneId(l)))
                 .collect(),
             predictor: Predictor::everything(),
+            repredictions: RePredictions::new(&cfg, me, identity),
             cfg,
         }
     }
@@ -94,7 +98,9 @@ impl SarekPools {
     /// ordered by its other partitions too; hand it to their pools.
     pub fn forward_decided(&mut self, now: Millis, lane: LaneId, batch: &Batch) -> usize {
         let mut adopted = 0;
-        for r in &batch.requests {
+        // A re-prediction is ordered in exactly the lanes it adds, each from
+        // its own certificate (`repredict.rs`), never forwarded.
+        for r in batch.requests.iter().filter(|r| !r.is_reprediction()) {
             for q in self.lanes_of(&r.op) {
                 if q != lane && self.pools[q.index()].adopt(now, r) {
                     adopted += 1;

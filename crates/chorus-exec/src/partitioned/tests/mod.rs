@@ -5,6 +5,7 @@
 mod agreed_time;
 mod alg2;
 mod prop;
+mod reprediction;
 mod shuttle_cycles;
 mod stream;
 
@@ -136,6 +137,7 @@ impl Scenario {
                     .map(|&i| StreamEntry {
                         id: self.id(i),
                         prediction: predict(&svc.access(&self.reqs[i].op), self.k),
+                        reprediction: false,
                     })
                     .collect()
             })
