@@ -49,7 +49,7 @@ pub struct WorkloadSpec {
 }
 
 /// Services with their own generator here; any other comes from the registry.
-const BUILTIN: &[&str] = &["kv", "null", "sleep", "token"];
+const BUILTIN: &[&str] = &["kv", "kv-mispredicting", "null", "sleep", "token"];
 
 /// One generated operation.
 pub struct Op {
@@ -172,9 +172,14 @@ impl Generator {
             .map(|_| Self::key(self.pick(rng)))
             .find(|k| partition_of_key(k, self.spec.partitions) != home)
             .unwrap_or_else(|| Self::key(self.spec.records));
-        let op = KvOp::PutAll {
-            pairs: vec![(first, self.value()), (second, self.value())],
-        };
+        let mut pairs = vec![(first, self.value()), (second, self.value())];
+        if self.spec.service == "kv-mispredicting" {
+            // It predicts only the first key (SAREK §IV-D): put the lower
+            // partition first, the conservative prediction under which
+            // execution only ever re-predicts higher partitions.
+            pairs.sort_by_key(|(k, _)| partition_of_key(k, self.spec.partitions));
+        }
+        let op = KvOp::PutAll { pairs };
         Op {
             bytes: op.encode(),
             read_only: false,

@@ -207,7 +207,10 @@ impl<R: SimReplica> World<R> {
                 if let Some(live) = self.nodes[i].live.as_mut() {
                     let mut bodies = Vec::new();
                     live.executor.drain_repredictions(&mut bodies);
-                    follow_ups.extend(bodies.into_iter().map(Event::Mispredicted));
+                    for body in bodies {
+                        self.counters.note("reprediction");
+                        follow_ups.push_back(Event::Mispredicted(body));
+                    }
                 }
             }
             let Some(event) = follow_ups.pop_front() else {

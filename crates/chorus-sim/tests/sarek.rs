@@ -37,6 +37,32 @@ fn sarek_runs_clean_under_every_fault_kind() {
     assert_clean(&run_many(&sarek(4, 4, "all").with_seeds(0, 24)));
 }
 
+/// SAREK §IV-D: with `kv-mispredicting` every cross-partition `PutAll` is
+/// predicted for its first key's partition only, so execution re-predicts
+/// (or, below the highest predicted, refuses) it; under every fault kind,
+/// including Byzantine replicas sending false, forged or borrowed
+/// re-prediction votes, every request still commits exactly once.
+#[test]
+fn sarek_repredicts_mispredicted_requests_under_every_fault_kind() {
+    let mut o = sarek(4, 4, "all").with_seeds(0, 24);
+    o.service = "kv-mispredicting".into();
+    let s = run_many(&o);
+    assert_clean(&s);
+    assert!(
+        s.counters.notes.get("reprediction").copied().unwrap_or(0) > 100,
+        "re-predictions happened:\n{s}"
+    );
+    assert!(
+        s.counters
+            .faults
+            .get("byz-false-reprediction")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "false re-predictions were sent:\n{s}"
+    );
+}
+
 #[test]
 fn sarek_runs_clean_with_a_byzantine_partition_leader() {
     // Replica 1 leads partition 1; these kinds act as (or against) leaders.

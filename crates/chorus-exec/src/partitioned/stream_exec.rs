@@ -170,6 +170,9 @@ pub struct SarekExecStats {
 struct Record {
     streams: Vec<Vec<StreamEntry>>,
     log: Vec<LogEvent>,
+    /// Requests that ran while accessing a partition they did not hold
+    /// (SAREK §IV-D: they must have been suspended and re-predicted).
+    outside: Vec<Digest>,
 }
 
 pub struct SarekExecutor {
@@ -200,6 +203,8 @@ pub struct SarekExecutor {
     results: Vec<ExecResult>,
     stats: SarekExecStats,
     record: Option<Record>,
+    #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+    skip_reprediction: bool,
 }
 
 impl SarekExecutor {
@@ -237,6 +242,8 @@ impl SarekExecutor {
             results: Vec::new(),
             stats: SarekExecStats::default(),
             record: None,
+            #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+            skip_reprediction: false,
         };
         e.last = e.snapshot_at(0);
         e
@@ -247,8 +254,25 @@ impl SarekExecutor {
         self.record = Some(Record {
             streams: vec![Vec::new(); self.k as usize],
             log: Vec::new(),
+            outside: Vec::new(),
         });
         self
+    }
+
+    /// Test-only fault: run a mis-predicted request without suspending it
+    /// (as if its prediction were exact). Exists so the audit can be shown
+    /// to catch it.
+    #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+    pub fn set_skip_reprediction(&mut self, on: bool) {
+        self.skip_reprediction = on;
+    }
+
+    fn skips_reprediction(&self) -> bool {
+        #[cfg(any(test, feature = "skip-sync-wait-for-tests"))]
+        if self.skip_reprediction {
+            return true;
+        }
+        false
     }
 
     /// Test-only fault: a CROSS-BORDER-EXEC runs without waiting for its SYNCs.
@@ -418,6 +442,9 @@ impl SarekExecutor {
     /// re-prediction may not add it, §IV-D 2), runs as usual; the latter is
     /// refused in [`SarekExecutor::run`].
     fn repredict(&mut self, job: &Job<Sub>) -> bool {
+        if self.skips_reprediction() {
+            return false;
+        }
         let req = &job.payload.req;
         let Some(access) = self.service.execution_access(&req.op) else {
             return false;
@@ -485,7 +512,13 @@ impl SarekExecutor {
         let (p, sub) = (job.partition, &job.payload);
         let req = &sub.req;
         let digest = req.digest();
-        let below = self.mispredicted_below(&req.op, &job.prediction);
+        let outside = self.mispredicted_below(&req.op, &job.prediction);
+        let below = outside && !self.skips_reprediction();
+        if outside && !below {
+            if let Some(rec) = self.record.as_mut() {
+                rec.outside.push(digest);
+            }
+        }
         let table = &mut self.tables[p.0 as usize];
         let result = |result: Bytes, duplicate: bool| ExecResult {
             client: req.client,
@@ -679,6 +712,7 @@ impl SarekExecutor {
             *rec = Record {
                 streams: vec![Vec::new(); self.k as usize],
                 log: Vec::new(),
+                outside: Vec::new(),
             };
         }
         self.times = s.times;
@@ -823,9 +857,15 @@ impl Executor for SarekExecutor {
 
     fn audit(&self) -> Option<Vec<String>> {
         let rec = self.record.as_ref()?;
-        Some(match check_serial_order(&rec.streams, &rec.log, false) {
+        let mut found: Vec<String> = match check_serial_order(&rec.streams, &rec.log, false) {
             Ok(_) => Vec::new(),
             Err(v) => v.iter().map(|x| format!("{x:?}")).collect(),
-        })
+        };
+        found.extend(
+            rec.outside
+                .iter()
+                .map(|d| format!("AccessOutsidePrediction {{ id: {d:?} }}")),
+        );
+        Some(found)
     }
 }

@@ -197,3 +197,122 @@ fn sarek_partition_returns_to_its_preferred_leader_after_the_planned_slots() {
     let causes = &c.replica(0).status().counters.view_change_causes;
     assert_eq!(causes.get("preferred-return"), Some(&1), "{causes:?}");
 }
+
+/// SAREK §IV-D (Fig. 5): a request that mis-predicted at execution is ordered
+/// in the added partition once 2f+1 replicas proposed the same
+/// re-prediction, and only there, once. 2f proposals order nothing, and a
+/// Byzantine replica's different proposal does not count towards them.
+#[test]
+fn sarek_a_reprediction_is_ordered_in_the_added_partition_after_2f_plus_1_proposals() {
+    use chorus_core::RePrediction;
+    let mut c = sarek(4, 3, 1);
+    let req = c.s.request(0, 1, b"c0s1@0");
+    c.submit_request(req.clone());
+    let r = (0, 1);
+    assert!(c.run_until(5_000, |c| c.all_executed(&[r])));
+    let body = RePrediction {
+        request: req.digest(),
+        client: ClientId(0),
+        seq: RequestSeq(1),
+        partitions: vec![0, 2],
+        added: vec![2],
+    };
+    let mut false_body = body.clone();
+    false_body.partitions = vec![0, 1];
+    false_body.added = vec![1];
+    // Two correct replicas (2f) and a Byzantine one with another body.
+    c.push_event(0, crate::io::Event::Mispredicted(body.clone()));
+    c.push_event(1, crate::io::Event::Mispredicted(body.clone()));
+    c.push_event(3, crate::io::Event::Mispredicted(false_body));
+    c.run_for(2_000);
+    for i in 0..4 {
+        assert_eq!(
+            ordered_in(&c, i, r),
+            vec![0],
+            "replica {i}: nothing re-predicted yet"
+        );
+    }
+    c.push_event(2, crate::io::Event::Mispredicted(body));
+    assert!(c.run_until(5_000, |c| (0..4).all(|i| ordered_in(c, i, r) == vec![0, 2])));
+    c.run_for(2_000);
+    for i in 0..4 {
+        assert_eq!(
+            ordered_in(&c, i, r),
+            vec![0, 2],
+            "replica {i}: ordered once, in lane 2 only"
+        );
+        let st = c.replica(i).status();
+        assert_eq!(st.counters.sarek_repredictions_certified, 1, "replica {i}");
+        assert_eq!(
+            st.pool_len, 0,
+            "replica {i}: the certificate left the pool once ordered"
+        );
+    }
+    assert_eq!(c.replica(3).status().counters.sarek_repredictions_proposed, 1);
+    c.check_agreement();
+}
+
+/// SAREK §IV-C: a leader cannot order a re-prediction without a valid
+/// certificate: backups refuse the pre-prepare (`bad-reprediction`), also
+/// one whose certificate is valid but for another partition.
+#[test]
+fn sarek_backups_refuse_a_reprediction_without_a_valid_certificate() {
+    use chorus_core::{
+        ClusterTag, LaneId, PrePrepare, RePrediction, RePredictionCert, ReplicaId, ReplicaMsg, Slot,
+    };
+    let mut c = sarek(4, 3, 1);
+    let tag = ClusterTag::of(&c.s.cfg);
+    let body = RePrediction {
+        request: chorus_core::Digest::of(b"r"),
+        client: ClientId(0),
+        seq: RequestSeq(1),
+        partitions: vec![0, 2],
+        added: vec![2],
+    };
+    let vote = |i: usize, b: &RePrediction| {
+        let v = b.sign(&tag, ReplicaId(i as u32), &c.s.keys[i]);
+        (v.replica, v.sig)
+    };
+    // 2f valid votes and one signed by a replica for a different body.
+    let mut other = body.clone();
+    other.request = chorus_core::Digest::of(b"other");
+    let short = RePredictionCert {
+        body: body.clone(),
+        votes: vec![vote(0, &body), vote(1, &body), vote(2, &other)],
+    };
+    // A valid certificate, but proposed in lane 1, which it does not add.
+    let valid = RePredictionCert {
+        body: body.clone(),
+        votes: vec![vote(0, &body), vote(1, &body), vote(2, &body)],
+    };
+    for (lane, cert) in [(2u32, short), (1u32, valid)] {
+        let batch = chorus_core::Batch::new(vec![cert.to_request()], 0);
+        // Lane `lane` is led by replica `lane` in view 0.
+        let leader = lane as usize;
+        let mut pp = PrePrepare {
+            lane: LaneId(lane),
+            view: View(0),
+            slot: Slot(0),
+            digest: batch.digest(),
+            batch,
+            sig: chorus_core::Signature([0; 64]),
+        };
+        let d = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
+        pp.sig = c.s.keys[leader].sign_bound(&tag, chorus_core::SigKind::PrePrepare, &d);
+        let to = (leader + 1) % 4;
+        c.push_event(
+            to,
+            crate::io::Event::Message {
+                from: ReplicaId(leader as u32),
+                msg: ReplicaMsg::PrePrepare(pp),
+            },
+        );
+        c.run_for(10);
+        assert_eq!(
+            c.replica(to).counters().rejected("bad-reprediction"),
+            1,
+            "lane {lane}: {:?}",
+            c.replica(to).counters().rejected
+        );
+    }
+}

@@ -355,3 +355,20 @@ fn drain_all(e: &mut SarekExecutor) -> Vec<ExecResult> {
     v.sort();
     v
 }
+
+/// The checker bites: an executor that runs a mis-predicted request without
+/// suspending it (touching a partition it does not hold) is reported.
+#[test]
+fn the_audit_reports_a_request_run_outside_its_prediction() {
+    let r = request(1, &[0, 2], 7, true);
+    let mut e = exec(1 << 20);
+    e.set_skip_reprediction(true);
+    e.submit_stream(cell(0, 0), batch(vec![r]));
+    let (results, bodies) = drain(&mut e);
+    assert_eq!((results.len(), bodies.len()), (1, 0), "ran at once");
+    let found = e.audit().unwrap();
+    assert!(
+        found.iter().any(|v| v.starts_with("AccessOutsidePrediction")),
+        "{found:?}"
+    );
+}
