@@ -30,8 +30,9 @@ pub struct Args {
     /// Worker threads of the parallel executor.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
-    /// Service: kv | null | sleep | token (signed transfers; `--records` accounts,
-    /// `--conflict-rate` = share of transfers to the hot account).
+    /// Service: kv | kv-mispredicting (sarek re-prediction: a `PutAll`
+    /// declares its first key only) | null | sleep | token (signed transfers;
+    /// `--records` accounts, `--conflict-rate` = share of transfers to the hot account).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// sleep: service time per operation in microseconds.
@@ -142,7 +143,7 @@ impl Args {
 
     pub fn validate(&self) -> Result<()> {
         let entry = crate::registry().get(&self.service).map_err(anyhow::Error::msg)?;
-        if !["kv", "null", "sleep", "token"].contains(&self.service.as_str()) && entry.workload.is_none() {
+        if !["kv", "kv-mispredicting", "null", "sleep", "token"].contains(&self.service.as_str()) && entry.workload.is_none() {
             bail!(
                 "--service {:?} has no workload generator to drive it with",
                 self.service

@@ -35,7 +35,7 @@ pub struct Args {
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]
     pub batch: u32,
-    /// Service: a registered name (built in: kv | null | sleep | token).
+    /// Service: a registered name (built in: kv | kv-mispredicting | null | sleep | token).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Service options, `key=value,...`: e.g. the token genesis

@@ -68,7 +68,7 @@ pub struct Args {
     /// Executor: sequential | parallel.
     #[arg(long, default_value = "sequential")]
     pub executor: String,
-    /// Service: a registered name with a workload generator (built in: kv | null).
+    /// Service: a registered name with a workload generator (built in: kv | kv-mispredicting | null).
     #[arg(long, default_value = "kv")]
     pub service: String,
     /// Do not require every correct replica to end active in one view of

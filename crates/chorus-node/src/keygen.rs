@@ -285,7 +285,7 @@ mod tests {
         o.service = "mine".into();
         let e = keygen(&o).unwrap_err().to_string();
         assert!(
-            e.contains("unknown service \"mine\" (known: kv, null, sleep, token)"),
+            e.contains("unknown service \"mine\" (known: kv, kv-mispredicting, null, sleep, token)"),
             "{e}"
         );
         assert!(!dir.path().join("c").exists(), "nothing written");
