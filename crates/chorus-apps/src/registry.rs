@@ -140,7 +140,10 @@ mod tests {
     #[test]
     fn applications_register_beside_the_builtins() {
         let mut r = ServiceRegistry::builtin();
-        assert_eq!(r.names(), vec!["kv", "kv-mispredicting", "null", "sleep", "token"]);
+        assert_eq!(
+            r.names(),
+            vec!["kv", "kv-mispredicting", "null", "sleep", "token"]
+        );
         let err = r.build("mine", &ServiceOptions::default()).err().unwrap();
         assert!(
             err.contains("unknown service \"mine\" (known: kv, kv-mispredicting, null, sleep, token)"),

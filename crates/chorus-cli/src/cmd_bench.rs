@@ -143,7 +143,9 @@ impl Args {
 
     pub fn validate(&self) -> Result<()> {
         let entry = crate::registry().get(&self.service).map_err(anyhow::Error::msg)?;
-        if !["kv", "kv-mispredicting", "null", "sleep", "token"].contains(&self.service.as_str()) && entry.workload.is_none() {
+        if !["kv", "kv-mispredicting", "null", "sleep", "token"].contains(&self.service.as_str())
+            && entry.workload.is_none()
+        {
             bail!(
                 "--service {:?} has no workload generator to drive it with",
                 self.service

@@ -119,21 +119,24 @@ async fn print_partitions(
         };
         println!("\nSAREK partitions as seen by {r}:");
         println!(
-            "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  state",
-            "partition", "leader", "preferred", "view", "stream", "undecided"
+            "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10} {:>7} {:<21} state",
+            "partition", "leader", "preferred", "view", "stream", "undecided", "queued", "executor head"
         );
         for (k, d) in s.core.lane_detail.iter().enumerate() {
             let lane = chorus_core::LaneId(k as u32);
             let view = s.core.views.get(k).copied().unwrap_or(0);
             let state = if d.view_changing { "view change" } else { "running" };
+            let exec = s.partitions.get(k);
             println!(
-                "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10}  {state}",
+                "{:<10} {:>8} {:>10} {:>6} {:>8} {:>10} {:>7} {:<21} {state}",
                 k,
                 format!("r{}", d.proposer),
                 cluster.preferred_leader(lane, chorus_core::View(0)).to_string(),
                 view,
                 d.stream_next.map_or("-".to_string(), |s| s.to_string()),
                 d.next_undecided,
+                exec.map_or("-".to_string(), |e| (e.pending + e.held_back).to_string()),
+                exec.map_or("-", |e| e.head.as_str()),
             );
         }
         return;

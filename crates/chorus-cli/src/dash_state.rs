@@ -354,6 +354,7 @@ mod tests {
             replied_timed: requests,
             replied_timed_us: requests * 1500,
             busy_replies: 0,
+            partitions: Vec::new(),
         }
     }
 

@@ -85,4 +85,12 @@ fn mispredicted_requests_are_repredicted_and_executed_once_on_every_replica() {
         }
     });
     c.wait_converged(Duration::from_secs(60));
+    // `chorus status`: every partition's executor schedule, drained.
+    let s = c.status(2).expect("replica 2 up");
+    let parts = s["partitions"].as_array().expect("per-partition executor detail");
+    assert_eq!(parts.len(), K as usize, "{s}");
+    assert!(
+        parts.iter().all(|p| p["head"] == "idle" && p["pending"] == 0),
+        "{s}"
+    );
 }

@@ -62,6 +62,7 @@ mod tests {
             replied_timed: 0,
             replied_timed_us: 0,
             busy_replies: 0,
+            partitions: Vec::new(),
         }
     }
 

@@ -100,4 +100,20 @@ pub struct StatusReport {
     /// Requests refused as busy (pool full).
     #[serde(default)]
     pub busy_replies: u64,
+    /// `sarek`: each partition's schedule in the executor.
+    #[serde(default)]
+    pub partitions: Vec<PartitionExecDetail>,
+}
+
+/// `sarek`: one partition's schedule in the partitioned executor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionExecDetail {
+    /// Sub-requests waiting (or running) in the schedule.
+    pub pending: usize,
+    /// What its head does: `idle`, `runnable`, `exec-waits-for-syncs` (a
+    /// CROSS-BORDER-EXEC whose SYNCs do not all head their schedules yet),
+    /// `sync-waits-for-exec`, `suspended` (waiting for its re-prediction).
+    pub head: String,
+    /// Stream entries held back behind a re-prediction SYNC (SAREK §IV-D).
+    pub held_back: usize,
 }

@@ -130,6 +130,11 @@ pub trait Executor: Send {
     /// replica (`Replica::on_misprediction`), which signs and broadcasts it.
     /// Only the partitioned executor suspends requests.
     fn drain_repredictions(&mut self, _out: &mut Vec<chorus_core::RePrediction>) {}
+    /// `sarek`: each partition's schedule, for `chorus status` (empty for
+    /// executors without partitions).
+    fn partition_detail(&self) -> Vec<chorus_core::status_report::PartitionExecDetail> {
+        Vec::new()
+    }
 }
 
 /// Every rejected request's result starts with these bytes.

@@ -312,6 +312,7 @@ impl ExecThread {
                 .replied_us
                 .load(std::sync::atomic::Ordering::Relaxed),
             busy_replies: self.metrics.busy_replies.get(),
+            partitions: self.executor.partition_detail(),
         }
     }
 }

@@ -189,6 +189,26 @@ impl<T: Clone> RequestScheduler<T> {
         self.schedules[p.0 as usize].iter().map(|s| &s.entry.payload)
     }
 
+    /// What the head of `p` waits for (`chorus status`): `None` when empty.
+    pub fn head_state(&self, p: PartitionId) -> Option<&'static str> {
+        let i = p.0 as usize;
+        let head = self.schedules[i].front()?;
+        if self.busy[i].is_some() {
+            return Some("running");
+        }
+        Some(match head.entry.prediction.kind_in(p) {
+            Some(EntryKind::Execute) => "runnable",
+            Some(EntryKind::CrossBorderExec) if self.ready(i) => "runnable",
+            Some(EntryKind::CrossBorderExec) => "exec-waits-for-syncs",
+            _ => "sync-waits-for-exec",
+        })
+    }
+
+    /// The request heading `p`, if any.
+    pub fn head_id_of(&self, p: PartitionId) -> Option<Digest> {
+        self.head_id(p.0 as usize)
+    }
+
     pub fn is_busy(&self, p: PartitionId) -> bool {
         self.busy[p.0 as usize].is_some()
     }

@@ -815,6 +815,28 @@ impl Executor for SarekExecutor {
         out.append(&mut self.repredictions);
     }
 
+    fn partition_detail(&self) -> Vec<chorus_core::status_report::PartitionExecDetail> {
+        (0..self.k)
+            .map(|p| {
+                let part = PartitionId(p);
+                let suspended = self
+                    .scheduler
+                    .head_id_of(part)
+                    .is_some_and(|id| self.suspended.contains_key(&id));
+                let head = match self.scheduler.head_state(part) {
+                    None => "idle",
+                    Some("exec-waits-for-syncs") if suspended => "suspended",
+                    Some(s) => s,
+                };
+                chorus_core::status_report::PartitionExecDetail {
+                    pending: self.scheduler.pending(part),
+                    head: head.to_string(),
+                    held_back: self.gated[p as usize].len(),
+                }
+            })
+            .collect()
+    }
+
     /// The snapshot at the latest cut (taken when every stream reached it).
     fn checkpoint(&mut self) -> ExecCheckpoint {
         self.last.clone()
