@@ -716,7 +716,17 @@ impl SarekExecutor {
             };
         }
         self.times = s.times;
-        self.suspended = s.suspended.into_iter().collect();
+        // The SYNCs of suspended requests delivered below the cut are in the
+        // waiting lists and are delivered again just below: start from none
+        // (a suspended request has consumed none of them).
+        self.suspended = s
+            .suspended
+            .into_iter()
+            .map(|(d, mut x)| {
+                x.delivered.clear();
+                (d, x)
+            })
+            .collect();
         self.gated = vec![VecDeque::new(); self.k as usize];
         // Our proposals may have been lost with the old state: propose again
         // (the ordering side counts one vote per replica).

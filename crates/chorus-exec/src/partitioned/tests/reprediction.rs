@@ -256,6 +256,43 @@ fn a_suspended_request_travels_in_the_snapshot() {
     assert_eq!(a.checkpoint(), b.checkpoint());
 }
 
+/// A cut taken while a suspended request's SYNC waits behind another entry:
+/// the restored replica keeps that SYNC (regression: it was dropped as a
+/// second copy, found by `chorus sim --mode sarek --service
+/// kv-mispredicting --seed 70032`, and the request then ran after later
+/// ones on the restored replicas only).
+#[test]
+fn a_delivered_reprediction_sync_below_the_cut_survives_a_restore() {
+    let r = request(1, &[0, 2], 7, true);
+    // x waits in partition 2 for its sub-request in partition 1.
+    let x = request(2, &[1, 2], 3, false);
+    let y = request(3, &[2], 4, false);
+    let mut a = exec(1);
+    a.submit_stream(cell(0, 0), batch(vec![r]));
+    let (_, bodies) = drain(&mut a);
+    a.submit_stream(cell(2, 0), batch(vec![x.clone(), sync_of(&bodies[0]), y]));
+    a.submit_stream(cell(1, 0), batch(vec![]));
+    let cp = a.checkpoint();
+    assert_eq!(cp.next_seq, Seq(u64::from(K)));
+    assert_eq!(a.pending()[2], 3, "x, the SYNC and y wait in the snapshot");
+    let mut b = exec(1);
+    assert_eq!(
+        b.install(cp.next_seq, &cp.snapshot, cp.state_digest),
+        Ok(cp.state_digest)
+    );
+    for e in [&mut a, &mut b] {
+        e.submit_stream(cell(1, 1), batch(vec![x.clone()]));
+        e.submit_stream(cell(0, 1), batch(vec![]));
+        e.submit_stream(cell(2, 1), batch(vec![]));
+    }
+    let (ra, _) = drain(&mut a);
+    let (rb, _) = drain(&mut b);
+    assert_eq!(ra.len(), 3, "x, r, y");
+    assert_eq!(ra, rb, "y read r's write on both");
+    assert_eq!(b.stats().stale_repredictions, 0);
+    assert_eq!(a.checkpoint(), b.checkpoint());
+}
+
 /// Random streams with mis-predicted requests whose SYNCs a reference
 /// replica's suspensions place (at a random later point of the added
 /// partition's stream, as its leader would order them); every other
@@ -263,7 +300,7 @@ fn a_suspended_request_travels_in_the_snapshot() {
 #[test]
 fn repredicted_runs_do_not_depend_on_stream_interleaving() {
     let per_cut = 2;
-    let (mut suspended, mut gated) = (0, 0);
+    let (mut suspended, mut gated, mut restored_suspended) = (0, 0, 0);
     for seed in 0..300 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut streams: Vec<Vec<Vec<Request>>> = vec![Vec::new(); K as usize];
@@ -344,7 +381,39 @@ fn repredicted_runs_do_not_depend_on_stream_interleaving() {
             gated += e.stats().gated_syncs;
             assert!(got == want, "seed {seed} order {order}: replicas diverge");
         }
+        // State transfer at every cut, then the rest of the streams: the
+        // same final state (suspensions and their SYNCs travel).
+        let slots = streams[0].len() as u64;
+        for cut in (per_cut..slots).step_by(per_cut as usize) {
+            let mut a = exec(per_cut);
+            for p in 0..K as usize {
+                for slot in 0..cut as usize {
+                    a.submit_stream(cell(p, slot as u64), batch(streams[p][slot].clone()));
+                }
+            }
+            let cp = a.checkpoint();
+            assert_eq!(cp.next_seq, Seq(cut * u64::from(K)));
+            restored_suspended += usize::from(cp.snapshot.len() > 0 && a.stats().scheduler.suspended > 0);
+            let mut b = exec(per_cut);
+            assert_eq!(
+                b.install(cp.next_seq, &cp.snapshot, cp.state_digest),
+                Ok(cp.state_digest)
+            );
+            for slot in cut as usize..slots as usize {
+                for p in 0..K as usize {
+                    assert!(b.submit_stream(cell(p, slot as u64), batch(streams[p][slot].clone())));
+                }
+            }
+            assert_eq!(b.checkpoint(), want.1, "seed {seed}: restored at slot {cut}");
+            assert_eq!(b.stats().reprediction_mismatches, 0);
+            assert_eq!(
+                b.pending(),
+                vec![0; K as usize],
+                "seed {seed}: restored at slot {cut}"
+            );
+        }
     }
+    assert!(restored_suspended > 100, "{restored_suspended}");
     assert!(suspended > 300, "enough re-predictions: {suspended}");
     assert!(gated > 100, "enough SYNCs before their suspension: {gated}");
 }
