@@ -360,3 +360,18 @@ regression!(
     /// dispel n=4, r0 and r1 twins: r2 and r3 deliver different digests at #0.
     dispel_n4_two_twins_seed_0_fork_reported: dispel_two_twins(), seed 0, Expect::Safety
 );
+
+/// SAREK re-prediction (SAREK §IV-D) found by the first `kv-mispredicting`
+/// sweep: a replica that installed a cut at which a suspended request's
+/// re-prediction SYNC already waited (behind another entry) remembered that
+/// SYNC as delivered and dropped it when the snapshot's waiting entries were
+/// fed again; the request's partition then ran a later request first, and
+/// the restored replicas computed other results than the rest
+/// (state-digest violation; 8 of 2000 seeds, 70032 among them).
+#[test]
+fn sarek_n4_mispredicting_seed_70032_restored_reprediction_sync_kept() {
+    let mut o = SimOptions::new(OrderingMode::Sarek, 4, 4).with_faults("all".parse().expect("fault set"));
+    o.service = "kv-mispredicting".into();
+    let r = run_one(&o, 70032);
+    assert!(r.ok(), "restored replica dropped a re-prediction SYNC (regression):\n{r}");
+}
