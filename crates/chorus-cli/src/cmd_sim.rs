@@ -89,6 +89,31 @@ pub struct Args {
     /// dispel: concurrent epochs allowed (Dispel §4.3; default 8).
     #[arg(long)]
     pub epochs: Option<u64>,
+    /// Resource model (issue 15): charge CPU and NIC time in virtual time
+    /// and report throughput and latency (needs `--faults none`).
+    #[arg(long)]
+    pub perf: bool,
+    /// --perf: cores per replica.
+    #[arg(long, default_value_t = 2)]
+    pub cores: u32,
+    /// --perf: all replicas share this many cores (this machine: 2).
+    #[arg(long)]
+    pub shared_cores: Option<u32>,
+    /// --perf: COP §4, each lane's consensus on its pillar's core (today's
+    /// runtime runs all consensus on one core thread).
+    #[arg(long)]
+    pub consensus_on_pillars: bool,
+    /// --perf: NIC bandwidth per replica and direction, Mbit/s (0: unlimited).
+    #[arg(long, default_value_t = 10_000)]
+    pub nic_mbit: u64,
+    /// --perf: CPU prices, `key=ns,...` over the calibrated defaults
+    /// (recv_ns, send_ns, per_kib_ns, sign_ns, verify_ns,
+    /// per_batched_request_ns, admit_ns, execute_ns, timer_ns, client_reply_ns).
+    #[arg(long, default_value = "")]
+    pub cost: String,
+    /// --perf: one-way latency of every link, µs.
+    #[arg(long, default_value_t = 50)]
+    pub link_us: u64,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -142,6 +167,18 @@ pub fn run(a: Args) -> Result<()> {
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
+    if a.perf {
+        opts.perf = Some(chorus_sim::perf::PerfModel {
+            cores: a.cores.max(1),
+            shared_cores: a.shared_cores,
+            consensus_on_pillars: a.consensus_on_pillars,
+            nic_mbit: a.nic_mbit,
+            link_latency_us: a.link_us,
+            costs: chorus_sim::perf::CpuCosts::for_service(&a.service)
+                .with_overrides(&a.cost)
+                .map_err(|e| anyhow::anyhow!("--cost: {e}"))?,
+        });
+    }
     opts.validate().map_err(anyhow::Error::msg)?;
     if let Some(minutes) = a.minutes {
         return long_run(&opts, minutes, a.verbose);

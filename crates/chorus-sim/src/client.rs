@@ -120,6 +120,9 @@ pub struct SimClient {
     issue_armed: bool,
     /// Requests are spread out: at most one per `pacing_us` (0 = closed loop).
     pacing_us: Micros,
+    /// Think time between a completion and the next issue (off under the
+    /// resource model: a closed loop, as `chorus bench` drives).
+    think: bool,
     next_issue_us: Micros,
     /// Seqs the replicas' client table keeps above the lowest unexecuted one.
     seq_span: u32,
@@ -158,6 +161,7 @@ impl SimClient {
             issue_armed: false,
             pacing_us,
             next_issue_us: 0,
+            think: true,
             seq_span: EXEC_MAX_INFLIGHT_PER_CLIENT,
             instances: None,
             switching: None,
@@ -286,6 +290,12 @@ impl SimClient {
         );
     }
 
+    /// A closed loop: the next request goes out as soon as the window has room.
+    pub fn without_think_time(mut self) -> SimClient {
+        self.think = false;
+        self
+    }
+
     /// Arm the issue timer for the next paced slot (plus think time).
     fn arm(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, out: &mut Vec<ClientAction>) {
         if self.issue_armed || !self.has_room() {
@@ -294,7 +304,12 @@ impl SimClient {
         self.issue_armed = true;
         let wait_us = self.next_issue_us.saturating_sub(now_us);
         out.push(ClientAction::IssueTimer {
-            after_us: wait_us + rng.gen_range(0..=THINK_MAX_US),
+            after_us: wait_us
+                + if self.think {
+                    rng.gen_range(0..=THINK_MAX_US)
+                } else {
+                    0
+                },
         });
     }
 

@@ -25,6 +25,7 @@ pub mod faults;
 pub mod net;
 pub mod node;
 pub mod options;
+pub mod perf;
 pub mod plan;
 pub mod protocol;
 pub mod queue;

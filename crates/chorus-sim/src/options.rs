@@ -108,6 +108,9 @@ pub struct SimOptions {
     /// e.g. 50 ms for Dispel §5's pipelining experiment); `None`: drawn per
     /// link between 0.5 and 5 ms. Clients keep their LAN links.
     pub latency_ms: Option<u64>,
+    /// The resource model (issue 15): CPU cores and NIC bandwidth charged in
+    /// virtual time; `None` (the default): protocol steps cost nothing.
+    pub perf: Option<crate::perf::PerfModel>,
     /// dispel: concurrent epochs allowed (Dispel §4.3's memory bound,
     /// `max_lane_drift_slots`); `None`: the simulator's default (8).
     pub epochs: Option<u64>,
@@ -141,6 +144,7 @@ impl Default for SimOptions {
             rotation: None,
             skip_sync_wait: false,
             latency_ms: None,
+            perf: None,
             epochs: None,
         }
     }
@@ -204,6 +208,9 @@ impl SimOptions {
         }
         if self.byzantine_replicas() > self.n.saturating_sub(2) {
             return Err("at least two replicas must stay correct".into());
+        }
+        if self.perf.is_some() && !self.faults.is_empty() {
+            return Err("--perf measures a healthy cluster: use --faults none".into());
         }
         if self.latency_ms.is_some_and(|l| l > 1_000) {
             return Err("latency must be at most 1000 ms".into());
@@ -430,6 +437,9 @@ impl SimOptions {
         } else {
             self.pillars as u64
         };
+        if self.perf.is_some() {
+            return self.perf_params(client_auth, leader_rotation, lanes);
+        }
         let per_lane_checkpoint = 4;
         let max_lane_drift_slots = self.epochs.unwrap_or(2 * per_lane_checkpoint);
         ProtocolParams {
@@ -457,6 +467,33 @@ impl SimOptions {
             preferred_return_slots: 16,
             max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
+        }
+    }
+
+    /// Under the resource model: the real runtime's batching, window and
+    /// checkpoint interval (`ProtocolParams::default()`, as `chorus bench`
+    /// runs), not the fault-finding runs' tiny batches.
+    fn perf_params(
+        &self,
+        client_auth: ClientAuthKind,
+        leader_rotation: LeaderRotation,
+        lanes: u64,
+    ) -> ProtocolParams {
+        let d = ProtocolParams::default();
+        let max_lane_drift_slots = self.epochs.unwrap_or(d.max_lane_drift_slots);
+        ProtocolParams {
+            mode: self.mode,
+            pillars: self.pillars,
+            leader_rotation,
+            client_auth,
+            checkpoint_interval: (d.checkpoint_interval / lanes).max(4) * lanes,
+            window_slots: d
+                .window_slots
+                .max(max_lane_drift_slots + d.checkpoint_interval / lanes),
+            max_lane_drift_slots,
+            pool_max_requests: self.pool_max_requests.max(d.pool_max_requests),
+            cluster_id: String::new(),
+            ..d
         }
     }
 

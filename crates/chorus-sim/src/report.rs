@@ -116,6 +116,8 @@ impl fmt::Display for Violation {
 /// The outcome of one seed.
 #[derive(Clone, Debug)]
 pub struct RunReport {
+    /// The resource model's measurement (`SimOptions::perf`).
+    pub perf: Option<crate::perf::PerfReport>,
     pub seed: u64,
     /// The fault kinds this seed drew (a subset of the options' set: swarm testing).
     pub faults_drawn: FaultSet,
@@ -213,6 +215,8 @@ pub struct SimSummary {
     pub failures: Vec<RunReport>,
     /// rcc: the order attacker's rank counts over all seeds (RCC §IV).
     pub attacker_ranks: Vec<u64>,
+    /// Resource model: each seed's measurement.
+    pub perf: Vec<crate::perf::PerfReport>,
 }
 
 impl SimSummary {
@@ -233,6 +237,9 @@ impl SimSummary {
             *self.active.entry(k).or_insert(0) += 1;
         }
         self.events += r.events;
+        if let Some(p) = &r.perf {
+            self.perf.push(p.clone());
+        }
         let ranks = &r.rcc.attacker_ranks;
         if self.attacker_ranks.len() < ranks.len() {
             self.attacker_ranks.resize(ranks.len(), 0);
@@ -281,6 +288,19 @@ impl fmt::Display for SimSummary {
             self.requests_committed, self.requests_issued
         )?;
         writeln!(f, "  events             {}", self.events)?;
+        if !self.perf.is_empty() {
+            let k = self.perf.len() as f64;
+            let mean = |g: &dyn Fn(&crate::perf::PerfReport) -> f64| self.perf.iter().map(g).sum::<f64>() / k;
+            writeln!(
+                f,
+                "  perf (mean of {} seeds) throughput {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, replica CPU {:.1} µs/request",
+                self.perf.len(),
+                mean(&|p| p.throughput),
+                mean(&|p| p.p50_us as f64) / 1e3,
+                mean(&|p| p.p99_us as f64) / 1e3,
+                mean(&|p| p.cpu_us_per_request),
+            )?;
+        }
         if !self.drawn.is_empty() {
             // Active: the kind injected something (a Byzantine replica that
             // misbehaved, a partition that dropped a message), not only drawn.

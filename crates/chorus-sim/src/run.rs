@@ -41,6 +41,7 @@ fn failed(opts: &SimOptions, seed: u64, kind: ViolationKind, detail: String) -> 
         .then(|| Plan::draw(opts, &mut ChaCha8Rng::seed_from_u64(seed)));
     let at_us = NOW_US.with(|c| c.get());
     RunReport {
+        perf: None,
         seed,
         faults_drawn: plan.as_ref().map_or(FaultSet::none(), |p| p.drawn),
         faults_active: FaultSet::none(),

@@ -116,6 +116,10 @@ impl<R: SimReplica> World<R> {
                 self.checker.violate(kind, now, v);
             }
         }
+        if self.nodes[i].live.is_none() {
+            return;
+        }
+        self.perf_execute(batch.requests.len());
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };

@@ -133,6 +133,12 @@ pub struct World<R: SimReplica> {
     pub(crate) next_timer_generation: u64,
     /// Replica whose events and actions are printed (`CHORUS_SIM_LOG=r1`).
     pub(crate) log_replica: Option<ReplicaId>,
+    /// The resource model (`SimOptions::perf`), its event being charged, and
+    /// the latencies of accepted requests.
+    pub(crate) perf: Option<crate::perf::PerfState>,
+    pub(crate) perf_ctx: Option<PerfCtx>,
+    pub(crate) latencies: Vec<Micros>,
+    pub(crate) last_accept_us: Micros,
     events: u64,
     /// The smart checks and drivers (`checker_extra.rs`).
     pub(crate) extra: crate::checker_extra::Extra,
@@ -161,6 +167,7 @@ impl<R: SimReplica> World<R> {
         config.validate().expect("simulator parameters are valid");
         let config = Arc::new(config);
         let nodes = build_nodes(&config, &plan, &replica_keys, opts.clients, &mut rng);
+        let node_count = nodes.len();
         let extra = crate::checker_extra::Extra::new(opts, &plan);
         let mut by_replica = vec![Vec::new(); opts.n];
         for (i, nd) in nodes.iter().enumerate() {
@@ -196,6 +203,13 @@ impl<R: SimReplica> World<R> {
             trace: blake3::Hasher::new(),
             next_timer_generation: 0,
             log_replica: log_replica_from_env(),
+            perf: opts
+                .perf
+                .clone()
+                .map(|m| crate::perf::PerfState::new(m, node_count)),
+            perf_ctx: None,
+            latencies: Vec::new(),
+            last_accept_us: 0,
             events: 0,
             extra,
             rcc_obs: Default::default(),
@@ -272,6 +286,9 @@ impl<R: SimReplica> World<R> {
     pub(crate) fn transmit(&mut self, from: Endpoint, to: Endpoint, make: impl Fn() -> Ev) {
         self.counters.messages_sent += 1;
         let now = self.now_us();
+        if self.perf.is_some() {
+            return self.perf_transmit(from, to, make());
+        }
         match self.net.route(&mut self.rng, now, from, to, &mut self.counters) {
             Fate::Dropped => {}
             Fate::Arrive(times) => {
@@ -374,6 +391,28 @@ impl<R: SimReplica> World<R> {
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        if let Some((node, core)) = self.perf_target(&ev) {
+            // The core is taken in arrival order (FIFO per core). The event is
+            // handled now, but what it sends leaves only when the core has
+            // done the work: a queueing model with delayed outputs, which
+            // re-schedules nothing (saturated runs stay cheap to simulate).
+            let now = self.now_us();
+            let start = self.perf.as_ref().expect("perf on").start_at(node, core, now);
+            self.perf_ctx = Some(PerfCtx {
+                node,
+                core,
+                ns: self.perf_base_cost(&ev),
+                exec_ns: 0,
+                sends: Vec::new(),
+            });
+            self.dispatch_now(ev);
+            self.perf_finish(start);
+            return;
+        }
+        self.dispatch_now(ev);
+    }
+
+    fn dispatch_now(&mut self, ev: Ev) {
         match ev {
             Ev::Message { to, from, msg } => self.on_message(to, from, msg),
             Ev::Request { to, request } => self.on_request(to, request),
@@ -464,6 +503,10 @@ impl<R: SimReplica> World<R> {
             replay: self.opts.replay_command(self.seed),
             trace: Digest(*self.trace.finalize().as_bytes()),
             rcc,
+            perf: self
+                .perf
+                .as_ref()
+                .map(|p| crate::perf::PerfReport::of(p, &self.latencies, self.last_accept_us)),
         }
     }
 
@@ -791,8 +834,11 @@ fn build_clients(
             } else {
                 workload.clone()
             };
-            let c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
+            let mut c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
                 .with_workload(workload);
+            if opts.perf.is_some() {
+                c = c.without_think_time();
+            }
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())
             } else {
@@ -827,4 +873,131 @@ fn planned_fault_counters(plan: &Plan) -> Counters {
         plan.clocks.iter().filter(|c| !c.is_exact()).count() as u64,
     );
     counters
+}
+
+/// The event a replica's core is handling, with what it cost so far and what
+/// it sends when done (resource model, `perf.rs`).
+pub(crate) struct PerfCtx {
+    pub node: usize,
+    pub core: usize,
+    pub ns: u64,
+    pub exec_ns: u64,
+    pub sends: Vec<(Endpoint, Ev, usize)>,
+}
+
+fn ev_bytes(ev: &Ev) -> usize {
+    match ev {
+        Ev::Message { msg, .. } => chorus_core::encode(msg).len(),
+        Ev::Request { request, .. } => chorus_core::encode(request).len(),
+        Ev::Reply { reply, .. } => chorus_core::encode(reply).len(),
+        _ => 0,
+    }
+}
+
+impl<R: SimReplica> World<R> {
+    /// The replica core an event runs on, when the resource model is on.
+    fn perf_target(&self, ev: &Ev) -> Option<(usize, usize)> {
+        let perf = self.perf.as_ref()?;
+        let pillars = self.config.lanes();
+        let (node, lane) = match ev {
+            Ev::Message { to, msg, .. } => (*to, msg.lane().map(|l| l.0)),
+            // A client's requests arrive on its pillar's connection.
+            Ev::Request { to, request } => (*to, Some((request.client.0 % u64::from(pillars.max(1))) as u32)),
+            Ev::Timer { node, id, .. } => (
+                *node,
+                match id {
+                    TimerId::ViewChange(l) | TimerId::Batch(l) => Some(l.0),
+                    _ => None,
+                },
+            ),
+            // On shared cores the client runs on the same machine.
+            Ev::Reply { .. } if perf.model.shared_cores.is_some() => (0, None),
+            _ => return None,
+        };
+        Some((node, perf.core_for(node, lane, pillars)))
+    }
+
+    fn perf_base_cost(&self, ev: &Ev) -> u64 {
+        let c = &self.perf.as_ref().expect("perf on").model.costs;
+        match ev {
+            Ev::Message { msg, .. } => c.receive(msg, ev_bytes(ev)),
+            Ev::Request { .. } => c.recv_ns + c.admit_ns,
+            Ev::Reply { .. } => c.client_reply_ns,
+            _ => c.timer_ns,
+        }
+    }
+
+    /// Charge `ns` of CPU to the event being handled (if any).
+    pub(crate) fn perf_charge(&mut self, ns: u64) {
+        if let Some(ctx) = self.perf_ctx.as_mut() {
+            ctx.ns += ns;
+        }
+    }
+
+    /// Execution of `ops` operations by the event being handled.
+    pub(crate) fn perf_execute(&mut self, ops: usize) {
+        let Some(perf) = self.perf.as_ref() else { return };
+        let ns = perf.model.costs.execute_ns * ops as u64;
+        if let Some(ctx) = self.perf_ctx.as_mut() {
+            ctx.exec_ns += ns;
+        }
+    }
+
+    /// The prices of a replica message about to be sent to `peers` peers,
+    /// paid once (its signature, its batch digest).
+    pub(crate) fn perf_charge_broadcast(&mut self, msg: &ReplicaMsg) {
+        let Some(perf) = self.perf.as_ref() else { return };
+        let ns = perf.model.costs.send(msg, 0, 0);
+        self.perf_charge(ns);
+    }
+
+    fn perf_transmit(&mut self, from: Endpoint, to: Endpoint, ev: Ev) {
+        let bytes = ev_bytes(&ev);
+        let node = |e: Endpoint| match e {
+            Endpoint::Node(i) => Some(i),
+            Endpoint::Client(_) => None,
+        };
+        if let Some(ctx) = self.perf_ctx.as_mut() {
+            if node(from) == Some(ctx.node) {
+                let c = &self.perf.as_ref().expect("perf on").model.costs;
+                ctx.ns += c.send_ns + c.per_kib_ns * bytes as u64 / 1024;
+                ctx.sends.push((to, ev, bytes));
+                return;
+            }
+        }
+        let now = self.now_us();
+        let at = self
+            .perf
+            .as_mut()
+            .expect("perf on")
+            .transfer(node(from), node(to), bytes, now);
+        self.schedule(at, ev);
+    }
+
+    /// Book the handled event's CPU; its sends leave when the work is done.
+    fn perf_finish(&mut self, started: Micros) {
+        let Some(ctx) = self.perf_ctx.take() else { return };
+        let perf = self.perf.as_mut().expect("perf on");
+        let done = perf.book(
+            ctx.node,
+            crate::perf::Charge {
+                core: ctx.core,
+                ns: ctx.ns,
+                exec_ns: ctx.exec_ns,
+            },
+            started,
+        );
+        for (to, ev, bytes) in ctx.sends {
+            let to_node = match to {
+                Endpoint::Node(j) => Some(j),
+                Endpoint::Client(_) => None,
+            };
+            let at = self
+                .perf
+                .as_mut()
+                .expect("perf on")
+                .transfer(Some(ctx.node), to_node, bytes, done);
+            self.schedule(at, ev);
+        }
+    }
 }

@@ -63,7 +63,15 @@ impl<R: SimReplica> World<R> {
                 ClientAction::IssueTimer { after_us } => {
                     self.schedule(now + after_us, Ev::ClientIssue { client: c })
                 }
-                ClientAction::Accepted { seq, result, .. } => {
+                ClientAction::Accepted {
+                    seq,
+                    result,
+                    latency_us,
+                } => {
+                    if self.perf.is_some() {
+                        self.latencies.push(latency_us);
+                        self.last_accept_us = now;
+                    }
                     self.trace_words(&[0xacc, c as u64, seq.0]);
                     self.checker.accepted(now, (id, seq), result);
                 }

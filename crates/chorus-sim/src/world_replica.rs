@@ -385,6 +385,7 @@ impl<R: SimReplica> World<R> {
             }
         };
         *self.counters.by_kind.entry(m.kind()).or_insert(0) += targets.len() as u64;
+        self.perf_charge_broadcast(&m);
         for &j in &targets {
             self.transmit(Endpoint::Node(i), Endpoint::Node(j), || Ev::Message {
                 to: j,
@@ -517,6 +518,10 @@ impl<R: SimReplica> World<R> {
             }
             return;
         }
+        self.perf_execute(batch.requests.len());
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
         live.executor.submit(seq, batch);
         if matches!(self.opts.executor, ExecutorChoice::Custom { .. }) {
             // Barrier: every result of this batch is ready before the next event.

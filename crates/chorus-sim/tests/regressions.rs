@@ -373,5 +373,8 @@ fn sarek_n4_mispredicting_seed_70032_restored_reprediction_sync_kept() {
     let mut o = SimOptions::new(OrderingMode::Sarek, 4, 4).with_faults("all".parse().expect("fault set"));
     o.service = "kv-mispredicting".into();
     let r = run_one(&o, 70032);
-    assert!(r.ok(), "restored replica dropped a re-prediction SYNC (regression):\n{r}");
+    assert!(
+        r.ok(),
+        "restored replica dropped a re-prediction SYNC (regression):\n{r}"
+    );
 }

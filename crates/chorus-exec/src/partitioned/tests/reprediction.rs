@@ -386,22 +386,23 @@ fn repredicted_runs_do_not_depend_on_stream_interleaving() {
         let slots = streams[0].len() as u64;
         for cut in (per_cut..slots).step_by(per_cut as usize) {
             let mut a = exec(per_cut);
-            for p in 0..K as usize {
-                for slot in 0..cut as usize {
-                    a.submit_stream(cell(p, slot as u64), batch(streams[p][slot].clone()));
+            for (p, stream) in streams.iter().enumerate() {
+                for (slot, reqs) in stream.iter().enumerate().take(cut as usize) {
+                    a.submit_stream(cell(p, slot as u64), batch(reqs.clone()));
                 }
             }
             let cp = a.checkpoint();
             assert_eq!(cp.next_seq, Seq(cut * u64::from(K)));
-            restored_suspended += usize::from(cp.snapshot.len() > 0 && a.stats().scheduler.suspended > 0);
+            // Suspended at the cut: a head waits for its re-prediction.
+            restored_suspended += usize::from(a.partition_detail().iter().any(|d| d.head == "suspended"));
             let mut b = exec(per_cut);
             assert_eq!(
                 b.install(cp.next_seq, &cp.snapshot, cp.state_digest),
                 Ok(cp.state_digest)
             );
             for slot in cut as usize..slots as usize {
-                for p in 0..K as usize {
-                    assert!(b.submit_stream(cell(p, slot as u64), batch(streams[p][slot].clone())));
+                for (p, stream) in streams.iter().enumerate() {
+                    assert!(b.submit_stream(cell(p, slot as u64), batch(stream[slot].clone())));
                 }
             }
             assert_eq!(b.checkpoint(), want.1, "seed {seed}: restored at slot {cut}");
@@ -413,7 +414,10 @@ fn repredicted_runs_do_not_depend_on_stream_interleaving() {
             );
         }
     }
-    assert!(restored_suspended > 100, "{restored_suspended}");
+    assert!(
+        restored_suspended > 20,
+        "cuts with a suspended request: {restored_suspended}"
+    );
     assert!(suspended > 300, "enough re-predictions: {suspended}");
     assert!(gated > 100, "enough SYNCs before their suspension: {gated}");
 }

@@ -1,0 +1,436 @@
+//! The resource model (issue 15): CPU cores and NIC bandwidth per replica,
+//! charged in virtual time, so the simulator predicts throughput and latency
+//! on machines this one is not. Off by default: fault-finding runs keep
+//! their zero-cost protocol steps.
+//!
+//! - **CPU.** Every event a replica handles (a peer message, a client
+//!   request, a timer) runs on one core for a cost computed from what it
+//!   carries and what the replica sent and delivered while handling it
+//!   ([`CpuCosts`], calibrated from `cargo bench -p chorus-core --bench costs`
+//!   and the runtime's per-operation CPU in `docs/performance.md`). Cores are
+//!   taken in arrival order (FIFO per core): an event is handled when it
+//!   arrives, but what it sends leaves only when its core has done the work
+//!   queued before it and its own (delayed outputs; nothing is re-scheduled,
+//!   so saturated runs stay cheap to simulate).
+//! - **Where work runs.** With `consensus_on_pillars` (COP §4: each pillar a
+//!   thread with its own lanes) a lane's messages and timers run on core
+//!   `(lane mod pillars) mod cores`; without it (today's runtime, issue 13)
+//!   all consensus runs on core 0. Execution runs on its own core (the last
+//!   one) when there are at least two.
+//! - **Shared cores.** `shared_cores = Some(c)`: every replica draws from one
+//!   pool of `c` cores (this machine: 4 replicas and the client on 2 cores).
+//! - **NIC.** A message occupies its sender's outgoing link and its
+//!   receiver's incoming link for `size / bandwidth`.
+
+use crate::queue::Micros;
+use chorus_core::{Batch, ReplicaMsg};
+
+/// CPU prices in nanoseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuCosts {
+    /// Receiving one message: syscall share, framing, decode, thread hop.
+    pub recv_ns: u64,
+    /// Sending one message to one peer or client: encode, MAC, syscall share.
+    pub send_ns: u64,
+    /// Per KiB received or sent (codec and hashing).
+    pub per_kib_ns: u64,
+    /// Ed25519 sign and verify (BENCHMARKS.md "per-step CPU prices").
+    pub sign_ns: u64,
+    pub verify_ns: u64,
+    /// One request inside a proposed or received batch: its MAC check and
+    /// its share of the batch digest.
+    pub per_batched_request_ns: u64,
+    /// Admitting one client request (decode, authenticator, pool).
+    pub admit_ns: u64,
+    /// Executing one operation (the service) and building its reply.
+    pub execute_ns: u64,
+    /// A timer firing.
+    pub timer_ns: u64,
+    /// A client handling one reply (only charged on shared cores, where the
+    /// client runs on the replicas' machine).
+    pub client_reply_ns: u64,
+}
+
+impl Default for CpuCosts {
+    /// Calibrated on the 2-core development machine (BENCHMARKS.md,
+    /// "Resource model calibration").
+    fn default() -> Self {
+        CpuCosts {
+            recv_ns: 7_000,
+            send_ns: 2_500,
+            per_kib_ns: 1_500,
+            sign_ns: 34_000,
+            verify_ns: 81_000,
+            per_batched_request_ns: 1_500,
+            admit_ns: 1_000,
+            // kv; `for_service("null")` is 0.3 µs.
+            execute_ns: 5_000,
+            timer_ns: 2_000,
+            client_reply_ns: 2_000,
+        }
+    }
+}
+
+impl CpuCosts {
+    /// The defaults with the execution price of a built-in service.
+    pub fn for_service(service: &str) -> CpuCosts {
+        let d = CpuCosts::default();
+        match service {
+            "null" => CpuCosts { execute_ns: 300, ..d },
+            _ => d,
+        }
+    }
+
+    /// `key=ns,...` overrides (`chorus sim --perf --cost recv_ns=5000`).
+    pub fn with_overrides(mut self, spec: &str) -> Result<CpuCosts, String> {
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: want key=ns"))?;
+            let v: u64 = v.trim().parse().map_err(|e| format!("{part:?}: {e}"))?;
+            let slot = match k.trim() {
+                "recv_ns" => &mut self.recv_ns,
+                "send_ns" => &mut self.send_ns,
+                "per_kib_ns" => &mut self.per_kib_ns,
+                "sign_ns" => &mut self.sign_ns,
+                "verify_ns" => &mut self.verify_ns,
+                "per_batched_request_ns" => &mut self.per_batched_request_ns,
+                "admit_ns" => &mut self.admit_ns,
+                "execute_ns" => &mut self.execute_ns,
+                "timer_ns" => &mut self.timer_ns,
+                "client_reply_ns" => &mut self.client_reply_ns,
+                other => return Err(format!("unknown cost {other:?}")),
+            };
+            *slot = v;
+        }
+        Ok(self)
+    }
+}
+
+/// The resource model's settings (`chorus sim --perf`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerfModel {
+    /// Cores per replica (ignored with `shared_cores`).
+    pub cores: u32,
+    /// All replicas share this many cores (this machine: 2).
+    pub shared_cores: Option<u32>,
+    /// COP §4: a lane's consensus runs on its pillar's core.
+    pub consensus_on_pillars: bool,
+    /// NIC bandwidth per replica and direction, Mbit/s (0: unlimited).
+    pub nic_mbit: u64,
+    /// One-way latency of every link, µs (replaces the fault model's).
+    pub link_latency_us: u64,
+    pub costs: CpuCosts,
+}
+
+impl Default for PerfModel {
+    fn default() -> Self {
+        PerfModel {
+            cores: 2,
+            shared_cores: None,
+            consensus_on_pillars: false,
+            nic_mbit: 10_000,
+            link_latency_us: 50,
+            costs: CpuCosts::default(),
+        }
+    }
+}
+
+/// What one handled event cost, and on which core.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Charge {
+    pub core: usize,
+    pub ns: u64,
+    /// Execution work (on the execution core), ns.
+    pub exec_ns: u64,
+}
+
+/// Busy-until times of every core and NIC.
+#[derive(Clone, Debug)]
+pub struct PerfState {
+    pub model: PerfModel,
+    /// Per replica node, per core: busy until (µs); one row when shared.
+    cores: Vec<Vec<Micros>>,
+    nic_out: Vec<Micros>,
+    nic_in: Vec<Micros>,
+    /// Total CPU charged, ns (for the report).
+    pub cpu_ns: u64,
+}
+
+impl PerfState {
+    pub fn new(model: PerfModel, nodes: usize) -> PerfState {
+        let rows = if model.shared_cores.is_some() { 1 } else { nodes };
+        let per = model.shared_cores.unwrap_or(model.cores).max(1) as usize;
+        PerfState {
+            cores: vec![vec![0; per]; rows],
+            nic_out: vec![0; nodes],
+            nic_in: vec![0; nodes],
+            model,
+            cpu_ns: 0,
+        }
+    }
+
+    fn cores_of(&self, node: usize) -> &[Micros] {
+        &self.cores[if self.model.shared_cores.is_some() {
+            0
+        } else {
+            node
+        }]
+    }
+
+    fn cores_of_mut(&mut self, node: usize) -> &mut Vec<Micros> {
+        let row = if self.model.shared_cores.is_some() {
+            0
+        } else {
+            node
+        };
+        &mut self.cores[row]
+    }
+
+    /// The core a replica's work of `lane` runs on (`None`: not lane work).
+    pub fn core_for(&self, node: usize, lane: Option<u32>, pillars: u32) -> usize {
+        let cores = self.cores_of(node);
+        if self.model.shared_cores.is_some() {
+            // Any free core of the pool: the earliest free one.
+            return (0..cores.len()).min_by_key(|&c| cores[c]).unwrap_or(0);
+        }
+        match lane {
+            Some(l) if self.model.consensus_on_pillars => {
+                (l % pillars.max(1)) as usize % consensus_cores(cores.len())
+            }
+            _ => 0,
+        }
+    }
+
+    /// When an event for `node` on `core` arriving at `now` may start.
+    pub fn start_at(&self, node: usize, core: usize, now: Micros) -> Micros {
+        self.cores_of(node).get(core).copied().unwrap_or(0).max(now)
+    }
+
+    /// Book the work of an event started at `now`; returns when its sends
+    /// leave (the end of the consensus work, and of execution if any ran).
+    pub fn book(&mut self, node: usize, charge: Charge, now: Micros) -> Micros {
+        self.cpu_ns += charge.ns + charge.exec_ns;
+        let cores = self.cores_of_mut(node);
+        let n = cores.len();
+        let done = now + charge.ns.div_ceil(1_000);
+        cores[charge.core.min(n - 1)] = done;
+        if charge.exec_ns == 0 {
+            return done;
+        }
+        // Execution: on the last core when there are two or more (the
+        // runtime's execution thread), after the consensus work handed it on.
+        let exec_core = if n >= 2 { n - 1 } else { 0 };
+        let start = cores[exec_core].max(done);
+        let end = start + charge.exec_ns.div_ceil(1_000);
+        cores[exec_core] = end;
+        end
+    }
+
+    /// A message of `bytes` from node `from` (or a client: `None`) to node
+    /// `to` (or a client) leaving at `depart`: when it arrives.
+    pub fn transfer(
+        &mut self,
+        from: Option<usize>,
+        to: Option<usize>,
+        bytes: usize,
+        depart: Micros,
+    ) -> Micros {
+        let wire = if self.model.nic_mbit == 0 {
+            0
+        } else {
+            // bits / (Mbit/s) = µs
+            (bytes as u64 * 8).div_ceil(self.model.nic_mbit)
+        };
+        let mut t = depart;
+        if let Some(f) = from {
+            t = t.max(self.nic_out[f]) + wire;
+            self.nic_out[f] = t;
+        }
+        t += self.model.link_latency_us;
+        if let Some(r) = to {
+            t = t.max(self.nic_in[r]) + wire;
+            self.nic_in[r] = t;
+        }
+        t
+    }
+}
+
+/// Cores consensus may use when execution has its own (the last one).
+fn consensus_cores(cores: usize) -> usize {
+    if cores >= 2 {
+        cores - 1
+    } else {
+        1
+    }
+}
+
+/// Signatures a message makes its receiver verify.
+fn verifies(msg: &ReplicaMsg) -> u64 {
+    match msg {
+        ReplicaMsg::PrePrepare(_)
+        | ReplicaMsg::Prepare(_)
+        | ReplicaMsg::Checkpoint(_)
+        | ReplicaMsg::Timeout(_) => 1,
+        ReplicaMsg::ViewChange(v) => {
+            1 + v
+                .prepared
+                .iter()
+                .map(|p| 1 + p.prepares.len() as u64)
+                .sum::<u64>()
+        }
+        ReplicaMsg::NewView(v) => 1 + v.view_changes.len() as u64,
+        ReplicaMsg::StateChunk(c) => c.cert.votes.len() as u64,
+        ReplicaMsg::RePredict(_) => 1,
+        _ => 0,
+    }
+}
+
+/// Signatures a replica makes to send `msg` (once per broadcast).
+pub fn signs(msg: &ReplicaMsg) -> u64 {
+    match msg {
+        ReplicaMsg::PrePrepare(_)
+        | ReplicaMsg::Prepare(_)
+        | ReplicaMsg::Checkpoint(_)
+        | ReplicaMsg::Timeout(_)
+        | ReplicaMsg::ViewChange(_)
+        | ReplicaMsg::NewView(_)
+        | ReplicaMsg::RePredict(_) => 1,
+        _ => 0,
+    }
+}
+
+fn batch_of(msg: &ReplicaMsg) -> Option<&Batch> {
+    match msg {
+        ReplicaMsg::PrePrepare(p) => Some(&p.batch),
+        ReplicaMsg::BatchReply(b) => Some(&b.batch),
+        _ => None,
+    }
+}
+
+impl CpuCosts {
+    /// Receiving `msg` of `bytes`.
+    pub fn receive(&self, msg: &ReplicaMsg, bytes: usize) -> u64 {
+        let batched = batch_of(msg).map_or(0, |b| b.requests.len() as u64);
+        self.recv_ns
+            + self.per_kib_ns * bytes as u64 / 1024
+            + self.verify_ns * verifies(msg)
+            + self.per_batched_request_ns * batched
+    }
+
+    /// Sending `msg` of `bytes` to `peers` peers (signed once).
+    pub fn send(&self, msg: &ReplicaMsg, bytes: usize, peers: usize) -> u64 {
+        let batched = batch_of(msg).map_or(0, |b| b.requests.len() as u64);
+        self.sign_ns * signs(msg)
+            + self.per_batched_request_ns * batched
+            + (self.send_ns + self.per_kib_ns * bytes as u64 / 1024) * peers as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_core_delays_the_next_event_and_execution_has_its_own_core() {
+        let mut s = PerfState::new(
+            PerfModel {
+                cores: 2,
+                ..PerfModel::default()
+            },
+            4,
+        );
+        let c = s.core_for(0, Some(0), 1);
+        assert_eq!(c, 0);
+        let done = s.book(
+            0,
+            Charge {
+                core: 0,
+                ns: 10_000,
+                exec_ns: 5_000,
+            },
+            100,
+        );
+        assert_eq!(done, 115, "consensus 10 µs, then execution 5 µs on core 1");
+        assert_eq!(s.start_at(0, 0, 105), 110, "core 0 busy until 110");
+        assert_eq!(s.start_at(1, 0, 105), 105, "another replica's core is free");
+    }
+
+    #[test]
+    fn pillars_spread_lanes_over_cores_only_with_consensus_on_pillars() {
+        let model = PerfModel {
+            cores: 5,
+            ..PerfModel::default()
+        };
+        let s = PerfState::new(model.clone(), 1);
+        assert_eq!(
+            (0..4).map(|l| s.core_for(0, Some(l), 4)).collect::<Vec<_>>(),
+            vec![0; 4]
+        );
+        let s = PerfState::new(
+            PerfModel {
+                consensus_on_pillars: true,
+                ..model
+            },
+            1,
+        );
+        assert_eq!(
+            (0..4).map(|l| s.core_for(0, Some(l), 4)).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_nic_serialises_messages() {
+        let mut s = PerfState::new(
+            PerfModel {
+                nic_mbit: 1_000,
+                link_latency_us: 10,
+                ..PerfModel::default()
+            },
+            2,
+        );
+        // 125 000 bytes at 1 Gbit/s = 1 000 µs on each NIC.
+        assert_eq!(s.transfer(Some(0), Some(1), 125_000, 0), 2_010);
+        assert_eq!(
+            s.transfer(Some(0), Some(1), 125_000, 0),
+            3_010,
+            "queued behind the first"
+        );
+    }
+}
+
+/// What a run under the resource model measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerfReport {
+    /// Accepted requests per virtual second, from the start to the last
+    /// acceptance.
+    pub throughput: f64,
+    pub p50_us: Micros,
+    pub p99_us: Micros,
+    pub accepted: usize,
+    /// CPU charged per accepted request, summed over replicas, µs.
+    pub cpu_us_per_request: f64,
+}
+
+impl PerfReport {
+    pub fn of(state: &PerfState, latencies: &[Micros], last_accept_us: Micros) -> PerfReport {
+        let mut l = latencies.to_vec();
+        l.sort_unstable();
+        let pct = |p: f64| -> Micros {
+            if l.is_empty() {
+                0
+            } else {
+                l[((l.len() - 1) as f64 * p).round() as usize]
+            }
+        };
+        let secs = last_accept_us.max(1) as f64 / 1e6;
+        PerfReport {
+            throughput: l.len() as f64 / secs,
+            p50_us: pct(0.5),
+            p99_us: pct(0.99),
+            accepted: l.len(),
+            cpu_us_per_request: state.cpu_ns as f64 / 1e3 / l.len().max(1) as f64,
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The resource model (issue 15): virtual-time CPU and NIC costs. These runs
+//! are deterministic (virtual time), so their numbers can be asserted; the
+//! calibration against `chorus bench` and the paper reproductions are in
+//! BENCHMARKS.md ("Resource model").
+
+use chorus_core::OrderingMode;
+use chorus_sim::perf::{CpuCosts, PerfModel, PerfReport};
+use chorus_sim::{run_many, FaultSet, SimOptions};
+
+fn perf_run(mode: OrderingMode, pillars: u32, model: PerfModel) -> PerfReport {
+    let mut o = SimOptions::new(mode, pillars, 4)
+        .with_faults(FaultSet::none())
+        .with_seeds(1, 1);
+    o.service = "null".into();
+    o.clients = 48;
+    o.client_window = 48;
+    o.requests_per_client = 300;
+    o.fault_window_ms = 1;
+    o.liveness_timeout_ms = 600_000;
+    o.perf = Some(model);
+    let s = run_many(&o);
+    assert!(s.ok(), "{s}");
+    assert_eq!(s.requests_committed, s.requests_issued);
+    s.perf[0].clone()
+}
+
+fn cores(n: u32, on_pillars: bool) -> PerfModel {
+    PerfModel {
+        cores: n,
+        consensus_on_pillars: on_pillars,
+        costs: CpuCosts::for_service("null"),
+        ..PerfModel::default()
+    }
+}
+
+/// COP §4: pillars scale consensus with cores only when each pillar runs its
+/// own lanes; with all consensus on one core thread (today's runtime, issue
+/// 13) more pillars buy nothing.
+#[test]
+fn cop_scales_with_pillars_only_when_consensus_runs_in_them() {
+    let one = perf_run(OrderingMode::Cop, 1, cores(8, true));
+    let four = perf_run(OrderingMode::Cop, 4, cores(8, true));
+    let four_on_one_core = perf_run(OrderingMode::Cop, 4, cores(8, false));
+    assert!(
+        four.throughput > 1.8 * one.throughput,
+        "4 pillars on 8 cores: {four:?} vs 1: {one:?}"
+    );
+    assert!(
+        four_on_one_core.throughput < 1.2 * one.throughput,
+        "consensus on one core: {four_on_one_core:?} vs {one:?}"
+    );
+}
+
+/// A slower CPU is slower; a thinner NIC caps throughput at its bandwidth.
+#[test]
+fn costs_and_bandwidth_bound_throughput() {
+    let base = perf_run(OrderingMode::Pbft, 1, cores(2, false));
+    let mut slow = cores(2, false);
+    slow.costs.recv_ns *= 4;
+    slow.costs.per_batched_request_ns *= 4;
+    let slow = perf_run(OrderingMode::Pbft, 1, slow);
+    assert!(slow.throughput < 0.7 * base.throughput, "{slow:?} vs {base:?}");
+    let mut thin = cores(2, false);
+    thin.nic_mbit = 10;
+    let thin = perf_run(OrderingMode::Pbft, 1, thin);
+    // The leader sends every request to n-1 backups: ~400 bytes a request
+    // leave its 10 Mbit/s NIC, about 3 000 requests per second at most.
+    assert!(thin.throughput < 0.25 * base.throughput, "{thin:?} vs {base:?}");
+}
