@@ -229,6 +229,8 @@ pub enum ConfigError {
     Window { window: u64, per_lane: u64 },
     #[error("max_op_bytes {0} must fit in max_frame_bytes {1}")]
     OpVsFrame(u32, u32),
+    #[error("sarek: max_op_bytes {0} cannot hold a re-prediction certificate ({1} bytes)")]
+    OpVsRePrediction(u32, usize),
     #[error("the largest replica message of this configuration ({needed} bytes) exceeds the frame cap of {cap} bytes: lower n, window_slots, batch or chunk sizes")]
     FrameBound { needed: u64, cap: u64 },
     /// One key listed for two identities: whoever holds it could log in as
@@ -446,6 +448,15 @@ impl ClusterConfig {
         }
         if p.max_op_bytes + 4096 > p.max_frame_bytes {
             return Err(ConfigError::OpVsFrame(p.max_op_bytes, p.max_frame_bytes));
+        }
+        if p.mode == OrderingMode::Sarek {
+            // SAREK §IV-D: a certificate that does not fit is never ordered
+            // and its request stays suspended.
+            let cert =
+                crate::reprediction::RePredictionCert::max_encoded_len(self.quorum(), self.lanes() as usize);
+            if (p.max_op_bytes as usize) < cert {
+                return Err(ConfigError::OpVsRePrediction(p.max_op_bytes, cert));
+            }
         }
         // Frame limits are derived from the configuration; keep them bounded.
         let needed = crate::wire_bounds::WireBounds::of_config(self).largest_replica_msg();

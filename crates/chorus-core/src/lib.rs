@@ -22,7 +22,9 @@ pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use domain::{ClusterTag, SigKind};
 pub use ids::*;
 pub use messages::*;
-pub use reprediction::{RePrediction, RePredictionCert, RePredictionVote, MAX_REPREDICTION_PARTITIONS};
+pub use reprediction::{
+    RePrediction, RePredictionCert, RePredictionVote, MAX_REPREDICTION_PARTITIONS, REPREDICTION_CLIENT,
+};
 pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};
 pub use switch::{switch_op, switch_target, Assignments, Handover, SwitchOutcome, SwitchPolicy};
 pub use wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};

@@ -21,6 +21,13 @@ use serde::{Deserialize, Serialize};
 /// The most partitions a prediction may name (chorus-exec's `MAX_PARTITIONS`).
 pub const MAX_REPREDICTION_PARTITIONS: usize = 256;
 
+/// The client id re-prediction requests are filed under in the pools. Not a
+/// real client: the request's own client would let that client block its
+/// re-prediction (a second request with the same seq ordered in the added
+/// lane first, or its per-client pool share kept full). The seq is derived
+/// from the body, so each re-prediction has its own pool key.
+pub const REPREDICTION_CLIENT: ClientId = ClientId(u64::MAX);
+
 /// "Request `request` of `(client, seq)` must also be ordered in `added`;
 /// its prediction is now `partitions`."
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -60,6 +67,14 @@ impl RePrediction {
     pub fn signing_digest(&self) -> Digest {
         let bytes = postcard::to_allocvec(self).unwrap_or_default();
         Digest::of_parts("chorus sarek reprediction v1", &[&bytes])
+    }
+
+    /// The seq its request is filed under (never 0).
+    pub fn pool_seq(&self) -> RequestSeq {
+        let d = self.signing_digest();
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&d.as_bytes()[..8]);
+        RequestSeq(u64::from_le_bytes(low).max(1))
     }
 
     pub fn sign(&self, tag: &ClusterTag, me: ReplicaId, id: &Identity) -> RePredictionVote {
@@ -123,18 +138,29 @@ impl RePredictionCert {
     }
 
     /// The system request that orders the certificate in an added
-    /// partition's lane. It names the suspended request's client and seq (so
-    /// a lane's pool holds one per request) and is authenticated by the
-    /// certificate, not by the client: no authenticator.
+    /// partition's lane, filed under [`REPREDICTION_CLIENT`] and a seq of the
+    /// body (so a lane's pool holds one per re-prediction, whatever the
+    /// vote set) and authenticated by the certificate: no authenticator.
     pub fn to_request(&self) -> Request {
         let op = postcard::to_allocvec(self).expect("encoding a certificate cannot fail");
         Request {
-            client: self.body.client,
-            seq: self.body.seq,
+            client: REPREDICTION_CLIENT,
+            seq: self.body.pool_seq(),
             flags: flags::REPREDICTION,
             op: Bytes::from(op),
             auth: Authenticator::Macs(Vec::new()),
         }
+    }
+
+    /// An upper bound on the encoded certificate (the operation of its
+    /// request) with `quorum` votes and `partitions` partitions: a `sarek`
+    /// configuration's `max_op_bytes` must admit it (`ClusterConfig::validate`).
+    pub fn max_encoded_len(quorum: usize, partitions: usize) -> usize {
+        // digest, client and seq varints, two partition lists of u16
+        // varints (3 bytes each), then per vote an id varint and a
+        // signature with its length prefix.
+        let body = 32 + 10 + 10 + 2 * (3 + 3 * partitions);
+        body + 5 + quorum * (5 + 2 + 64)
     }
 
     /// The certificate a re-prediction request carries (not verified).
@@ -143,7 +169,7 @@ impl RePredictionCert {
             return None;
         }
         let cert: RePredictionCert = postcard::from_bytes(&req.op).ok()?;
-        (cert.body.client == req.client && cert.body.seq == req.seq).then_some(cert)
+        (req.client == REPREDICTION_CLIENT && cert.body.pool_seq() == req.seq).then_some(cert)
     }
 }
 
@@ -197,9 +223,10 @@ mod tests {
         other.body.added = vec![3];
         other.body.partitions = vec![0, 3];
         assert!(!other.verify(&tag, 4, 3, key));
-        // Survives the trip through a request.
+        // Survives the trip through a request, within the size bound.
         let c = cert(vec![vote(0), vote(1), vote(3)]);
         let req = c.to_request();
+        assert!(req.op.len() <= RePredictionCert::max_encoded_len(3, 4));
         assert_eq!(RePredictionCert::from_request(&req), Some(c));
     }
 }

@@ -210,7 +210,10 @@ impl Pool {
     pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
         let key = (req.client, req.seq);
         let full = self.entries.len() >= self.cfg.params.pool_max_requests as usize
-            || self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client;
+            // Re-predictions share one pseudo-client (`REPREDICTION_CLIENT`)
+            // and are bounded by the suspended requests, not by its share.
+            || (!req.is_reprediction()
+                && self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client);
         if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
             return false;
         }

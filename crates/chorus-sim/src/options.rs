@@ -456,7 +456,13 @@ impl SimOptions {
             max_lane_drift_slots,
             view_change_timeout_ms: 500,
             status_interval_ms: 250,
-            max_op_bytes: 512,
+            // sarek: room for a re-prediction certificate at any n.
+            max_op_bytes: if self.mode == OrderingMode::Sarek {
+                let quorum = 2 * ((self.n - 1) / 3) + 1;
+                512.max(chorus_core::RePredictionCert::max_encoded_len(quorum, lanes as usize) as u32)
+            } else {
+                512
+            },
             max_frame_bytes: 64 * 1024,
             pool_max_requests: self.pool_max_requests,
             pool_max_per_client: 32.min(self.pool_max_requests),

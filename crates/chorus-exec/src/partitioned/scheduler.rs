@@ -184,6 +184,12 @@ impl<T: Clone> RequestScheduler<T> {
         self.schedules.iter().all(VecDeque::is_empty)
     }
 
+    /// The predictions of the entries waiting in `p`'s schedule, head first
+    /// (a suspended request's is its extended one).
+    pub fn pending_predictions(&self, p: PartitionId) -> impl Iterator<Item = &Prediction> + '_ {
+        self.schedules[p.0 as usize].iter().map(|s| &s.entry.prediction)
+    }
+
     /// The payloads waiting in partition `p`'s schedule, head first.
     pub fn pending_payloads(&self, p: PartitionId) -> impl Iterator<Item = &T> + '_ {
         self.schedules[p.0 as usize].iter().map(|s| &s.entry.payload)

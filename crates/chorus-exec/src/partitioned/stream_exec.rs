@@ -67,6 +67,9 @@ struct Sub {
     req: Arc<Request>,
     at: Seq,
     time_ms: u64,
+    /// The prediction a restored entry had in the snapshot's schedule (a
+    /// suspended request's is extended); `None`: PREDICT() at admission.
+    restored: Option<Prediction>,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -105,6 +108,10 @@ struct Snapshot {
     times: Vec<u64>,
     /// Requests suspended for a re-prediction below the cut (version 3).
     suspended: Vec<(Digest, Suspension)>,
+    /// Per waiting entry (same shape as `waiting`), the prediction it has in
+    /// its schedule (a suspended request's is extended); `None` for entries
+    /// held back behind a re-prediction SYNC (version 3).
+    predictions: Vec<Vec<Option<Vec<u16>>>>,
 }
 
 /// Version 2: before re-predictions.
@@ -310,7 +317,15 @@ impl SarekExecutor {
     }
 
     fn append(&mut self, p: usize, req: Arc<Request>, at: Seq, time_ms: u64) {
-        self.append_sub(p, Sub { req, at, time_ms });
+        self.append_sub(
+            p,
+            Sub {
+                req,
+                at,
+                time_ms,
+                restored: None,
+            },
+        );
     }
 
     fn append_sub(&mut self, p: usize, sub: Sub) {
@@ -338,34 +353,57 @@ impl SarekExecutor {
                 self.stats.stale_repredictions += 1;
                 return;
             }
-            let Some(s) = self.suspended.get_mut(&b.request) else {
-                self.stats.gated_syncs += 1;
-                self.gated[p].push_back(sub);
-                return;
+            let here: Option<Vec<u16>> = self
+                .suspended
+                .get(&b.request)
+                .map(|s| s.prediction.partitions().iter().map(|q| q.0).collect());
+            // Held back until this replica suspended the request with this
+            // prediction: not suspended yet, or suspended for an earlier
+            // re-prediction of which this one is the next (§IV-D 2 allows
+            // several, each adding higher partitions).
+            let later = |mine: &[u16]| {
+                mine.len() < b.partitions.len() && mine.iter().all(|q| b.partitions.contains(q))
             };
-            let part = PartitionId(p as u16);
-            let same = s
-                .prediction
-                .partitions()
-                .iter()
-                .map(|q| q.0)
-                .eq(b.partitions.iter().copied());
-            if !same {
-                self.stats.reprediction_mismatches += 1;
-                return;
+            match &here {
+                None => {
+                    self.stats.gated_syncs += 1;
+                    self.gated[p].push_back(sub);
+                    return;
+                }
+                Some(mine) if later(mine) => {
+                    self.stats.gated_syncs += 1;
+                    self.gated[p].push_back(sub);
+                    return;
+                }
+                Some(mine) if *mine != b.partitions => {
+                    // Not a later one: an earlier re-prediction's second
+                    // copy (its SYNC is in already) or, from a
+                    // non-deterministic service, another one.
+                    if b.partitions.iter().all(|q| mine.contains(q)) {
+                        self.stats.stale_repredictions += 1;
+                    } else {
+                        self.stats.reprediction_mismatches += 1;
+                    }
+                    return;
+                }
+                Some(_) => {}
             }
+            let s = self.suspended.get_mut(&b.request).expect("checked above");
+            let part = PartitionId(p as u16);
             if !s.delivered.insert(part) {
                 self.stats.stale_repredictions += 1;
                 return;
             }
             (b.request, s.prediction.clone(), true)
         } else {
-            let id = sub.req.digest();
-            let prediction = match self.suspended.get(&id) {
-                Some(s) => s.prediction.clone(),
-                None => predict(&self.service.access(&sub.req.op), self.k),
-            };
-            (id, prediction, false)
+            // PREDICT() alone, never the local suspension state: a copy of a
+            // suspended request (a retransmission ordered again) must get
+            // the same prediction on every replica, whenever it arrives.
+            let prediction = sub
+                .restored
+                .clone()
+                .unwrap_or_else(|| predict(&self.service.access(&sub.req.op), self.k));
+            (sub.req.digest(), prediction, false)
         };
         let entry = Entry {
             id,
@@ -483,11 +521,17 @@ impl SarekExecutor {
             added: added.iter().map(|q| q.0).collect(),
         };
         self.repredictions.push(body.clone());
+        // A second re-prediction keeps the SYNCs the first one delivered.
+        let delivered = self
+            .suspended
+            .remove(&job.id)
+            .map(|s| s.delivered)
+            .unwrap_or_default();
         self.suspended.insert(
             job.id,
             Suspension {
                 prediction,
-                delivered: BTreeSet::new(),
+                delivered,
                 body,
             },
         );
@@ -592,6 +636,19 @@ impl SarekExecutor {
             .collect()
     }
 
+    /// `waiting`'s predictions: the scheduler's, then `None` for held-back.
+    fn waiting_predictions(&self) -> Vec<Vec<Option<Vec<u16>>>> {
+        (0..self.k)
+            .map(|p| {
+                self.scheduler
+                    .pending_predictions(PartitionId(p))
+                    .map(|pr| Some(pr.partitions().iter().map(|q| q.0).collect()))
+                    .chain(self.gated[p as usize].iter().map(|_| None))
+                    .collect()
+            })
+            .collect()
+    }
+
     fn snapshot_at(&self, cut_slot: u64) -> ExecCheckpoint {
         let s = Snapshot {
             version: SNAPSHOT_VERSION,
@@ -607,6 +664,7 @@ impl SarekExecutor {
             waiting: self.waiting(),
             times: self.times.clone(),
             suspended: self.suspended.iter().map(|(d, s)| (*d, s.clone())).collect(),
+            predictions: self.waiting_predictions(),
         };
         let bytes = Bytes::from(postcard::to_allocvec(&s).expect("encoding a snapshot cannot fail"));
         ExecCheckpoint {
@@ -635,6 +693,7 @@ impl SarekExecutor {
                         .collect(),
                     times: vec![0; self.k as usize],
                     suspended: Vec::new(),
+                    predictions: Vec::new(),
                 };
                 (s, rest)
             }
@@ -650,6 +709,7 @@ impl SarekExecutor {
                     waiting: v2.waiting,
                     times: v2.times,
                     suspended: Vec::new(),
+                    predictions: Vec::new(),
                 };
                 (s, rest)
             }
@@ -666,7 +726,13 @@ impl SarekExecutor {
         if s.cut_slot.checked_mul(u64::from(self.k)) != Some(next_seq.0) {
             return Err(ExecError::Invalid("snapshot is not at this cut"));
         }
-        if s.tables.len() != k || s.seen.len() != k || s.waiting.len() != k || s.times.len() != k {
+        let shaped = s.predictions.is_empty()
+            || (s.predictions.len() == k
+                && s.predictions
+                    .iter()
+                    .zip(&s.waiting)
+                    .all(|(a, b)| a.len() == b.len()));
+        if s.tables.len() != k || s.seen.len() != k || s.waiting.len() != k || s.times.len() != k || !shaped {
             return Err(ExecError::Invalid("per-partition parts missing"));
         }
         if s.seen.iter().any(|v| v.len() > SEEN_PER_PARTITION) {
@@ -719,6 +785,23 @@ impl SarekExecutor {
         // The SYNCs of suspended requests delivered below the cut are in the
         // waiting lists and are delivered again just below: start from none
         // (a suspended request has consumed none of them).
+        // Our proposals may have been lost with the old state: propose again
+        // the ones whose SYNCs are not all in yet (the ordering side counts
+        // one vote per replica).
+        self.repredictions = s
+            .suspended
+            .iter()
+            .filter(|(_, x)| {
+                x.body
+                    .added
+                    .iter()
+                    .any(|q| !x.delivered.contains(&PartitionId(*q)))
+            })
+            .map(|(_, x)| x.body.clone())
+            .collect();
+        // The SYNCs of suspended requests delivered below the cut are in the
+        // waiting lists and are delivered again just below: start from none
+        // (a suspended request has consumed none of them).
         self.suspended = s
             .suspended
             .into_iter()
@@ -728,17 +811,22 @@ impl SarekExecutor {
             })
             .collect();
         self.gated = vec![VecDeque::new(); self.k as usize];
-        // Our proposals may have been lost with the old state: propose again
-        // (the ordering side counts one vote per replica).
-        self.repredictions = self
-            .suspended
-            .values()
-            .filter(|x| x.delivered.len() < x.body.added.len())
-            .map(|x| x.body.clone())
-            .collect();
+        let k = self.k;
         for (p, waiting) in s.waiting.into_iter().enumerate() {
-            for (req, at, time_ms) in waiting {
-                self.append(p, Arc::new(req), at, time_ms);
+            let predictions = s.predictions.get(p);
+            for (i, (req, at, time_ms)) in waiting.into_iter().enumerate() {
+                let restored = predictions
+                    .and_then(|v| v.get(i).cloned().flatten())
+                    .and_then(|v| Prediction::new(v.into_iter().map(PartitionId).collect(), k));
+                self.append_sub(
+                    p,
+                    Sub {
+                        req: Arc::new(req),
+                        at,
+                        time_ms,
+                        restored,
+                    },
+                );
             }
         }
         // Streams go on where they are: a stream already delivered past the

@@ -57,6 +57,7 @@ pub struct RePredictions {
     /// Our own votes: sent again every status round until their SYNCs are
     /// decided (a lost vote must not leave a request suspended forever).
     own: BTreeMap<RePrediction, RePredictionVote>,
+    own_order: VecDeque<RePrediction>,
     certified: BTreeMap<RePrediction, Certified>,
     certified_order: VecDeque<RePrediction>,
 }
@@ -79,6 +80,7 @@ impl RePredictions {
             votes: BTreeMap::new(),
             by_voter: BTreeMap::new(),
             own: BTreeMap::new(),
+            own_order: VecDeque::new(),
             certified: BTreeMap::new(),
             certified_order: VecDeque::new(),
         }
@@ -98,8 +100,13 @@ impl RePredictions {
             return (None, VoteOutcome::Counted);
         }
         let vote = body.sign(&self.tag, self.me, &self.identity);
-        if self.own.len() >= CERTS_KEPT {
-            self.own.pop_first();
+        if !self.own.contains_key(&body) {
+            if self.own_order.len() >= CERTS_KEPT {
+                if let Some(old) = self.own_order.pop_front() {
+                    self.own.remove(&old);
+                }
+            }
+            self.own_order.push_back(body.clone());
         }
         self.own.insert(body, vote.clone());
         let outcome = self.count(cfg, vote.clone());
@@ -183,8 +190,10 @@ impl RePredictions {
     }
 
     /// `lane` decided `batch`: its re-prediction SYNCs are ordered there. A
-    /// decided certificate is proof enough (a quorum accepted it), so one we
-    /// never counted ourselves is learnt here for its other lanes.
+    /// decided certificate we did not complete ourselves is learnt for its
+    /// other lanes only if we proposed it too (a current suspension): a
+    /// Byzantine leader re-ordering old certificates must not push out the
+    /// ones still open.
     pub fn on_decided(&mut self, lane: LaneId, batch: &Batch) {
         for r in batch.requests.iter().filter(|r| r.is_reprediction()) {
             let Some(cert) = RePredictionCert::from_request(r) else {
@@ -192,6 +201,9 @@ impl RePredictions {
             };
             let body = cert.body;
             if !self.certified.contains_key(&body) {
+                if !self.own.contains_key(&body) {
+                    continue;
+                }
                 self.forget_votes(&body);
                 self.certify(body.clone(), r.clone());
             }
@@ -203,6 +215,7 @@ impl RePredictions {
                 self.certified.remove(&body);
                 self.certified_order.retain(|b| b != &body);
                 self.own.remove(&body);
+                self.own_order.retain(|b| b != &body);
             }
         }
     }

@@ -445,3 +445,102 @@ fn the_audit_reports_a_request_run_outside_its_prediction() {
         "{found:?}"
     );
 }
+
+/// Review finding: a copy of a suspended request (a retransmission ordered
+/// again after the dedup memory forgot it) gets PREDICT()'s prediction, not
+/// the local suspension's, so it never waits for a second SYNC that will
+/// never come, and every replica admits it alike.
+#[test]
+fn a_copy_of_a_suspended_request_gets_the_plain_prediction() {
+    let r = request(1, &[0, 1], 7, true);
+    let mut e = exec(1 << 20);
+    e.submit_stream(cell(0, 0), batch(vec![r.clone()]));
+    let (_, bodies) = drain(&mut e);
+    assert_eq!(bodies.len(), 1);
+    // Enough other requests behind r to make partition 0 forget r's digest.
+    let fillers: Vec<Request> = (0..SEEN_PER_PARTITION as u64 + 1)
+        .map(|i| {
+            let mut f = request(1_000 + i, &[0], 1, false);
+            f.seq = RequestSeq(1);
+            f
+        })
+        .collect();
+    e.submit_stream(cell(0, 1), batch(fillers));
+    e.submit_stream(cell(0, 2), batch(vec![r.clone()]));
+    assert_eq!(e.stats().duplicate_copies, 0, "forgotten: the copy is admitted");
+    e.submit_stream(cell(1, 0), batch(vec![sync_of(&bodies[0])]));
+    let (results, _) = drain(&mut e);
+    assert_eq!(
+        e.pending(),
+        vec![0; K as usize],
+        "nothing waits for a second SYNC"
+    );
+    let copies: Vec<_> = results.iter().filter(|x| x.client == r.client).collect();
+    assert_eq!(copies.len(), 2, "r, and its copy answered from the reply cache");
+    assert!(copies.iter().any(|x| x.duplicate));
+}
+
+/// `Mis` whose exact access grows by one partition on every call for the
+/// same operation: a request re-predicted twice (§IV-D 2: "any previous
+/// (re-)prediction").
+#[derive(Default)]
+struct Growing {
+    kv: Mis,
+    calls: std::sync::Mutex<std::collections::BTreeMap<Vec<u8>, usize>>,
+}
+
+impl Service for Growing {
+    fn execute(&self, op: &[u8], ctx: &ExecContext) -> Bytes {
+        self.kv.execute(op, ctx)
+    }
+    fn access(&self, op: &[u8]) -> Access {
+        self.kv.access(op)
+    }
+    fn execution_access(&self, op: &[u8]) -> Option<Access> {
+        let Access::Keys { writes, .. } = self.kv.execution_access(op)? else {
+            return None;
+        };
+        let mut calls = self.calls.lock().unwrap();
+        let n = calls.entry(op.to_vec()).or_insert(0);
+        *n += 1;
+        Some(Access::Keys {
+            reads: vec![],
+            writes: writes.into_iter().take(1 + *n).collect(),
+        })
+    }
+    fn snapshot(&self) -> Bytes {
+        self.kv.snapshot()
+    }
+    fn restore(&self, s: &[u8]) -> Result<(), String> {
+        self.kv.restore(s)
+    }
+}
+
+/// Review finding: the SYNC of a second re-prediction that arrives during the
+/// first suspension waits at its gate instead of being dropped.
+#[test]
+fn a_second_reprediction_that_arrives_early_waits_for_its_suspension() {
+    let r = request(1, &[0, 1, 2], 7, true);
+    let mut e = SarekExecutor::new(Arc::new(Growing::default()), K, 1 << 20, 1024).recording();
+    e.submit_stream(cell(0, 0), batch(vec![r.clone()]));
+    let (_, first) = drain(&mut e);
+    assert_eq!(first[0].partitions, vec![0, 1]);
+    // The second certificate (partitions 0, 1, 2) reaches partition 2 first.
+    let second = RePrediction {
+        partitions: vec![0, 1, 2],
+        added: vec![2],
+        ..first[0].clone()
+    };
+    e.submit_stream(cell(2, 0), batch(vec![sync_of(&second)]));
+    assert_eq!(e.stats().reprediction_mismatches, 0, "not dropped");
+    e.submit_stream(cell(1, 0), batch(vec![sync_of(&first[0])]));
+    let (results, again) = drain(&mut e);
+    assert_eq!(
+        again,
+        vec![second],
+        "suspended a second time, with the SYNC already held"
+    );
+    assert_eq!(results.len(), 1, "then it ran");
+    assert_eq!(e.pending(), vec![0; K as usize]);
+    assert_eq!(e.audit(), Some(vec![]));
+}
