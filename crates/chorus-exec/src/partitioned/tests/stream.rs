@@ -25,15 +25,7 @@ impl Service for RKv {
         self.0.snapshot()
     }
     fn restore(&self, s: &[u8]) -> Result<(), String> {
-        if !s.len().is_multiple_of(9) {
-            return Err("bad snapshot".into());
-        }
-        let mut m = self.0 .0.lock().unwrap();
-        m.clear();
-        for c in s.chunks(9) {
-            m.insert(c[0], u64::from_le_bytes(c[1..].try_into().unwrap()));
-        }
-        Ok(())
+        self.0.restore_registers(s)
     }
 }
 
