@@ -111,9 +111,12 @@ pub struct Args {
     /// per_batched_request_ns, admit_ns, execute_ns, timer_ns, client_reply_ns).
     #[arg(long, default_value = "")]
     pub cost: String,
-    /// --perf: one-way latency of every link, µs.
+    /// --perf: one-way latency of every replica-to-replica link, µs.
     #[arg(long, default_value_t = 50)]
     pub link_us: u64,
+    /// --perf: one-way client-to-replica latency, µs (default: --link-us).
+    #[arg(long)]
+    pub client_link_us: Option<u64>,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -174,6 +177,7 @@ pub fn run(a: Args) -> Result<()> {
             consensus_on_pillars: a.consensus_on_pillars,
             nic_mbit: a.nic_mbit,
             link_latency_us: a.link_us,
+            client_link_us: a.client_link_us,
             costs: chorus_sim::perf::CpuCosts::for_service(&a.service)
                 .with_overrides(&a.cost)
                 .map_err(|e| anyhow::anyhow!("--cost: {e}"))?,

@@ -118,8 +118,13 @@ pub struct PerfModel {
     pub consensus_on_pillars: bool,
     /// NIC bandwidth per replica and direction, Mbit/s (0: unlimited).
     pub nic_mbit: u64,
-    /// One-way latency of every link, µs (replaces the fault model's).
+    /// One-way latency of every replica-to-replica link, µs (replaces the
+    /// fault model's).
     pub link_latency_us: u64,
+    /// One-way latency between clients and replicas, µs (`None`: as
+    /// `link_latency_us`). A WAN between replicas with clients near them is
+    /// Dispel §5's setting.
+    pub client_link_us: Option<u64>,
     pub costs: CpuCosts,
 }
 
@@ -131,6 +136,7 @@ impl Default for PerfModel {
             consensus_on_pillars: false,
             nic_mbit: 10_000,
             link_latency_us: 50,
+            client_link_us: None,
             costs: CpuCosts::default(),
         }
     }
@@ -247,7 +253,10 @@ impl PerfState {
             t = t.max(self.nic_out[f]) + wire;
             self.nic_out[f] = t;
         }
-        t += self.model.link_latency_us;
+        t += match (from, to) {
+            (Some(_), Some(_)) => self.model.link_latency_us,
+            _ => self.model.client_link_us.unwrap_or(self.model.link_latency_us),
+        };
         if let Some(r) = to {
             t = t.max(self.nic_in[r]) + wire;
             self.nic_in[r] = t;
