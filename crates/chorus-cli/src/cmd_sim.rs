@@ -117,6 +117,10 @@ pub struct Args {
     /// --perf: one-way client-to-replica latency, µs (default: --link-us).
     #[arg(long)]
     pub client_link_us: Option<u64>,
+    /// --perf: replicas and clients spread round-robin over regions:
+    /// `europe` (Dispel §5 Table 1: Frankfurt, Ireland, London, Paris).
+    #[arg(long)]
+    pub regions: Option<String>,
     /// Print a line per seed.
     #[arg(long)]
     pub verbose: bool,
@@ -178,6 +182,11 @@ pub fn run(a: Args) -> Result<()> {
             nic_mbit: a.nic_mbit,
             link_latency_us: a.link_us,
             client_link_us: a.client_link_us,
+            regions: match a.regions.as_deref() {
+                None => None,
+                Some("europe") => Some(chorus_sim::perf::europe()),
+                Some(other) => bail!("--regions: unknown profile {other:?} (known: europe)"),
+            },
             costs: chorus_sim::perf::CpuCosts::for_service(&a.service)
                 .with_overrides(&a.cost)
                 .map_err(|e| anyhow::anyhow!("--cost: {e}"))?,

@@ -22,6 +22,7 @@
 //! - **NIC.** A message occupies its sender's outgoing link and its
 //!   receiver's incoming link for `size / bandwidth`.
 
+use crate::net::Endpoint;
 use crate::queue::Micros;
 use chorus_core::{Batch, ReplicaMsg};
 
@@ -125,6 +126,10 @@ pub struct PerfModel {
     /// `link_latency_us`). A WAN between replicas with clients near them is
     /// Dispel §5's setting.
     pub client_link_us: Option<u64>,
+    /// Regions (a one-way latency matrix in µs, square): replica `i` and
+    /// client `c` sit in region `i mod R` and `c mod R`; every link, client
+    /// links included, takes its regions' latency instead of the two above.
+    pub regions: Option<Vec<Vec<u64>>>,
     pub costs: CpuCosts,
 }
 
@@ -137,6 +142,7 @@ impl Default for PerfModel {
             nic_mbit: 10_000,
             link_latency_us: 50,
             client_link_us: None,
+            regions: None,
             costs: CpuCosts::default(),
         }
     }
@@ -233,15 +239,9 @@ impl PerfState {
         end
     }
 
-    /// A message of `bytes` from node `from` (or a client: `None`) to node
-    /// `to` (or a client) leaving at `depart`: when it arrives.
-    pub fn transfer(
-        &mut self,
-        from: Option<usize>,
-        to: Option<usize>,
-        bytes: usize,
-        depart: Micros,
-    ) -> Micros {
+    /// A message of `bytes` from `from` to `to` leaving at `depart`: when it
+    /// arrives. Replica NICs are modelled; clients' are not.
+    pub fn transfer(&mut self, from: Endpoint, to: Endpoint, bytes: usize, depart: Micros) -> Micros {
         let wire = if self.model.nic_mbit == 0 {
             0
         } else {
@@ -249,20 +249,46 @@ impl PerfState {
             (bytes as u64 * 8).div_ceil(self.model.nic_mbit)
         };
         let mut t = depart;
-        if let Some(f) = from {
+        if let Endpoint::Node(f) = from {
             t = t.max(self.nic_out[f]) + wire;
             self.nic_out[f] = t;
         }
-        t += match (from, to) {
-            (Some(_), Some(_)) => self.model.link_latency_us,
-            _ => self.model.client_link_us.unwrap_or(self.model.link_latency_us),
-        };
-        if let Some(r) = to {
+        t += self.latency(from, to);
+        if let Endpoint::Node(r) = to {
             t = t.max(self.nic_in[r]) + wire;
             self.nic_in[r] = t;
         }
         t
     }
+
+    fn latency(&self, from: Endpoint, to: Endpoint) -> Micros {
+        if let Some(m) = &self.model.regions {
+            let region = |e: Endpoint| match e {
+                Endpoint::Node(i) => i % m.len(),
+                Endpoint::Client(c) => c % m.len(),
+            };
+            return m[region(from)][region(to)];
+        }
+        match (from, to) {
+            (Endpoint::Node(_), Endpoint::Node(_)) => self.model.link_latency_us,
+            _ => self.model.client_link_us.unwrap_or(self.model.link_latency_us),
+        }
+    }
+}
+
+/// Dispel §5 Table 1: round trips between its four European regions
+/// (Frankfurt, Ireland, London, Paris) in ms, as one-way µs (half), and a
+/// 100 µs link inside a region.
+pub fn europe() -> Vec<Vec<u64>> {
+    let rtt_ms = [[0, 25, 14, 8], [25, 0, 10, 19], [14, 10, 0, 7], [8, 19, 7, 0]];
+    rtt_ms
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&ms| if ms == 0 { 100 } else { ms * 500 })
+                .collect()
+        })
+        .collect()
 }
 
 /// Cores consensus may use when execution has its own (the last one).
@@ -390,6 +416,28 @@ mod tests {
     }
 
     #[test]
+    fn regions_give_every_link_its_regions_latency() {
+        let s = PerfState::new(
+            PerfModel {
+                regions: Some(europe()),
+                nic_mbit: 0,
+                ..PerfModel::default()
+            },
+            8,
+        );
+        // Replica 0 in Frankfurt, 1 in Ireland (25 ms round trip), 4 in Frankfurt.
+        assert_eq!(s.latency(Endpoint::Node(0), Endpoint::Node(1)), 12_500);
+        assert_eq!(s.latency(Endpoint::Node(0), Endpoint::Node(4)), 100);
+        assert_eq!(
+            s.latency(Endpoint::Client(3), Endpoint::Node(2)),
+            3_500,
+            "Paris to London"
+        );
+        let m = europe();
+        assert!((0..4).all(|i| (0..4).all(|j| m[i][j] == m[j][i])));
+    }
+
+    #[test]
     fn a_nic_serialises_messages() {
         let mut s = PerfState::new(
             PerfModel {
@@ -400,9 +448,12 @@ mod tests {
             2,
         );
         // 125 000 bytes at 1 Gbit/s = 1 000 µs on each NIC.
-        assert_eq!(s.transfer(Some(0), Some(1), 125_000, 0), 2_010);
         assert_eq!(
-            s.transfer(Some(0), Some(1), 125_000, 0),
+            s.transfer(Endpoint::Node(0), Endpoint::Node(1), 125_000, 0),
+            2_010
+        );
+        assert_eq!(
+            s.transfer(Endpoint::Node(0), Endpoint::Node(1), 125_000, 0),
             3_010,
             "queued behind the first"
         );

@@ -970,7 +970,7 @@ impl<R: SimReplica> World<R> {
             .perf
             .as_mut()
             .expect("perf on")
-            .transfer(node(from), node(to), bytes, now);
+            .transfer(from, to, bytes, now);
         self.schedule(at, ev);
     }
 
@@ -988,15 +988,11 @@ impl<R: SimReplica> World<R> {
             started,
         );
         for (to, ev, bytes) in ctx.sends {
-            let to_node = match to {
-                Endpoint::Node(j) => Some(j),
-                Endpoint::Client(_) => None,
-            };
             let at = self
                 .perf
                 .as_mut()
                 .expect("perf on")
-                .transfer(Some(ctx.node), to_node, bytes, done);
+                .transfer(Endpoint::Node(ctx.node), to, bytes, done);
             self.schedule(at, ev);
         }
     }
