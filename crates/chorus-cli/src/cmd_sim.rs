@@ -114,6 +114,14 @@ pub struct Args {
     /// --perf: one-way latency of every replica-to-replica link, µs.
     #[arg(long, default_value_t = 50)]
     pub link_us: u64,
+    /// --perf: also write results.json, results.csv (appended, a row per
+    /// seed) and plot.png here, in `chorus bench`'s format, so simulated and
+    /// measured runs plot side by side.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// --perf: a label for the rows written to --out.
+    #[arg(long, default_value = "")]
+    pub label: String,
     /// --perf: one-way client-to-replica latency, µs (default: --link-us).
     #[arg(long)]
     pub client_link_us: Option<u64>,
@@ -211,6 +219,9 @@ pub fn run(a: Args) -> Result<()> {
     eprintln!();
     println!("{summary}");
     println!("wall time: {:.1} s", started.elapsed().as_secs_f64());
+    if let (Some(dir), Some(model)) = (&a.out, &opts.perf) {
+        write_perf(dir, &a, model, &summary)?;
+    }
     if !summary.ok() {
         bail!("{} seed(s) violated an invariant", summary.failures.len());
     }
@@ -253,5 +264,82 @@ fn long_run(opts: &SimOptions, minutes: f64, verbose: bool) -> Result<()> {
         println!("first violation at seed {}; replay: {}", r.seed, r.replay);
         bail!("seed {} violated an invariant", r.seed);
     }
+    Ok(())
+}
+
+/// `--perf --out DIR`: the model's runs as `chorus bench` results (virtual
+/// time; CPU and memory columns empty).
+fn write_perf(
+    dir: &std::path::Path,
+    a: &Args,
+    model: &chorus_sim::perf::PerfModel,
+    summary: &chorus_sim::SimSummary,
+) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let label = format!(
+        "model {}cores{}{}",
+        model.shared_cores.map_or(model.cores, |c| c),
+        if model.shared_cores.is_some() {
+            " shared"
+        } else {
+            ""
+        },
+        if model.consensus_on_pillars {
+            " on-pillars"
+        } else {
+            ""
+        }
+    );
+    let results: Vec<crate::bench_run::RunResult> = summary
+        .perf
+        .iter()
+        .map(|p| crate::bench_run::RunResult {
+            name: format!("sim {:?} p{}", a.mode, a.partitions.unwrap_or(a.pillars)).to_lowercase(),
+            label: if a.label.is_empty() {
+                label.clone()
+            } else {
+                a.label.clone()
+            },
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            cores: model.shared_cores.unwrap_or(model.cores) as usize,
+            n: a.n,
+            mode: format!("{:?}", a.mode).to_lowercase(),
+            pillars: a.partitions.unwrap_or(a.pillars),
+            executor: "model".into(),
+            workers: 0,
+            service: a.service.clone(),
+            workload: "sim".into(),
+            clients: a.clients as usize,
+            in_flight: a.window as usize,
+            offered_rate: 0,
+            batch: 0,
+            request_bytes: 0,
+            value_bytes: 0,
+            buckets: 0,
+            duration_s: p.accepted as f64 / p.throughput.max(1e-9),
+            ops: p.accepted as u64,
+            errors: 0,
+            shed: 0,
+            throughput_ops: p.throughput,
+            p50_ms: p.p50_us as f64 / 1e3,
+            p95_ms: 0.0,
+            p99_ms: p.p99_us as f64 / 1e3,
+            max_ms: 0.0,
+            commit_p50_ms: 0.0,
+            commit_p99_ms: 0.0,
+            replica_cpu_s: Vec::new(),
+            replica_peak_rss_mib: Vec::new(),
+            timeline: Vec::new(),
+            killed: None,
+        })
+        .collect();
+    for r in &results {
+        crate::bench_out::append_csv(&dir.join("results.csv"), r)?;
+    }
+    crate::bench_out::write_json(&dir.join("results.json"), &results)?;
+    crate::bench_plot::plot(&dir.join("plot.png"), &results, None)?;
+    println!("model results: {}", dir.join("results.csv").display());
     Ok(())
 }

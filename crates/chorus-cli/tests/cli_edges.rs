@@ -290,3 +290,67 @@ fn on_a_live_cluster_status_kv_and_bench_behave_as_documented() {
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(text(&o).contains("only 2 of 4 replicas answered"), "{}", text(&o));
 }
+
+/// `chorus sim --perf --out`: the resource model's runs in `chorus bench`'s
+/// CSV/JSON/PNG format (issue 15), so they plot beside measured ones; and
+/// `--perf` refuses fault runs.
+#[test]
+fn sim_perf_writes_bench_format_results_and_refuses_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chorus(&[
+        "sim",
+        "--mode",
+        "cop",
+        "--pillars",
+        "2",
+        "--service",
+        "null",
+        "--n",
+        "4",
+        "--faults",
+        "none",
+        "--perf",
+        "--cores",
+        "4",
+        "--consensus-on-pillars",
+        "--clients",
+        "8",
+        "--window",
+        "8",
+        "--requests",
+        "50",
+        "--fault-window-ms",
+        "1",
+        "--liveness-ms",
+        "600000",
+        "--seeds",
+        "1",
+        "--out",
+        p(dir.path()),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("perf (mean of 1 seeds) throughput"),
+        "{}",
+        text(&out)
+    );
+    let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+    assert!(csv.starts_with("unix_time,name,label,"), "{csv}");
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .contains("sim cop p2,model 4cores on-pillars"),
+        "{csv}"
+    );
+    assert!(dir.path().join("plot.png").exists());
+    let refused = chorus(&[
+        "sim", "--mode", "pbft", "--faults", "all", "--perf", "--seeds", "1",
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("--perf measures a healthy cluster"),
+        "{}",
+        text(&refused)
+    );
+}
