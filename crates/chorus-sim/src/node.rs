@@ -79,6 +79,9 @@ pub struct Live<R> {
     pub timers: BTreeMap<TimerId, u64>,
     /// `TakeCheckpoint` positions the executor has not reached yet.
     pub pending_checkpoints: BTreeSet<Seq>,
+    /// Batches a custom executor received since its last barrier (their
+    /// results are not handed out yet: `world_replica::deliver`).
+    pub exec_unflushed: u32,
     reply_cache: BTreeMap<(ClientId, RequestSeq), Bytes>,
 }
 
@@ -89,6 +92,7 @@ impl<R> Live<R> {
             executor,
             timers: BTreeMap::new(),
             pending_checkpoints: BTreeSet::new(),
+            exec_unflushed: 0,
             reply_cache: BTreeMap::new(),
         }
     }

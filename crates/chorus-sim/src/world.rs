@@ -92,6 +92,12 @@ pub(crate) enum Ev {
     RccWake {
         node: usize,
     },
+    /// A custom (parallel) executor's overlapped batches are due to be
+    /// barriered and their results handed out (`world_replica::deliver`).
+    ExecFlush {
+        node: usize,
+        incarnation: u64,
+    },
 }
 
 impl Ev {
@@ -108,6 +114,7 @@ impl Ev {
             Ev::Restart { node } => (8, *node as u64),
             Ev::Delayed { node, .. } => (9, *node as u64),
             Ev::RccWake { node } => (10, *node as u64),
+            Ev::ExecFlush { node, .. } => (11, *node as u64),
         }
     }
 }
@@ -430,6 +437,7 @@ impl<R: SimReplica> World<R> {
             Ev::Restart { node } => self.on_restart(node),
             Ev::Delayed { node, to, msg } => self.on_delayed(node, to, msg),
             Ev::RccWake { node } => self.on_rcc_wake(node),
+            Ev::ExecFlush { node, incarnation } => self.on_exec_flush(node, incarnation),
         }
     }
 

@@ -23,6 +23,12 @@ use std::sync::Arc;
 /// Follow-up events (checkpoints taken, state installed) one step may chain.
 const FOLLOW_UPS_MAX: usize = 10_000;
 
+/// Batches a custom (parallel) executor may run at once before the
+/// simulator waits for them (issue 9: overlapping batches, as the runtime).
+const EXEC_OVERLAP: u32 = 4;
+/// …and how long after the first of them it waits at the latest.
+const EXEC_FLUSH_US: crate::queue::Micros = 500;
+
 impl<R: SimReplica> World<R> {
     /// Boot a replica at the start of the run.
     pub(crate) fn start_node(&mut self, i: usize) {
@@ -122,6 +128,10 @@ impl<R: SimReplica> World<R> {
     }
 
     pub(crate) fn on_request(&mut self, i: usize, request: Request) {
+        // The executor answers retransmissions below: only from a barrier.
+        if self.nodes[i].live.as_ref().is_some_and(|l| l.exec_unflushed > 0) {
+            self.exec_barrier(i);
+        }
         let Some(live) = self.nodes[i].live.as_ref() else {
             return;
         };
@@ -524,10 +534,23 @@ impl<R: SimReplica> World<R> {
         };
         live.executor.submit(seq, batch);
         if matches!(self.opts.executor, ExecutorChoice::Custom { .. }) {
-            // Barrier: every result of this batch is ready before the next event.
-            live.executor.state_digest();
+            // Issue 9: the parallel executor runs up to EXEC_OVERLAP batches
+            // at once, as in the runtime (no barrier per batch). Their results
+            // are handed out only at a barrier, so the run stays a function of
+            // the seed whatever the worker threads did: every EXEC_OVERLAP
+            // batches, EXEC_FLUSH_US after the first one, before a request is
+            // answered from the executor, and at checkpoints.
+            live.exec_unflushed += 1;
+            if live.exec_unflushed >= EXEC_OVERLAP {
+                self.exec_barrier(i);
+            } else if live.exec_unflushed == 1 {
+                let incarnation = self.nodes[i].incarnation;
+                let at = self.now_us() + EXEC_FLUSH_US;
+                self.schedule(at, Ev::ExecFlush { node: i, incarnation });
+            }
+        } else {
+            self.drain_results(i);
         }
-        self.drain_results(i);
         self.checkpoint_if_due(i, seq.next(), follow_ups);
     }
 
@@ -545,6 +568,30 @@ impl<R: SimReplica> World<R> {
         let lane = adv.lane().0;
         let m = self.config.lanes() as u64;
         self.rcc_obs.delivered(seq, cell, batch, m, lane, own);
+    }
+
+    /// Wait for every batch the executor has, then hand out the results.
+    fn exec_barrier(&mut self, i: usize) {
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        live.executor.state_digest();
+        if live.exec_unflushed > 1 {
+            // Batches that ran at the same time (what the barrier per batch
+            // never allowed).
+            *self.counters.notes.entry("exec-overlapped-batches").or_insert(0) +=
+                u64::from(live.exec_unflushed);
+        }
+        live.exec_unflushed = 0;
+        self.drain_results(i);
+    }
+
+    pub(crate) fn on_exec_flush(&mut self, i: usize, incarnation: u64) {
+        if self.nodes[i].incarnation == incarnation
+            && self.nodes[i].live.as_ref().is_some_and(|l| l.exec_unflushed > 0)
+        {
+            self.exec_barrier(i);
+        }
     }
 
     pub(crate) fn drain_results(&mut self, i: usize) {
@@ -620,6 +667,7 @@ impl<R: SimReplica> World<R> {
             return;
         };
         let cp = live.executor.checkpoint();
+        live.exec_unflushed = 0;
         // Everything submitted has executed now (CBASE sync): flush the results.
         self.drain_results(i);
         assert_eq!(cp.next_seq, seq, "the executor checkpoints where it stands");
@@ -640,6 +688,10 @@ impl<R: SimReplica> World<R> {
     ) {
         let now = self.now_us();
         let id = self.nodes[i].replica_id;
+        // Results of batches still running go out before the state is replaced.
+        if self.nodes[i].live.as_ref().is_some_and(|l| l.exec_unflushed > 0) {
+            self.exec_barrier(i);
+        }
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
