@@ -140,8 +140,8 @@ impl CoreThread {
                 let _ = self.status.send(cs);
                 if last_size.elapsed() >= STORAGE_SIZE_EVERY {
                     last_size = Instant::now();
-                    if let Ok(meta) = std::fs::metadata(driver.store.path()) {
-                        driver.metrics.storage_bytes.set(meta.len() as i64);
+                    if let Ok(bytes) = driver.store.disk_bytes() {
+                        driver.metrics.storage_bytes.set(bytes as i64);
                     }
                 }
             }
@@ -207,17 +207,18 @@ impl Driver {
             // A failed append or sync is fatal (the thread returns it, see
             // `fatal`): sending on without the records durable would break
             // persist-before-send.
-            self.store
-                .append(&self.pending_persist)
-                .map_err(|e| self.storage_error(e))?;
+            let records = self.pending_persist.len() as u64;
+            let mut pending = std::mem::take(&mut self.pending_persist);
+            let appended = self.store.append_drain(&mut pending);
+            // Keep the vector's allocation for the next round.
+            self.pending_persist = pending;
+            appended.map_err(|e| self.storage_error(e))?;
             let started = Instant::now();
             self.store.sync().map_err(|e| self.storage_error(e))?;
             self.metrics
                 .storage_sync_seconds
                 .observe(started.elapsed().as_secs_f64());
-            self.metrics
-                .persisted_records
-                .inc_by(self.pending_persist.len() as u64);
+            self.metrics.persisted_records.inc_by(records);
             self.pending_persist.clear();
         }
         Ok(())

@@ -18,7 +18,7 @@ pub fn open(data_dir: &Path, fsync: FsyncPolicy, lanes: u32) -> anyhow::Result<(
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let opened = std::panic::catch_unwind(|| {
-        let store = Store::open(data_dir, fsync, lanes)?;
+        let mut store = Store::open(data_dir, fsync, lanes)?;
         let records = store.load()?;
         Ok((store, records))
     });

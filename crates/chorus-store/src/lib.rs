@@ -42,10 +42,14 @@ mod policy;
 mod read;
 mod schema;
 mod store;
+mod wal;
 mod writer;
 
 pub use error::{Result, StoreError};
 pub use policy::{FsyncPolicy, StoreOptions, LANES_MAX, OFF_DURABLE_EVERY_APPENDS};
 pub use schema::FORMAT_VERSION;
-pub use store::{Store, StoreStats, COMPACT_MIN_BYTES, DB_FILE_NAME};
+pub use store::{
+    Store, StoreStats, COMPACT_MIN_BYTES, DB_FILE_NAME, MATERIALIZE_BYTES, MATERIALIZE_EVERY_APPENDS,
+};
+pub use wal::WAL_DIR_NAME;
 pub use writer::SkipCounts;

@@ -3,7 +3,7 @@
 //!
 //! | table         | key                  | value                                   |
 //! | ------------- | -------------------- | --------------------------------------- |
-//! | `meta`        | name                 | format version, lane count, chain state |
+//! | `meta`        | name                 | format version, lane count, chain state, first unmaterialized WAL segment |
 //! | `log`         | u64, append order    | `LogEntry`                              |
 //! | `checkpoints` | checkpoint seq       | `(CheckpointCert, snapshot)`            |
 //! | `ledger`      | global seq of a cell | `LedgerEntry` (cell, digest, batch)     |
@@ -18,8 +18,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fmt::Display;
 
-/// Bumped whenever the meaning of a stored byte changes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped whenever the meaning of a stored byte changes. 2: the write-ahead
+/// segment log (`wal.rs`) holds what the tables do not yet; a version-1
+/// store (no segments) opens and is upgraded in place.
+pub const FORMAT_VERSION: u32 = 2;
+/// The version before the segment log, upgraded on open.
+pub(crate) const FORMAT_VERSION_PRE_WAL: u32 = 1;
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -30,6 +34,9 @@ pub(crate) const CHAIN: TableDefinition<u64, &[u8]> = TableDefinition::new("chai
 pub(crate) const META_VERSION: &str = "format_version";
 pub(crate) const META_LANES: &str = "lanes";
 pub(crate) const META_CHAIN: &str = "chain";
+/// The first segment of the write-ahead log whose records are not yet in
+/// the tables (segments below it are materialized and may be deleted).
+pub(crate) const META_WAL: &str = "wal_segment";
 
 /// Stable checkpoints kept: the latest, plus the one before it so a peer
 /// that asked for the previous one can still be served while it catches up.

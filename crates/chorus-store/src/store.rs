@@ -5,14 +5,17 @@ use crate::error::{Result, StoreError};
 use crate::policy::{FsyncPolicy, StoreOptions, LANES_MAX};
 use crate::read;
 use crate::schema::{
-    corrupt, decode, decode_u32, encode, ChainState, Layout, CHAIN, CHECKPOINTS, FORMAT_VERSION, LEDGER, LOG,
-    META, META_CHAIN, META_LANES, META_VERSION,
+    corrupt, decode, decode_ledger_head, decode_u32, encode, ChainState, Layout, CHAIN, CHECKPOINTS,
+    FORMAT_VERSION, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META, META_CHAIN, META_LANES, META_VERSION,
+    META_WAL,
 };
+use crate::wal::Wal;
 use crate::writer::{SkipCounts, WriteState, Writer};
 use bytes::Bytes;
 use chorus_core::{Batch, Cell, CheckpointCert, Digest, Seq};
 use chorus_order::PersistRecord;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The database file inside the replica's data directory.
@@ -36,10 +39,18 @@ pub struct StoreStats {
     pub durable_commits: u64,
     /// Appends committed but not yet fsynced (lost by a crash).
     pub unsynced_appends: u32,
-    /// Records not written because they carried nothing new, since open.
+    /// Records not written to the tables because they carried nothing new,
+    /// since open (counted when the write-ahead log reaches the tables).
     pub skipped: SkipCounts,
     /// Times the file was compacted, since open.
     pub compactions: u64,
+    /// Bytes of the write-ahead segment files.
+    pub wal_bytes: u64,
+    /// Appends in the write-ahead log not yet in the tables (`log_records`,
+    /// `ledger_entries` and `checkpoints` count the tables only).
+    pub wal_pending_appends: u64,
+    /// Times the write-ahead log was brought into the tables, since open.
+    pub materializations: u64,
 }
 
 /// Durable storage of one replica (DESIGN §3 "Storage"). Not shared between
@@ -47,6 +58,16 @@ pub struct StoreStats {
 pub struct Store {
     db: Database,
     path: PathBuf,
+    dir: PathBuf,
+    /// Every append goes here first (one `write`); the tables follow in bulk.
+    wal: Wal,
+    /// Records in `wal` not yet in the tables, in append order.
+    pending: Vec<PersistRecord>,
+    pending_appends: u64,
+    /// Decided digests among `pending`, by global position: an append that
+    /// contradicts one is refused before it reaches the log.
+    pending_decided: HashMap<u64, Digest>,
+    materializations: u64,
     opts: StoreOptions,
     layout: Layout,
     state: WriteState,
@@ -61,6 +82,13 @@ pub struct Store {
 
 /// Files smaller than this are never compacted (not worth a rewrite).
 pub const COMPACT_MIN_BYTES: u64 = 4 << 20;
+
+/// The write-ahead log is brought into the tables after this many appends
+/// (or at a stable checkpoint, or past `MATERIALIZE_BYTES`, whichever comes
+/// first): bounds the records held in memory and the replay after a crash.
+pub const MATERIALIZE_EVERY_APPENDS: u64 = 512;
+/// ... or once the current segment holds this many bytes.
+pub const MATERIALIZE_BYTES: u64 = 64 << 20;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,35 +146,195 @@ impl Store {
         };
         let layout = Layout { lanes: opts.lanes };
         let txn = db.begin_write()?;
-        let state = init_or_check(&txn, layout)?;
+        let (mut state, wal_from) = init_or_check(&txn, layout)?;
         txn.commit()?;
-        tracing::debug!(?path, ?state, fsync = %opts.fsync, "store opened");
-        Ok(Store {
+        // Records appended after the last materialization (a crash or a
+        // kill came first) go into the tables now, durably, before `start`
+        // deletes their segments; `load` and every read then see them.
+        let replayed = Wal::replay(dir, wal_from)?;
+        let next_segment = replayed.last_segment.map_or(wal_from, |s| wal_from.max(s + 1));
+        let mut skipped = SkipCounts::default();
+        if next_segment != wal_from || !replayed.records.is_empty() {
+            let (s, k) = commit_to_tables(
+                &db,
+                layout,
+                state,
+                !opts.keep_ledger,
+                &replayed.records,
+                next_segment,
+            )?;
+            state = s;
+            skipped = k;
+            tracing::info!(
+                records = replayed.records.len(),
+                torn_bytes = replayed.torn_bytes,
+                "store: write-ahead log replayed into the tables"
+            );
+        }
+        let wal = Wal::start(dir, next_segment, opts.fsync != FsyncPolicy::Off)?;
+        let store = Store {
             db,
             path,
+            dir: dir.to_path_buf(),
+            wal,
+            pending: Vec::new(),
+            pending_appends: 0,
+            pending_decided: HashMap::new(),
+            materializations: 0,
             opts,
             layout,
             state,
             unsynced: 0,
             appends: 0,
             durable_commits: 0,
-            skipped: SkipCounts::default(),
+            skipped,
             compacted_bytes: 0,
             compactions: 0,
-        })
+        };
+        tracing::debug!(path = ?store.path, state = ?store.state, fsync = %opts.fsync, "store opened");
+        Ok(store)
     }
 
-    /// Write `records` in one transaction, in order. Durable on return under
-    /// `always`; under `batch` durable once `sync` is called or the
-    /// `batch_appends_max`-th unsynced append returns; see `FsyncPolicy`.
-    /// On error nothing of the call is written.
+    /// Write `records`, in order, with one `write` to the write-ahead log.
+    /// Durable on return under `always`; under `batch` durable once `sync` is
+    /// called or the `batch_appends_max`-th unsynced append returns; see
+    /// `FsyncPolicy`. On error nothing of the call is written: every record
+    /// is checked (lane range, no second digest for a decided position)
+    /// before the log sees it.
     pub fn append(&mut self, records: &[PersistRecord]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        let stable_before = self.state.stable_seq;
-        self.write(|w| records.iter().try_for_each(|r| w.apply(r)))?;
+        let decided = self.write_ahead(records)?;
+        self.pending.extend(records.iter().cloned());
+        self.pending_decided.extend(decided);
+        self.after_write(has_checkpoint(records))
+    }
+
+    /// `append`, moving the records out of `records` instead of copying
+    /// them (the runtime's hot path: no batch is cloned). `records` is
+    /// empty once they are in the log, untouched if they were refused.
+    pub fn append_drain(&mut self, records: &mut Vec<PersistRecord>) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let decided = self.write_ahead(records)?;
+        let checkpoint = has_checkpoint(records);
+        self.pending.append(records);
+        self.pending_decided.extend(decided);
+        self.after_write(checkpoint)
+    }
+
+    /// Check the records and write them to the log (one frame, one `write`);
+    /// returns their decided positions.
+    fn write_ahead(&mut self, records: &[PersistRecord]) -> Result<Vec<(u64, Digest)>> {
+        let decided = self.check_append(records)?;
+        self.wal.append(records)?;
         self.appends += 1;
+        self.pending_appends += 1;
+        Ok(decided)
+    }
+
+    /// The fsync policy's durable point, then the tables if it is time.
+    fn after_write(&mut self, checkpoint: bool) -> Result<()> {
+        if self.unsynced + 1 >= self.opts.durable_every() {
+            self.wal.sync()?;
+            self.unsynced = 0;
+            self.durable_commits += 1;
+        } else {
+            self.unsynced += 1;
+        }
+        if checkpoint
+            || self.pending_appends >= MATERIALIZE_EVERY_APPENDS
+            || self.wal.len() >= MATERIALIZE_BYTES
+        {
+            self.materialize()?;
+        }
+        Ok(())
+    }
+
+    /// What the tables' writer would refuse, refused before the log: a lane
+    /// the store was not opened for, or a decided position given a second
+    /// digest (in this call, in the log, or in the ledger). Returns the
+    /// call's decided positions.
+    fn check_append(&self, records: &[PersistRecord]) -> Result<Vec<(u64, Digest)>> {
+        let mut decided: Vec<(u64, Digest)> = Vec::new();
+        let mut ledger = None;
+        for r in records {
+            match r {
+                PersistRecord::Accepted { lane, slot, .. } => {
+                    self.layout.seq_of(*lane, *slot)?;
+                }
+                PersistRecord::Prepared { cert } => {
+                    self.layout.seq_of(cert.lane, cert.slot)?;
+                }
+                PersistRecord::Decided { cell, digest, .. } => {
+                    let seq = self.layout.seq_of_cell(*cell)?;
+                    let earlier = decided
+                        .iter()
+                        .find(|(s, _)| *s == seq)
+                        .map(|(_, d)| *d)
+                        .or_else(|| self.pending_decided.get(&seq).copied());
+                    let stored = match earlier {
+                        Some(d) => Some(d),
+                        None => {
+                            if ledger.is_none() {
+                                ledger = Some(self.db.begin_read()?.open_table(LEDGER)?);
+                            }
+                            let table = ledger.as_ref().expect("opened above");
+                            match table.get(seq)? {
+                                Some(v) => Some(decode_ledger_head(seq, v.value())?.1),
+                                None => None,
+                            }
+                        }
+                    };
+                    if let Some(stored) = stored.filter(|s| s != digest) {
+                        return Err(StoreError::LedgerConflict {
+                            seq,
+                            stored,
+                            new: *digest,
+                        });
+                    }
+                    decided.push((seq, *digest));
+                }
+                PersistRecord::View { .. }
+                | PersistRecord::Stable { .. }
+                | PersistRecord::DispelSnapshot { .. }
+                | PersistRecord::DispelInput { .. } => {}
+            }
+        }
+        Ok(decided)
+    }
+
+    /// Bring the records of the write-ahead log into the tables (one durable
+    /// transaction), then start a new segment and delete the old one.
+    fn materialize(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let next = self.wal.segment() + 1;
+        let stable_before = self.state.stable_seq;
+        let (state, skipped) = commit_to_tables(
+            &self.db,
+            self.layout,
+            self.state,
+            !self.opts.keep_ledger,
+            &self.pending,
+            next,
+        )?;
+        self.state = state;
+        self.skipped.obsolete += skipped.obsolete;
+        self.skipped.duplicate += skipped.duplicate;
+        // The tables now hold every record durably; if starting the next
+        // segment fails the store stays on the old one, whose records the
+        // tables already hold, so a later replay skips it: the caller must
+        // treat the error as fatal (the runtime does).
+        self.wal = Wal::start(&self.dir, next, self.wal.syncs_dir())?;
+        self.pending.clear();
+        self.pending_appends = 0;
+        self.pending_decided.clear();
+        self.unsynced = 0;
+        self.materializations += 1;
         if self.state.stable_seq != stable_before {
             self.compact_if_bloated()?;
         }
@@ -164,16 +352,13 @@ impl Store {
         if bytes < COMPACT_MIN_BYTES.max(self.compacted_bytes.saturating_mul(2)) {
             return Ok(());
         }
-        // redb frees pages only at a durable commit, and refuses to compact
-        // while a non-durable one pins the last durable state.
-        self.flush()?;
+        // Every commit of the tables is durable, so nothing pins old pages.
         if let Err(e) = self.db.compact() {
             // Nothing lost: the file just stays large until the next try.
             tracing::warn!(error = %e, "store compaction failed");
             self.compacted_bytes = bytes;
             return Ok(());
         }
-        self.durable_commits += 1;
         self.compactions += 1;
         self.compacted_bytes = self.file_bytes()?;
         tracing::debug!(before = bytes, after = self.compacted_bytes, "store compacted");
@@ -189,9 +374,9 @@ impl Store {
             })
     }
 
-    /// Make every committed append durable (one fsync) unless the policy is
-    /// `off`. The runtime calls it before sending messages that depend on
-    /// appended records. Cheap when nothing is pending.
+    /// Make every append durable (one `fdatasync` of the log) unless the
+    /// policy is `off`. The runtime calls it before sending messages that
+    /// depend on appended records. Cheap when nothing is pending.
     pub fn sync(&mut self) -> Result<()> {
         if self.opts.fsync == FsyncPolicy::Off {
             return Ok(());
@@ -199,8 +384,10 @@ impl Store {
         self.flush()
     }
 
-    /// Close cleanly: everything appended becomes durable, under any policy.
+    /// Close cleanly: everything appended becomes durable, under any policy,
+    /// and the tables hold it all (the log is empty).
     pub fn close(mut self) -> Result<()> {
+        self.materialize()?;
         self.flush()
     }
 
@@ -209,17 +396,20 @@ impl Store {
     /// records still relevant above it: the highest `View` per lane,
     /// `Accepted`/`Prepared` for cells at or above the checkpoint, and the
     /// `Decided` cells at or above it (with their batches).
-    pub fn load(&self) -> Result<Vec<PersistRecord>> {
+    pub fn load(&mut self) -> Result<Vec<PersistRecord>> {
+        self.materialize()?;
         read::load(&self.db.begin_read()?, self.layout)
     }
 
     /// The latest stable checkpoint and its snapshot (served to lagging peers).
-    pub fn stable_checkpoint(&self) -> Result<Option<(CheckpointCert, Bytes)>> {
+    pub fn stable_checkpoint(&mut self) -> Result<Option<(CheckpointCert, Bytes)>> {
+        self.materialize()?;
         read::latest_checkpoint(&self.db.begin_read()?)
     }
 
     /// The decided cell at global position `seq`, if the ledger holds it.
-    pub fn ledger_entry(&self, seq: Seq) -> Result<Option<(Cell, Digest, Batch)>> {
+    pub fn ledger_entry(&mut self, seq: Seq) -> Result<Option<(Cell, Digest, Batch)>> {
+        self.materialize()?;
         read::ledger_entry(&self.db.begin_read()?, seq.0)
     }
 
@@ -227,14 +417,16 @@ impl Store {
     /// (pruned positions included), and `head` is the chain hash of position
     /// `length - 1` (the genesis hash for an empty ledger). Replicas with the
     /// same history from genesis agree on the head at equal lengths.
-    pub fn ledger_head(&self) -> (u64, Digest) {
-        (self.state.chain.next_seq, self.state.chain.head)
+    pub fn ledger_head(&mut self) -> Result<(u64, Digest)> {
+        self.materialize()?;
+        Ok((self.state.chain.next_seq, self.state.chain.head))
     }
 
     /// Recompute the ledger's hash chain and check every entry against it.
     /// Returns the number of chained entries checked; tampering is
     /// `StoreError::LedgerTampered` naming the first bad position.
-    pub fn verify_ledger(&self) -> Result<u64> {
+    pub fn verify_ledger(&mut self) -> Result<u64> {
+        self.materialize()?;
         read::verify_ledger(&self.db.begin_read()?, self.layout, self.state.chain)
     }
 
@@ -242,9 +434,21 @@ impl Store {
     /// recovery replays the cells above it). The chain stays verifiable from
     /// `seq`. Returns the number of entries removed.
     pub fn prune_ledger_below(&mut self, seq: Seq) -> Result<u64> {
-        self.write(|w| w.prune_below(seq.0))
+        self.materialize()?;
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate);
+        let mut w = Writer::open(&txn, self.layout, self.state, !self.opts.keep_ledger)?;
+        let removed = w.prune_below(seq.0)?;
+        let (state, _) = w.finish()?;
+        // On any error above, dropping `txn` aborts it: nothing is written.
+        txn.commit()?;
+        self.state = state;
+        Ok(removed)
     }
 
+    /// Sizes and counters. The table counts (`log_records`,
+    /// `ledger_entries`, `checkpoints`) are as of the last materialization;
+    /// `wal_pending_appends` says how many appends the log holds beyond them.
     pub fn stats(&self) -> Result<StoreStats> {
         let file_bytes = self.file_bytes()?;
         let txn = self.db.begin_read()?;
@@ -259,11 +463,15 @@ impl Store {
             unsynced_appends: self.unsynced,
             skipped: self.skipped,
             compactions: self.compactions,
+            wal_bytes: self.wal.disk_bytes(),
+            wal_pending_appends: self.pending_appends,
+            materializations: self.materializations,
         })
     }
 
-    /// Appends committed but not yet durable: what a crash would lose now.
-    /// Zero right after `sync` (except under `off`) and always under `always`.
+    /// Appends written but not yet durable: what a crash of the machine would
+    /// lose now. Zero right after `sync` (except under `off`) and always
+    /// under `always`.
     pub fn unsynced_appends(&self) -> u32 {
         self.unsynced
     }
@@ -272,66 +480,72 @@ impl Store {
         self.opts
     }
 
+    /// Bytes on disk: the database file plus the write-ahead log's segments.
+    pub fn disk_bytes(&self) -> Result<u64> {
+        Ok(self.file_bytes()? + self.wal.disk_bytes())
+    }
+
+    /// The database file (the tables).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// One write transaction: durable if the policy's budget of unsynced
-    /// appends is spent, otherwise committed without fsync.
-    fn write<T>(&mut self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
-        let durable = self.unsynced + 1 >= self.opts.durable_every();
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(if durable {
-            Durability::Immediate
-        } else {
-            Durability::None
-        });
-        let mut w = Writer::open(&txn, self.layout, self.state, !self.opts.keep_ledger)?;
-        let out = f(&mut w)?;
-        let (state, skipped) = w.finish()?;
-        // On any error above, dropping `txn` aborts it: nothing is written.
-        txn.commit()?;
-        self.state = state;
-        self.skipped.obsolete += skipped.obsolete;
-        self.skipped.duplicate += skipped.duplicate;
-        if durable {
-            self.unsynced = 0;
-            self.durable_commits += 1;
-        } else {
-            self.unsynced += 1;
-        }
-        Ok(out)
-    }
-
-    /// An empty durable commit persists every earlier non-durable one.
+    /// One `fdatasync` of the log makes every earlier append durable.
     fn flush(&mut self) -> Result<()> {
         if self.unsynced == 0 {
             return Ok(());
         }
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::Immediate);
-        txn.commit()?;
+        self.wal.sync()?;
         self.unsynced = 0;
         self.durable_commits += 1;
         Ok(())
     }
 }
 
+fn has_checkpoint(records: &[PersistRecord]) -> bool {
+    records.iter().any(|r| matches!(r, PersistRecord::Stable { .. }))
+}
+
+/// Apply `records` to the tables in one durable transaction that also
+/// records `next_segment` as the first segment of the log not in them.
+fn commit_to_tables(
+    db: &Database,
+    layout: Layout,
+    state: WriteState,
+    prune_at_stable: bool,
+    records: &[PersistRecord],
+    next_segment: u64,
+) -> Result<(WriteState, SkipCounts)> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    let mut w = Writer::open(&txn, layout, state, prune_at_stable)?;
+    for r in records {
+        w.apply(r)?;
+    }
+    w.set_wal_segment(next_segment)?;
+    let out = w.finish()?;
+    // On any error above, dropping `txn` aborts it: nothing is written.
+    txn.commit()?;
+    Ok(out)
+}
+
 impl Drop for Store {
-    /// A clean shutdown persists what was appended (a crash does not run this).
+    /// A clean shutdown persists what was appended and leaves the tables
+    /// complete (a crash does not run this; the log's replay covers it).
     fn drop(&mut self) {
         if std::thread::panicking() {
             return;
         }
-        if let Err(e) = self.flush() {
+        if let Err(e) = self.materialize().and_then(|()| self.flush()) {
             tracing::warn!(error = %e, path = ?self.path, "store: final sync failed");
         }
     }
 }
 
 /// Create the tables and metadata of a new store, or check those of an
-/// existing one; returns the committed state to continue from.
-fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<WriteState> {
+/// existing one; returns the committed state to continue from and the first
+/// segment of the write-ahead log not yet in the tables.
+fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64)> {
     let mut meta = txn.open_table(META)?;
     let version = meta.get(META_VERSION)?.map(|v| v.value().to_vec());
     let chain = match version {
@@ -344,7 +558,12 @@ fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<WriteState> {
         }
         Some(v) => {
             let found = decode_u32("meta", META_VERSION, &v)?;
-            if found != FORMAT_VERSION {
+            if found == FORMAT_VERSION_PRE_WAL {
+                // Written before the segment log existed: the tables hold
+                // everything, so the log simply starts at segment 0.
+                meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
+                tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
+            } else if found != FORMAT_VERSION {
                 return Err(StoreError::FormatVersion {
                     found,
                     expected: FORMAT_VERSION,
@@ -380,9 +599,22 @@ fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<WriteState> {
             format!("chain {chain:?} inconsistent with stable checkpoint {stable_seq:?}"),
         ));
     }
-    Ok(WriteState {
-        next_log_key,
-        stable_seq,
-        chain,
-    })
+    let wal_from = match meta.get(META_WAL)? {
+        Some(v) => {
+            let arr: [u8; 8] = v
+                .value()
+                .try_into()
+                .map_err(|_| corrupt("meta", META_WAL, "expected 8 bytes"))?;
+            u64::from_le_bytes(arr)
+        }
+        None => 0,
+    };
+    Ok((
+        WriteState {
+            next_log_key,
+            stable_seq,
+            chain,
+        },
+        wal_from,
+    ))
 }

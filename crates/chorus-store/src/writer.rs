@@ -6,7 +6,7 @@ use crate::error::{Result, StoreError};
 use crate::schema::{
     corrupt, decode, decode_hash, decode_ledger_head, encode, ChainState, CheckpointRef, Layout,
     LedgerEntryRef, LogEntry, LogEntryRef, CHAIN, CHECKPOINTS, CHECKPOINTS_KEPT, LEDGER, LOG, META,
-    META_CHAIN,
+    META_CHAIN, META_WAL,
 };
 use bytes::Bytes;
 use chorus_core::{Batch, Cell, CheckpointCert, Digest, LaneId, View};
@@ -73,6 +73,13 @@ impl<'txn> Writer<'txn> {
             chain: txn.open_table(CHAIN)?,
             meta: txn.open_table(META)?,
         })
+    }
+
+    /// Record that the write-ahead log's segments below `segment` are in the
+    /// tables once this transaction commits.
+    pub fn set_wal_segment(&mut self, segment: u64) -> Result<()> {
+        self.meta.insert(META_WAL, segment.to_le_bytes().as_slice())?;
+        Ok(())
     }
 
     /// Persist the chain position with the entries it describes.

@@ -43,7 +43,7 @@ fn stable_truncates_the_log_below_it_and_keeps_the_ledger() {
     for r in &h {
         s.append(std::slice::from_ref(r)).unwrap();
     }
-    let before = s.ledger_head();
+    let before = s.ledger_head().unwrap();
     assert_eq!(before.0, 8);
     // seq = slot * 2 + lane: the checkpoint at #4 covers slots 0 and 1 of both lanes.
     s.append(&[stable(4)]).unwrap();
@@ -66,7 +66,7 @@ fn stable_truncates_the_log_below_it_and_keeps_the_ledger() {
         (st.ledger_entries, st.checkpoints, st.stable_seq),
         (8, 1, Some(Seq(4)))
     );
-    assert_eq!(s.ledger_head(), before);
+    assert_eq!(s.ledger_head().unwrap(), before);
     assert_eq!(s.verify_ledger().unwrap(), 8);
 
     // The same after a reopen, and later appends go after the survivors.
@@ -85,9 +85,11 @@ fn records_below_the_checkpoint_are_skipped_on_arrival() {
     s.append(&[decided(0, 0), decided(1, 0), stable(2)]).unwrap();
     s.append(&[accepted(0, 1, 0), prepared(1, 1, 0), decided(0, 0)])
         .unwrap();
+    // Skips are counted when the records reach the tables (`load` brings
+    // the write-ahead log there).
+    assert_eq!(s.load().unwrap(), vec![stable(2)]);
     let st = s.stats().unwrap();
     assert_eq!((st.skipped.obsolete, st.skipped.duplicate), (2, 1));
-    assert_eq!(s.load().unwrap(), vec![stable(2)]);
 }
 
 #[test]
@@ -118,7 +120,7 @@ fn the_ledger_prunes_up_to_the_stable_checkpoint_only() {
     ));
     s.append(&history()).unwrap();
     s.append(&[stable(4)]).unwrap();
-    let head = s.ledger_head();
+    let head = s.ledger_head().unwrap();
     let loaded = s.load().unwrap();
 
     let err = s.prune_ledger_below(Seq(6)).unwrap_err();
@@ -137,7 +139,7 @@ fn the_ledger_prunes_up_to_the_stable_checkpoint_only() {
     assert_eq!(s.prune_ledger_below(Seq(2)).unwrap(), 0);
     assert_eq!(s.ledger_entry(Seq(3)).unwrap(), None);
     assert!(s.ledger_entry(Seq(4)).unwrap().is_some());
-    assert_eq!(s.ledger_head(), head);
+    assert_eq!(s.ledger_head().unwrap(), head);
     assert_eq!(s.verify_ledger().unwrap(), 4);
     assert_eq!(s.load().unwrap(), loaded);
 
@@ -145,9 +147,9 @@ fn the_ledger_prunes_up_to_the_stable_checkpoint_only() {
     s.append(&[decided(0, 0)]).unwrap();
     assert_eq!(s.ledger_entry(Seq(0)).unwrap(), None);
     drop(s);
-    let s = open_keeping(d.path(), 2);
+    let mut s = open_keeping(d.path(), 2);
     assert_eq!(s.verify_ledger().unwrap(), 4);
-    assert_eq!(s.ledger_head(), head);
+    assert_eq!(s.ledger_head().unwrap(), head);
 }
 
 #[test]
@@ -156,18 +158,18 @@ fn a_checkpoint_reached_over_a_gap_restarts_the_ledger_there() {
     let mut s = Store::open(d.path(), FsyncPolicy::Always, 2).unwrap();
     // #0 decided, #7 decided early, #1..#6 never decided locally.
     s.append(&[decided(0, 0), decided(1, 3)]).unwrap();
-    assert_eq!(s.ledger_head().0, 1);
-    let genesis_chain = s.ledger_head().1;
+    assert_eq!(s.ledger_head().unwrap().0, 1);
+    let genesis_chain = s.ledger_head().unwrap().1;
     // State transfer installs the checkpoint at #6.
     s.append(&[stable(6)]).unwrap();
-    let (len, anchor) = s.ledger_head();
+    let (len, anchor) = s.ledger_head().unwrap();
     assert_eq!(len, 6);
     assert_ne!(anchor, genesis_chain);
     assert_eq!(s.ledger_entry(Seq(0)).unwrap(), None);
     assert_eq!(s.verify_ledger().unwrap(), 0);
 
     s.append(&[decided(0, 3)]).unwrap();
-    assert_eq!(s.ledger_head().0, 8);
+    assert_eq!(s.ledger_head().unwrap().0, 8);
     assert_eq!(s.verify_ledger().unwrap(), 2);
     assert_eq!(s.load().unwrap(), vec![stable(6), decided(1, 3), decided(0, 3)]);
 }
@@ -184,8 +186,8 @@ fn the_chain_follows_global_order_not_decision_order() {
     for &(l, s) in cells.iter().rev() {
         b.append(&[decided(l, s)]).unwrap();
     }
-    assert_eq!(a.ledger_head(), b.ledger_head());
-    assert_eq!(a.ledger_head().0, 5);
+    assert_eq!(a.ledger_head().unwrap(), b.ledger_head().unwrap());
+    assert_eq!(a.ledger_head().unwrap().0, 5);
 
     let d3 = dir();
     let mut c = Store::open(d3.path(), FsyncPolicy::Off, 2).unwrap();
@@ -193,6 +195,6 @@ fn the_chain_follows_global_order_not_decision_order() {
         c.append(&[decided(l, s)]).unwrap();
     }
     c.append(&[decided_with(0, 2, batch(12345, 1))]).unwrap();
-    assert_eq!(c.ledger_head().0, 5);
-    assert_ne!(c.ledger_head().1, a.ledger_head().1);
+    assert_eq!(c.ledger_head().unwrap().0, 5);
+    assert_ne!(c.ledger_head().unwrap().1, a.ledger_head().unwrap().1);
 }

@@ -96,7 +96,7 @@ fn repeated_checkpoints_and_installs_keep_storage_bounded() {
     assert!(matches!(records.first(), Some(PersistRecord::Stable { .. })));
     s.verify_ledger().unwrap();
     drop(s);
-    let s = Store::open_with(d.path(), opts).unwrap();
+    let mut s = Store::open_with(d.path(), opts).unwrap();
     assert_eq!(s.load().unwrap(), records);
 }
 

@@ -60,7 +60,7 @@ fn off_ignores_sync_but_close_and_drop_persist() {
     assert_eq!(s.load().unwrap(), vec![view(0, 1), accepted(0, 1, 0)]);
     s.append(&[decided(0, 0)]).unwrap();
     drop(s);
-    let s = Store::open(d.path(), FsyncPolicy::Off, 1).unwrap();
+    let mut s = Store::open(d.path(), FsyncPolicy::Off, 1).unwrap();
     assert_eq!(s.load().unwrap().len(), 3);
 }
 

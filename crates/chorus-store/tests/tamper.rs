@@ -37,7 +37,7 @@ fn put(txn: &redb::WriteTransaction, t: TableDefinition<u64, &[u8]>, key: u64, v
 }
 
 fn tampered_at(dir: &Path) -> (u64, String) {
-    let s = Store::open(dir, FsyncPolicy::Always, 1).unwrap();
+    let mut s = Store::open(dir, FsyncPolicy::Always, 1).unwrap();
     match s.verify_ledger() {
         Err(StoreError::LedgerTampered { seq, reason }) => (seq, reason),
         other => panic!("tampering not detected: {other:?}"),
@@ -102,7 +102,7 @@ fn undecodable_values_are_reported_with_table_and_key() {
     let d = dir();
     ledger_of_five(d.path());
     raw(d.path(), |t| put(t, LEDGER, 1, &[0xff; 5]));
-    let s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
+    let mut s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
     for err in [s.load().unwrap_err(), s.verify_ledger().unwrap_err()] {
         match err {
             StoreError::Corrupt { table, key, .. } => assert_eq!((table, key.as_str()), ("ledger", "1")),
@@ -114,7 +114,7 @@ fn undecodable_values_are_reported_with_table_and_key() {
     let d = dir();
     ledger_of_five(d.path());
     raw(d.path(), |t| put(t, LOG, 3, &[0x09, 0x01]));
-    let s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
+    let mut s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
     match s.load().unwrap_err() {
         StoreError::Corrupt { table, key, .. } => assert_eq!((table, key.as_str()), ("log", "3")),
         other => panic!("expected corruption, got {other:?}"),
