@@ -53,6 +53,15 @@ pub enum StoreError {
     /// inside `redb::Builder::create` instead of returning an error).
     #[error("database file {path} is corrupt: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
+    /// One append is larger than a write-ahead frame can hold. Nothing of
+    /// it is written.
+    #[error("an append of {bytes} bytes exceeds the write-ahead log's frame limit of {max} bytes")]
+    AppendTooLarge { bytes: u64, max: u64 },
+    /// An earlier write or sync of the write-ahead log failed: what reached
+    /// the disk is unknown (a failed fsync may have dropped dirty pages), so
+    /// the store refuses further work; reopening replays what is there.
+    #[error("the store stopped after an earlier failure: {reason}")]
+    Failed { reason: String },
 }
 
 impl StoreError {

@@ -1,5 +1,6 @@
-//! chorus-store: what a replica must not lose (DESIGN §3 "Storage"), in one
-//! embedded `redb` database in the replica's data directory:
+//! chorus-store: what a replica must not lose (DESIGN §3 "Storage"): a
+//! write-ahead segment log (`wal/`, see `wal.rs`) in front of one embedded
+//! `redb` database in the replica's data directory, which holds:
 //!
 //! - the **protocol log**: `View`, `Accepted`, `Prepared` and `Decided`
 //!   records since the last stable checkpoint, in append order;
@@ -9,13 +10,23 @@
 //! - **metadata**: format version, lane count, chain position.
 //!
 //! The replica emits `Action::Persist(record)`; the runtime collects the
-//! records of one step, calls `Store::append` once (one transaction), then
-//! `Store::sync` before sending the step's messages (PBFT's "log before
-//! send"; see `FsyncPolicy` for what each policy guarantees). After a crash,
+//! records of one step, calls `Store::append_drain` once (one checksummed
+//! frame, one `write` to the current log segment), then `Store::sync` (at
+//! most one `fdatasync`) before sending the step's messages (PBFT's "log
+//! before send"; see `FsyncPolicy` for what each policy guarantees). The
+//! tables follow in bulk, in one durable redb transaction per stable
+//! checkpoint (or per `MATERIALIZE_EVERY_APPENDS` appends), which also
+//! records where the log continues; the older segment is then deleted
+//! (issue 13 item 2: a B-tree transaction per round cost 27 % of a
+//! replica's CPU). After a crash, `open` replays the log into the tables and
 //! `Store::load` gives `Replica::recover` the records to replay.
 //!
-//! Every transaction is atomic: a process killed at any point leaves the store
-//! at the last durable transaction, which `open` repairs to and `load` reads.
+//! Every append is atomic (one frame with a checksum): a process killed at
+//! any point, or a machine that lost power, leaves the store at a prefix of
+//! its appends; a torn last frame is cut off on open, damage followed by a
+//! whole frame is reported as corruption. Decided records whose batch the
+//! same segment already holds (from the `Accepted`) refer to it by digest,
+//! so a batch is written once.
 //!
 //! Decisions this crate makes (DESIGN is silent on them):
 //!
@@ -34,7 +45,12 @@
 //!   over cells never decided here), the ledger restarts at the checkpoint,
 //!   chained from an anchor hash of the certified state.
 //! - Two decisions with different digests for one position are refused
-//!   (`StoreError::LedgerConflict`) and the whole append is rolled back.
+//!   (`StoreError::LedgerConflict`) before the append reaches the log:
+//!   nothing of it is written.
+//! - A failed write or sync of the log stops the store
+//!   (`StoreError::Failed`): after a failed fsync the kernel may have
+//!   dropped the dirty pages, so nothing written since can be trusted as
+//!   durable ("fsyncgate"); reopening replays what is on disk.
 
 mod chain;
 mod error;

@@ -4,29 +4,31 @@
 //! The protocol rule is "persist, then send" (DESIGN §2): a record must be on
 //! disk before any message that depends on it leaves the process. The three
 //! policies differ only in *when* the fsync happens. Every append is one
-//! atomic redb transaction under all three: a crash never tears a record or
-//! an append, it can only lose a suffix of appends that were not yet durable.
+//! checksummed frame of the write-ahead log under all three: a crash never
+//! tears a record or an append, it can only lose a suffix of appends that
+//! were not yet durable.
 //!
-//! - `always`: every `append` is durable when it returns (redb
-//!   `Durability::Immediate`: one fsync per append). Safe without any help
-//!   from the caller; `sync` has nothing to do.
-//! - `batch` (group commit): an `append` is committed without fsync (redb
-//!   `Durability::None`: visible to `load` at once, but redb writes the commit
-//!   header only on a durable commit, so a crash of the process or of the
-//!   machine loses it). Everything appended so far becomes durable, with one
-//!   fsync, when `Store::sync` is called and when an append is the
+//! - `always`: every `append` is durable when it returns (one `fdatasync`
+//!   of the log per append). Safe without any help from the caller; `sync`
+//!   has nothing to do.
+//! - `batch` (group commit): an `append` is written without fsync (in the
+//!   page cache: it survives a crash of the process, not of the machine).
+//!   Everything appended so far becomes durable, with one `fdatasync`, when
+//!   `Store::sync` is called and when an append is the
 //!   `batch_appends_max`-th unsynced one (that append is durable on return).
 //!   The runtime appends the records of one step of actions, calls `sync`,
 //!   and only then sends the step's messages; the rule then holds with one
 //!   fsync per step instead of one per record, and a crash loses only appends
 //!   no sent message depends on.
-//! - `off`: no fsync on the write path and `sync` is a no-op. The store still
-//!   commits durably every `OFF_DURABLE_EVERY_APPENDS`-th append (redb frees
-//!   pages only on durable commits, so the file would grow without bound),
-//!   and on `close` or drop. A crash loses up to the last
-//!   `OFF_DURABLE_EVERY_APPENDS - 1` appends, so a replica that crashes under
-//!   `off` may contradict what it sent before: it must be counted among the
-//!   `f` faulty replicas. For benchmarks only.
+//! - `off`: no fsync on the write path and `sync` is a no-op. Appends still
+//!   reach the page cache at once (a killed process loses nothing), and the
+//!   tables are committed durably at every materialization (each stable
+//!   checkpoint, at least every `MATERIALIZE_EVERY_APPENDS` appends) and on
+//!   `close` or drop; the log is also fsynced every
+//!   `OFF_DURABLE_EVERY_APPENDS`-th append. A machine crash loses the appends
+//!   since the last of these, so a replica that crashes under `off` may
+//!   contradict what it sent before: it must be counted among the `f` faulty
+//!   replicas. For benchmarks only.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -71,8 +73,8 @@ impl fmt::Display for FsyncPolicy {
     }
 }
 
-/// Under `off`, a durable commit every this many appends bounds file growth
-/// (redb reuses freed pages only after a durable commit).
+/// Under `off`, the log is fsynced every this many appends (bounds what a
+/// machine crash loses when materializations are rarer).
 pub const OFF_DURABLE_EVERY_APPENDS: u32 = 1024;
 
 /// Largest lane count a store accepts (the configuration allows 64 pillars).

@@ -33,11 +33,12 @@ pub struct StoreStats {
     /// Stable checkpoints held (at most 2).
     pub checkpoints: u64,
     pub stable_seq: Option<Seq>,
-    /// `append` calls that wrote a transaction, since open.
+    /// `append` calls written to the log, since open.
     pub appends: u64,
-    /// Transactions made durable with an fsync, since open.
+    /// `fdatasync`s of the log, since open (materializations, each a durable
+    /// commit of the tables, are counted in `materializations`).
     pub durable_commits: u64,
-    /// Appends committed but not yet fsynced (lost by a crash).
+    /// Appends written but not yet durable (lost by a machine crash).
     pub unsynced_appends: u32,
     /// Records not written to the tables because they carried nothing new,
     /// since open (counted when the write-ahead log reaches the tables).
@@ -68,6 +69,9 @@ pub struct Store {
     /// contradicts one is refused before it reaches the log.
     pending_decided: HashMap<u64, Digest>,
     materializations: u64,
+    /// Set by a failed write, sync or commit after records reached the log:
+    /// from then on every call that writes is refused.
+    failed: Option<String>,
     opts: StoreOptions,
     layout: Layout,
     state: WriteState,
@@ -146,32 +150,41 @@ impl Store {
         };
         let layout = Layout { lanes: opts.lanes };
         let txn = db.begin_write()?;
-        let (mut state, wal_from) = init_or_check(&txn, layout)?;
+        let (state, wal_from, fresh) = init_or_check(&txn, layout)?;
+        if fresh && Wal::any_segment(dir)? {
+            // Dropping `txn` aborts the creation.
+            return Err(StoreError::CorruptFile {
+                path: Wal::dir_of(dir),
+                reason: format!(
+                    "write-ahead log segments without the database they belong to ({DB_FILE_NAME} is new or from before them)"
+                ),
+            });
+        }
         txn.commit()?;
         // Records appended after the last materialization (a crash or a
-        // kill came first) go into the tables now, durably, before `start`
-        // deletes their segments; `load` and every read then see them.
+        // kill came first) go into the tables now, durably, before their
+        // segment is deleted; `load` and every read then see them.
         let replayed = Wal::replay(dir, wal_from)?;
-        let next_segment = replayed.last_segment.map_or(wal_from, |s| wal_from.max(s + 1));
-        let mut skipped = SkipCounts::default();
-        if next_segment != wal_from || !replayed.records.is_empty() {
-            let (s, k) = commit_to_tables(
-                &db,
-                layout,
-                state,
-                !opts.keep_ledger,
-                &replayed.records,
-                next_segment,
-            )?;
-            state = s;
-            skipped = k;
+        let next_segment = wal_from
+            .checked_add(1)
+            .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
+        let wal = Wal::create(dir, next_segment, opts.fsync != FsyncPolicy::Off)?;
+        let (state, skipped) = commit_to_tables(
+            &db,
+            layout,
+            state,
+            !opts.keep_ledger,
+            &replayed.records,
+            next_segment,
+        )?;
+        wal.delete_others();
+        if !replayed.records.is_empty() || replayed.torn_bytes > 0 {
             tracing::info!(
                 records = replayed.records.len(),
                 torn_bytes = replayed.torn_bytes,
                 "store: write-ahead log replayed into the tables"
             );
         }
-        let wal = Wal::start(dir, next_segment, opts.fsync != FsyncPolicy::Off)?;
         let store = Store {
             db,
             path,
@@ -181,6 +194,7 @@ impl Store {
             pending_appends: 0,
             pending_decided: HashMap::new(),
             materializations: 0,
+            failed: None,
             opts,
             layout,
             state,
@@ -228,8 +242,13 @@ impl Store {
     /// Check the records and write them to the log (one frame, one `write`);
     /// returns their decided positions.
     fn write_ahead(&mut self, records: &[PersistRecord]) -> Result<Vec<(u64, Digest)>> {
+        self.check_usable()?;
         let decided = self.check_append(records)?;
-        self.wal.append(records)?;
+        match self.wal.append(records) {
+            Ok(()) => {}
+            Err(e @ StoreError::AppendTooLarge { .. }) => return Err(e),
+            Err(e) => return Err(self.fail(e)),
+        }
         self.appends += 1;
         self.pending_appends += 1;
         Ok(decided)
@@ -238,7 +257,9 @@ impl Store {
     /// The fsync policy's durable point, then the tables if it is time.
     fn after_write(&mut self, checkpoint: bool) -> Result<()> {
         if self.unsynced + 1 >= self.opts.durable_every() {
-            self.wal.sync()?;
+            if let Err(e) = self.wal.sync() {
+                return Err(self.fail(e));
+            }
             self.unsynced = 0;
             self.durable_commits += 1;
         } else {
@@ -306,34 +327,61 @@ impl Store {
         Ok(decided)
     }
 
+    /// Refuse to write after a failure (see `failed`).
+    fn check_usable(&self) -> Result<()> {
+        match &self.failed {
+            Some(reason) => Err(StoreError::Failed {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: StoreError) -> StoreError {
+        tracing::error!(error = %e, "store: write failed, refusing further appends");
+        self.failed = Some(e.to_string());
+        e
+    }
+
     /// Bring the records of the write-ahead log into the tables (one durable
-    /// transaction), then start a new segment and delete the old one.
+    /// transaction), then continue in a new segment and delete the old one.
     fn materialize(&mut self) -> Result<()> {
+        self.check_usable()?;
         if self.pending.is_empty() {
             return Ok(());
         }
-        let next = self.wal.segment() + 1;
+        let next = self
+            .wal
+            .segment()
+            .checked_add(1)
+            .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
+        // Created first: if that fails, nothing is committed and the log
+        // goes on in the current segment.
+        let next_wal = Wal::create(&self.dir, next, self.wal.syncs_dir())?;
         let stable_before = self.state.stable_seq;
-        let (state, skipped) = commit_to_tables(
+        let committed = commit_to_tables(
             &self.db,
             self.layout,
             self.state,
             !self.opts.keep_ledger,
             &self.pending,
             next,
-        )?;
-        self.state = state;
-        self.skipped.obsolete += skipped.obsolete;
-        self.skipped.duplicate += skipped.duplicate;
-        // The tables now hold every record durably; if starting the next
-        // segment fails the store stays on the old one, whose records the
-        // tables already hold, so a later replay skips it: the caller must
-        // treat the error as fatal (the runtime does).
-        self.wal = Wal::start(&self.dir, next, self.wal.syncs_dir())?;
+        );
+        let (state, skipped) = match committed {
+            Ok(c) => c,
+            Err(e) => return Err(self.fail(e)),
+        };
+        // From here the tables hold every pending record, durably, and
+        // record that the log continues in `next`.
         self.pending.clear();
         self.pending_appends = 0;
         self.pending_decided.clear();
         self.unsynced = 0;
+        self.state = state;
+        self.skipped.obsolete += skipped.obsolete;
+        self.skipped.duplicate += skipped.duplicate;
+        self.wal = next_wal;
+        self.wal.delete_others();
         self.materializations += 1;
         if self.state.stable_seq != stable_before {
             self.compact_if_bloated()?;
@@ -492,10 +540,13 @@ impl Store {
 
     /// One `fdatasync` of the log makes every earlier append durable.
     fn flush(&mut self) -> Result<()> {
+        self.check_usable()?;
         if self.unsynced == 0 {
             return Ok(());
         }
-        self.wal.sync()?;
+        if let Err(e) = self.wal.sync() {
+            return Err(self.fail(e));
+        }
         self.unsynced = 0;
         self.durable_commits += 1;
         Ok(())
@@ -533,7 +584,7 @@ impl Drop for Store {
     /// A clean shutdown persists what was appended and leaves the tables
     /// complete (a crash does not run this; the log's replay covers it).
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || self.failed.is_some() {
             return;
         }
         if let Err(e) = self.materialize().and_then(|()| self.flush()) {
@@ -545,11 +596,14 @@ impl Drop for Store {
 /// Create the tables and metadata of a new store, or check those of an
 /// existing one; returns the committed state to continue from and the first
 /// segment of the write-ahead log not yet in the tables.
-fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64)> {
+fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64, bool)> {
     let mut meta = txn.open_table(META)?;
     let version = meta.get(META_VERSION)?.map(|v| v.value().to_vec());
+    // New, or from before the write-ahead log: no segment may exist yet.
+    let mut fresh = false;
     let chain = match version {
         None => {
+            fresh = true;
             let chain = ChainState::genesis();
             meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
             meta.insert(META_LANES, layout.lanes.to_le_bytes().as_slice())?;
@@ -559,6 +613,7 @@ fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, 
         Some(v) => {
             let found = decode_u32("meta", META_VERSION, &v)?;
             if found == FORMAT_VERSION_PRE_WAL {
+                fresh = true;
                 // Written before the segment log existed: the tables hold
                 // everything, so the log simply starts at segment 0.
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
@@ -616,5 +671,6 @@ fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, 
             chain,
         },
         wal_from,
+        fresh,
     ))
 }

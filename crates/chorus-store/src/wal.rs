@@ -7,24 +7,30 @@
 //!
 //! Layout: `wal/<segment, 16 hex digits>.log` in the data directory. One
 //! frame per append, so an append is all or nothing as it was with one redb
-//! transaction: `len: u32 LE | check: u64 LE | payload`, `check` the first 8
-//! bytes of the payload's blake3 hash, the payload a postcard sequence of
-//! `WalEntry` (the append's records). Segments
-//! below the one recorded in the database (`META_WAL`) are already in the
-//! tables and are deleted; the rest are replayed on open.
+//! transaction: `magic: u32 LE | len: u32 LE | check: u64 LE | payload`,
+//! `check` the first 8 bytes of the payload's blake3 hash, the payload a
+//! postcard sequence of `WalEntry` (the append's records). Segments below
+//! the one recorded in the database (`META_WAL`) are already in the tables
+//! and are deleted; that one is replayed on open; any later one must be
+//! empty (created ahead of a materialization that did not commit).
 //!
 //! A batch is written once per segment: a `Decided` whose batch went out
 //! earlier in the same segment (in its `Accepted`, the normal case) is
 //! written as `DecidedRef` and resolved on replay by digest.
 //!
-//! A crash can tear only the tail of the last segment (a frame cut short or
-//! not yet on disk): replay stops at the first frame that is short or fails
-//! its check, and the segment is truncated there. Damage anywhere else (in
-//! a segment followed by another) is corruption, reported, never skipped.
+//! A crash can tear only the tail of the segment (a frame cut short, or
+//! zeros where its pages did not reach the disk): replay stops at the first
+//! frame that is short or fails its check, and the segment is truncated
+//! there, unless a whole frame follows it (found by its magic): then the
+//! damage is in the middle, where no crash puts it, and it is reported as
+//! corruption, never skipped. (A client could plant a frame-shaped byte
+//! string inside a request; past a real torn tail that turns a truncation
+//! into a reported corruption, which costs this replica a state transfer,
+//! never a lost or invented record.)
 
 use crate::error::{Result, StoreError};
 use crate::schema::corrupt;
-use chorus_core::{Batch, Cell, Digest};
+use chorus_core::{Cell, Digest};
 use chorus_order::PersistRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -34,11 +40,13 @@ use std::path::{Path, PathBuf};
 
 /// Directory of the segment files, inside the data directory.
 pub const WAL_DIR_NAME: &str = "wal";
-/// Frame header: length, then check.
-pub(crate) const FRAME_HEADER: usize = 12;
+/// Frame header: magic, length, check.
+pub(crate) const FRAME_HEADER: usize = 16;
+/// Marks the start of a frame ("CWAL").
+const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"CWAL");
 /// Largest payload a frame may carry (a stable checkpoint's snapshot is the
 /// largest record); a larger length in a header is damage, not a record.
-pub(crate) const FRAME_PAYLOAD_MAX: usize = 1 << 30;
+pub const FRAME_PAYLOAD_MAX: usize = (u32::MAX - 1) as usize;
 
 /// One frame's payload.
 #[derive(Debug, Deserialize)]
@@ -91,10 +99,9 @@ pub(crate) struct Wal {
 }
 
 /// What `Wal::replay` found on disk.
+#[derive(Debug)]
 pub(crate) struct Replayed {
     pub records: Vec<PersistRecord>,
-    /// Highest segment seen (the caller continues after it).
-    pub last_segment: Option<u64>,
     /// Bytes cut off a torn tail.
     pub torn_bytes: u64,
 }
@@ -118,8 +125,9 @@ impl Wal {
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".log")) else {
                 continue;
             };
-            if stem.len() == 16 {
-                if let Ok(n) = u64::from_str_radix(stem, 16) {
+            if let Ok(n) = u64::from_str_radix(stem, 16) {
+                // Only the names this module writes (no `+`, no upper case).
+                if segment_name(n) == name.to_string_lossy() {
                     out.push(n);
                 }
             }
@@ -128,33 +136,46 @@ impl Wal {
         Ok(out)
     }
 
-    /// Every record of the segments at or above `from`, in append order;
-    /// segments below it are deleted (their records are in the tables). A
-    /// torn tail of the last segment is cut off.
+    /// Whether any segment file exists.
+    pub fn any_segment(data_dir: &Path) -> Result<bool> {
+        Ok(!Wal::segments(&Wal::dir_of(data_dir))?.is_empty())
+    }
+
+    /// The records of segment `from`, in append order (segments below it
+    /// are in the tables; later ones must be empty). A torn tail is cut off.
     pub fn replay(data_dir: &Path, from: u64) -> Result<Replayed> {
         let dir = Wal::dir_of(data_dir);
-        let segments = Wal::segments(&dir)?;
         let mut out = Replayed {
             records: Vec::new(),
-            last_segment: segments.last().copied(),
             torn_bytes: 0,
         };
-        for (i, &segment) in segments.iter().enumerate() {
+        for segment in Wal::segments(&dir)? {
             let path = dir.join(segment_name(segment));
             if segment < from {
-                std::fs::remove_file(&path).map_err(|e| io_err(&path, e))?;
                 continue;
             }
             let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-            let last = i + 1 == segments.len();
-            let good = read_frames(&bytes, segment, &mut out.records)?;
+            if segment > from {
+                if !bytes.is_empty() {
+                    return Err(StoreError::CorruptFile {
+                        path,
+                        reason: format!(
+                            "write-ahead segment after {from:016x}, the one the database expects next, is not empty \
+                             (a segment from another history?)"
+                        ),
+                    });
+                }
+                continue;
+            }
+            let good = read_frames(&bytes, &path, &mut out.records)?;
             if good < bytes.len() {
-                if !last {
-                    return Err(corrupt(
-                        "wal",
-                        format!("{segment:016x}@{good}"),
-                        "damaged frame in a segment followed by another",
-                    ));
+                if let Some(later) = whole_frame_after(&bytes, good) {
+                    return Err(StoreError::CorruptFile {
+                        path,
+                        reason: format!(
+                            "damaged frame at byte {good} followed by a whole frame at byte {later}"
+                        ),
+                    });
                 }
                 out.torn_bytes = (bytes.len() - good) as u64;
                 tracing::warn!(
@@ -174,11 +195,18 @@ impl Wal {
         Ok(out)
     }
 
-    /// Start segment `segment` (empty), deleting every older one: the caller
-    /// has made their records durable in the tables.
-    pub fn start(data_dir: &Path, segment: u64, sync_dir: bool) -> Result<Wal> {
+    /// Create segment `segment`, empty, and make its name durable: done
+    /// *before* the tables record that the log continues there, so a failure
+    /// here leaves the tables and the current segment as they were.
+    pub fn create(data_dir: &Path, segment: u64, sync_dir: bool) -> Result<Wal> {
         let dir = Wal::dir_of(data_dir);
-        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+            if sync_dir {
+                // The `wal` directory's own entry, in the data directory.
+                sync_directory(data_dir)?;
+            }
+        }
         let path = dir.join(segment_name(segment));
         let file = OpenOptions::new()
             .create(true)
@@ -189,15 +217,7 @@ impl Wal {
         if sync_dir {
             // The new file's name must survive a machine crash with the
             // frames later synced into it.
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io_err(&dir, e))?;
-        }
-        for old in Wal::segments(&dir)? {
-            if old < segment {
-                let p = dir.join(segment_name(old));
-                std::fs::remove_file(&p).map_err(|e| io_err(&p, e))?;
-            }
+            sync_directory(&dir)?;
         }
         Ok(Wal {
             dir,
@@ -209,6 +229,20 @@ impl Wal {
             buf: Vec::new(),
             sync_dir,
         })
+    }
+
+    /// Delete every segment but this one: the tables hold their records (or
+    /// they are empty). A failure only leaves files that the next open
+    /// skips (below the recorded segment) or finds empty.
+    pub fn delete_others(&self) {
+        for other in Wal::segments(&self.dir).unwrap_or_default() {
+            if other != self.segment {
+                let p = self.dir.join(segment_name(other));
+                if let Err(e) = std::fs::remove_file(&p) {
+                    tracing::warn!(path = ?p, error = %e, "wal: could not delete an old segment");
+                }
+            }
+        }
     }
 
     pub fn segment(&self) -> u64 {
@@ -261,21 +295,20 @@ impl Wal {
             postcard::to_extend(&entries, buf).map_err(|e| corrupt("wal", self.segment, e.to_string()))?;
         let payload_len = self.buf.len() - FRAME_HEADER;
         if payload_len > FRAME_PAYLOAD_MAX {
-            return Err(corrupt(
-                "wal",
-                self.segment,
-                format!("append of {payload_len} bytes exceeds the frame limit"),
-            ));
+            self.buf = Vec::new();
+            return Err(StoreError::AppendTooLarge {
+                bytes: payload_len as u64,
+                max: FRAME_PAYLOAD_MAX as u64,
+            });
         }
         let check = check_of(&self.buf[FRAME_HEADER..]);
-        self.buf[..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
-        self.buf[4..FRAME_HEADER].copy_from_slice(&check.to_le_bytes());
+        self.buf[..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+        self.buf[4..8].copy_from_slice(&(payload_len as u32).to_le_bytes());
+        self.buf[8..FRAME_HEADER].copy_from_slice(&check.to_le_bytes());
         if let Err(e) = self.file.write_all(&self.buf) {
-            // A short write may have left part of a frame: cut it off, so
-            // the next append does not follow garbage (replay would stop
-            // there and drop it).
-            let _ = self.file.set_len(self.len);
-            let _ = std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(self.len));
+            // A short write may have left part of a frame; the store stops
+            // taking appends (`Store::failed`), so nothing follows it, and
+            // replay cuts it off as a torn tail.
             return Err(io_err(&self.path, e));
         }
         self.len += self.buf.len() as u64;
@@ -297,36 +330,60 @@ impl Wal {
     }
 }
 
+fn sync_directory(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, e))
+}
+
+/// Where the frame at `at` ends, if a whole frame starts there.
+fn whole_frame_at(bytes: &[u8], at: usize) -> Option<usize> {
+    let header = bytes.get(at..at + FRAME_HEADER)?;
+    let magic = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    let check = u64::from_le_bytes(header[8..].try_into().expect("8 bytes"));
+    let body = at + FRAME_HEADER;
+    if magic != FRAME_MAGIC || len > FRAME_PAYLOAD_MAX || bytes.len() - body < len {
+        return None;
+    }
+    (check_of(&bytes[body..body + len]) == check).then_some(body + len)
+}
+
+/// The offset of a whole frame after the damaged one at `bad`, if any.
+fn whole_frame_after(bytes: &[u8], bad: usize) -> Option<usize> {
+    let magic = FRAME_MAGIC.to_le_bytes();
+    (bad + 1..bytes.len().saturating_sub(FRAME_HEADER - 1))
+        .filter(|&i| bytes[i..i + 4] == magic)
+        .find(|&i| whole_frame_at(bytes, i).is_some())
+}
+
 /// Decode the frames of one segment into `out`; returns the length of the
 /// prefix of whole, checked frames (the rest is a torn tail or damage).
-fn read_frames(bytes: &[u8], segment: u64, out: &mut Vec<PersistRecord>) -> Result<usize> {
-    let mut batches: HashMap<Digest, Batch> = HashMap::new();
+fn read_frames(bytes: &[u8], path: &Path, out: &mut Vec<PersistRecord>) -> Result<usize> {
+    // Batches by digest, for `DecidedRef`s: an index into `out`, not a copy.
+    let mut batches: HashMap<Digest, usize> = HashMap::new();
     let mut at = 0usize;
-    while bytes.len() - at >= FRAME_HEADER {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let check = u64::from_le_bytes(bytes[at + 4..at + FRAME_HEADER].try_into().expect("8 bytes"));
-        let body = at + FRAME_HEADER;
-        if len > FRAME_PAYLOAD_MAX || bytes.len() - body < len {
-            break;
-        }
-        let payload = &bytes[body..body + len];
-        if check_of(payload) != check {
-            break;
-        }
-        let key = format!("{segment:016x}@{at}");
+    while let Some(end) = whole_frame_at(bytes, at) {
+        let payload = &bytes[at + FRAME_HEADER..end];
+        let key = format!("{}@{at}", path.display());
         let entries: Vec<WalEntry> = crate::schema::decode("wal", &key, payload)?;
         for entry in entries {
             let record = match entry {
                 WalEntry::Record(r) => {
-                    if let PersistRecord::Accepted { digest, batch, .. }
-                    | PersistRecord::Decided { digest, batch, .. } = &r
+                    if let PersistRecord::Accepted { digest, .. } | PersistRecord::Decided { digest, .. } = &r
                     {
-                        batches.entry(*digest).or_insert_with(|| batch.clone());
+                        batches.entry(*digest).or_insert(out.len());
                     }
                     r
                 }
                 WalEntry::DecidedRef { cell, digest } => {
-                    let Some(batch) = batches.get(&digest) else {
+                    let batch = batches.get(&digest).and_then(|&i| match &out[i] {
+                        PersistRecord::Accepted { batch, .. } | PersistRecord::Decided { batch, .. } => {
+                            Some(batch)
+                        }
+                        _ => None,
+                    });
+                    let Some(batch) = batch else {
                         return Err(corrupt(
                             "wal",
                             key,
@@ -342,7 +399,7 @@ fn read_frames(bytes: &[u8], segment: u64, out: &mut Vec<PersistRecord>) -> Resu
             };
             out.push(record);
         }
-        at = body + len;
+        at = end;
     }
     Ok(at)
 }
@@ -350,7 +407,7 @@ fn read_frames(bytes: &[u8], segment: u64, out: &mut Vec<PersistRecord>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{LaneId, Slot, View};
+    use chorus_core::{Batch, LaneId, Slot, View};
 
     fn accepted(slot: u64) -> PersistRecord {
         let b = Batch::noop();
@@ -375,10 +432,14 @@ mod tests {
         }
     }
 
+    fn segment_path(dir: &Path, segment: u64) -> PathBuf {
+        Wal::dir_of(dir).join(segment_name(segment))
+    }
+
     #[test]
     fn a_decided_batch_already_in_the_segment_is_written_as_a_reference() {
         let d = tempfile::tempdir().unwrap();
-        let mut w = Wal::start(d.path(), 3, false).unwrap();
+        let mut w = Wal::create(d.path(), 3, false).unwrap();
         w.append(&[accepted(0)]).unwrap();
         let after_accepted = w.len();
         w.append(&[decided(0)]).unwrap();
@@ -389,37 +450,64 @@ mod tests {
         );
         let r = Wal::replay(d.path(), 3).unwrap();
         assert_eq!(r.records, vec![accepted(0), decided(0)]);
-        assert_eq!((r.last_segment, r.torn_bytes), (Some(3), 0));
+        assert_eq!(r.torn_bytes, 0);
     }
 
     #[test]
-    fn older_segments_are_deleted_on_start_and_skipped_on_replay() {
+    fn older_segments_are_skipped_and_deleted_and_later_ones_must_be_empty() {
         let d = tempfile::tempdir().unwrap();
-        let mut w = Wal::start(d.path(), 1, false).unwrap();
+        let mut w = Wal::create(d.path(), 1, false).unwrap();
         w.append(&[accepted(0)]).unwrap();
-        let mut w2 = Wal::start(d.path(), 2, false).unwrap();
+        let mut w2 = Wal::create(d.path(), 2, false).unwrap();
+        assert_eq!(
+            Wal::replay(d.path(), 1).unwrap().records,
+            vec![accepted(0)],
+            "2 is empty"
+        );
         w2.append(&[accepted(1)]).unwrap();
-        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![2]);
+        assert!(
+            Wal::replay(d.path(), 1).unwrap_err().is_corruption(),
+            "2 is not empty"
+        );
         assert_eq!(Wal::replay(d.path(), 2).unwrap().records, vec![accepted(1)]);
-        assert_eq!(Wal::replay(d.path(), 3).unwrap().records, vec![]);
-        assert!(Wal::segments(&Wal::dir_of(d.path())).unwrap().is_empty());
+        w2.delete_others();
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![2]);
+        // Names this module does not write are not segments.
+        std::fs::write(Wal::dir_of(d.path()).join("00000000000000AB.log"), b"x").unwrap();
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![2]);
     }
 
     #[test]
-    fn damage_before_the_last_segment_is_corruption() {
+    fn damage_followed_by_a_whole_frame_is_corruption_and_a_bad_tail_is_cut() {
         let d = tempfile::tempdir().unwrap();
-        let mut w = Wal::start(d.path(), 1, false).unwrap();
-        w.append(&[accepted(0), accepted(1)]).unwrap();
+        let mut w = Wal::create(d.path(), 1, false).unwrap();
+        w.append(&[accepted(0)]).unwrap();
+        let first = w.len() as usize;
+        w.append(&[accepted(1)]).unwrap();
         drop(w);
-        // A second segment without deleting the first (as a crash between
-        // the two steps of `start` would leave it).
-        let dir = Wal::dir_of(d.path());
-        std::fs::write(dir.join(segment_name(2)), b"").unwrap();
-        let p = dir.join(segment_name(1));
-        let mut bytes = std::fs::read(&p).unwrap();
+        let p = segment_path(d.path(), 1);
+        let good = std::fs::read(&p).unwrap();
+
+        // Bit rot in the first frame, the second intact: not a crash.
+        let mut bytes = good.clone();
         bytes[FRAME_HEADER + 1] ^= 0xff;
         std::fs::write(&p, &bytes).unwrap();
         let e = Wal::replay(d.path(), 1).err().expect("damage is reported");
         assert!(e.is_corruption(), "{e}");
+
+        // The same damage in the last frame is a torn tail: cut off.
+        let mut bytes = good.clone();
+        bytes[first + FRAME_HEADER + 1] ^= 0xff;
+        std::fs::write(&p, &bytes).unwrap();
+        let r = Wal::replay(d.path(), 1).unwrap();
+        assert_eq!(r.records, vec![accepted(0)]);
+        assert_eq!(r.torn_bytes as usize, good.len() - first);
+        assert_eq!(std::fs::read(&p).unwrap().len(), first);
+
+        // Zeros where the tail's pages did not reach the disk.
+        let mut bytes = good[..first].to_vec();
+        bytes.extend(std::iter::repeat_n(0u8, 4096));
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(Wal::replay(d.path(), 1).unwrap().records, vec![accepted(0)]);
     }
 }

@@ -146,19 +146,33 @@ fn the_log_reaches_the_tables_at_a_checkpoint_or_after_enough_appends() {
     s.append_drain(&mut records).unwrap();
     assert!(records.is_empty(), "moved into the store");
     let st = s.stats().unwrap();
-    assert_eq!((st.wal_pending_appends, st.materializations, st.ledger_entries), (1, 0, 0));
+    assert_eq!(
+        (st.wal_pending_appends, st.materializations, st.ledger_entries),
+        (1, 0, 0)
+    );
     s.append(&[stable(1)]).unwrap();
     let st = s.stats().unwrap();
-    assert_eq!((st.wal_pending_appends, st.materializations), (0, 1), "a checkpoint brings it in");
+    assert_eq!(
+        (st.wal_pending_appends, st.materializations),
+        (0, 1),
+        "a checkpoint brings it in"
+    );
     assert_eq!(st.stable_seq, Some(chorus_core::Seq(1)));
     for slot in 1..=chorus_store::MATERIALIZE_EVERY_APPENDS {
         s.append(&[view(0, slot)]).unwrap();
     }
     let st = s.stats().unwrap();
-    assert_eq!((st.wal_pending_appends, st.materializations), (0, 2), "so does the append budget");
+    assert_eq!(
+        (st.wal_pending_appends, st.materializations),
+        (0, 2),
+        "so does the append budget"
+    );
     // The stable checkpoint and every view since (views are compacted at
     // the next checkpoint).
-    assert_eq!(s.load().unwrap().len(), 1 + chorus_store::MATERIALIZE_EVERY_APPENDS as usize);
+    assert_eq!(
+        s.load().unwrap().len(),
+        1 + chorus_store::MATERIALIZE_EVERY_APPENDS as usize
+    );
 }
 
 #[test]
@@ -169,10 +183,31 @@ fn a_decision_contradicting_one_still_in_the_log_is_refused_whole() {
     let other = decided_with(0, 0, batch(999, 1));
     let mut records = vec![view(0, 5), other];
     let err = s.append_drain(&mut records).unwrap_err();
-    assert!(matches!(err, chorus_store::StoreError::LedgerConflict { seq: 0, .. }), "{err}");
+    assert!(
+        matches!(err, chorus_store::StoreError::LedgerConflict { seq: 0, .. }),
+        "{err}"
+    );
     assert_eq!(records.len(), 2, "refused records stay with the caller");
-    assert_eq!(s.stats().unwrap().wal_pending_appends, 1, "nothing of it reached the log");
+    assert_eq!(
+        s.stats().unwrap().wal_pending_appends,
+        1,
+        "nothing of it reached the log"
+    );
     drop(s);
     let mut s = Store::open(d.path(), FsyncPolicy::Batch, 1).unwrap();
     assert_eq!(s.load().unwrap(), vec![decided(0, 0)]);
+}
+
+#[test]
+fn log_segments_without_their_database_are_refused_not_replayed_into_a_new_one() {
+    let d = dir();
+    let (s, _, _, _) = rounds_then_crash(d.path());
+    let crashed = tempfile::tempdir().unwrap();
+    copy_dir(d.path(), crashed.path());
+    drop(s);
+    // The operator deletes only the database file: its log must not be
+    // replayed into a fresh, empty one.
+    std::fs::remove_file(crashed.path().join(chorus_store::DB_FILE_NAME)).unwrap();
+    let e = Store::open(crashed.path(), FsyncPolicy::Batch, 2).unwrap_err();
+    assert!(e.is_corruption(), "{e}");
 }
