@@ -492,7 +492,7 @@ mod tests {
         let mut bytes = good.clone();
         bytes[FRAME_HEADER + 1] ^= 0xff;
         std::fs::write(&p, &bytes).unwrap();
-        let e = Wal::replay(d.path(), 1).err().expect("damage is reported");
+        let e = Wal::replay(d.path(), 1).expect_err("damage is reported");
         assert!(e.is_corruption(), "{e}");
 
         // The same damage in the last frame is a torn tail: cut off.
