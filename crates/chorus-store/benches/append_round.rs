@@ -141,15 +141,19 @@ fn main() {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut store = Store::open(dir.path(), policy, 1).expect("open");
         let start = Instant::now();
+        let mut worst = std::time::Duration::ZERO;
         for rs in &rounds_records {
+            let round = Instant::now();
             store.append(rs).expect("append");
             store.sync().expect("sync");
+            worst = worst.max(round.elapsed());
         }
         let elapsed = start.elapsed();
         store.close().expect("close");
         println!(
-            "fsync={policy}: {rounds} rounds, {:.1} µs per round ({} requests of {} B per batch)",
+            "fsync={policy}: {rounds} rounds, {:.1} µs per round, slowest {:.1} ms ({} requests of {} B per batch)",
             elapsed.as_secs_f64() * 1e6 / rounds as f64,
+            worst.as_secs_f64() * 1e3,
             BATCH_REQUESTS,
             REQUEST_BYTES
         );

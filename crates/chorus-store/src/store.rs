@@ -2,6 +2,7 @@
 //! fsync policy, and the read paths the runtime needs.
 
 use crate::error::{Result, StoreError};
+use crate::materializer::{Context, Job, Materializer, SharedDb};
 use crate::policy::{FsyncPolicy, StoreOptions, LANES_MAX};
 use crate::read;
 use crate::schema::{
@@ -17,6 +18,7 @@ use chorus_order::PersistRecord;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 /// The database file inside the replica's data directory.
 pub const DB_FILE_NAME: &str = "chorus.redb";
@@ -57,17 +59,22 @@ pub struct StoreStats {
 /// Durable storage of one replica (DESIGN §3 "Storage"). Not shared between
 /// threads: the runtime owns it and serialises appends.
 pub struct Store {
-    db: Database,
+    db: SharedDb,
     path: PathBuf,
     dir: PathBuf,
     /// Every append goes here first (one `write`); the tables follow in bulk.
     wal: Wal,
-    /// Records in `wal` not yet in the tables, in append order.
+    /// Records of the current segment, in append order (not in the tables).
     pending: Vec<PersistRecord>,
     pending_appends: u64,
     /// Decided digests among `pending`, by global position: an append that
     /// contradicts one is refused before it reaches the log.
     pending_decided: HashMap<u64, Digest>,
+    /// The same for the previous segment while the materializer commits it.
+    in_flight_decided: HashMap<u64, Digest>,
+    in_flight_appends: u64,
+    /// Commits segments' records to the tables off this thread.
+    materializer: Materializer,
     materializations: u64,
     /// Set by a failed write, sync or commit after records reached the log:
     /// from then on every call that writes is refused.
@@ -79,17 +86,16 @@ pub struct Store {
     appends: u64,
     durable_commits: u64,
     skipped: SkipCounts,
-    /// File size right after the last compaction (0: none since open).
-    compacted_bytes: u64,
     compactions: u64,
 }
 
 /// Files smaller than this are never compacted (not worth a rewrite).
 pub const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
-/// The write-ahead log is brought into the tables after this many appends
-/// (or at a stable checkpoint, or past `MATERIALIZE_BYTES`, whichever comes
-/// first): bounds the records held in memory and the replay after a crash.
+/// The write-ahead log moves on to a new segment, and the materializer
+/// brings the old one into the tables, after this many appends (or at a
+/// stable checkpoint, or past `MATERIALIZE_BYTES`, whichever comes first):
+/// bounds the records held in memory and the replay after a crash.
 pub const MATERIALIZE_EVERY_APPENDS: u64 = 512;
 /// ... or once the current segment holds this many bytes.
 pub const MATERIALIZE_BYTES: u64 = 64 << 20;
@@ -165,7 +171,10 @@ impl Store {
         // kill came first) go into the tables now, durably, before their
         // segment is deleted; `load` and every read then see them.
         let replayed = Wal::replay(dir, wal_from)?;
-        let next_segment = wal_from
+        let next_segment = replayed
+            .last_segment
+            .unwrap_or(wal_from)
+            .max(wal_from)
             .checked_add(1)
             .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
         let wal = Wal::create(dir, next_segment, opts.fsync != FsyncPolicy::Off)?;
@@ -177,7 +186,7 @@ impl Store {
             &replayed.records,
             next_segment,
         )?;
-        wal.delete_others();
+        Wal::delete_below(dir, next_segment);
         if !replayed.records.is_empty() || replayed.torn_bytes > 0 {
             tracing::info!(
                 records = replayed.records.len(),
@@ -185,6 +194,14 @@ impl Store {
                 "store: write-ahead log replayed into the tables"
             );
         }
+        let db: SharedDb = Arc::new(RwLock::new(db));
+        let materializer = Materializer::spawn(Context {
+            db: Arc::clone(&db),
+            db_path: path.clone(),
+            data_dir: dir.to_path_buf(),
+            layout,
+            prune_at_stable: !opts.keep_ledger,
+        })?;
         let store = Store {
             db,
             path,
@@ -193,6 +210,9 @@ impl Store {
             pending: Vec::new(),
             pending_appends: 0,
             pending_decided: HashMap::new(),
+            in_flight_decided: HashMap::new(),
+            in_flight_appends: 0,
+            materializer,
             materializations: 0,
             failed: None,
             opts,
@@ -202,7 +222,6 @@ impl Store {
             appends: 0,
             durable_commits: 0,
             skipped,
-            compacted_bytes: 0,
             compactions: 0,
         };
         tracing::debug!(path = ?store.path, state = ?store.state, fsync = %opts.fsync, "store opened");
@@ -265,11 +284,12 @@ impl Store {
         } else {
             self.unsynced += 1;
         }
+        self.collect(false)?;
         if checkpoint
             || self.pending_appends >= MATERIALIZE_EVERY_APPENDS
             || self.wal.len() >= MATERIALIZE_BYTES
         {
-            self.materialize()?;
+            self.hand_over()?;
         }
         Ok(())
     }
@@ -295,12 +315,14 @@ impl Store {
                         .iter()
                         .find(|(s, _)| *s == seq)
                         .map(|(_, d)| *d)
-                        .or_else(|| self.pending_decided.get(&seq).copied());
+                        .or_else(|| self.pending_decided.get(&seq).copied())
+                        .or_else(|| self.in_flight_decided.get(&seq).copied());
                     let stored = match earlier {
                         Some(d) => Some(d),
                         None => {
                             if ledger.is_none() {
-                                ledger = Some(self.db.begin_read()?.open_table(LEDGER)?);
+                                let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+                                ledger = Some(db.begin_read()?.open_table(LEDGER)?);
                             }
                             let table = ledger.as_ref().expect("opened above");
                             match table.get(seq)? {
@@ -343,74 +365,65 @@ impl Store {
         e
     }
 
-    /// Bring the records of the write-ahead log into the tables (one durable
-    /// transaction), then continue in a new segment and delete the old one.
-    fn materialize(&mut self) -> Result<()> {
+    /// Move the log on to a new segment and hand the current one's records
+    /// to the materializer (after the previous hand-over finished: at most
+    /// one in flight, the back-pressure when the disk falls behind).
+    fn hand_over(&mut self) -> Result<()> {
         self.check_usable()?;
         if self.pending.is_empty() {
             return Ok(());
+        }
+        self.collect(true)?;
+        // `sync` covers the current segment only: the old one's frames must
+        // be durable before the log moves on.
+        if self.opts.fsync != FsyncPolicy::Off && self.unsynced > 0 {
+            if let Err(e) = self.wal.sync() {
+                return Err(self.fail(e));
+            }
+            self.unsynced = 0;
+            self.durable_commits += 1;
         }
         let next = self
             .wal
             .segment()
             .checked_add(1)
             .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
-        // Created first: if that fails, nothing is committed and the log
-        // goes on in the current segment.
-        let next_wal = Wal::create(&self.dir, next, self.wal.syncs_dir())?;
-        let stable_before = self.state.stable_seq;
-        let committed = commit_to_tables(
-            &self.db,
-            self.layout,
-            self.state,
-            !self.opts.keep_ledger,
-            &self.pending,
-            next,
-        );
-        let (state, skipped) = match committed {
-            Ok(c) => c,
-            Err(e) => return Err(self.fail(e)),
+        self.wal = Wal::create(&self.dir, next, self.wal.syncs_dir())?;
+        let job = Job {
+            records: std::mem::take(&mut self.pending),
+            state: self.state,
+            next_segment: next,
         };
-        // From here the tables hold every pending record, durably, and
-        // record that the log continues in `next`.
-        self.pending.clear();
-        self.pending_appends = 0;
-        self.pending_decided.clear();
-        self.unsynced = 0;
-        self.state = state;
-        self.skipped.obsolete += skipped.obsolete;
-        self.skipped.duplicate += skipped.duplicate;
-        self.wal = next_wal;
-        self.wal.delete_others();
-        self.materializations += 1;
-        if self.state.stable_seq != stable_before {
-            self.compact_if_bloated()?;
+        self.in_flight_decided = std::mem::take(&mut self.pending_decided);
+        self.in_flight_appends = std::mem::take(&mut self.pending_appends);
+        if let Err(e) = self.materializer.submit(job) {
+            return Err(self.fail(e));
         }
         Ok(())
     }
 
-    /// redb reuses freed pages but never gives them back to the file system;
-    /// after a burst (a catch-up writing a large snapshot and many cells,
-    /// then truncating them) the file would stay at its peak for ever. At a
-    /// stable checkpoint, once the file has doubled since the last
-    /// compaction, rewrite it to its live size (amortised: each compaction
-    /// follows at least as many bytes of growth as it rewrites).
-    fn compact_if_bloated(&mut self) -> Result<()> {
-        let bytes = self.file_bytes()?;
-        if bytes < COMPACT_MIN_BYTES.max(self.compacted_bytes.saturating_mul(2)) {
-            return Ok(());
+    /// Take in the finished hand-over, if any (waiting for it if `block`).
+    fn collect(&mut self, block: bool) -> Result<()> {
+        match self.materializer.collect(block) {
+            None => Ok(()),
+            Some(Ok((state, skipped, compacted))) => {
+                self.state = state;
+                self.skipped.obsolete += skipped.obsolete;
+                self.skipped.duplicate += skipped.duplicate;
+                self.in_flight_decided.clear();
+                self.in_flight_appends = 0;
+                self.materializations += 1;
+                self.compactions += u64::from(compacted);
+                Ok(())
+            }
+            Some(Err(e)) => Err(self.fail(e)),
         }
-        // Every commit of the tables is durable, so nothing pins old pages.
-        if let Err(e) = self.db.compact() {
-            // Nothing lost: the file just stays large until the next try.
-            tracing::warn!(error = %e, "store compaction failed");
-            self.compacted_bytes = bytes;
-            return Ok(());
-        }
-        self.compactions += 1;
-        self.compacted_bytes = self.file_bytes()?;
-        tracing::debug!(before = bytes, after = self.compacted_bytes, "store compacted");
-        Ok(())
+    }
+
+    /// Everything appended is in the tables (and the log is empty).
+    fn materialize(&mut self) -> Result<()> {
+        self.hand_over()?;
+        self.collect(true)
     }
 
     fn file_bytes(&self) -> Result<u64> {
@@ -446,19 +459,19 @@ impl Store {
     /// `Decided` cells at or above it (with their batches).
     pub fn load(&mut self) -> Result<Vec<PersistRecord>> {
         self.materialize()?;
-        read::load(&self.db.begin_read()?, self.layout)
+        read::load(&self.read_txn()?, self.layout)
     }
 
     /// The latest stable checkpoint and its snapshot (served to lagging peers).
     pub fn stable_checkpoint(&mut self) -> Result<Option<(CheckpointCert, Bytes)>> {
         self.materialize()?;
-        read::latest_checkpoint(&self.db.begin_read()?)
+        read::latest_checkpoint(&self.read_txn()?)
     }
 
     /// The decided cell at global position `seq`, if the ledger holds it.
     pub fn ledger_entry(&mut self, seq: Seq) -> Result<Option<(Cell, Digest, Batch)>> {
         self.materialize()?;
-        read::ledger_entry(&self.db.begin_read()?, seq.0)
+        read::ledger_entry(&self.read_txn()?, seq.0)
     }
 
     /// `(length, head)`: every position below `length` is decided and chained
@@ -475,7 +488,7 @@ impl Store {
     /// `StoreError::LedgerTampered` naming the first bad position.
     pub fn verify_ledger(&mut self) -> Result<u64> {
         self.materialize()?;
-        read::verify_ledger(&self.db.begin_read()?, self.layout, self.state.chain)
+        read::verify_ledger(&self.read_txn()?, self.layout, self.state.chain)
     }
 
     /// Drop decided cells below `seq` (at most the stable checkpoint, since
@@ -483,7 +496,9 @@ impl Store {
     /// `seq`. Returns the number of entries removed.
     pub fn prune_ledger_below(&mut self, seq: Seq) -> Result<u64> {
         self.materialize()?;
-        let mut txn = self.db.begin_write()?;
+        // No hand-over is in flight (`materialize` waited for it).
+        let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+        let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate);
         let mut w = Writer::open(&txn, self.layout, self.state, !self.opts.keep_ledger)?;
         let removed = w.prune_below(seq.0)?;
@@ -499,7 +514,7 @@ impl Store {
     /// `wal_pending_appends` says how many appends the log holds beyond them.
     pub fn stats(&self) -> Result<StoreStats> {
         let file_bytes = self.file_bytes()?;
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         Ok(StoreStats {
             file_bytes,
             log_records: txn.open_table(LOG)?.len()?,
@@ -512,7 +527,7 @@ impl Store {
             skipped: self.skipped,
             compactions: self.compactions,
             wal_bytes: self.wal.disk_bytes(),
-            wal_pending_appends: self.pending_appends,
+            wal_pending_appends: self.pending_appends + self.in_flight_appends,
             materializations: self.materializations,
         })
     }
@@ -526,6 +541,11 @@ impl Store {
 
     pub fn options(&self) -> StoreOptions {
         self.opts
+    }
+
+    fn read_txn(&self) -> Result<redb::ReadTransaction> {
+        let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+        Ok(db.begin_read()?)
     }
 
     /// Bytes on disk: the database file plus the write-ahead log's segments.
@@ -559,7 +579,7 @@ fn has_checkpoint(records: &[PersistRecord]) -> bool {
 
 /// Apply `records` to the tables in one durable transaction that also
 /// records `next_segment` as the first segment of the log not in them.
-fn commit_to_tables(
+pub(crate) fn commit_to_tables(
     db: &Database,
     layout: Layout,
     state: WriteState,

@@ -11,14 +11,17 @@
 //! `check` the first 8 bytes of the payload's blake3 hash, the payload a
 //! postcard sequence of `WalEntry` (the append's records). Segments below
 //! the one recorded in the database (`META_WAL`) are already in the tables
-//! and are deleted; that one is replayed on open; any later one must be
-//! empty (created ahead of a materialization that did not commit).
+//! and are deleted; from that one on, the segments are consecutive (one may
+//! still be on its way into the tables while the next is written: see
+//! `materializer.rs`) and are replayed on open. A gap, or a first segment
+//! other than the recorded one, means segments from another history:
+//! refused.
 //!
 //! A batch is written once per segment: a `Decided` whose batch went out
 //! earlier in the same segment (in its `Accepted`, the normal case) is
 //! written as `DecidedRef` and resolved on replay by digest.
 //!
-//! A crash can tear only the tail of the segment (a frame cut short, or
+//! A crash can tear only the tail of the last segment (a frame cut short, or
 //! zeros where its pages did not reach the disk): replay stops at the first
 //! frame that is short or fails its check, and the segment is truncated
 //! there, unless a whole frame follows it (found by its magic): then the
@@ -102,6 +105,8 @@ pub(crate) struct Wal {
 #[derive(Debug)]
 pub(crate) struct Replayed {
     pub records: Vec<PersistRecord>,
+    /// The last segment replayed (the log continues after it).
+    pub last_segment: Option<u64>,
     /// Bytes cut off a torn tail.
     pub torn_bytes: u64,
 }
@@ -141,40 +146,43 @@ impl Wal {
         Ok(!Wal::segments(&Wal::dir_of(data_dir))?.is_empty())
     }
 
-    /// The records of segment `from`, in append order (segments below it
-    /// are in the tables; later ones must be empty). A torn tail is cut off.
+    /// The records of the segments from `from` on, in append order
+    /// (segments below it are in the tables). A torn tail of the last one
+    /// is cut off.
     pub fn replay(data_dir: &Path, from: u64) -> Result<Replayed> {
         let dir = Wal::dir_of(data_dir);
         let mut out = Replayed {
             records: Vec::new(),
+            last_segment: None,
             torn_bytes: 0,
         };
-        for segment in Wal::segments(&dir)? {
+        let segments: Vec<u64> = Wal::segments(&dir)?.into_iter().filter(|&s| s >= from).collect();
+        for (i, &segment) in segments.iter().enumerate() {
             let path = dir.join(segment_name(segment));
-            if segment < from {
-                continue;
+            if Some(segment) != from.checked_add(i as u64) {
+                return Err(StoreError::CorruptFile {
+                    path,
+                    reason: format!(
+                        "write-ahead segment out of sequence: the database expects the log to continue at \
+                         {from:016x}, consecutively (a segment from another history?)"
+                    ),
+                });
             }
             let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-            if segment > from {
-                if !bytes.is_empty() {
-                    return Err(StoreError::CorruptFile {
-                        path,
-                        reason: format!(
-                            "write-ahead segment after {from:016x}, the one the database expects next, is not empty \
-                             (a segment from another history?)"
-                        ),
-                    });
-                }
-                continue;
-            }
+            let last = i + 1 == segments.len();
             let good = read_frames(&bytes, &path, &mut out.records)?;
+            out.last_segment = Some(segment);
             if good < bytes.len() {
-                if let Some(later) = whole_frame_after(&bytes, good) {
+                let later = whole_frame_after(&bytes, good);
+                if !last || later.is_some() {
                     return Err(StoreError::CorruptFile {
                         path,
-                        reason: format!(
-                            "damaged frame at byte {good} followed by a whole frame at byte {later}"
-                        ),
+                        reason: match later {
+                            Some(at) => {
+                                format!("damaged frame at byte {good} followed by a whole frame at byte {at}")
+                            }
+                            None => format!("damaged frame at byte {good} in a segment followed by another"),
+                        },
                     });
                 }
                 out.torn_bytes = (bytes.len() - good) as u64;
@@ -193,6 +201,20 @@ impl Wal {
             }
         }
         Ok(out)
+    }
+
+    /// Delete the segments below `segment` (their records are in the
+    /// tables). A failure only leaves files the next open skips.
+    pub fn delete_below(data_dir: &Path, segment: u64) {
+        let dir = Wal::dir_of(data_dir);
+        for old in Wal::segments(&dir).unwrap_or_default() {
+            if old < segment {
+                let p = dir.join(segment_name(old));
+                if let Err(e) = std::fs::remove_file(&p) {
+                    tracing::warn!(path = ?p, error = %e, "wal: could not delete an old segment");
+                }
+            }
+        }
     }
 
     /// Create segment `segment`, empty, and make its name durable: done
@@ -229,20 +251,6 @@ impl Wal {
             buf: Vec::new(),
             sync_dir,
         })
-    }
-
-    /// Delete every segment but this one: the tables hold their records (or
-    /// they are empty). A failure only leaves files that the next open
-    /// skips (below the recorded segment) or finds empty.
-    pub fn delete_others(&self) {
-        for other in Wal::segments(&self.dir).unwrap_or_default() {
-            if other != self.segment {
-                let p = self.dir.join(segment_name(other));
-                if let Err(e) = std::fs::remove_file(&p) {
-                    tracing::warn!(path = ?p, error = %e, "wal: could not delete an old segment");
-                }
-            }
-        }
     }
 
     pub fn segment(&self) -> u64 {
@@ -454,27 +462,32 @@ mod tests {
     }
 
     #[test]
-    fn older_segments_are_skipped_and_deleted_and_later_ones_must_be_empty() {
+    fn segments_replay_in_sequence_from_the_recorded_one_and_a_gap_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let mut w = Wal::create(d.path(), 1, false).unwrap();
         w.append(&[accepted(0)]).unwrap();
         let mut w2 = Wal::create(d.path(), 2, false).unwrap();
-        assert_eq!(
-            Wal::replay(d.path(), 1).unwrap().records,
-            vec![accepted(0)],
-            "2 is empty"
-        );
         w2.append(&[accepted(1)]).unwrap();
-        assert!(
-            Wal::replay(d.path(), 1).unwrap_err().is_corruption(),
-            "2 is not empty"
+        let r = Wal::replay(d.path(), 1).unwrap();
+        assert_eq!(
+            (r.records, r.last_segment),
+            (vec![accepted(0), accepted(1)], Some(2))
         );
         assert_eq!(Wal::replay(d.path(), 2).unwrap().records, vec![accepted(1)]);
-        w2.delete_others();
-        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![2]);
+        assert!(
+            Wal::replay(d.path(), 0).unwrap_err().is_corruption(),
+            "segment 0 is missing"
+        );
+        let _w4 = Wal::create(d.path(), 4, false).unwrap();
+        assert!(
+            Wal::replay(d.path(), 1).unwrap_err().is_corruption(),
+            "segment 3 is missing"
+        );
+        Wal::delete_below(d.path(), 4);
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![4]);
         // Names this module does not write are not segments.
         std::fs::write(Wal::dir_of(d.path()).join("00000000000000AB.log"), b"x").unwrap();
-        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![2]);
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![4]);
     }
 
     #[test]

@@ -61,6 +61,12 @@ fn crash_child() {
 
 /// Run the child under `policy`, kill it mid-stream, return (dir, acked).
 fn kill_child_during_appends(policy: FsyncPolicy) -> (tempfile::TempDir, u64) {
+    kill_child_after(policy, kill_after_acked(policy))
+}
+
+/// Run the child under `policy`, kill it once `kill_after` appends are
+/// acknowledged, return (dir, acked).
+fn kill_child_after(policy: FsyncPolicy, kill_after: u64) -> (tempfile::TempDir, u64) {
     let d = dir();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -75,7 +81,6 @@ fn kill_child_during_appends(policy: FsyncPolicy) -> (tempfile::TempDir, u64) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let kill_after = kill_after_acked(policy);
     let mut acked = 0;
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -132,5 +137,16 @@ fn sigkill_under_batch_keeps_every_synced_append() {
 #[test]
 fn sigkill_under_off_keeps_appends_up_to_the_last_periodic_commit() {
     let (d, acked) = kill_child_during_appends(FsyncPolicy::Off);
+    assert_recovered_prefix(&d, acked);
+}
+
+/// Past two segment hand-overs (the second may still be on its way into the
+/// tables when the kill comes): the log's consecutive segments replay.
+#[test]
+fn sigkill_across_segment_hand_overs_keeps_every_synced_append() {
+    let (d, acked) = kill_child_after(
+        FsyncPolicy::Batch,
+        2 * chorus_store::MATERIALIZE_EVERY_APPENDS + 100,
+    );
     assert_recovered_prefix(&d, acked);
 }

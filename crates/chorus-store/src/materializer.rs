@@ -1,0 +1,184 @@
+//! Bringing the write-ahead log into the tables on a thread of its own, so
+//! that the replica's core thread never waits for a B-tree transaction (or
+//! its fsyncs) in the normal case: it writes a frame, at most fsyncs it, and
+//! hands a full segment's records over here (issue 13 item 2: one write and
+//! at most one fdatasync per round on the hot path).
+//!
+//! At most one job is in flight: the store waits for it before handing over
+//! the next, which bounds memory at two segments' records and is the
+//! back-pressure when the disk cannot keep up.
+
+use crate::error::{Result, StoreError};
+use crate::schema::Layout;
+use crate::store::commit_to_tables;
+use crate::wal::Wal;
+use crate::writer::{SkipCounts, WriteState};
+use chorus_order::PersistRecord;
+use redb::Database;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+
+/// The database, shared by the store (reads, rare writes while no job is in
+/// flight) and the materializer (its commits); the write lock is taken only
+/// to compact the file (redb needs `&mut` for that).
+pub(crate) type SharedDb = Arc<RwLock<Database>>;
+
+/// Records to commit, the state to commit them on, and the segment the log
+/// continues in (recorded in the same transaction).
+pub(crate) struct Job {
+    pub records: Vec<PersistRecord>,
+    pub state: WriteState,
+    pub next_segment: u64,
+}
+
+/// What a job did: the new state, what it skipped, whether it compacted.
+pub(crate) type Done = Result<(WriteState, SkipCounts, bool)>;
+
+pub(crate) struct Materializer {
+    jobs: Option<SyncSender<Job>>,
+    done: Receiver<Done>,
+    thread: Option<JoinHandle<()>>,
+    in_flight: bool,
+}
+
+/// What the thread needs besides its jobs.
+pub(crate) struct Context {
+    pub db: SharedDb,
+    pub db_path: PathBuf,
+    pub data_dir: PathBuf,
+    pub layout: Layout,
+    pub prune_at_stable: bool,
+}
+
+impl Materializer {
+    pub fn spawn(ctx: Context) -> Result<Materializer> {
+        let (jobs, job_rx) = mpsc::sync_channel::<Job>(1);
+        let (done_tx, done) = mpsc::sync_channel::<Done>(1);
+        let thread = std::thread::Builder::new()
+            .name("store-materialize".into())
+            .spawn(move || run(ctx, job_rx, done_tx))
+            .map_err(|source| StoreError::Io {
+                path: PathBuf::from("store-materialize thread"),
+                source,
+            })?;
+        Ok(Materializer {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+            in_flight: false,
+        })
+    }
+
+    /// Hand a job over; the previous one must have been collected.
+    pub fn submit(&mut self, job: Job) -> Result<()> {
+        assert!(!self.in_flight, "one materialization at a time");
+        let sent = match &self.jobs {
+            Some(j) => j.send(job).is_ok(),
+            None => false,
+        };
+        if !sent {
+            return Err(StoreError::Failed {
+                reason: "the materializer thread is gone".into(),
+            });
+        }
+        self.in_flight = true;
+        Ok(())
+    }
+
+    /// The in-flight job's outcome: waits for it if `block`, else `None`
+    /// while it runs. `None` too when nothing is in flight.
+    pub fn collect(&mut self, block: bool) -> Option<Done> {
+        if !self.in_flight {
+            return None;
+        }
+        let got = if block {
+            self.done.recv().map_err(|_| TryRecvError::Disconnected)
+        } else {
+            self.done.try_recv()
+        };
+        match got {
+            Ok(done) => {
+                self.in_flight = false;
+                Some(done)
+            }
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.in_flight = false;
+                Some(Err(StoreError::Failed {
+                    reason: "the materializer thread stopped (panicked?)".into(),
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for Materializer {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(ctx: Context, jobs: Receiver<Job>, done: SyncSender<Done>) {
+    let mut compacted_bytes = 0u64;
+    while let Ok(job) = jobs.recv() {
+        let out = one_job(&ctx, job, &mut compacted_bytes);
+        if done.send(out).is_err() {
+            return;
+        }
+    }
+}
+
+fn one_job(ctx: &Context, job: Job, compacted_bytes: &mut u64) -> Done {
+    let stable_before = job.state.stable_seq;
+    let (state, skipped) = {
+        let db = ctx.db.read().unwrap_or_else(|p| p.into_inner());
+        commit_to_tables(
+            &db,
+            ctx.layout,
+            job.state,
+            ctx.prune_at_stable,
+            &job.records,
+            job.next_segment,
+        )?
+    };
+    // Durable in the tables: the segments before `next_segment` are done.
+    Wal::delete_below(&ctx.data_dir, job.next_segment);
+    let compacted = state.stable_seq != stable_before && compact_if_bloated(ctx, compacted_bytes);
+    Ok((state, skipped, compacted))
+}
+
+/// redb reuses freed pages but never gives them back to the file system;
+/// after a burst (a catch-up writing a large snapshot and many cells, then
+/// truncating them) the file would stay at its peak for ever. At a stable
+/// checkpoint, once the file has doubled since the last compaction, rewrite
+/// it to its live size (amortised: each compaction follows at least as many
+/// bytes of growth as it rewrites).
+fn compact_if_bloated(ctx: &Context, compacted_bytes: &mut u64) -> bool {
+    let Ok(bytes) = std::fs::metadata(&ctx.db_path).map(|m| m.len()) else {
+        return false;
+    };
+    if bytes < crate::store::COMPACT_MIN_BYTES.max(compacted_bytes.saturating_mul(2)) {
+        return false;
+    }
+    let mut db = ctx.db.write().unwrap_or_else(|p| p.into_inner());
+    // Every commit of the tables is durable, so nothing pins old pages.
+    match db.compact() {
+        Ok(_) => {
+            *compacted_bytes = std::fs::metadata(&ctx.db_path).map_or(bytes, |m| m.len());
+            tracing::debug!(before = bytes, after = *compacted_bytes, "store compacted");
+            true
+        }
+        Err(e) => {
+            // Nothing lost: the file just stays large until the next try.
+            tracing::warn!(error = %e, "store compaction failed");
+            *compacted_bytes = bytes;
+            false
+        }
+    }
+}
