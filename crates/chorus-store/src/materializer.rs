@@ -134,7 +134,8 @@ fn run(ctx: Context, jobs: Receiver<Job>, done: SyncSender<Done>) {
     }
 }
 
-fn one_job(ctx: &Context, job: Job, compacted_bytes: &mut u64) -> Done {
+fn one_job(ctx: &Context, mut job: Job, compacted_bytes: &mut u64) -> Done {
+    drop_superseded(ctx.layout, &mut job.records);
     let stable_before = job.state.stable_seq;
     let (state, skipped) = {
         let db = ctx.db.read().unwrap_or_else(|p| p.into_inner());
@@ -151,6 +152,36 @@ fn one_job(ctx: &Context, job: Job, compacted_bytes: &mut u64) -> Done {
     Wal::delete_below(&ctx.data_dir, job.next_segment);
     let compacted = state.stable_seq != stable_before && compact_if_bloated(ctx, compacted_bytes);
     Ok((state, skipped, compacted))
+}
+
+/// `Accepted` and `Prepared` records for positions below a stable checkpoint
+/// that comes later in the same job: the checkpoint's truncation would
+/// delete them in the same transaction (PBFT §4.3), so writing them into the
+/// protocol-log table first is wasted work (most of a job's bytes: each
+/// `Accepted` carries its batch). `Decided` records stay: they extend the
+/// ledger's hash chain even when pruned right after.
+fn drop_superseded(layout: Layout, records: &mut Vec<PersistRecord>) {
+    let Some(last_stable) = records
+        .iter()
+        .rposition(|r| matches!(r, PersistRecord::Stable { .. }))
+    else {
+        return;
+    };
+    let PersistRecord::Stable { cert, .. } = &records[last_stable] else {
+        unreachable!("found as Stable above");
+    };
+    let stable = cert.seq.0;
+    let mut i = 0;
+    records.retain(|r| {
+        let before = i < last_stable;
+        i += 1;
+        let seq = match r {
+            PersistRecord::Accepted { lane, slot, .. } => layout.seq_of(*lane, *slot).ok(),
+            PersistRecord::Prepared { cert } => layout.seq_of(cert.lane, cert.slot).ok(),
+            _ => None,
+        };
+        !(before && seq.is_some_and(|s| s < stable))
+    });
 }
 
 /// redb reuses freed pages but never gives them back to the file system;
@@ -180,5 +211,61 @@ fn compact_if_bloated(ctx: &Context, compacted_bytes: &mut u64) -> bool {
             *compacted_bytes = bytes;
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Batch, CheckpointCert, Digest, LaneId, Seq, Slot, View};
+
+    fn accepted(slot: u64) -> PersistRecord {
+        let b = Batch::noop();
+        PersistRecord::Accepted {
+            lane: LaneId(0),
+            view: View(0),
+            slot: Slot(slot),
+            digest: b.digest(),
+            batch: b,
+        }
+    }
+
+    fn stable(seq: u64) -> PersistRecord {
+        PersistRecord::Stable {
+            cert: CheckpointCert {
+                seq: Seq(seq),
+                state_digest: Digest::of(b"s"),
+                votes: vec![],
+            },
+            snapshot: bytes::Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn only_records_a_later_checkpoint_in_the_job_covers_are_dropped() {
+        let layout = Layout { lanes: 1 };
+        let view = PersistRecord::View {
+            lane: LaneId(0),
+            view: View(1),
+        };
+        let mut records = vec![
+            accepted(0),
+            accepted(1),
+            view.clone(),
+            accepted(2),
+            stable(2),
+            accepted(1),
+            accepted(3),
+        ];
+        drop_superseded(layout, &mut records);
+        // Below 2 and before the checkpoint: dropped. After it, or at or
+        // above it: kept (the writer counts the late one as obsolete).
+        assert_eq!(
+            records,
+            vec![view, accepted(2), stable(2), accepted(1), accepted(3)]
+        );
+        let mut none = vec![accepted(0)];
+        drop_superseded(layout, &mut none);
+        assert_eq!(none, vec![accepted(0)]);
     }
 }
