@@ -231,9 +231,11 @@ impl Store {
     /// Write `records`, in order, with one `write` to the write-ahead log.
     /// Durable on return under `always`; under `batch` durable once `sync` is
     /// called or the `batch_appends_max`-th unsynced append returns; see
-    /// `FsyncPolicy`. On error nothing of the call is written: every record
-    /// is checked (lane range, no second digest for a decided position)
-    /// before the log sees it.
+    /// `FsyncPolicy`. Refused records (a lane out of range, a second digest
+    /// for a decided position) are refused before the log sees them:
+    /// nothing of the call is written. An I/O error once the frame is
+    /// written stops the store (`StoreError::Failed` from then on): the
+    /// caller must treat it as fatal, as the runtime does.
     pub fn append(&mut self, records: &[PersistRecord]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
@@ -261,6 +263,9 @@ impl Store {
     /// Check the records and write them to the log (one frame, one `write`);
     /// returns their decided positions.
     fn write_ahead(&mut self, records: &[PersistRecord]) -> Result<Vec<(u64, Digest)>> {
+        // A failed earlier hand-over is reported before this append is
+        // written, not after.
+        self.collect(false)?;
         self.check_usable()?;
         let decided = self.check_append(records)?;
         match self.wal.append(records) {
@@ -284,12 +289,15 @@ impl Store {
         } else {
             self.unsynced += 1;
         }
-        self.collect(false)?;
         if checkpoint
             || self.pending_appends >= MATERIALIZE_EVERY_APPENDS
             || self.wal.len() >= MATERIALIZE_BYTES
         {
-            self.hand_over()?;
+            // The append is in the log already: a failure from here on
+            // stops the store rather than report the append as not written.
+            if let Err(e) = self.hand_over() {
+                return Err(if self.failed.is_some() { e } else { self.fail(e) });
+            }
         }
         Ok(())
     }
@@ -300,6 +308,10 @@ impl Store {
     /// call's decided positions.
     fn check_append(&self, records: &[PersistRecord]) -> Result<Vec<(u64, Digest)>> {
         let mut decided: Vec<(u64, Digest)> = Vec::new();
+        // Taken only if needed; the guard outlives the read transaction
+        // (declared first, dropped last): the materializer's compaction,
+        // under the write lock, needs no read open (redb).
+        let mut guard = None;
         let mut ledger = None;
         for r in records {
             match r {
@@ -321,7 +333,7 @@ impl Store {
                         Some(d) => Some(d),
                         None => {
                             if ledger.is_none() {
-                                let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+                                let db = guard.insert(self.db.read().unwrap_or_else(|p| p.into_inner()));
                                 ledger = Some(db.begin_read()?.open_table(LEDGER)?);
                             }
                             let table = ledger.as_ref().expect("opened above");
@@ -375,8 +387,10 @@ impl Store {
         }
         self.collect(true)?;
         // `sync` covers the current segment only: the old one's frames must
-        // be durable before the log moves on.
-        if self.opts.fsync != FsyncPolicy::Off && self.unsynced > 0 {
+        // be durable before the log moves on, under every policy (under
+        // `off` too: frames of the next segment reaching the disk before
+        // this one's would make a machine crash leave a non-prefix).
+        if self.unsynced > 0 {
             if let Err(e) = self.wal.sync() {
                 return Err(self.fail(e));
             }
@@ -459,19 +473,19 @@ impl Store {
     /// `Decided` cells at or above it (with their batches).
     pub fn load(&mut self) -> Result<Vec<PersistRecord>> {
         self.materialize()?;
-        read::load(&self.read_txn()?, self.layout)
+        self.with_read(|t| read::load(t, self.layout))
     }
 
     /// The latest stable checkpoint and its snapshot (served to lagging peers).
     pub fn stable_checkpoint(&mut self) -> Result<Option<(CheckpointCert, Bytes)>> {
         self.materialize()?;
-        read::latest_checkpoint(&self.read_txn()?)
+        self.with_read(read::latest_checkpoint)
     }
 
     /// The decided cell at global position `seq`, if the ledger holds it.
     pub fn ledger_entry(&mut self, seq: Seq) -> Result<Option<(Cell, Digest, Batch)>> {
         self.materialize()?;
-        read::ledger_entry(&self.read_txn()?, seq.0)
+        self.with_read(|t| read::ledger_entry(t, seq.0))
     }
 
     /// `(length, head)`: every position below `length` is decided and chained
@@ -488,7 +502,7 @@ impl Store {
     /// `StoreError::LedgerTampered` naming the first bad position.
     pub fn verify_ledger(&mut self) -> Result<u64> {
         self.materialize()?;
-        read::verify_ledger(&self.read_txn()?, self.layout, self.state.chain)
+        self.with_read(|t| read::verify_ledger(t, self.layout, self.state.chain))
     }
 
     /// Drop decided cells below `seq` (at most the stable checkpoint, since
@@ -514,12 +528,18 @@ impl Store {
     /// `wal_pending_appends` says how many appends the log holds beyond them.
     pub fn stats(&self) -> Result<StoreStats> {
         let file_bytes = self.file_bytes()?;
-        let txn = self.read_txn()?;
+        let (log_records, ledger_entries, checkpoints) = self.with_read(|txn| {
+            Ok((
+                txn.open_table(LOG)?.len()?,
+                txn.open_table(LEDGER)?.len()?,
+                txn.open_table(CHECKPOINTS)?.len()?,
+            ))
+        })?;
         Ok(StoreStats {
             file_bytes,
-            log_records: txn.open_table(LOG)?.len()?,
-            ledger_entries: txn.open_table(LEDGER)?.len()?,
-            checkpoints: txn.open_table(CHECKPOINTS)?.len()?,
+            log_records,
+            ledger_entries,
+            checkpoints,
             stable_seq: self.state.stable_seq.map(Seq),
             appends: self.appends,
             durable_commits: self.durable_commits,
@@ -543,9 +563,14 @@ impl Store {
         self.opts
     }
 
-    fn read_txn(&self) -> Result<redb::ReadTransaction> {
+    /// A read of the tables; the lock guard outlives the transaction (the
+    /// materializer's compaction needs no read open).
+    fn with_read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
         let db = self.db.read().unwrap_or_else(|p| p.into_inner());
-        Ok(db.begin_read()?)
+        let txn = db.begin_read()?;
+        let out = f(&txn);
+        drop(txn);
+        out
     }
 
     /// Bytes on disk: the database file plus the write-ahead log's segments.
@@ -616,7 +641,7 @@ impl Drop for Store {
 /// Create the tables and metadata of a new store, or check those of an
 /// existing one; returns the committed state to continue from and the first
 /// segment of the write-ahead log not yet in the tables.
-fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64, bool)> {
+pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64, bool)> {
     let mut meta = txn.open_table(META)?;
     let version = meta.get(META_VERSION)?.map(|v| v.value().to_vec());
     // New, or from before the write-ahead log: no segment may exist yet.
@@ -693,4 +718,85 @@ fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, 
         wal_from,
         fresh,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{LaneId, Slot, View};
+
+    fn accepted(slot: u64) -> PersistRecord {
+        let b = Batch {
+            requests: vec![],
+            time_ms: slot + 1,
+        };
+        PersistRecord::Accepted {
+            lane: LaneId(0),
+            view: View(0),
+            slot: Slot(slot),
+            digest: b.digest(),
+            batch: b,
+        }
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &to.join(e.file_name()));
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+
+    /// A crash while a segment is on its way into the tables (held there by
+    /// the lock) leaves two segments from the recorded one on: both replay,
+    /// in order; a torn tail of the second cuts only its last append.
+    #[test]
+    fn a_crash_during_a_hand_over_replays_both_segments_in_order() {
+        for policy in [FsyncPolicy::Batch, FsyncPolicy::Off] {
+            let d = tempfile::tempdir().unwrap();
+            let mut s = Store::open(d.path(), policy, 1).unwrap();
+            s.append(&[accepted(0)]).unwrap();
+            s.append(&[accepted(1)]).unwrap();
+            let hold = Arc::clone(&s.db);
+            let guard = hold.write().unwrap();
+            s.hand_over().unwrap();
+            s.append(&[accepted(2)]).unwrap();
+            s.append(&[accepted(3)]).unwrap();
+            s.sync().unwrap();
+            let crashed = tempfile::tempdir().unwrap();
+            copy_dir(d.path(), crashed.path());
+            let torn = tempfile::tempdir().unwrap();
+            copy_dir(d.path(), torn.path());
+            drop(guard);
+            s.close().unwrap();
+
+            let segs = Wal::segments(&Wal::dir_of(crashed.path())).unwrap();
+            assert_eq!(segs.len(), 2, "{policy}: {segs:?}");
+            let mut r = Store::open(crashed.path(), policy, 1).unwrap();
+            assert_eq!(
+                r.load().unwrap(),
+                (0..4).map(accepted).collect::<Vec<_>>(),
+                "{policy}"
+            );
+
+            let last = Wal::dir_of(torn.path()).join(format!("{:016x}.log", segs[1]));
+            let len = std::fs::metadata(&last).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&last)
+                .unwrap()
+                .set_len(len - 1)
+                .unwrap();
+            let mut r = Store::open(torn.path(), policy, 1).unwrap();
+            assert_eq!(
+                r.load().unwrap(),
+                (0..3).map(accepted).collect::<Vec<_>>(),
+                "{policy}"
+            );
+        }
+    }
 }

@@ -117,7 +117,7 @@ impl Wal {
     }
 
     /// The segment numbers present, in order.
-    fn segments(dir: &Path) -> Result<Vec<u64>> {
+    pub(crate) fn segments(dir: &Path) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
@@ -272,9 +272,9 @@ impl Wal {
             .sum()
     }
 
-    /// Write `records` as one frame with one `write` call. On error the
-    /// segment is cut back to where it was, so a failed append leaves
-    /// nothing behind.
+    /// Write `records` as one frame with one `write` call. A failed write
+    /// may leave part of a frame: the store then takes no more appends, and
+    /// replay cuts the partial frame off as a torn tail.
     pub fn append(&mut self, records: &[PersistRecord]) -> Result<()> {
         self.buf.clear();
         let mut new_batches: Vec<Digest> = Vec::new();
