@@ -185,8 +185,9 @@ impl SimOptions {
         if self.n != 1 && self.n < 4 {
             return Err(format!("n must be 1 or at least 4, got {}", self.n));
         }
-        if self.n > 64 {
-            return Err(format!("n must be at most 64, got {}", self.n));
+        // Paper scale: RCC runs up to 91 replicas, Dispel up to 128 (issue 15).
+        if self.n > 128 {
+            return Err(format!("n must be at most 128, got {}", self.n));
         }
         if self.mode == OrderingMode::Pbft && self.pillars != 1 {
             return Err("pbft mode runs exactly 1 pillar".into());
