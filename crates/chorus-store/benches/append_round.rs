@@ -10,11 +10,14 @@
 
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, CheckpointVote, ClientId, ClusterTag, Digest, Identity, LaneId, Prepare,
-    PreparedCert, ReplicaId, Request, RequestSeq, Seq, Slot, View,
+    Batch, Cell, ClientId, ClusterTag, Digest, Identity, LaneId, Prepare, PreparedCert, ReplicaId, Request,
+    RequestSeq, Slot, View,
 };
 use chorus_order::PersistRecord;
 use chorus_store::{FsyncPolicy, Store};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 use std::time::Instant;
 
 /// Requests per batch and bytes per request: the profile's average batch
@@ -78,25 +81,8 @@ fn prepared(slot: u64, digest: Digest, signer: &Identity) -> PersistRecord {
 }
 
 fn stable(seq: u64) -> PersistRecord {
-    let state_digest = Digest::of(&seq.to_le_bytes());
-    let votes = (0..3)
-        .map(|r| {
-            let id = Identity::from_seed(&[r as u8]);
-            CheckpointVote {
-                seq: Seq(seq),
-                state_digest,
-                replica: ReplicaId(r),
-                sig: id
-                    .sign(CheckpointVote::signing_digest(Seq(seq), &state_digest, ReplicaId(r)).as_bytes()),
-            }
-        })
-        .collect();
     PersistRecord::Stable {
-        cert: CheckpointCert {
-            seq: Seq(seq),
-            state_digest,
-            votes,
-        },
+        cert: common::cert(seq),
         snapshot: Bytes::from(vec![7u8; 64 << 10]),
     }
 }

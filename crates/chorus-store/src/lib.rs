@@ -61,6 +61,8 @@ mod policy;
 mod read;
 mod schema;
 mod store;
+#[cfg(test)]
+mod test_records;
 mod wal;
 mod writer;
 

@@ -219,44 +219,8 @@ fn compact_if_bloated(ctx: &Context, compacted_bytes: &mut u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{Batch, CheckpointCert, Digest, LaneId, Seq, Slot, View};
-
-    fn accepted(slot: u64) -> PersistRecord {
-        let b = Batch::noop();
-        PersistRecord::Accepted {
-            lane: LaneId(0),
-            view: View(0),
-            slot: Slot(slot),
-            digest: b.digest(),
-            batch: b,
-        }
-    }
-
-    fn stable(seq: u64) -> PersistRecord {
-        PersistRecord::Stable {
-            cert: CheckpointCert {
-                seq: Seq(seq),
-                state_digest: Digest::of(b"s"),
-                votes: vec![],
-            },
-            snapshot: bytes::Bytes::new(),
-        }
-    }
-
-    fn decided(slot: u64) -> PersistRecord {
-        let b = Batch {
-            requests: vec![],
-            time_ms: slot + 1,
-        };
-        PersistRecord::Decided {
-            cell: chorus_core::Cell {
-                lane: LaneId(0),
-                slot: Slot(slot),
-            },
-            digest: b.digest(),
-            batch: b,
-        }
-    }
+    use crate::test_records::{accepted, decided, stable};
+    use chorus_core::{LaneId, View};
 
     /// Applies `records` (all of them, or without the superseded ones) to a
     /// fresh database; returns what recovery would load and the chain.

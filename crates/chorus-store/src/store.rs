@@ -723,21 +723,7 @@ pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(W
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{LaneId, Slot, View};
-
-    fn accepted(slot: u64) -> PersistRecord {
-        let b = Batch {
-            requests: vec![],
-            time_ms: slot + 1,
-        };
-        PersistRecord::Accepted {
-            lane: LaneId(0),
-            view: View(0),
-            slot: Slot(slot),
-            digest: b.digest(),
-            batch: b,
-        }
-    }
+    use crate::test_records::accepted;
 
     fn copy_dir(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();

@@ -415,30 +415,7 @@ fn read_frames(bytes: &[u8], path: &Path, out: &mut Vec<PersistRecord>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{Batch, LaneId, Slot, View};
-
-    fn accepted(slot: u64) -> PersistRecord {
-        let b = Batch::noop();
-        PersistRecord::Accepted {
-            lane: LaneId(0),
-            view: View(1),
-            slot: Slot(slot),
-            digest: b.digest(),
-            batch: b,
-        }
-    }
-
-    fn decided(slot: u64) -> PersistRecord {
-        let b = Batch::noop();
-        PersistRecord::Decided {
-            cell: Cell {
-                lane: LaneId(0),
-                slot: Slot(slot),
-            },
-            digest: b.digest(),
-            batch: b,
-        }
-    }
+    use crate::test_records::{accepted, decided};
 
     fn segment_path(dir: &Path, segment: u64) -> PathBuf {
         Wal::dir_of(dir).join(segment_name(segment))
