@@ -201,7 +201,8 @@ impl Driver {
     }
 
     /// Append and make durable (per the fsync policy) everything pending: one
-    /// transaction and at most one fsync per batch of events (group commit).
+    /// write-ahead frame and at most one fsync per batch of events (group
+    /// commit); the store's own thread brings the tables up to date.
     fn flush_persist(&mut self) -> Result<()> {
         if !self.pending_persist.is_empty() {
             // A failed append or sync is fatal (the thread returns it, see

@@ -1,9 +1,10 @@
 //! The write-ahead segment log: every `append` is one `write` of checksummed
 //! frames to the current segment file, every durable point one `fdatasync`
 //! (issue 13 item 2: "one write + at most one fdatasync per round"). The redb
-//! tables are brought up to date from it in bulk (`Store::materialize`), once
-//! per stable checkpoint or per `MATERIALIZE_EVERY_APPENDS` appends, instead
-//! of one B-tree transaction per round.
+//! tables are brought up to date from it in bulk, on the store's own thread
+//! (`materializer.rs`), once per stable checkpoint or per
+//! `MATERIALIZE_EVERY_APPENDS` appends, instead of one B-tree transaction
+//! per round.
 //!
 //! Layout: `wal/<segment, 16 hex digits>.log` in the data directory. One
 //! frame per append, so an append is all or nothing as it was with one redb
