@@ -249,6 +249,33 @@ pub fn decode_snapshot(
     Ok((table, s.service))
 }
 
+/// Re-encode a snapshot, in its own version, with its client table edited
+/// by `edit`. What a liar serving state transfer does (the simulator's
+/// `garbage-snapshot` adversary): the result decodes like any snapshot, and
+/// only the certificate's state digest tells it apart (issue 8 finding 6).
+pub fn reencode_with_table(bytes: &[u8], edit: impl FnOnce(&mut TableSnapshot)) -> Result<Bytes, ExecError> {
+    let malformed = |e: postcard::Error| ExecError::Malformed(e.to_string());
+    let encoded = match bytes.first() {
+        Some(&SNAPSHOT_VERSION_1) => {
+            let mut s: ExecSnapshotV1 = postcard::from_bytes(bytes).map_err(malformed)?;
+            edit(&mut s.table);
+            postcard::to_allocvec(&s)
+        }
+        Some(&SNAPSHOT_VERSION_2) => {
+            let mut s: ExecSnapshotV2 = postcard::from_bytes(bytes).map_err(malformed)?;
+            edit(&mut s.table);
+            postcard::to_allocvec(&s)
+        }
+        Some(&SNAPSHOT_VERSION) => {
+            let mut s: ExecSnapshot = postcard::from_bytes(bytes).map_err(malformed)?;
+            edit(&mut s.table);
+            postcard::to_allocvec(&s)
+        }
+        _ => return Err(ExecError::Invalid("unknown snapshot version")),
+    };
+    encoded.map(Bytes::from).map_err(malformed)
+}
+
 /// The state digest replicas compare: position, client table, service state
 /// and (once a batch had one) the agreed time, so a replica that computes
 /// another time than the others is caught at the next checkpoint.
@@ -399,5 +426,43 @@ mod tests {
         let (old, _) = decode_snapshot(&v2, 8).expect("version 2 decodes");
         assert_eq!(old.agreed_time(), 0);
         assert_eq!(old.switches(), &switched());
+    }
+
+    /// The forging helper keeps the version and everything but the table,
+    /// and what it edits changes the state digest (so a verified install
+    /// refuses it), in versions 1 and 3 alike.
+    #[test]
+    fn a_reencoded_snapshot_keeps_its_version_and_only_the_edit_moves_the_digest() {
+        for time in [0, 77] {
+            let mut t = ClientTable::new(8);
+            t.agree_time(time);
+            assert!(matches!(
+                t.admit(ClientId(3), RequestSeq(1)),
+                crate::Admission::Fresh
+            ));
+            assert!(t.complete(ClientId(3), RequestSeq(1), Bytes::from_static(b"honest")));
+            let bytes = encode_snapshot(&t, &Empty);
+            let same = reencode_with_table(&bytes, |_| {}).expect("re-encodes");
+            assert_eq!(same, bytes, "no edit, same bytes");
+            let forged = reencode_with_table(&bytes, |s| {
+                for c in &mut s.clients {
+                    for (_, r) in &mut c.replies {
+                        *r = Bytes::from_static(b"forged");
+                    }
+                }
+            })
+            .expect("re-encodes");
+            assert_eq!(forged[0], bytes[0]);
+            let (table, _) = decode_snapshot(&forged, 8).expect("a forgery decodes");
+            assert_ne!(
+                state_digest(Seq(2), &table, &Empty),
+                state_digest(Seq(2), &t, &Empty)
+            );
+            assert_eq!(
+                table.lookup(ClientId(3), RequestSeq(1)),
+                crate::ReplyLookup::Ready(Bytes::from_static(b"forged"))
+            );
+        }
+        assert!(reencode_with_table(b"\x09junk", |_| {}).is_err());
     }
 }

@@ -13,7 +13,11 @@
 //! - equal state digests at equal checkpoint positions;
 //! - delivery contract: positions strictly increasing without gaps, each at
 //!   its cell (COP §4.1);
-//! - client results: a result a client accepted is the one correct replicas computed.
+//! - client results: a result a client accepted is the one correct replicas computed;
+//! - reply results: every full reply a correct replica sends carries the result
+//!   correct replicas computed (one forged reply never fools a client, which
+//!   waits for f+1, but it proves the replica answers from a state nobody
+//!   certified).
 
 use crate::queue::Micros;
 use crate::report::{Violation, ViolationKind};
@@ -54,6 +58,9 @@ pub struct Checker {
     exec_global: BTreeMap<RequestKey, (Seq, Digest, ReplicaId)>,
     states: BTreeMap<Seq, (Digest, ReplicaId)>,
     accepted: Vec<(RequestKey, Digest, Micros)>,
+    /// Full replies correct replicas sent, checked at the end against what
+    /// was computed (a reply may leave before the first execution is seen).
+    replied: BTreeMap<(RequestKey, Digest), (ReplicaId, Micros)>,
     /// rcc: the lane that carried each client's requests in each round.
     rcc: bool,
     client_lanes: BTreeMap<(ClientId, u64), chorus_core::LaneId>,
@@ -80,6 +87,7 @@ impl Checker {
             exec_global: BTreeMap::new(),
             states: BTreeMap::new(),
             accepted: Vec::new(),
+            replied: BTreeMap::new(),
             rcc: config.params.mode == chorus_core::OrderingMode::Rcc,
             client_lanes: BTreeMap::new(),
             violations: Vec::new(),
@@ -349,8 +357,33 @@ impl Checker {
         self.accepted.push((key, result, now));
     }
 
+    /// A correct replica sent a full reply carrying `result` (execution or
+    /// a retransmission answered from its client table).
+    pub fn replied(&mut self, now: Micros, r: ReplicaId, key: (ClientId, RequestSeq), result: Digest) {
+        // One entry per distinct (request, result): bounded by the requests.
+        if self.is_correct(r) {
+            self.replied.entry((key, result)).or_insert((r, now));
+        }
+    }
+
     /// The end-of-run checks; returns the violations and how many were only counted.
     pub fn finish(mut self) -> (Vec<Violation>, u64) {
+        let replied = std::mem::take(&mut self.replied);
+        for (((c, q), result), (r, at)) in replied {
+            match self.exec_global.get(&(c, q)) {
+                Some(&(_, d, _)) if d == result => {}
+                Some(&(_, d, first)) => self.violate(
+                    ViolationKind::ReplyResult,
+                    at,
+                    format!("{r:?} replied {result:?} to {c:?}/{q:?} but correct {first:?} computed {d:?}"),
+                ),
+                None => self.violate(
+                    ViolationKind::ReplyResult,
+                    at,
+                    format!("{r:?} replied {result:?} to {c:?}/{q:?}, which no correct replica executed"),
+                ),
+            }
+        }
         let accepted = std::mem::take(&mut self.accepted);
         for ((c, q), result, at) in accepted {
             match self.exec_global.get(&(c, q)) {
@@ -636,6 +669,36 @@ mod tests {
         assert_eq!(
             kinds(c),
             vec![ViolationKind::ClientResult, ViolationKind::ClientResult]
+        );
+    }
+
+    #[test]
+    fn a_correct_replica_replying_what_nobody_computed_is_caught() {
+        let key = (ClientId(0), RequestSeq(1));
+        let run = |forge: bool| {
+            let (_, mut c, _) = setup();
+            c.executed(1, ReplicaId(0), key, Seq(0), Digest::of(b"a"), false);
+            // The computed result, before or after the execution is seen: fine.
+            c.replied(0, ReplicaId(1), key, Digest::of(b"a"));
+            c.replied(2, ReplicaId(2), key, Digest::of(b"a"));
+            // Byzantine replica 3 may say anything.
+            c.replied(2, ReplicaId(3), key, Digest::of(b"lie"));
+            if forge {
+                // A correct replica answering from a forged client table.
+                c.replied(3, ReplicaId(1), key, Digest::of(b"forged"));
+                c.replied(
+                    3,
+                    ReplicaId(2),
+                    (ClientId(0), RequestSeq(9)),
+                    Digest::of(b"never ran"),
+                );
+            }
+            kinds(c)
+        };
+        assert!(run(false).is_empty());
+        assert_eq!(
+            run(true),
+            vec![ViolationKind::ReplyResult, ViolationKind::ReplyResult]
         );
     }
 

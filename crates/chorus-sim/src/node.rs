@@ -7,8 +7,7 @@ use crate::clock::Clock;
 use crate::rcc_adversary::RccAdversary;
 use crate::smart_adversary::SmartAdversary;
 use crate::store::Store;
-use bytes::Bytes;
-use chorus_core::{ClientId, ClusterConfig, Identity, Millis, ReplicaId, RequestSeq, Seq};
+use chorus_core::{ClusterConfig, Identity, Millis, ReplicaId, Seq};
 use chorus_exec::Executor;
 use chorus_order::{Event, Outbox, PersistRecord, TimerId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +56,13 @@ pub trait SimReplica: Sized {
         Vec::new()
     }
 
+    /// A lane's current view and its window `[low, high)` of slots: what
+    /// the new-view check compares a NEW-VIEW's re-proposals with; `None`
+    /// for protocols without PBFT lanes.
+    fn lane_window(&self, _lane: chorus_core::LaneId) -> Option<(u64, u64, u64)> {
+        None
+    }
+
     /// Each lane's decided frontier, view change and RCC stop, for the
     /// wait-free checker (`rcc_stats.rs`); empty for protocols without lanes.
     fn lane_progress(&self) -> Vec<crate::rcc_stats::LaneProgress> {
@@ -66,9 +72,6 @@ pub trait SimReplica: Sized {
     /// sarek: PREDICT() for routing requests to partition lanes.
     fn set_predictor(&mut self, _p: chorus_order::sarek::Predictor) {}
 }
-
-/// Replies a replica keeps to answer retransmitted requests.
-const REPLY_CACHE_MAX: usize = 4_096;
 
 /// The volatile part of a replica.
 pub struct Live<R> {
@@ -82,7 +85,6 @@ pub struct Live<R> {
     /// Batches a custom executor received since its last barrier (their
     /// results are not handed out yet: `world_replica::deliver`).
     pub exec_unflushed: u32,
-    reply_cache: BTreeMap<(ClientId, RequestSeq), Bytes>,
 }
 
 impl<R> Live<R> {
@@ -93,19 +95,7 @@ impl<R> Live<R> {
             timers: BTreeMap::new(),
             pending_checkpoints: BTreeSet::new(),
             exec_unflushed: 0,
-            reply_cache: BTreeMap::new(),
         }
-    }
-
-    pub fn cache_reply(&mut self, client: ClientId, seq: RequestSeq, result: Bytes) {
-        if self.reply_cache.len() >= REPLY_CACHE_MAX {
-            self.reply_cache.pop_first();
-        }
-        self.reply_cache.insert((client, seq), result);
-    }
-
-    pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Bytes> {
-        self.reply_cache.get(&(client, seq)).cloned()
     }
 }
 

@@ -56,6 +56,11 @@ impl SimReplica for Replica {
             .collect()
     }
 
+    fn lane_window(&self, lane: chorus_core::LaneId) -> Option<(u64, u64, u64)> {
+        let l = self.lane(lane)?;
+        Some((l.view().0, l.low().0, l.high().0))
+    }
+
     fn lane_progress(&self) -> Vec<crate::rcc_stats::LaneProgress> {
         let s = self.status();
         (0..s.views.len())

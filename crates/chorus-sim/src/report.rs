@@ -24,10 +24,18 @@ pub enum ViolationKind {
     Liveness,
     /// A client accepted a result that no correct replica computed.
     ClientResult,
+    /// A correct replica sent a reply whose result is not the one correct
+    /// replicas computed for that request (issue 8 finding 6: a reply from a
+    /// client table restored out of an unverified snapshot).
+    ReplyResult,
     /// The delivery contract was broken (gaps, wrong cell, executor mismatch).
     Delivery,
     /// The code under test panicked.
     Panic,
+    /// A correct new-view primary re-proposed a slot outside its own window
+    /// after entering the view: it can never pre-prepare it (PBFT §4.4;
+    /// issue 8 finding 8).
+    NewViewWindow,
     /// A replica holds requests that can never leave its pool (in flight at
     /// a decided slot): bounded memory would fill up and admission stall.
     PoolLeak,
@@ -61,6 +69,7 @@ impl ViolationKind {
             self,
             ViolationKind::Liveness
                 | ViolationKind::Panic
+                | ViolationKind::NewViewWindow
                 | ViolationKind::ViewSplit
                 | ViolationKind::WaitFree
         )
@@ -74,8 +83,10 @@ impl ViolationKind {
             ViolationKind::StateDigest => "state-digest",
             ViolationKind::Liveness => "liveness",
             ViolationKind::ClientResult => "client-result",
+            ViolationKind::ReplyResult => "reply-result",
             ViolationKind::Delivery => "delivery",
             ViolationKind::Panic => "panic",
+            ViolationKind::NewViewWindow => "new-view-window",
             ViolationKind::PoolLeak => "pool-leak",
             ViolationKind::ViewSplit => "view-split",
             ViolationKind::WaitFree => "wait-free",

@@ -16,9 +16,12 @@
 //!   correct replica's VIEW-CHANGE omits what it prepared). Like
 //!   `garbage-snapshot`, it sends checkpoint votes only to its colluders.
 //! - `garbage-snapshot`: serves state transfer with a valid checkpoint
-//!   certificate and garbage bytes, and sends checkpoint votes only to the
-//!   other Byzantine replicas, so a certificate exists that correct replicas
-//!   may not hold (findings 1, 5, 6).
+//!   certificate and, for every other checkpoint, garbage bytes (finding 5:
+//!   a snapshot that does not decode) or a well-formed snapshot whose client
+//!   table answers every cached request with a forged reply (finding 6: a
+//!   replica that restores before it verifies would re-send those), and
+//!   sends checkpoint votes only to the other Byzantine replicas, so a
+//!   certificate exists that correct replicas may not hold (finding 1).
 //!
 //! Unless the seed drew `persist`, all of them behave correctly once the
 //! network heals.
@@ -73,6 +76,12 @@ pub struct SmartAdversary {
     /// nv-forge: what went out for each (lane, view), and the slots it covers.
     forged: BTreeMap<(LaneId, View), (Vec<ReplicaMsg>, BTreeSet<Slot>)>,
     garbage: BTreeMap<(u64, u32), Bytes>,
+    /// garbage-snapshot: the honest chunks of a snapshot to forge, per
+    /// (receiver, checkpoint), until all have passed.
+    assembling: BTreeMap<(ReplicaId, u64), Vec<Option<Bytes>>>,
+    /// garbage-snapshot: each client's newest request seen (clients send to
+    /// every replica), which a forged client table claims executed.
+    pending: BTreeMap<chorus_core::ClientId, (chorus_core::RequestSeq, Digest)>,
 }
 
 impl SmartAdversary {
@@ -119,11 +128,23 @@ impl SmartAdversary {
             batch_order: VecDeque::new(),
             forged: BTreeMap::new(),
             garbage: BTreeMap::new(),
+            assembling: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
     }
 
     fn active(&self, now_us: Micros) -> bool {
         self.persist || now_us < self.heal_at_us
+    }
+
+    /// A client request reached this replica (bounded: one entry per client).
+    pub fn observe_request(&mut self, r: &chorus_core::Request) {
+        if self.kind == FaultKind::GarbageSnapshot {
+            let e = self.pending.entry(r.client).or_insert((r.seq, r.digest()));
+            if r.seq >= e.0 {
+                *e = (r.seq, r.digest());
+            }
+        }
     }
 
     /// A message the replica received (or sent): learn view changes and batches.
@@ -376,6 +397,9 @@ impl SmartAdversary {
                     let bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
                     self.garbage.insert(key, Bytes::from(bytes));
                 }
+                if self.forges_at(m.cert.seq) {
+                    return self.forged_snapshot(to, m, counters);
+                }
                 m.data = self.garbage[&key].clone();
                 counters.fault("byz-garbage-snapshot");
                 vec![(0, ReplicaMsg::StateChunk(m))]
@@ -386,6 +410,98 @@ impl SmartAdversary {
             }
             other => vec![(0, other)],
         }
+    }
+}
+
+impl SmartAdversary {
+    /// Every other checkpoint is served as a well-formed forgery, the rest
+    /// as garbage (one seed exercises findings 5 and 6 both).
+    fn forges_at(&self, seq: chorus_core::Seq) -> bool {
+        let interval = self.config.params.checkpoint_interval.max(1);
+        (seq.0 / interval) % 2 == 1
+    }
+
+    /// Hold the honest chunks of the snapshot for `to` until all have
+    /// passed, then send the forgery, cut into as many chunks. A snapshot
+    /// it cannot read (the partitioned executor's format) goes out as the
+    /// garbage already drawn for each chunk.
+    fn forged_snapshot(
+        &mut self,
+        to: ReplicaId,
+        m: chorus_core::StateChunk,
+        counters: &mut Counters,
+    ) -> Vec<(Micros, ReplicaMsg)> {
+        let count = m.count as usize;
+        let key = (to, m.cert.seq.0);
+        if !self.assembling.contains_key(&key) && self.assembling.len() == FORGED_MAX {
+            self.assembling.pop_first();
+        }
+        let parts = self.assembling.entry(key).or_insert_with(|| vec![None; count]);
+        if parts.len() != count || m.index as usize >= count {
+            self.assembling.remove(&key);
+            return vec![];
+        }
+        parts[m.index as usize] = Some(m.data.clone());
+        if parts.iter().any(Option::is_none) {
+            return vec![];
+        }
+        let whole: Vec<u8> = self
+            .assembling
+            .remove(&key)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|b| b.to_vec())
+            .collect();
+        let lie = Bytes::from(format!("forged by {:?}", self.me));
+        let pending = &self.pending;
+        let forged = chorus_exec::executor::reencode_with_table(&whole, |t| {
+            for c in &mut t.clients {
+                for (_, reply) in &mut c.replies {
+                    *reply = lie.clone();
+                }
+            }
+            // The worst moment: clients retransmit the requests they still
+            // wait for, so claim those executed, with a forged reply each.
+            let max_inflight = crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT;
+            let Ok(mut table) = chorus_exec::ClientTable::from_snapshot(t, max_inflight) else {
+                return;
+            };
+            for (client, (seq, digest)) in pending {
+                if table.admit_request(*client, *seq, *digest) == chorus_exec::Admission::Fresh {
+                    table.complete(*client, *seq, lie.clone());
+                }
+            }
+            *t = table.to_snapshot();
+        });
+        let chunks: Vec<Bytes> = match forged {
+            Ok(bytes) => {
+                counters.fault("byz-forged-snapshot");
+                let size = bytes.len().div_ceil(count).max(1);
+                (0..count)
+                    .map(|i| bytes.slice((i * size).min(bytes.len())..((i + 1) * size).min(bytes.len())))
+                    .collect()
+            }
+            Err(_) => {
+                counters.fault("byz-garbage-snapshot");
+                (0..count as u32)
+                    .map(|i| self.garbage.get(&(m.cert.seq.0, i)).cloned().unwrap_or_default())
+                    .collect()
+            }
+        };
+        chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, data)| {
+                let chunk = chorus_core::StateChunk {
+                    cert: m.cert.clone(),
+                    index: i as u32,
+                    count: m.count,
+                    data,
+                };
+                (0, ReplicaMsg::StateChunk(chunk))
+            })
+            .collect()
     }
 }
 
@@ -527,6 +643,73 @@ mod tests {
             &nv.sig
         ));
         assert_eq!(c.faults["byz-nv-forge"], 1);
+    }
+
+    /// Finding 6's liar: a well-formed snapshot, cut into as many chunks as
+    /// the honest one, whose table claims the client's pending request
+    /// executed with a forged reply (and forges the cached ones).
+    #[test]
+    fn forged_snapshot_decodes_and_claims_pending_requests() {
+        use chorus_core::{Authenticator, CheckpointCert, ClientId, Request, RequestSeq, Seq, StateChunk};
+        use chorus_exec::{Admission, ClientTable, ReplyLookup};
+        let (mut adv, _, _) = setup(FaultKind::GarbageSnapshot, 2, &[2]);
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let mut c = Counters::default();
+        let mut table = ClientTable::new(crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT);
+        assert_eq!(table.admit(ClientId(1), RequestSeq(1)), Admission::Fresh);
+        assert!(table.complete(ClientId(1), RequestSeq(1), Bytes::from_static(b"honest")));
+        let service = chorus_apps::KvService::default();
+        let honest = chorus_exec::executor::encode_snapshot(&table, &service);
+        let pending = Request {
+            client: ClientId(2),
+            seq: RequestSeq(1),
+            flags: 0,
+            op: Bytes::from_static(b"op"),
+            auth: Authenticator::Macs(vec![]),
+        };
+        adv.observe_request(&pending);
+        // Checkpoint 4 of interval 4 is a forging one (8 would be garbage).
+        let cert = CheckpointCert {
+            seq: Seq(4),
+            state_digest: Digest::of(b"s"),
+            votes: vec![],
+        };
+        let half = honest.len() / 2;
+        let parts = [honest.slice(..half), honest.slice(half..)];
+        let mut out = Vec::new();
+        for (index, data) in parts.iter().enumerate() {
+            let chunk = StateChunk {
+                cert: cert.clone(),
+                index: index as u32,
+                count: 2,
+                data: data.clone(),
+            };
+            out = adv.outgoing(&mut rng, 0, ReplicaId(0), ReplicaMsg::StateChunk(chunk), &mut c);
+            if index == 0 {
+                assert!(out.is_empty(), "held until every chunk passed");
+            }
+        }
+        let forged: Vec<u8> = out
+            .iter()
+            .flat_map(|(_, m)| match m {
+                ReplicaMsg::StateChunk(x) => {
+                    assert_eq!((&x.cert, x.count), (&cert, 2));
+                    x.data.to_vec()
+                }
+                _ => panic!("only chunks"),
+            })
+            .collect();
+        assert_eq!(out.len(), 2);
+        let (back, _) =
+            chorus_exec::executor::decode_snapshot(&forged, crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT)
+                .expect("the forgery is well-formed");
+        let lie = ReplyLookup::Ready(Bytes::from("forged by r2"));
+        assert_eq!(back.lookup(ClientId(1), RequestSeq(1)), lie);
+        assert_eq!(back.lookup(ClientId(2), RequestSeq(1)), lie);
+        assert_eq!(
+            back.request_digest(ClientId(2), RequestSeq(1)),
+            Some(pending.digest())
+        );
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub struct World<R: SimReplica> {
     pub(crate) next_timer_generation: u64,
     /// Replica whose events and actions are printed (`CHORUS_SIM_LOG=r1`).
     pub(crate) log_replica: Option<ReplicaId>,
+    /// NEW-VIEWs correct replicas sent in the step being performed: (lane,
+    /// view, highest re-proposed slot), checked against the sender's window
+    /// once the step is done (`world_replica::check_new_views`).
+    pub(crate) sent_new_views: Vec<(chorus_core::LaneId, u64, Option<u64>)>,
     /// The resource model (`SimOptions::perf`), its event being charged, and
     /// the latencies of accepted requests.
     pub(crate) perf: Option<crate::perf::PerfState>,
@@ -217,6 +221,7 @@ impl<R: SimReplica> World<R> {
             trace: blake3::Hasher::new(),
             next_timer_generation: 0,
             log_replica: log_replica_from_env(),
+            sent_new_views: Vec::new(),
             perf: opts
                 .perf
                 .clone()

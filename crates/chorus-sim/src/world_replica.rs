@@ -132,6 +132,12 @@ impl<R: SimReplica> World<R> {
         if self.nodes[i].live.as_ref().is_some_and(|l| l.exec_unflushed > 0) {
             self.exec_barrier(i);
         }
+        if self.nodes[i].live.is_none() {
+            return;
+        }
+        if let Some(adv) = self.nodes[i].smart.as_mut() {
+            adv.observe_request(&request);
+        }
         let Some(live) = self.nodes[i].live.as_ref() else {
             return;
         };
@@ -152,14 +158,21 @@ impl<R: SimReplica> World<R> {
             let body = ReplyBody::Rejected(chorus_exec::RejectKind::SeqReused.as_str().into());
             return self.send_reply(i, request.client, request.seq, Some(d), body);
         }
-        // A retransmission of an executed request: answer from the cache.
-        if let Some(result) = live.cached_reply(request.client, request.seq) {
-            self.send_reply(i, request.client, request.seq, Some(d), ReplyBody::Full(result));
-        } else if live.executor.reply_lookup(request.client, request.seq) == ReplyLookup::Gone {
-            // Counted as executed, nothing to re-send: it will never run, and
-            // silence would leave the client retransmitting for ever.
-            let body = ReplyBody::Rejected(REJECT_ABANDONED.into());
-            return self.send_reply(i, request.client, request.seq, Some(d), body);
+        // A retransmission of an executed request: answered from the
+        // executor's client table, as the runtime's execution thread does
+        // (`chorus-node` `ExecInput::Retransmit`), so a table restored from a
+        // snapshot answers here exactly as it would there (issue 8 finding 6).
+        match live.executor.reply_lookup(request.client, request.seq) {
+            ReplyLookup::Ready(result) => {
+                self.send_reply(i, request.client, request.seq, Some(d), ReplyBody::Full(result));
+            }
+            ReplyLookup::Gone => {
+                // Counted as executed, nothing to re-send: it will never run, and
+                // silence would leave the client retransmitting for ever.
+                let body = ReplyBody::Rejected(REJECT_ABANDONED.into());
+                return self.send_reply(i, request.client, request.seq, Some(d), body);
+            }
+            ReplyLookup::Unknown | ReplyLookup::Pending => {}
         }
         self.handle(i, Event::Request(request));
     }
@@ -194,6 +207,44 @@ impl<R: SimReplica> World<R> {
     /// Perform the actions in order, then feed the follow-up events they
     /// produced (each with its own actions), until nothing is left.
     fn perform(&mut self, i: usize, out: Outbox) {
+        self.perform_chain(i, out);
+        self.check_new_views(i);
+    }
+
+    /// PBFT §4.4: the primary of a new view pre-prepares every re-proposal
+    /// of its NEW-VIEW, so each must lie inside the window it has once it
+    /// entered the view. One it cannot send leaves the view without progress
+    /// until it changes again (issue 8 finding 8: a primary behind the
+    /// NEW-VIEW's checkpoint kept its old window).
+    fn check_new_views(&mut self, i: usize) {
+        if self.sent_new_views.is_empty() {
+            return;
+        }
+        let sent = std::mem::take(&mut self.sent_new_views);
+        let Some(live) = self.nodes[i].live.as_ref() else {
+            return;
+        };
+        let id = self.nodes[i].replica_id;
+        for (lane, view, top) in sent {
+            let Some(top) = top else { continue };
+            let Some((now_view, low, high)) = live.replica.lane_window(lane) else {
+                continue;
+            };
+            // Below the low is fine: those slots are under its stable checkpoint.
+            if now_view == view && top >= high {
+                let now = self.now_us();
+                self.checker.violate(
+                    ViolationKind::NewViewWindow,
+                    now,
+                    format!(
+                        "{id:?} sent the NEW-VIEW of {lane:?} v{view} re-proposing up to s{top}, above its window [s{low}, s{high}): it can never pre-prepare it"
+                    ),
+                );
+            }
+        }
+    }
+
+    fn perform_chain(&mut self, i: usize, out: Outbox) {
         let mut actions: VecDeque<Action> = out.actions.into();
         let mut follow_ups: VecDeque<Event> = VecDeque::new();
         let mut chained = 0;
@@ -259,6 +310,12 @@ impl<R: SimReplica> World<R> {
             Action::Send { to, msg } => self.send_replica(i, to, msg),
             Action::Broadcast { msg } => {
                 let me = self.nodes[i].replica_id;
+                if let ReplicaMsg::NewView(nv) = &msg {
+                    if self.nodes[i].correct && nv.replica == me {
+                        let top = nv.reproposals.iter().map(|r| r.slot.0).max();
+                        self.sent_new_views.push((nv.lane, nv.view.0, top));
+                    }
+                }
                 for r in 0..self.config.n() as u32 {
                     if ReplicaId(r) != me {
                         self.send_replica(i, ReplicaId(r), msg.clone());
@@ -474,6 +531,15 @@ impl<R: SimReplica> World<R> {
         if c >= self.clients.len() + self.byz_clients.len() || !self.client_linked(c, i) {
             return;
         }
+        // Replies to correct clients from correct replicas must carry what
+        // was computed; refusals are not results.
+        if let ReplyBody::Full(result) = &body {
+            if c < self.clients.len() && !result.starts_with(chorus_exec::REJECTED_PREFIX) {
+                let now = self.now_us();
+                let id = self.nodes[i].replica_id;
+                self.checker.replied(now, id, (client, seq), Digest::of(result));
+            }
+        }
         let body = match (body, self.nodes[i].adversary.as_mut()) {
             (ReplyBody::Full(result), Some(adv)) => {
                 match adv.reply(&mut self.rng, result, &mut self.counters) {
@@ -604,9 +670,6 @@ impl<R: SimReplica> World<R> {
         live.executor.drain_results(&mut results);
         // Non-conflicting requests may finish in any order: fix one.
         results.sort_by_key(|r| (r.delivered_at, r.client, r.request_seq, r.duplicate));
-        for r in &results {
-            live.cache_reply(r.client, r.request_seq, r.result.clone());
-        }
         let correct = self.nodes[i].correct;
         for r in results {
             let key = self.exactly_once_key(r.client, r.request_seq, r.delivered_at);

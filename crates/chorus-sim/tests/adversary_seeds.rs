@@ -321,3 +321,22 @@ fixed!(
         o
     }, seed 3100075, "finding 2"
 );
+
+fixed!(
+    /// Finding 8, found by the `new-view-window` check (2026-11-25) on main
+    /// with only the finding-8 fix switched off (`install_new_view` keeping
+    /// its low when the NEW-VIEW proves a newer checkpoint): "r1 sent the
+    /// NEW-VIEW of L1 v8 re-proposing up to s43, above its window [s28,
+    /// s40): it can never pre-prepare it" (twins r3, r6; fixed rotation).
+    cop_n7_all_seed_8100001_new_view_primary_behind_the_checkpoint: heavy(Cop, 4, 7, "all", 60, 15_000), seed 8100001, "finding 8"
+);
+
+fixed!(
+    /// Finding 6, found by the `reply-result` check (2026-11-25) on main
+    /// with the executor's install switched back to restore-then-verify:
+    /// r0 (`garbage-snapshot`) served a well-formed snapshot whose client
+    /// table claims the requests clients still waited for; r3 restored it,
+    /// saw the digest mismatch, and then answered retransmissions from it:
+    /// "r3 replied D:947efac8e1d9 to c0/q8 but correct r2 computed D:a35c3cd2ae3a".
+    pbft_n4_forged_snapshot_seed_34_restore_before_verify: no_swarm(heavy(OrderingMode::Pbft, 1, 4, "loss,garbage-snapshot,outage", 60, 15_000)), seed 34, "finding 6"
+);

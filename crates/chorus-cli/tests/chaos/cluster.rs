@@ -168,6 +168,21 @@ impl Cluster {
         Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
     }
 
+    /// Bytes under the replica's data directory (database and write-ahead
+    /// log), by file length.
+    pub fn storage_mib(&self, i: usize) -> f64 {
+        fn walk(p: &Path) -> u64 {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => std::fs::read_dir(p)
+                    .map(|d| d.flatten().map(|e| walk(&e.path())).sum())
+                    .unwrap_or(0),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            }
+        }
+        walk(&self.dir.join(format!("data/replica-{i}"))) as f64 / (1024.0 * 1024.0)
+    }
+
     pub fn log_path(&self, i: usize) -> PathBuf {
         self.dir.join(format!("replica-{i}.log"))
     }
