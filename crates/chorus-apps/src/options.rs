@@ -102,6 +102,13 @@ pub fn kv_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
     kv_single_key_op(rng, key, value)
 }
 
+/// The sleep service's workload (the simulator's; `chorus bench` has its
+/// own): a uniformly random bucket, which the service takes modulo its
+/// `buckets`, so any parallelism factor sees uniform conflicts.
+pub fn sleep_workload(rng: &mut dyn RngCore, _client: ClientId, _seq: u64) -> Bytes {
+    SleepService::op(rng.next_u32())
+}
+
 /// `kv_workload` with about one request in three a two-key `PutAll` (the
 /// simulator's sarek workload: mostly cross-partition requests).
 pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) -> Bytes {
@@ -150,7 +157,8 @@ pub(crate) fn builtin_entries() -> Vec<ServiceEntry> {
         .with_workload(kv_workload),
         ServiceEntry::new("sleep", "fixed service time over `buckets` keys", |o| {
             Ok(Arc::new(SleepService::new(Duration::from_micros(o.sleep_us), o.buckets)) as Arc<dyn Service>)
-        }),
+        })
+        .with_workload(sleep_workload),
         ServiceEntry::new("token", "accounts and Ed25519-signed transfers", |o| {
             Ok(Arc::new(TokenService::new(o.token_genesis())?) as Arc<dyn Service>)
         }),

@@ -108,7 +108,8 @@ pub struct Args {
     pub nic_mbit: u64,
     /// --perf: CPU prices, `key=ns,...` over the calibrated defaults
     /// (recv_ns, send_ns, per_kib_ns, sign_ns, verify_ns,
-    /// per_batched_request_ns, admit_ns, execute_ns, timer_ns, client_reply_ns).
+    /// per_batched_request_ns, admit_ns, execute_ns, schedule_ns, timer_ns,
+    /// client_reply_ns).
     #[arg(long, default_value = "")]
     pub cost: String,
     /// --perf: one-way latency of every replica-to-replica link, µs.
@@ -125,6 +126,17 @@ pub struct Args {
     /// --perf: one-way client-to-replica latency, µs (default: --link-us).
     #[arg(long)]
     pub client_link_us: Option<u64>,
+    /// --perf: CBASE's parallel executor with this many worker threads per
+    /// replica (1: the sequential executor).
+    #[arg(long, default_value_t = 1)]
+    pub exec_workers: u32,
+    /// `sleep` service: its time per operation in µs, charged in virtual
+    /// time by --perf (the simulator never sleeps for real).
+    #[arg(long, default_value_t = 1000)]
+    pub sleep_us: u64,
+    /// `sleep` service: parallelism factor (keys); 0 = unlimited.
+    #[arg(long, default_value_t = 1)]
+    pub buckets: u32,
     /// --perf: replicas and clients spread round-robin over regions:
     /// `europe` (Dispel §5 Table 1: Frankfurt, Ireland, London, Paris).
     #[arg(long)]
@@ -177,6 +189,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.byzantine_clients = a.byzantine_clients;
     opts.executor = executor;
     opts.service = a.service.clone();
+    opts.service_options.sleep_us = a.sleep_us;
+    opts.service_options.buckets = a.buckets;
     opts.registry = Arc::new(crate::registry().clone());
     opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
@@ -195,6 +209,8 @@ pub fn run(a: Args) -> Result<()> {
                 Some("europe") => Some(chorus_sim::perf::europe()),
                 Some(other) => bail!("--regions: unknown profile {other:?} (known: europe)"),
             },
+            exec_workers: a.exec_workers.max(1),
+            service_wait_us: if a.service == "sleep" { a.sleep_us } else { 0 },
             costs: chorus_sim::perf::CpuCosts::for_service(&a.service)
                 .with_overrides(&a.cost)
                 .map_err(|e| anyhow::anyhow!("--cost: {e}"))?,
@@ -307,8 +323,12 @@ fn write_perf(
             n: a.n,
             mode: format!("{:?}", a.mode).to_lowercase(),
             pillars: a.partitions.unwrap_or(a.pillars),
-            executor: "model".into(),
-            workers: 0,
+            executor: if model.exec_workers > 1 {
+                "model parallel".into()
+            } else {
+                "model sequential".into()
+            },
+            workers: model.exec_workers as usize,
             service: a.service.clone(),
             workload: "sim".into(),
             clients: a.clients as usize,
@@ -317,7 +337,7 @@ fn write_perf(
             batch: 0,
             request_bytes: 0,
             value_bytes: 0,
-            buckets: 0,
+            buckets: if a.service == "sleep" { a.buckets } else { 0 },
             duration_s: p.accepted as f64 / p.throughput.max(1e-9),
             ops: p.accepted as u64,
             errors: 0,

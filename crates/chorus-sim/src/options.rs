@@ -82,6 +82,10 @@ pub struct SimOptions {
     /// The application every replica runs: a name in `registry` whose
     /// entry has a workload generator (built in: `kv`, `null`).
     pub service: String,
+    /// The service's options (`sleep`: buckets). The simulator builds the
+    /// `sleep` service with no real service time: its `sleep_us` is what
+    /// the resource model charges each operation in virtual time.
+    pub service_options: chorus_apps::ServiceOptions,
     /// Where `service` is looked up; applications add their own services.
     pub registry: Arc<ServiceRegistry>,
     /// Checked execution (issue 17): every operation runs inside its
@@ -135,6 +139,7 @@ impl Default for SimOptions {
             fault_window_ms: 3_000,
             liveness_timeout_ms: 30_000,
             service: "kv".into(),
+            service_options: chorus_apps::ServiceOptions::default(),
             registry: Arc::new(ServiceRegistry::builtin()),
             checked_access: true,
             program: "chorus".into(),

@@ -17,6 +17,16 @@
 //!   `(lane mod pillars) mod cores`; without it (today's runtime, issue 13)
 //!   all consensus runs on core 0. Execution runs on its own core (the last
 //!   one) when there are at least two.
+//! - **Execution.** The sequential executor is one thread: an operation's
+//!   CPU (`execute_ns`) on the execution core, then its service wait
+//!   (`service_wait_us`: the `sleep` service's time, CBASE §6.1.2, which
+//!   holds the thread but no core). CBASE's parallel executor
+//!   (`exec_workers` > 1): the execution thread inserts each operation into
+//!   the dependency graph (`schedule_ns` on the execution core), and a worker
+//!   runs it once every earlier conflicting operation finished (access sets
+//!   from the service, CBASE §4) and a worker is free. Workers are threads;
+//!   their CPU is assumed to find a core (choose `cores` accordingly). A
+//!   batch's replies leave when its last operation finishes.
 //! - **Shared cores.** `shared_cores = Some(c)`: every replica draws from one
 //!   pool of `c` cores (this machine: 4 replicas and the client on 2 cores).
 //! - **NIC.** A message occupies its sender's outgoing link and its
@@ -45,6 +55,10 @@ pub struct CpuCosts {
     pub admit_ns: u64,
     /// Executing one operation (the service) and building its reply.
     pub execute_ns: u64,
+    /// CBASE's parallel executor: inserting one operation into the
+    /// dependency graph and handing it to a worker (BENCHMARKS.md "CBASE
+    /// Fig. 4": ~0.4 µs more per request than the sequential executor).
+    pub schedule_ns: u64,
     /// A timer firing.
     pub timer_ns: u64,
     /// A client handling one reply (only charged on shared cores, where the
@@ -66,6 +80,7 @@ impl Default for CpuCosts {
             admit_ns: 1_000,
             // kv; `for_service("null")` is 0.3 µs.
             execute_ns: 5_000,
+            schedule_ns: 450,
             timer_ns: 2_000,
             client_reply_ns: 2_000,
         }
@@ -78,6 +93,8 @@ impl CpuCosts {
         let d = CpuCosts::default();
         match service {
             "null" => CpuCosts { execute_ns: 300, ..d },
+            // The service time is a wait (`PerfModel::service_wait_us`).
+            "sleep" => CpuCosts { execute_ns: 300, ..d },
             _ => d,
         }
     }
@@ -98,6 +115,7 @@ impl CpuCosts {
                 "per_batched_request_ns" => &mut self.per_batched_request_ns,
                 "admit_ns" => &mut self.admit_ns,
                 "execute_ns" => &mut self.execute_ns,
+                "schedule_ns" => &mut self.schedule_ns,
                 "timer_ns" => &mut self.timer_ns,
                 "client_reply_ns" => &mut self.client_reply_ns,
                 other => return Err(format!("unknown cost {other:?}")),
@@ -130,6 +148,10 @@ pub struct PerfModel {
     /// client `c` sit in region `i mod R` and `c mod R`; every link, client
     /// links included, takes its regions' latency instead of the two above.
     pub regions: Option<Vec<Vec<u64>>>,
+    /// Worker threads of CBASE's parallel executor; 1: the sequential one.
+    pub exec_workers: u32,
+    /// Time an operation waits without using a core (`sleep`: its service time).
+    pub service_wait_us: u64,
     pub costs: CpuCosts,
 }
 
@@ -143,18 +165,49 @@ impl Default for PerfModel {
             link_latency_us: 50,
             client_link_us: None,
             regions: None,
+            exec_workers: 1,
+            service_wait_us: 0,
             costs: CpuCosts::default(),
         }
     }
 }
 
 /// What one handled event cost, and on which core.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Charge {
     pub core: usize,
     pub ns: u64,
     /// Execution work (on the execution core), ns.
     pub exec_ns: u64,
+    /// Operations delivered, with what each conflicts on (CBASE §4).
+    pub ops: Vec<Conflicts>,
+}
+
+/// What an operation conflicts with (`chorus_exec::Access`, without reads
+/// and writes told apart: the model treats every access as a write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Conflicts {
+    Everything,
+    Keys(Vec<bytes::Bytes>),
+}
+
+/// Keys remembered per replica before finished ones are forgotten.
+const KEYS_MAX: usize = 100_000;
+
+/// One replica's execution: its thread and, for the parallel executor, its
+/// workers and the last finish time of each key.
+#[derive(Clone, Debug, Default)]
+struct ExecTimes {
+    /// The execution thread (sequential executor, or the graph scheduler).
+    thread_free: Micros,
+    /// Each worker's booked intervals `[start, end)`, sorted, disjoint;
+    /// ones that ended before the scheduler's time are dropped.
+    workers: Vec<Vec<(Micros, Micros)>>,
+    keys: std::collections::HashMap<bytes::Bytes, Micros>,
+    /// End of the last operation that conflicts with everything.
+    barrier: Micros,
+    /// End of the latest operation.
+    latest: Micros,
 }
 
 /// Busy-until times of every core and NIC.
@@ -165,6 +218,12 @@ pub struct PerfState {
     cores: Vec<Vec<Micros>>,
     nic_out: Vec<Micros>,
     nic_in: Vec<Micros>,
+    exec: Vec<ExecTimes>,
+    /// Set by `book` when it modelled each operation on its own (service
+    /// waits, or the parallel executor): when the consensus work was done
+    /// (what the event's messages wait for) and when each operation of
+    /// `Charge::ops` finished (what its reply waits for).
+    pub per_op: Option<(Micros, Vec<Micros>)>,
     /// Total CPU charged, ns (for the report).
     pub cpu_ns: u64,
 }
@@ -177,6 +236,8 @@ impl PerfState {
             cores: vec![vec![0; per]; rows],
             nic_out: vec![0; nodes],
             nic_in: vec![0; nodes],
+            exec: vec![ExecTimes::default(); nodes],
+            per_op: None,
             model,
             cpu_ns: 0,
         }
@@ -223,20 +284,102 @@ impl PerfState {
     /// leave (the end of the consensus work, and of execution if any ran).
     pub fn book(&mut self, node: usize, charge: Charge, now: Micros) -> Micros {
         self.cpu_ns += charge.ns + charge.exec_ns;
+        self.per_op = None;
+        let wait = self.model.service_wait_us;
+        let workers = self.model.exec_workers.max(1) as usize;
+        let schedule_ns = self.model.costs.schedule_ns;
+        let per_op_ns = self.model.costs.execute_ns;
         let cores = self.cores_of_mut(node);
         let n = cores.len();
         let done = now + charge.ns.div_ceil(1_000);
         cores[charge.core.min(n - 1)] = done;
-        if charge.exec_ns == 0 {
+        if charge.exec_ns == 0 && charge.ops.is_empty() {
             return done;
         }
         // Execution: on the last core when there are two or more (the
         // runtime's execution thread), after the consensus work handed it on.
         let exec_core = if n >= 2 { n - 1 } else { 0 };
-        let start = cores[exec_core].max(done);
-        let end = start + charge.exec_ns.div_ceil(1_000);
-        cores[exec_core] = end;
-        end
+        let ops = charge.ops.len() as u64;
+        if workers == 1 || charge.ops.is_empty() {
+            let thread_free = self.exec[node].thread_free;
+            let cores = self.cores_of_mut(node);
+            let start = cores[exec_core].max(done).max(thread_free);
+            let cpu_end = start + charge.exec_ns.div_ceil(1_000);
+            cores[exec_core] = cpu_end;
+            // The service waits hold the thread, not the core.
+            let end = cpu_end + wait * ops;
+            self.exec[node].thread_free = end;
+            if !charge.ops.is_empty() {
+                let each = per_op_ns.div_ceil(1_000) + wait;
+                let ends = (1..=ops).map(|k| start + k * each).collect();
+                self.per_op = Some((done, ends));
+            }
+            return end;
+        }
+        // CBASE: the scheduler inserts each operation (on the execution
+        // core), a free worker runs it after its conflicting predecessors.
+        self.cpu_ns += schedule_ns * ops;
+        let thread_free = self.exec[node].thread_free;
+        let cores = self.cores_of_mut(node);
+        let start_ns = cores[exec_core].max(done).max(thread_free) * 1_000;
+        let mut t_ns = start_ns;
+        let mut batch_end = done;
+        let mut ends = Vec::with_capacity(charge.ops.len());
+        let st = &mut self.exec[node];
+        if st.workers.len() != workers {
+            st.workers = vec![Vec::new(); workers];
+        }
+        let now_us = start_ns / 1_000;
+        for w in &mut st.workers {
+            w.retain(|&(_, end)| end > now_us);
+        }
+        let d = per_op_ns.div_ceil(1_000) + wait;
+        for op in &charge.ops {
+            t_ns += schedule_ns;
+            let inserted = t_ns.div_ceil(1_000);
+            let ready = match op {
+                Conflicts::Everything => inserted.max(st.latest),
+                Conflicts::Keys(keys) => keys
+                    .iter()
+                    .filter_map(|k| st.keys.get(k).copied())
+                    .fold(inserted.max(st.barrier), Micros::max),
+            };
+            // The graph hands workers only operations that are ready, in the
+            // order they become ready: book the earliest gap of any worker
+            // at or after `ready` (an operation waiting on its key holds no
+            // worker meanwhile).
+            let (w, start) = st
+                .workers
+                .iter()
+                .map(|booked| earliest_gap(booked, ready, d))
+                .enumerate()
+                .min_by_key(|&(_, t)| t)
+                .expect("at least one worker");
+            let end = start + d;
+            let booked = &mut st.workers[w];
+            let at = booked.partition_point(|&(s, _)| s < start);
+            booked.insert(at, (start, end));
+            match op {
+                Conflicts::Everything => st.barrier = end,
+                Conflicts::Keys(keys) => {
+                    for k in keys {
+                        st.keys.insert(k.clone(), end);
+                    }
+                }
+            }
+            st.latest = st.latest.max(end);
+            batch_end = batch_end.max(end);
+            ends.push(end);
+        }
+        if st.keys.len() > KEYS_MAX {
+            st.keys.retain(|_, end| *end > now_us);
+        }
+        let sched_end = t_ns.div_ceil(1_000);
+        st.thread_free = sched_end;
+        let cores = self.cores_of_mut(node);
+        cores[exec_core] = cores[exec_core].max(sched_end);
+        self.per_op = Some((done, ends));
+        batch_end
     }
 
     /// A message of `bytes` from `from` to `to` leaving at `depart`: when it
@@ -383,12 +526,83 @@ mod tests {
                 core: 0,
                 ns: 10_000,
                 exec_ns: 5_000,
+                ..Charge::default()
             },
             100,
         );
         assert_eq!(done, 115, "consensus 10 µs, then execution 5 µs on core 1");
         assert_eq!(s.start_at(0, 0, 105), 110, "core 0 busy until 110");
         assert_eq!(s.start_at(1, 0, 105), 105, "another replica's core is free");
+    }
+
+    /// CBASE: with 4 workers and 1 ms waits, four operations on distinct
+    /// keys finish together; a fifth on a key already taken waits for it,
+    /// and one that conflicts with everything waits for all. The
+    /// sequential executor runs them one after another.
+    #[test]
+    fn parallel_execution_overlaps_only_non_conflicting_operations() {
+        let key = |k: &str| Conflicts::Keys(vec![bytes::Bytes::copy_from_slice(k.as_bytes())]);
+        let ops = vec![
+            key("a"),
+            key("b"),
+            key("c"),
+            key("d"),
+            key("a"),
+            Conflicts::Everything,
+        ];
+        let run = |workers: u32| {
+            let mut s = PerfState::new(
+                PerfModel {
+                    cores: 2,
+                    exec_workers: workers,
+                    service_wait_us: 1_000,
+                    costs: CpuCosts {
+                        execute_ns: 0,
+                        schedule_ns: 1_000,
+                        ..CpuCosts::default()
+                    },
+                    ..PerfModel::default()
+                },
+                1,
+            );
+            let charge = Charge {
+                core: 0,
+                ns: 0,
+                exec_ns: 0,
+                ops: ops.clone(),
+            };
+            s.book(0, charge, 0)
+        };
+        // Inserted at 1..=6 µs: a b c d start at 1, 2, 3, 4 and end 1 ms
+        // later; the second `a` starts when the first ends (1 001); the
+        // barrier waits for the latest (2 001).
+        assert_eq!(run(4), 3_001);
+        let mut s = PerfState::new(
+            PerfModel {
+                exec_workers: 4,
+                service_wait_us: 1_000,
+                costs: CpuCosts {
+                    execute_ns: 0,
+                    schedule_ns: 1_000,
+                    ..CpuCosts::default()
+                },
+                ..PerfModel::default()
+            },
+            1,
+        );
+        let charge = Charge {
+            core: 0,
+            ns: 0,
+            exec_ns: 0,
+            ops: ops.clone(),
+        };
+        s.book(0, charge, 0);
+        assert_eq!(
+            s.per_op,
+            Some((0, vec![1_001, 1_002, 1_003, 1_004, 2_001, 3_001])),
+            "each reply leaves when its own operation ends; messages at once"
+        );
+        assert_eq!(run(1), 6_000, "sequential: six waits in a row");
     }
 
     #[test]
@@ -493,4 +707,20 @@ impl PerfReport {
             cpu_us_per_request: state.cpu_ns as f64 / 1e3 / l.len().max(1) as f64,
         }
     }
+}
+
+/// The earliest `t >= ready` with `[t, t + d)` free among `booked` (sorted,
+/// disjoint intervals).
+fn earliest_gap(booked: &[(Micros, Micros)], ready: Micros, d: Micros) -> Micros {
+    let mut t = ready;
+    for &(start, end) in booked {
+        if end <= t {
+            continue;
+        }
+        if start >= t + d {
+            break;
+        }
+        t = end;
+    }
+    t
 }

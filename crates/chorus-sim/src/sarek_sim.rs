@@ -119,7 +119,7 @@ impl<R: SimReplica> World<R> {
         if self.nodes[i].live.is_none() {
             return;
         }
-        self.perf_execute(batch.requests.len());
+        self.perf_execute(i, &batch);
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };

@@ -262,7 +262,10 @@ impl<R: SimReplica> World<R> {
         let inner = self
             .opts
             .registry
-            .build(&self.opts.service, &ServiceOptions::default())
+            .build(
+                &self.opts.service,
+                &sim_service_options(&self.opts.service_options),
+            )
             .expect("the service name was validated");
         if self.services.len() <= i {
             self.services.resize(i + 1, None);
@@ -425,6 +428,8 @@ impl<R: SimReplica> World<R> {
                 core,
                 ns: self.perf_base_cost(&ev),
                 exec_ns: 0,
+                ops: Vec::new(),
+                op_ids: Vec::new(),
                 sends: Vec::new(),
             });
             self.dispatch_now(ev);
@@ -905,6 +910,10 @@ pub(crate) struct PerfCtx {
     pub core: usize,
     pub ns: u64,
     pub exec_ns: u64,
+    /// The delivered operations' conflicts (parallel executor model only).
+    pub ops: Vec<crate::perf::Conflicts>,
+    /// Whose each of `ops` is, to time its reply.
+    pub op_ids: Vec<(chorus_core::ClientId, chorus_core::RequestSeq)>,
     pub sends: Vec<(Endpoint, Ev, usize)>,
 }
 
@@ -957,12 +966,26 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    /// Execution of `ops` operations by the event being handled.
-    pub(crate) fn perf_execute(&mut self, ops: usize) {
+    /// Execution of `batch` by node `i`, within the event being handled.
+    pub(crate) fn perf_execute(&mut self, i: usize, batch: &chorus_core::Batch) {
         let Some(perf) = self.perf.as_ref() else { return };
+        let ops = batch.requests.len();
         let ns = perf.model.costs.execute_ns * ops as u64;
-        if let Some(ctx) = self.perf_ctx.as_mut() {
-            ctx.exec_ns += ns;
+        let parallel = perf.model.exec_workers > 1;
+        let waits = perf.model.service_wait_us > 0;
+        let service = self.services.get(i).cloned().flatten();
+        let Some(ctx) = self.perf_ctx.as_mut() else { return };
+        ctx.exec_ns += ns;
+        if parallel || waits {
+            for r in &batch.requests {
+                ctx.op_ids.push((r.client, r.seq));
+                ctx.ops.push(match service.as_ref().map(|s| s.access(&r.op)) {
+                    Some(chorus_exec::Access::Keys { reads, writes }) => {
+                        crate::perf::Conflicts::Keys(reads.into_iter().chain(writes).collect())
+                    }
+                    _ => crate::perf::Conflicts::Everything,
+                });
+            }
         }
     }
 
@@ -1007,16 +1030,40 @@ impl<R: SimReplica> World<R> {
                 core: ctx.core,
                 ns: ctx.ns,
                 exec_ns: ctx.exec_ns,
+                ops: ctx.ops,
             },
             started,
         );
+        // Modelled per operation: messages leave when the consensus work is
+        // done, each reply when its operation finished.
+        let per_op = perf.per_op.take().map(|(messages, ends)| {
+            let replies: std::collections::BTreeMap<_, Micros> =
+                ctx.op_ids.iter().copied().zip(ends).collect();
+            (messages, replies)
+        });
         for (to, ev, bytes) in ctx.sends {
-            let at = self
-                .perf
-                .as_mut()
-                .expect("perf on")
-                .transfer(Endpoint::Node(ctx.node), to, bytes, done);
+            let depart = match (&per_op, &ev) {
+                (Some((_, replies)), Ev::Reply { reply, .. }) => {
+                    replies.get(&(reply.client, reply.seq)).copied().unwrap_or(done)
+                }
+                (Some((messages, _)), _) => *messages,
+                (None, _) => done,
+            };
+            let at =
+                self.perf
+                    .as_mut()
+                    .expect("perf on")
+                    .transfer(Endpoint::Node(ctx.node), to, bytes, depart);
             self.schedule(at, ev);
         }
+    }
+}
+
+/// The options the simulator builds services with: the `sleep` service's
+/// time is virtual (charged by the resource model), never slept for real.
+fn sim_service_options(o: &ServiceOptions) -> ServiceOptions {
+    ServiceOptions {
+        sleep_us: 0,
+        ..o.clone()
     }
 }

@@ -594,7 +594,7 @@ impl<R: SimReplica> World<R> {
             }
             return;
         }
-        self.perf_execute(batch.requests.len());
+        self.perf_execute(i, &batch);
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };

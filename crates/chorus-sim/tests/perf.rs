@@ -67,3 +67,41 @@ fn costs_and_bandwidth_bound_throughput() {
     // leave its 10 Mbit/s NIC, about 3 000 requests per second at most.
     assert!(thin.throughput < 0.25 * base.throughput, "{thin:?} vs {base:?}");
 }
+
+/// CBASE §6.1.2: with a 1 ms service wait per operation, the parallel
+/// executor's throughput grows with the parallelism factor (buckets) up to
+/// its workers; the sequential executor stays at ~1 000 operations/s.
+#[test]
+fn cbase_parallel_execution_grows_with_the_parallelism_factor() {
+    let run = |workers: u32, buckets: u32| {
+        let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4)
+            .with_faults(FaultSet::none())
+            .with_seeds(1, 1);
+        o.service = "sleep".into();
+        o.service_options.buckets = buckets;
+        o.clients = 32;
+        o.client_window = 16;
+        o.requests_per_client = 40;
+        o.fault_window_ms = 1;
+        o.liveness_timeout_ms = 600_000;
+        o.perf = Some(PerfModel {
+            cores: 16,
+            exec_workers: workers,
+            service_wait_us: 1_000,
+            costs: CpuCosts::for_service("sleep"),
+            ..PerfModel::default()
+        });
+        let s = run_many(&o);
+        assert!(s.ok(), "{s}");
+        s.perf[0].throughput
+    };
+    let sequential = run(1, 16);
+    let one_bucket = run(16, 1);
+    let sixteen = run(16, 16);
+    assert!(sequential < 1_050.0, "sequential: {sequential}");
+    assert!(
+        one_bucket < 1.1 * sequential,
+        "factor 1: {one_bucket} vs {sequential}"
+    );
+    assert!(sixteen > 6.0 * sequential, "factor 16: {sixteen} vs {sequential}");
+}
