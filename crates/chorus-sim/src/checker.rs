@@ -366,18 +366,33 @@ impl Checker {
         }
     }
 
+    /// Is `result` what correct replicas computed for `(c, q)`? Otherwise
+    /// what they computed, and who first, or `None` if none executed it.
+    fn computed(
+        &self,
+        c: ClientId,
+        q: RequestSeq,
+        result: Digest,
+    ) -> Result<(), Option<(Digest, ReplicaId)>> {
+        match self.exec_global.get(&(c, q)) {
+            Some(&(_, d, _)) if d == result => Ok(()),
+            Some(&(_, d, first)) => Err(Some((d, first))),
+            None => Err(None),
+        }
+    }
+
     /// The end-of-run checks; returns the violations and how many were only counted.
     pub fn finish(mut self) -> (Vec<Violation>, u64) {
         let replied = std::mem::take(&mut self.replied);
         for (((c, q), result), (r, at)) in replied {
-            match self.exec_global.get(&(c, q)) {
-                Some(&(_, d, _)) if d == result => {}
-                Some(&(_, d, first)) => self.violate(
+            match self.computed(c, q, result) {
+                Ok(()) => {}
+                Err(Some((d, first))) => self.violate(
                     ViolationKind::ReplyResult,
                     at,
                     format!("{r:?} replied {result:?} to {c:?}/{q:?} but correct {first:?} computed {d:?}"),
                 ),
-                None => self.violate(
+                Err(None) => self.violate(
                     ViolationKind::ReplyResult,
                     at,
                     format!("{r:?} replied {result:?} to {c:?}/{q:?}, which no correct replica executed"),
@@ -386,14 +401,14 @@ impl Checker {
         }
         let accepted = std::mem::take(&mut self.accepted);
         for ((c, q), result, at) in accepted {
-            match self.exec_global.get(&(c, q)) {
-                Some(&(_, d, _)) if d == result => {}
-                Some(&(_, d, r)) => self.violate(
+            match self.computed(c, q, result) {
+                Ok(()) => {}
+                Err(Some((d, r))) => self.violate(
                     ViolationKind::ClientResult,
                     at,
                     format!("{c:?} accepted {result:?} for {q:?} but correct {r:?} computed {d:?}"),
                 ),
-                None => self.violate(
+                Err(None) => self.violate(
                     ViolationKind::ClientResult,
                     at,
                     format!("{c:?} accepted a result for {q:?} that no correct replica computed"),

@@ -571,38 +571,18 @@ mod tests {
                 exec_ns: 0,
                 ops: ops.clone(),
             };
-            s.book(0, charge, 0)
+            let end = s.book(0, charge, 0);
+            (end, s.per_op)
         };
         // Inserted at 1..=6 µs: a b c d start at 1, 2, 3, 4 and end 1 ms
         // later; the second `a` starts when the first ends (1 001); the
         // barrier waits for the latest (2 001).
-        assert_eq!(run(4), 3_001);
-        let mut s = PerfState::new(
-            PerfModel {
-                exec_workers: 4,
-                service_wait_us: 1_000,
-                costs: CpuCosts {
-                    execute_ns: 0,
-                    schedule_ns: 1_000,
-                    ..CpuCosts::default()
-                },
-                ..PerfModel::default()
-            },
-            1,
-        );
-        let charge = Charge {
-            core: 0,
-            ns: 0,
-            exec_ns: 0,
-            ops: ops.clone(),
-        };
-        s.book(0, charge, 0);
         assert_eq!(
-            s.per_op,
-            Some((0, vec![1_001, 1_002, 1_003, 1_004, 2_001, 3_001])),
+            run(4),
+            (3_001, Some((0, vec![1_001, 1_002, 1_003, 1_004, 2_001, 3_001]))),
             "each reply leaves when its own operation ends; messages at once"
         );
-        assert_eq!(run(1), 6_000, "sequential: six waits in a row");
+        assert_eq!(run(1).0, 6_000, "sequential: six waits in a row");
     }
 
     #[test]
