@@ -138,7 +138,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub buckets: u32,
     /// --perf: replicas and clients spread round-robin over regions:
-    /// `europe` (Dispel §5 Table 1: Frankfurt, Ireland, London, Paris).
+    /// `europe` (Dispel §5 Table 1: Frankfurt, Ireland, London, Paris),
+    /// `world10` (ten AWS regions on four continents, 2017 round trips).
     #[arg(long)]
     pub regions: Option<String>,
     /// Print a line per seed.
@@ -207,7 +208,8 @@ pub fn run(a: Args) -> Result<()> {
             regions: match a.regions.as_deref() {
                 None => None,
                 Some("europe") => Some(chorus_sim::perf::europe()),
-                Some(other) => bail!("--regions: unknown profile {other:?} (known: europe)"),
+                Some("world10") => Some(chorus_sim::perf::world10()),
+                Some(other) => bail!("--regions: unknown profile {other:?} (known: europe, world10)"),
             },
             exec_workers: a.exec_workers.max(1),
             service_wait_us: if a.service == "sleep" { a.sleep_us } else { 0 },

@@ -434,6 +434,35 @@ pub fn europe() -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// A 10-region WAN: average round trips in ms between AWS regions (N.
+/// Virginia, N. California, Oregon, Ireland, Frankfurt, Tokyo, Seoul,
+/// Singapore, Sydney, São Paulo) as published in 2017 ("Latency Between
+/// AWS Global Regions", tabulated in "A computer scientist learns AWS:
+/// AWS Regions"), made symmetric (the mean of both directions, rounded);
+/// one-way µs is half, 100 µs inside a region.
+pub fn world10() -> Vec<Vec<u64>> {
+    let rtt_ms: [[u64; 10]; 10] = [
+        [0, 72, 88, 81, 89, 145, 178, 217, 230, 120],
+        [72, 0, 19, 153, 167, 103, 132, 174, 158, 193],
+        [88, 19, 0, 137, 160, 89, 118, 161, 162, 183],
+        [81, 153, 137, 0, 20, 212, 242, 239, 310, 191],
+        [89, 167, 160, 20, 0, 237, 266, 326, 323, 195],
+        [145, 103, 89, 212, 237, 0, 31, 74, 104, 257],
+        [178, 132, 118, 242, 266, 31, 0, 72, 134, 286],
+        [217, 174, 161, 239, 326, 74, 72, 0, 175, 328],
+        [230, 158, 162, 310, 323, 104, 134, 175, 0, 323],
+        [120, 193, 183, 191, 195, 257, 286, 328, 323, 0],
+    ];
+    rtt_ms
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&ms| if ms == 0 { 100 } else { ms * 500 })
+                .collect()
+        })
+        .collect()
+}
+
 /// Cores consensus may use when execution has its own (the last one).
 fn consensus_cores(cores: usize) -> usize {
     if cores >= 2 {
@@ -583,6 +612,20 @@ mod tests {
             "each reply leaves when its own operation ends; messages at once"
         );
         assert_eq!(run(1).0, 6_000, "sequential: six waits in a row");
+    }
+
+    #[test]
+    fn the_world_matrix_is_square_symmetric_and_local_inside_a_region() {
+        let m = world10();
+        assert_eq!(m.len(), 10);
+        for (i, row) in m.iter().enumerate() {
+            assert_eq!(row.len(), 10);
+            assert_eq!(row[i], 100);
+            for (j, &v) in row.iter().enumerate() {
+                assert_eq!(v, m[j][i], "{i}->{j}");
+            }
+        }
+        assert_eq!(m[3][4], 10_000, "Ireland-Frankfurt: 20 ms round trip");
     }
 
     #[test]
