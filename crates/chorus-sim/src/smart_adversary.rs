@@ -422,7 +422,7 @@ impl SmartAdversary {
     }
 
     /// Hold the honest chunks of the snapshot for `to` until all have
-    /// passed, then send the forgery, cut into as many chunks. A snapshot
+    /// passed, then send the forgery, cut like an honest one. A snapshot
     /// it cannot read (the partitioned executor's format) goes out as the
     /// garbage already drawn for each chunk.
     fn forged_snapshot(
@@ -477,9 +477,14 @@ impl SmartAdversary {
         let chunks: Vec<Bytes> = match forged {
             Ok(bytes) => {
                 counters.fault("byz-forged-snapshot");
-                let size = bytes.len().div_ceil(count).max(1);
-                (0..count)
-                    .map(|i| bytes.slice((i * size).min(bytes.len())..((i + 1) * size).min(bytes.len())))
+                // Cut as a correct server would (`transfer.rs`): chunks of
+                // `state_chunk_bytes`, however many the forgery needs, so
+                // none exceeds the wire limit (the receiver takes the count
+                // from the chunks).
+                let size = self.config.params.state_chunk_bytes.max(1) as usize;
+                let pieces = bytes.len().div_ceil(size).max(1);
+                (0..pieces)
+                    .map(|i| bytes.slice(i * size..((i + 1) * size).min(bytes.len())))
                     .collect()
             }
             Err(_) => {
@@ -489,6 +494,7 @@ impl SmartAdversary {
                     .collect()
             }
         };
+        let total = chunks.len() as u32;
         chunks
             .into_iter()
             .enumerate()
@@ -496,7 +502,7 @@ impl SmartAdversary {
                 let chunk = chorus_core::StateChunk {
                     cert: m.cert.clone(),
                     index: i as u32,
-                    count: m.count,
+                    count: total,
                     data,
                 };
                 (0, ReplicaMsg::StateChunk(chunk))
@@ -693,13 +699,14 @@ mod tests {
             .iter()
             .flat_map(|(_, m)| match m {
                 ReplicaMsg::StateChunk(x) => {
-                    assert_eq!((&x.cert, x.count), (&cert, 2));
+                    assert_eq!((&x.cert, x.count as usize), (&cert, out.len()));
+                    assert!(x.data.len() <= adv.config.params.state_chunk_bytes as usize);
                     x.data.to_vec()
                 }
                 _ => panic!("only chunks"),
             })
             .collect();
-        assert_eq!(out.len(), 2);
+        assert!(!out.is_empty());
         let (back, _) =
             chorus_exec::executor::decode_snapshot(&forged, crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT)
                 .expect("the forgery is well-formed");

@@ -161,7 +161,9 @@ impl<R: SimReplica> World<R> {
         // A retransmission of an executed request: answered from the
         // executor's client table, as the runtime's execution thread does
         // (`chorus-node` `ExecInput::Retransmit`), so a table restored from a
-        // snapshot answers here exactly as it would there (issue 8 finding 6).
+        // snapshot answers here as it would there (issue 8 finding 6). Unlike
+        // the runtime, which answers only seqs its connection saw before,
+        // this also answers a first arrival from the table.
         match live.executor.reply_lookup(request.client, request.seq) {
             ReplyLookup::Ready(result) => {
                 self.send_reply(i, request.client, request.seq, Some(d), ReplyBody::Full(result));
