@@ -423,15 +423,8 @@ impl PerfState {
 /// (Frankfurt, Ireland, London, Paris) in ms, as one-way µs (half), and a
 /// 100 µs link inside a region.
 pub fn europe() -> Vec<Vec<u64>> {
-    let rtt_ms = [[0, 25, 14, 8], [25, 0, 10, 19], [14, 10, 0, 7], [8, 19, 7, 0]];
-    rtt_ms
-        .iter()
-        .map(|row| {
-            row.iter()
-                .map(|&ms| if ms == 0 { 100 } else { ms * 500 })
-                .collect()
-        })
-        .collect()
+    let rtt_ms: [[u64; 4]; 4] = [[0, 25, 14, 8], [25, 0, 10, 19], [14, 10, 0, 7], [8, 19, 7, 0]];
+    one_way_us(&rtt_ms)
 }
 
 /// A 10-region WAN: average round trips in ms between AWS regions (N.
@@ -453,6 +446,12 @@ pub fn world10() -> Vec<Vec<u64>> {
         [230, 158, 162, 310, 323, 104, 134, 175, 0, 323],
         [120, 193, 183, 191, 195, 257, 286, 328, 323, 0],
     ];
+    one_way_us(&rtt_ms)
+}
+
+/// Round trips in ms as one-way latencies in µs (half), and 100 µs for a
+/// link inside a region (a 0 round trip).
+fn one_way_us<const N: usize>(rtt_ms: &[[u64; N]; N]) -> Vec<Vec<u64>> {
     rtt_ms
         .iter()
         .map(|row| {
@@ -626,6 +625,12 @@ mod tests {
             }
         }
         assert_eq!(m[3][4], 10_000, "Ireland-Frankfurt: 20 ms round trip");
+        let e = europe();
+        assert_eq!(
+            (e[0][0], e[0][1], e[2][3]),
+            (100, 12_500, 3_500),
+            "Dispel Table 1"
+        );
     }
 
     #[test]
