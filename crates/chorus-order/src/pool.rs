@@ -8,7 +8,8 @@
 //!   decided, and becomes proposable again if the cell ends as something else
 //!   (a no-op, or another batch after a view change) — except MAC-vector
 //!   requests of our own proposals voided by a view change, which are
-//!   dropped until retransmitted (see `release_from`).
+//!   dropped until retransmitted (see `release_from`), and whose client is
+//!   refused MAC-vector requests for a growing while (`client_penalty.rs`).
 //! * The pool does not decide exactly-once; the executor's client table does.
 //!   It only avoids proposing what it knows is ordered already.
 
@@ -21,6 +22,7 @@ use chorus_core::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod client_penalty;
 mod dispel_cut;
 
 type Key = (ClientId, RequestSeq);
@@ -97,6 +99,9 @@ pub struct Pool {
     /// and PREDICT() says which requests that lane may order.
     fixed_lane: Option<LaneId>,
     predictor: Option<crate::sarek::Predictor>,
+    /// Clients whose MAC-vector requests stalled our proposals
+    /// (`client_penalty.rs`); bounded by the configured clients.
+    client_penalties: BTreeMap<ClientId, client_penalty::ClientPenalty>,
 }
 
 /// A client's busy seq that is not retransmitted for this long no longer
@@ -123,6 +128,7 @@ impl Pool {
             owner_override: BTreeMap::new(),
             fixed_lane: None,
             predictor: None,
+            client_penalties: BTreeMap::new(),
         }
     }
 
@@ -330,6 +336,11 @@ impl Pool {
             self.verifier.check(&req)?;
         } else {
             self.verifier.check_shape(&req)?;
+        }
+        // Aardvark §4.1: a client whose MAC vectors stalled our proposals
+        // waits out its penalty (or signs); no busy-wait is noted for it.
+        if self.mac_vectors_refused(now, req.client, &req.auth) {
+            return Err(RejectReason::Busy);
         }
         let full = self.entries.len() >= p.pool_max_requests as usize
             || self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client;
@@ -541,12 +552,19 @@ impl Pool {
     /// it is older than what arrived since). Its waiting time restarts: the
     /// progress timer must not count time it spent in flight.
     fn release_key(&mut self, key: Key, cell: Cell, now: Millis) {
-        let Some(e) = self.entries.get_mut(&key) else {
+        let Some(e) = self.entries.get(&key) else {
             return;
         };
         if e.state != State::InFlight(cell) {
             return;
         }
+        // Seed 9300041: a struck client's MAC-vector request seen in another
+        // leader's proposal must not come back to us as proposable either.
+        if self.mac_vectors_refused(now, key.0, &e.req.auth) {
+            self.remove_entry(key);
+            return;
+        }
+        let e = self.entries.get_mut(&key).expect("entry checked above");
         e.state = State::Pending;
         e.arrived = now;
         let (lane, len) = (e.lane, e.req.op.len());
@@ -621,17 +639,22 @@ impl Pool {
             slot: Slot(u64::MAX),
         };
         let cells: Vec<Cell> = self.in_flight.range(from..=to).map(|(c, _)| *c).collect();
+        let mut struck = BTreeSet::new();
         for c in cells.into_iter().rev() {
             let ours = self.own.remove(&c);
             for k in self.in_flight.remove(&c).unwrap_or_default().into_iter().rev() {
                 if ours && self.mac_vector_in_flight_at(k, c) {
                     self.remove_entry(k);
+                    struck.insert(k.0);
                 } else {
                     self.release_key(k, c, now);
                 }
             }
         }
         self.own.retain(|c| c.lane != lane || c.slot < slot);
+        for client in struck {
+            self.strike_client(now, client);
+        }
     }
 
     /// A MAC-vector request of a proposal of ours that a view change voided
@@ -641,8 +664,9 @@ impl Pool {
     /// and costs a view change, for ever. Every other replica the client
     /// sent it to still holds it if it verified there (and proposes it when
     /// it leads); a client still waiting retransmits it, which admits it here
-    /// again. Re-proposals of prepared batches come back through
-    /// `mark_in_flight`.
+    /// again, unless the client is serving a penalty for it
+    /// (`client_penalty.rs`). Re-proposals of prepared batches come back
+    /// through `mark_in_flight`.
     fn mac_vector_in_flight_at(&self, key: Key, cell: Cell) -> bool {
         self.entries
             .get(&key)
@@ -811,8 +835,9 @@ mod tests {
     /// Issue 8 finding 4 with colluding replicas: a MAC-vector request of
     /// our own proposal that a view change voided is not proposed again by
     /// us (it may verify only here and at silent Byzantine replicas); a
-    /// retransmission admits it again. Requests we only saw in another
-    /// leader's proposal become pending as before.
+    /// retransmission admits it again once the client's penalty is over.
+    /// Requests we only saw in another leader's proposal become pending as
+    /// before.
     #[test]
     fn our_voided_mac_vector_proposals_are_dropped_until_retransmitted() {
         let s = setup(params());
@@ -831,7 +856,73 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert_eq!(p.pending_len(LaneId(0)), 1);
         assert_eq!(p.cut(cell(2)), theirs);
-        assert_eq!(p.admit(Millis(2), req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        let after = Millis(1 + s.cfg.params.view_change_timeout_ms);
+        assert_eq!(p.admit(after, req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        assert_eq!(p.orphaned_in_flight(), 0);
+    }
+
+    /// Seed 9300041 (Aardvark §4.1): the client of a voided MAC-vector
+    /// proposal of ours is refused MAC-vector requests for one view-change
+    /// timeout, twice that after the next strike, and so on; its signed
+    /// requests are still taken, and its strikes are forgotten after a
+    /// quiet while. Another client is not affected.
+    #[test]
+    fn a_client_whose_mac_vectors_stalled_our_proposals_is_refused_for_a_doubling_while() {
+        let s = setup(params());
+        let t = s.cfg.params.view_change_timeout_ms;
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        p.admit(Millis(0), req(&s, 0, 1, b"a")).unwrap();
+        p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
+        p.admit(Millis(0), req(&s, 0, 3, b"c")).unwrap();
+        let ours = p.cut(cell(0));
+        assert_eq!(ours.requests.len(), 2);
+        p.release_from(Millis(10), LaneId(0), Slot(0));
+        // The voided two and the pending third are gone.
+        assert_eq!((p.len(), p.client_strikes(ClientId(0))), (0, 1));
+        assert_eq!(p.admit(Millis(11), req(&s, 0, 1, b"a")), Err(RejectReason::Busy));
+        assert_eq!(p.busy_waiting(ClientId(0)), None);
+        assert_eq!(p.admit(Millis(11), req(&s, 1, 1, b"z")), Ok(Admitted::New));
+        let signed = Request::with_signature(
+            &chorus_core::ClusterTag::of(&s.cfg),
+            ClientId(0),
+            RequestSeq(4),
+            0,
+            Bytes::from_static(b"d"),
+            &s.clients[0],
+        );
+        assert_eq!(p.admit(Millis(11), signed), Ok(Admitted::New));
+        // Seen in another leader's proposal that ends as a no-op: dropped,
+        // not proposable here.
+        let theirs = Batch {
+            requests: vec![req(&s, 0, 9, b"e")],
+            time_ms: 0,
+        };
+        p.mark_in_flight(Millis(11), cell(9), &theirs);
+        p.on_decided(Millis(12), cell(9), &Batch::noop());
+        assert_eq!(p.len(), 2, "c1's request and c0's signed one");
+        // Second strike: twice as long.
+        let back = Millis(10 + t);
+        assert_eq!(p.admit(back, req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        let first = p.cut(cell(1));
+        assert_eq!(first.requests.len(), 2, "c1's request and c0's signed one");
+        p.on_decided(back, cell(1), &first);
+        let b = p.cut(cell(2));
+        assert_eq!(
+            (b.requests[0].client, b.requests[0].seq),
+            (ClientId(0), RequestSeq(1))
+        );
+        p.release_from(back, LaneId(0), Slot(2));
+        assert_eq!(p.client_strikes(ClientId(0)), 2);
+        assert_eq!(
+            p.admit(back.plus(2 * t - 1), req(&s, 0, 1, b"a")),
+            Err(RejectReason::Busy)
+        );
+        assert_eq!(p.admit(back.plus(2 * t), req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        // Quiet for 8 penalties: the next strike is a first one again.
+        let quiet = back.plus(2 * t + 8 * 2 * t);
+        p.cut(cell(3));
+        p.release_from(quiet, LaneId(0), Slot(3));
+        assert_eq!(p.client_strikes(ClientId(0)), 1);
         assert_eq!(p.orphaned_in_flight(), 0);
     }
 
