@@ -72,7 +72,7 @@ fn batches(a: &Args, factor: u32) -> Vec<Arc<Batch>> {
                 seq: RequestSeq(i / 1024 + 1),
                 flags: 0,
                 op,
-                auth: Authenticator::Macs(Vec::new()),
+                auth: Authenticator::Macs(Default::default()),
             });
             i += 1;
         }

@@ -139,7 +139,7 @@ impl Validate for Request {
                 "re-prediction with other flags",
             )?;
             return check(
-                self.auth == Authenticator::Macs(Vec::new()),
+                self.auth == Authenticator::Macs(Default::default()),
                 "re-prediction with an authenticator",
             );
         }

@@ -149,7 +149,8 @@ impl PublicIdentity {
     /// of cluster `tag` (see `domain.rs`). Every protocol signature is
     /// checked through here.
     pub fn verify_bound(&self, tag: &ClusterTag, kind: SigKind, digest: &Digest, sig: &Signature) -> bool {
-        self.verify(tag.bind(kind, digest).as_bytes(), sig)
+        let msg = tag.bind(kind, digest);
+        crate::verify_memo::verdict(&self.sign, &msg, sig, || self.verify(msg.as_bytes(), sig))
     }
 
     /// Raw verification over `msg`, bound to no cluster: only for transcripts

@@ -11,6 +11,7 @@ pub mod reprediction;
 pub mod request;
 pub mod status_report;
 pub mod switch;
+pub mod verify_memo;
 pub mod wire_bounds;
 
 pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};

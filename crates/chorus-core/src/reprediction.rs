@@ -148,7 +148,7 @@ impl RePredictionCert {
             seq: self.body.pool_seq(),
             flags: flags::REPREDICTION,
             op: Bytes::from(op),
-            auth: Authenticator::Macs(Vec::new()),
+            auth: Authenticator::Macs(Default::default()),
         }
     }
 

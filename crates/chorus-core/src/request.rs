@@ -5,6 +5,7 @@ use crate::domain::{ClusterTag, SigKind};
 use crate::ids::{ClientId, ReplicaId, RequestSeq};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Request flag bits.
 pub mod flags {
@@ -26,7 +27,10 @@ pub mod flags {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Authenticator {
     /// One MAC per replica, index = replica id (PBFT's authenticator vector).
-    Macs(Vec<Mac>),
+    /// Shared, not copied, when a request is cloned: a pool, a batch and a
+    /// log entry each hold the request, and at n = 100 the vector is 1.6 KB
+    /// (the simulator holds every replica's copies in one process).
+    Macs(Arc<Vec<Mac>>),
     /// A signature every replica can check.
     Signature(Signature),
 }
@@ -90,7 +94,7 @@ impl Request {
             seq,
             flags,
             op,
-            auth: Authenticator::Macs(macs),
+            auth: Authenticator::Macs(Arc::new(macs)),
         }
     }
 

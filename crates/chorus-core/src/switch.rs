@@ -247,7 +247,7 @@ mod tests {
             seq: RequestSeq(seq),
             flags: flags::SWITCH_INSTANCE,
             op: switch_op(to),
-            auth: Authenticator::Macs(vec![]),
+            auth: Authenticator::Macs(Default::default()),
         }
     }
 

@@ -163,7 +163,8 @@ impl WireBounds {
             auth,
         };
         let mac = len(&Mac([0xff; 16]));
-        let with_macs = (len(&bare(Authenticator::Macs(vec![]))) - 1).saturating_add(vec_of(n, mac));
+        let with_macs =
+            (len(&bare(Authenticator::Macs(Default::default()))) - 1).saturating_add(vec_of(n, mac));
         let with_sig = len(&bare(Authenticator::Signature(SIG)));
         let max_op = l.max_op_bytes as u64;
         let request_overhead = (with_macs.max(with_sig) - 1).saturating_add(varint_len(max_op));

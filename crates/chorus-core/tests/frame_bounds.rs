@@ -132,7 +132,7 @@ fn max_batch(l: &Limits) -> Batch {
                 // The largest flags value a receiver accepts.
                 flags: flags::SWITCH_INSTANCE,
                 op: Bytes::from(vec![0x5a; op]),
-                auth: Authenticator::Macs(vec![Mac([0xee; 16]); l.n]),
+                auth: Authenticator::Macs(std::sync::Arc::new(vec![Mac([0xee; 16]); l.n])),
             }
         })
         .collect();

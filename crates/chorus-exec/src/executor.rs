@@ -388,7 +388,7 @@ mod tests {
             seq: RequestSeq(1),
             flags: chorus_core::flags::SWITCH_INSTANCE,
             op,
-            auth: chorus_core::Authenticator::Macs(vec![]),
+            auth: chorus_core::Authenticator::Macs(Default::default()),
         };
         a.apply(&policy, &r, 10);
         assert!(!a.is_empty());

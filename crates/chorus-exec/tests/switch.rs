@@ -43,7 +43,7 @@ fn req(client: u64, seq: u64, fl: u8, op: Bytes) -> Request {
         seq: RequestSeq(seq),
         flags: fl,
         op,
-        auth: Authenticator::Macs(vec![]),
+        auth: Authenticator::Macs(Default::default()),
     }
 }
 

@@ -182,7 +182,7 @@ mod tests {
             seq: RequestSeq(1),
             flags: 0,
             op: bytes::Bytes::new(),
-            auth: Authenticator::Macs(Vec::new()),
+            auth: Authenticator::Macs(Default::default()),
         };
         m.latency.admitted(ClientId(1), RequestSeq(1));
         let mut st = Stages::new(&m);

@@ -295,7 +295,7 @@ mod tests {
             seq: chorus_core::RequestSeq(1),
             flags: 0,
             op: bytes::Bytes::from(vec![tag]),
-            auth: chorus_core::Authenticator::Macs(Vec::new()),
+            auth: chorus_core::Authenticator::Macs(Default::default()),
         });
         Arc::new(b)
     }

@@ -51,7 +51,7 @@ mod tests {
                 seq: RequestSeq(1),
                 flags: 0,
                 op: bytes::Bytes::from(vec![tag]),
-                auth: Authenticator::Macs(Vec::new()),
+                auth: Authenticator::Macs(Default::default()),
             }],
             time_ms: 0,
         })

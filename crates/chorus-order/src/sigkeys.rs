@@ -4,6 +4,8 @@
 //! call, which costs about a third of a verification. Lanes verify a
 //! pre-prepare and several prepares per slot, so they keep the parsed keys.
 //! Same check as `PublicIdentity::verify` (ed25519-dalek `verify`).
+//! Verdicts go through `chorus_core::verify_memo` (memoised only on a
+//! thread that asked for it: the simulator's).
 
 use chorus_core::{ClusterConfig, ClusterTag, Digest, ReplicaId, SigKind, Signature};
 use ed25519_dalek::{Verifier, VerifyingKey};
@@ -38,8 +40,10 @@ impl ReplicaKeys {
             .get(r.index())
             .and_then(|k| k.as_ref())
             .is_some_and(|k| {
-                k.verify(msg.as_bytes(), &ed25519_dalek::Signature::from_bytes(&sig.0))
-                    .is_ok()
+                chorus_core::verify_memo::verdict(k.as_bytes(), &msg, sig, || {
+                    k.verify(msg.as_bytes(), &ed25519_dalek::Signature::from_bytes(&sig.0))
+                        .is_ok()
+                })
             })
     }
 

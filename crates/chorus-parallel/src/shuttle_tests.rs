@@ -116,7 +116,7 @@ fn req(client: u64, seq: u64, op: &[u8]) -> Request {
         seq: RequestSeq(seq),
         flags: 0,
         op: Bytes::copy_from_slice(op),
-        auth: Authenticator::Macs(vec![]),
+        auth: Authenticator::Macs(Default::default()),
     }
 }
 

@@ -84,7 +84,10 @@ impl ByzClient {
         }
         match rng.gen_range(0..4) {
             // Garbage MACs for every replica.
-            0 => request.auth = Authenticator::Macs((0..self.n).map(|_| Mac(rng.gen())).collect()),
+            0 => {
+                request.auth =
+                    Authenticator::Macs(std::sync::Arc::new((0..self.n).map(|_| Mac(rng.gen())).collect()))
+            }
             // A garbage signature.
             1 => {
                 let mut sig = [0u8; 64];
@@ -112,7 +115,7 @@ impl ByzClient {
         let f = chorus_core::quorum::max_faulty(self.n);
         let mut request = Request::with_macs(&self.creds.tag, self.creds.id, seq, 0, op, &self.creds.keys);
         if let Authenticator::Macs(macs) = &mut request.auth {
-            for (i, m) in macs.iter_mut().enumerate().skip(f + 1) {
+            for (i, m) in std::sync::Arc::make_mut(macs).iter_mut().enumerate().skip(f + 1) {
                 m.0 = [0xA5 ^ i as u8; 16];
             }
         }

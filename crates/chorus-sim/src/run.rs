@@ -14,11 +14,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Run one seed against any replica state machine. A panic in the code under
 /// test is reported as a violation (with its replay command), not propagated.
+/// Signature verdicts memoised per simulator thread (about 45 MiB when
+/// full; a prepare's signature is wanted by its peers within a round trip).
+const SIGNATURE_MEMO_ENTRIES: usize = 1 << 18;
+
 pub fn run_one_with<R: SimReplica>(opts: &SimOptions, seed: u64) -> RunReport {
     if let Err(e) = opts.validate() {
         NOW_US.with(|c| c.set(0));
         return failed(opts, seed, ViolationKind::Panic, format!("invalid options: {e}"));
     }
+    // Every replica runs on this thread and verifies the same signatures:
+    // memoise the verdicts (a pure function, `chorus_core::verify_memo`).
+    chorus_core::verify_memo::memoize_verifications(SIGNATURE_MEMO_ENTRIES);
     match catch_unwind(AssertUnwindSafe(|| World::<R>::new(opts, seed).run())) {
         Ok(report) => report,
         Err(payload) => {

@@ -671,7 +671,7 @@ mod tests {
             seq: RequestSeq(1),
             flags: 0,
             op: Bytes::from_static(b"op"),
-            auth: Authenticator::Macs(vec![]),
+            auth: Authenticator::Macs(Default::default()),
         };
         adv.observe_request(&pending);
         // Checkpoint 4 of interval 4 is a forging one (8 would be garbage).

@@ -674,7 +674,7 @@ fn bad_mac_batch(s: &Setup) -> Batch {
     let mut b = s.batch(1, 30..32);
     for r in &mut b.requests {
         if let Authenticator::Macs(m) = &mut r.auth {
-            for mac in m.iter_mut() {
+            for mac in std::sync::Arc::make_mut(m).iter_mut() {
                 *mac = Mac([7; 16]);
             }
         }
@@ -1170,7 +1170,7 @@ fn forged_request(s: &Setup, client: u64, seq: u64, auth: u8, len: usize) -> cho
         2 => set_mac(&mut r, 2),
         3 => {
             if let Authenticator::Macs(m) = &mut r.auth {
-                m.pop();
+                std::sync::Arc::make_mut(m).pop();
             }
         }
         4 => {
@@ -1187,6 +1187,6 @@ fn forged_request(s: &Setup, client: u64, seq: u64, auth: u8, len: usize) -> cho
 
 fn set_mac(r: &mut chorus_core::Request, i: usize) {
     if let Authenticator::Macs(m) = &mut r.auth {
-        m[i] = Mac([9; 16]);
+        std::sync::Arc::make_mut(m)[i] = Mac([9; 16]);
     }
 }

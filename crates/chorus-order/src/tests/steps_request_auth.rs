@@ -32,7 +32,7 @@ fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
 fn partial_mac(s: &Setup, client: usize, seq: u64, valid: &[usize]) -> Request {
     let mut r = s.request(client, seq, format!("c{client}s{seq}").as_bytes());
     if let Authenticator::Macs(m) = &mut r.auth {
-        for (i, mac) in m.iter_mut().enumerate() {
+        for (i, mac) in std::sync::Arc::make_mut(m).iter_mut().enumerate() {
             if !valid.contains(&i) {
                 *mac = Mac([0x5A; 16]);
             }

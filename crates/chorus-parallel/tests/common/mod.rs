@@ -12,7 +12,7 @@ pub fn req(client: u64, seq: u64, op: Bytes) -> Request {
         seq: RequestSeq(seq),
         flags: 0,
         op,
-        auth: Authenticator::Macs(vec![]),
+        auth: Authenticator::Macs(Default::default()),
     }
 }
 

@@ -106,7 +106,7 @@ pub(super) fn req(c: u64, parts: &[u16], k: u16, v: u8) -> Arc<Request> {
         seq: RequestSeq(1),
         flags: 0,
         op: Bytes::from(op),
-        auth: Authenticator::Macs(vec![]),
+        auth: Authenticator::Macs(Default::default()),
     })
 }
 
