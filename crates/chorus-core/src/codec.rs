@@ -233,7 +233,8 @@ impl Validate for ReplicaMsg {
             | ReplicaMsg::Decided(_)
             | ReplicaMsg::FetchBatch(_)
             | ReplicaMsg::StateRequest(_)
-            | ReplicaMsg::Timeout(_) => Ok(()),
+            | ReplicaMsg::Timeout(_)
+            | ReplicaMsg::Unverifiable(_) => Ok(()),
             ReplicaMsg::RePredict(v) => check(
                 v.body.partitions.len() <= MAX_REPREDICTION_PARTITIONS
                     && v.body.added.len() <= MAX_REPREDICTION_PARTITIONS,

@@ -7,7 +7,7 @@
 //! protocol the channel's peer id, never a claimed one.
 
 use crate::crypto::{Digest, Signature};
-use crate::ids::{LaneId, ReplicaId, Seq, Slot, View};
+use crate::ids::{ClientId, LaneId, ReplicaId, RequestSeq, Seq, Slot, View};
 use crate::reprediction::RePredictionVote;
 use crate::request::{Batch, Reply, Request};
 use bytes::Bytes;
@@ -307,6 +307,27 @@ pub enum ReplicaMsg {
     Timeout(Timeout),
     /// `sarek` only (SAREK §IV-D): a signed re-prediction proposal.
     RePredict(RePredictionVote),
+    /// Appended last: a backup holds a pre-prepare because a request's MAC
+    /// entry for it is wrong (Aardvark §4.1; chorus-order `pool/client_penalty.rs`).
+    Unverifiable(UnverifiableRequest),
+}
+
+/// "Your MAC vector entry for me is wrong": sent by a backup that holds a
+/// fresh pre-prepare for vouchers, naming the request that failed at it.
+/// Unsigned (the channel authenticates the sender). f+1 distinct senders
+/// show that a correct replica could not verify the request; a replica that
+/// holds the same request, with the same authenticator, verified at itself
+/// from the client, then knows the client sent a partial vector.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnverifiableRequest {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub client: ClientId,
+    pub seq: RequestSeq,
+    /// Digest of the request's authenticator as the pre-prepare carried it
+    /// (`Request::auth_digest`).
+    pub auth: Digest,
 }
 
 impl ReplicaMsg {
@@ -324,6 +345,7 @@ impl ReplicaMsg {
             ReplicaMsg::FetchBatch(m) => Some(m.lane),
             ReplicaMsg::BatchReply(m) => Some(m.lane),
             ReplicaMsg::Timeout(m) => Some(m.lane),
+            ReplicaMsg::Unverifiable(m) => Some(m.lane),
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
@@ -349,6 +371,7 @@ impl ReplicaMsg {
             ReplicaMsg::Dbft(_) => "dbft",
             ReplicaMsg::Timeout(_) => "timeout",
             ReplicaMsg::RePredict(_) => "reprediction",
+            ReplicaMsg::Unverifiable(_) => "unverifiable",
         }
     }
 }

@@ -62,6 +62,12 @@ impl Request {
         Self::content_digest(self.client, self.seq, self.flags, &self.op)
     }
 
+    /// Digest of the authenticator's encoding (two requests with equal
+    /// `digest` and `auth_digest` are the same request, MACs included).
+    pub fn auth_digest(&self) -> Digest {
+        Digest::of(&postcard::to_allocvec(&self.auth).unwrap_or_default())
+    }
+
     pub fn is_switch(&self) -> bool {
         self.flags & flags::SWITCH_INSTANCE != 0
     }

@@ -47,6 +47,9 @@ pub struct Counters {
     /// Pre-prepares held until f+1 replicas vouched for requests whose MAC
     /// did not verify here (Aardvark's "Big MAC"), instead of rejected.
     pub held_for_vouchers: u64,
+    /// Clients shown to send partial MAC vectors: f+1 replicas reported a
+    /// request we verified from the client as unverifiable at them.
+    pub clients_proven_partial: u64,
     /// RCC §III-E SWITCHINSTANCE: delivered switches by outcome, and
     /// pre-prepares held until the owner of their requests was known.
     pub switches: BTreeMap<&'static str, u64>,

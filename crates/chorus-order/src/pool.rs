@@ -40,6 +40,9 @@ struct Entry {
     lane: LaneId,
     arrived: Millis,
     state: State,
+    /// Admitted from the client with its authenticator checked here (not
+    /// learnt from a pre-prepare or another lane).
+    verified_here: bool,
 }
 
 #[derive(Default, Clone, Copy, Debug)]
@@ -102,6 +105,9 @@ pub struct Pool {
     /// Clients whose MAC-vector requests stalled our proposals
     /// (`client_penalty.rs`); bounded by the configured clients.
     client_penalties: BTreeMap<ClientId, client_penalty::ClientPenalty>,
+    /// Per held request, the replicas that reported it unverifiable at them
+    /// (`ReplicaMsg::Unverifiable`); bounded by `pool_max_requests`.
+    unverifiable: BTreeMap<Key, BTreeSet<ReplicaId>>,
 }
 
 /// A client's busy seq that is not retransmitted for this long no longer
@@ -129,6 +135,7 @@ impl Pool {
             fixed_lane: None,
             predictor: None,
             client_penalties: BTreeMap::new(),
+            unverifiable: BTreeMap::new(),
         }
     }
 
@@ -224,7 +231,7 @@ impl Pool {
             return false;
         }
         let lane = self.lane_for(req);
-        self.insert(key, req.clone(), lane, now, State::Pending);
+        self.insert(key, req.clone(), lane, now, State::Pending, false);
         true
     }
 
@@ -350,7 +357,7 @@ impl Pool {
         }
         self.clear_busy_wait(key);
         let lane = self.lane_for(&req);
-        self.insert(key, req, lane, now, State::Pending);
+        self.insert(key, req, lane, now, State::Pending, true);
         Ok(Admitted::New)
     }
 
@@ -388,7 +395,15 @@ impl Pool {
         self.busy_waiting.get(&client).map(|&(s, _)| s)
     }
 
-    fn insert(&mut self, key: Key, req: Request, lane: LaneId, now: Millis, state: State) {
+    fn insert(
+        &mut self,
+        key: Key,
+        req: Request,
+        lane: LaneId,
+        now: Millis,
+        state: State,
+        verified_here: bool,
+    ) {
         *self.per_client.entry(key.0).or_insert(0) += 1;
         if state == State::Pending {
             self.add_load(lane, req.op.len());
@@ -401,6 +416,7 @@ impl Pool {
                 lane,
                 arrived: now,
                 state,
+                verified_here,
             },
         );
     }
@@ -532,7 +548,7 @@ impl Pool {
                         continue;
                     }
                     let lane = self.lane_for(r);
-                    self.insert(key, r.clone(), lane, now, State::InFlight(cell));
+                    self.insert(key, r.clone(), lane, now, State::InFlight(cell), false);
                 }
             }
             keys.push(key);
@@ -605,6 +621,7 @@ impl Pool {
     }
 
     fn remove_entry(&mut self, key: Key) {
+        self.unverifiable.remove(&key);
         if let Some(e) = self.entries.remove(&key) {
             if e.state == State::Pending {
                 self.sub_load(e.lane, e.req.op.len());
@@ -679,6 +696,7 @@ impl Pool {
     /// requests is kept).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.unverifiable.clear();
         self.per_client.clear();
         self.in_flight.clear();
         self.own.clear();

@@ -390,6 +390,15 @@ impl Replica {
             }
             ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
             ReplicaMsg::RePredict(vote) => self.on_reprediction_vote(now, vote, out),
+            ReplicaMsg::Unverifiable(hint) => {
+                if hint.lane.0 >= self.cfg.lanes() || self.dispel.is_some() {
+                    return cx.reject("bad-lane");
+                }
+                let f = self.cfg.f();
+                if self.pool_of_mut(hint.lane).note_unverifiable(now, from, &hint, f) {
+                    self.counters.clients_proven_partial += 1;
+                }
+            }
             other if self.dispel.is_some() => self.dispel_on_other(now, from, other, out),
             other => {
                 let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {

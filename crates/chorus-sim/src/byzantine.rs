@@ -499,6 +499,18 @@ impl Adversary {
                 m.bytes = Bytes::from(bytes);
                 ReplicaMsg::Dbft(m)
             }
+            // A false report: another request of the client, or another
+            // authenticator (alone it is one of at most f; a replica acts
+            // only on f+1 about the very request it verified).
+            ReplicaMsg::Unverifiable(mut m) => {
+                counters.fault("byz-false-unverifiable");
+                if rng.gen_bool(0.5) {
+                    m.seq = chorus_core::RequestSeq(m.seq.0.wrapping_add(rng.gen_range(1..4)));
+                } else {
+                    m.auth = random_digest(rng);
+                }
+                ReplicaMsg::Unverifiable(m)
+            }
             other @ (ReplicaMsg::Status(_) | ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => {
                 other
             }

@@ -355,8 +355,8 @@ fixed!(
     }, seed 9300041, "residual of finding 4: a view change per retransmission of a partial-MAC request"
 );
 
-found!(
-    /// Open (docs/known-issues.md), found 2026-11-25 by the 10-minute
+fixed!(
+    /// Found 2026-11-25 by the 10-minute
     /// cop/4 n=13 fixed-rotation run: the `bad-auth` client c8's MAC
     /// vectors are valid only at r0..=r4, and r0, r1, r2 are Byzantine.
     /// After healing, lane 0's correct new-view primaries r3 (v3) and r4
@@ -365,6 +365,8 @@ found!(
     /// decides nothing from 20 s to 36 s: 115 of 800 requests miss their
     /// deadline. The client penalty strikes c8 only at the replica whose
     /// own proposal stalled, so each correct replica in the valid set pays
-    /// once. Fails the same on 0801b0c, before the penalty.
+    /// once. Failed the same on 0801b0c, before the penalty. Fixed by the
+    /// held backups' `Unverifiable` reports: f+1 of them about the request
+    /// a replica verified from the client strike the client there.
     cop_n13_fixed_seed_10800016_partial_mac_client_costs_each_valid_replica_a_view_change: heavy(Cop, 4, 13, "all", 100, 20_000), seed 10800016, "partial MAC vector: one view change per correct replica it verifies at"
 );

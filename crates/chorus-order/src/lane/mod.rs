@@ -415,7 +415,8 @@ impl Lane {
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
             | ReplicaMsg::Dbft(_)
-            | ReplicaMsg::RePredict(_) => cx.reject("not-a-lane-message"),
+            | ReplicaMsg::RePredict(_)
+            | ReplicaMsg::Unverifiable(_) => cx.reject("not-a-lane-message"),
         }
     }
 

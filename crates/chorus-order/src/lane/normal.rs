@@ -7,8 +7,8 @@ use crate::io::{PersistRecord, RejectReason};
 use crate::rcc_switch::Ownership;
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use chorus_core::{
-    Authenticator, Batch, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert, ReplicaId,
-    ReplicaMsg, SigKind, Signature, Slot,
+    Authenticator, Batch, ClientId, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert,
+    ReplicaId, ReplicaMsg, RequestSeq, SigKind, Signature, Slot, UnverifiableRequest,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,12 +17,17 @@ use std::sync::Arc;
 enum Verified {
     /// Every request verified here.
     Locally,
-    /// Some MAC-vector request did not; f+1 vouchers must make up for it.
-    NeedsVouchers,
+    /// Some MAC-vector requests did not (these, up to
+    /// `MAX_UNVERIFIABLE_HINTS`); f+1 vouchers must make up for them.
+    NeedsVouchers(Vec<(ClientId, RequestSeq, Digest)>),
     /// RCC §III-E: a switch not yet delivered here could still change who
     /// owns a request in this round (`rcc_switch`).
     OwnerUnknown,
 }
+
+/// Reports sent per held pre-prepare (`hold_pre_prepare`): a batch full
+/// of one liar's requests costs the others no more than this.
+const MAX_UNVERIFIABLE_HINTS: usize = 4;
 
 impl Lane {
     /// Who may pre-prepare `slot` in the current view: the new-view primary
@@ -292,7 +297,9 @@ impl Lane {
             match self.verify_batch(pp.slot, &pp.batch, env) {
                 Err(reason) => return cx.reject(reason),
                 Ok(Verified::Locally) => {}
-                Ok(Verified::NeedsVouchers) => return self.hold_pre_prepare(cx, from, pp, lo),
+                Ok(Verified::NeedsVouchers(failed)) => {
+                    return self.hold_pre_prepare(cx, from, pp, failed, lo)
+                }
                 Ok(Verified::OwnerUnknown) => return lo.owner_held.push((from, pp)),
             }
         }
@@ -310,8 +317,30 @@ impl Lane {
     /// it. A correct replica only does either after every request verified
     /// at it (or was vouched for in turn), so among f+1 vouchers one correct
     /// replica verified each request: it is authentic (DESIGN §6).
-    fn hold_pre_prepare(&mut self, cx: &mut Cx, from: ReplicaId, pp: PrePrepare, lo: &mut LaneOutput) {
+    ///
+    /// Every replica hears which requests failed here
+    /// (`ReplicaMsg::Unverifiable`): those that verified the same request
+    /// from its client learn from f+1 such reports that the client's vector
+    /// is partial, and stop proposing its requests (`pool/client_penalty.rs`).
+    fn hold_pre_prepare(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        pp: PrePrepare,
+        failed: Vec<(ClientId, RequestSeq, Digest)>,
+        lo: &mut LaneOutput,
+    ) {
         cx.counters.held_for_vouchers += 1;
+        for (client, seq, auth) in failed {
+            cx.out.broadcast(ReplicaMsg::Unverifiable(UnverifiableRequest {
+                lane: pp.lane,
+                view: pp.view,
+                slot: pp.slot,
+                client,
+                seq,
+                auth,
+            }));
+        }
         let slot = pp.slot;
         self.slot_mut(slot).held = Some((from, pp));
         self.release_held(cx, slot, lo);
@@ -417,7 +446,14 @@ impl Lane {
                 // Shape is fine (`check` tests it first), only our MAC entry
                 // is wrong: the proposer could not have known.
                 Err(RejectReason::BadAuthenticator) if matches!(r.auth, Authenticator::Macs(_)) => {
-                    verified = Verified::NeedsVouchers;
+                    if !matches!(verified, Verified::NeedsVouchers(_)) {
+                        verified = Verified::NeedsVouchers(Vec::new());
+                    }
+                    if let Verified::NeedsVouchers(failed) = &mut verified {
+                        if failed.len() < MAX_UNVERIFIABLE_HINTS {
+                            failed.push((r.client, r.seq, r.auth_digest()));
+                        }
+                    }
                 }
                 // A signature verifies everywhere or nowhere: the proposer
                 // checked it, or should have.

@@ -23,7 +23,7 @@
 //! `client_auth = "signature"`).
 
 use super::{Entry, Key, Pool, State};
-use chorus_core::{Authenticator, ClientId, Millis};
+use chorus_core::{Authenticator, ClientId, Millis, ReplicaId, UnverifiableRequest};
 
 /// The refusal doubles with each strike up to 2^6 view-change timeouts
 /// (128 s with the default 2 s), like `lane::penalty::MAX_PENALTY_SHIFT`.
@@ -49,11 +49,60 @@ impl Pool {
             && self.client_penalties.get(&client).is_some_and(|p| now < p.until)
     }
 
+    /// `from` holds a pre-prepare because `hint`'s request did not verify
+    /// at it. Once f+1 distinct replicas said so about a request we hold
+    /// *as the client sent it to us* (verified here, same authenticator),
+    /// one correct replica could not verify the client's own vector: a
+    /// correct client never sends that, so the client gets the longest
+    /// penalty at once (seed 10800016: otherwise every correct replica the
+    /// vector is valid at proposes it once, and each costs a view change).
+    /// A Byzantine leader cannot frame a correct client this way: a vector
+    /// it altered differs from the one we hold, and it cannot make a
+    /// correct replica's entry in the client's own vector wrong. Returns
+    /// whether the client was struck.
+    pub fn note_unverifiable(
+        &mut self,
+        now: Millis,
+        from: ReplicaId,
+        hint: &UnverifiableRequest,
+        f: usize,
+    ) -> bool {
+        let key = (hint.client, hint.seq);
+        let Some(e) = self.entries.get(&key) else {
+            return false;
+        };
+        if !e.verified_here
+            || !matches!(e.req.auth, Authenticator::Macs(_))
+            || e.req.auth_digest() != hint.auth
+        {
+            return false;
+        }
+        if self.unverifiable.len() >= self.cfg.params.pool_max_requests as usize
+            && !self.unverifiable.contains_key(&key)
+        {
+            return false;
+        }
+        let senders = self.unverifiable.entry(key).or_default();
+        senders.insert(from);
+        if senders.len() <= f {
+            return false;
+        }
+        self.unverifiable.remove(&key);
+        self.strike_client_for(now, hint.client, MAX_CLIENT_PENALTY_SHIFT + 1);
+        self.remove_entry(key);
+        true
+    }
+
     /// A view change voided a proposal of ours that carried a MAC-vector
     /// request of `client`: strike it, and drop its other pending
     /// MAC-vector requests (they may be just as partial; those that are
     /// not are still held by the other correct replicas it sent them to).
     pub(super) fn strike_client(&mut self, now: Millis, client: ClientId) {
+        self.strike_client_for(now, client, 1);
+    }
+
+    /// `strike_client`, adding `strikes` strikes at once.
+    fn strike_client_for(&mut self, now: Millis, client: ClientId, strikes: u32) {
         let base = self.cfg.params.view_change_timeout_ms.max(1);
         let p = self.client_penalties.entry(client).or_insert(ClientPenalty {
             strikes: 0,
@@ -64,7 +113,11 @@ impl Pool {
             >= p.until
                 .0
                 .saturating_add(p.length.saturating_mul(FORGIVE_AFTER_PENALTIES));
-        p.strikes = if forgiven { 1 } else { p.strikes.saturating_add(1) };
+        p.strikes = if forgiven {
+            strikes
+        } else {
+            p.strikes.saturating_add(strikes)
+        };
         p.length = base << (p.strikes - 1).min(MAX_CLIENT_PENALTY_SHIFT);
         p.until = now.plus(p.length);
         let from = (client, chorus_core::RequestSeq(0));

@@ -4,11 +4,11 @@
 
 use super::harness::Cluster;
 use super::util::{broadcasts, effects, params, replica, setup, Setup};
-use crate::io::{Action, Event, Outbox, PersistRecord};
+use crate::io::{Action, Event, Outbox, PersistRecord, RejectReason};
 use crate::replica::Replica;
 use chorus_core::{
-    Authenticator, Batch, LaneId, LeaderRotation, Mac, Millis, OrderingMode, ProtocolParams, ReplicaId,
-    ReplicaMsg, Request, Slot, View,
+    Authenticator, Batch, ClientId, LaneId, LeaderRotation, Mac, Millis, OrderingMode, ProtocolParams,
+    ReplicaId, ReplicaMsg, Request, RequestSeq, Slot, UnverifiableRequest, View,
 };
 
 fn pbft() -> ProtocolParams {
@@ -54,7 +54,22 @@ fn a_backup_holds_a_batch_it_cannot_verify_until_f_plus_one_vouch() {
         time_ms: 0,
     };
     let pp = s.pre_prepare(0, 0, 0, 0, &batch);
-    assert!(msg(&mut r, 1, 0, ReplicaMsg::PrePrepare(pp.clone())).is_empty());
+    // Held, and every replica hears which request failed here.
+    let held = msg(&mut r, 1, 0, ReplicaMsg::PrePrepare(pp.clone()));
+    let expected = UnverifiableRequest {
+        lane: LaneId(0),
+        view: View(0),
+        slot: Slot(0),
+        client: ClientId(0),
+        seq: RequestSeq(2),
+        auth: batch.requests[1].auth_digest(),
+    };
+    assert_eq!(
+        held,
+        vec![Action::Broadcast {
+            msg: ReplicaMsg::Unverifiable(expected)
+        }]
+    );
     assert_eq!(r.counters().rejected_total(), 0, "{:?}", r.counters().rejected);
     assert_eq!(r.counters().held_for_vouchers, 1);
     // A retransmission changes nothing; an equivocating one is refused.
@@ -125,13 +140,22 @@ fn a_held_batch_without_vouchers_is_never_accepted() {
         requests: vec![partial_mac(&s, 0, 1, &[0])],
         time_ms: 0,
     };
-    assert!(msg(
+    // Held: the only effect is the report of the request that failed here.
+    let held = msg(
         &mut r,
         1,
         0,
-        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &forged))
-    )
-    .is_empty());
+        ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &forged)),
+    );
+    assert!(
+        matches!(
+            held.as_slice(),
+            [Action::Broadcast {
+                msg: ReplicaMsg::Unverifiable(_)
+            }]
+        ),
+        "{held:?}"
+    );
     let other = s.batch(0, 5..6);
     assert!(msg(
         &mut r,
@@ -202,4 +226,60 @@ fn a_request_of_another_lane_is_rejected() {
         ReplicaMsg::PrePrepare(s.pre_prepare(0, 1, 0, 0, &batch)),
     );
     assert_eq!(broadcasts(&e).len(), 1);
+}
+
+/// Seed 10800016: f+1 replicas report a request unverifiable at them. A
+/// replica that verified the very same request from its client (replica 1,
+/// the vector's valid entries being 0 and 1) strikes the client: its held
+/// copy is dropped and its further MAC-vector requests are refused. f
+/// reports, a report about another authenticator (a Byzantine leader's
+/// altered copy), or a request learnt only from a pre-prepare do nothing.
+#[test]
+fn f_plus_one_reports_strike_a_client_whose_own_vector_is_partial() {
+    let s = setup(4, 2, pbft());
+    let mut r = replica(&s, 1);
+    let bad = partial_mac(&s, 0, 2, &[0, 1]);
+    let report = |req: &Request| UnverifiableRequest {
+        lane: LaneId(0),
+        view: View(0),
+        slot: Slot(0),
+        client: req.client,
+        seq: req.seq,
+        auth: req.auth_digest(),
+    };
+    let client = |r: &mut Replica, req: Request| {
+        let mut out = Outbox::default();
+        r.handle(Millis(1), Event::Request(req), &mut out);
+        effects(&mut out)
+    };
+    client(&mut r, bad.clone());
+    assert_eq!(r.status().pool_len, 1);
+    // Another authenticator for the same request: not ours, ignored.
+    let mut altered = bad.clone();
+    if let Authenticator::Macs(m) = &mut altered.auth {
+        std::sync::Arc::make_mut(m)[0] = Mac([7; 16]);
+    }
+    for from in [2, 3] {
+        msg(&mut r, 2, from, ReplicaMsg::Unverifiable(report(&altered)));
+    }
+    assert_eq!((r.status().pool_len, r.counters().clients_proven_partial), (1, 0));
+    // f = 1 report is not enough; f+1 distinct ones are (a repeat is not).
+    msg(&mut r, 2, 2, ReplicaMsg::Unverifiable(report(&bad)));
+    msg(&mut r, 2, 2, ReplicaMsg::Unverifiable(report(&bad)));
+    assert_eq!((r.status().pool_len, r.counters().clients_proven_partial), (1, 0));
+    msg(&mut r, 2, 3, ReplicaMsg::Unverifiable(report(&bad)));
+    assert_eq!((r.status().pool_len, r.counters().clients_proven_partial), (0, 1));
+    // The client's next MAC-vector request is refused ("busy").
+    let next = client(&mut r, partial_mac(&s, 0, 3, &[0, 1, 2, 3]));
+    assert!(
+        next.iter().any(|a| matches!(
+            a,
+            Action::Reject {
+                reason: RejectReason::Busy,
+                ..
+            }
+        )),
+        "{next:?}"
+    );
+    assert_eq!(r.status().pool_len, 0);
 }
