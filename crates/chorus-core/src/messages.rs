@@ -325,8 +325,10 @@ pub struct UnverifiableRequest {
     pub slot: Slot,
     pub client: ClientId,
     pub seq: RequestSeq,
-    /// Digest of the request's authenticator as the pre-prepare carried it
-    /// (`Request::auth_digest`).
+    /// The request's content digest (`Request::digest`: client, seq,
+    /// flags, op) and its authenticator's digest (`Request::auth_digest`),
+    /// as the pre-prepare carried them: a report is about those exact bytes.
+    pub content: Digest,
     pub auth: Digest,
 }
 

@@ -8,8 +8,8 @@
 //!   decided, and becomes proposable again if the cell ends as something else
 //!   (a no-op, or another batch after a view change) — except MAC-vector
 //!   requests of our own proposals voided by a view change, which are
-//!   dropped until retransmitted (see `release_from`), and whose client is
-//!   refused MAC-vector requests for a growing while (`client_penalty.rs`).
+//!   dropped until retransmitted (see `release_from`); and clients proven
+//!   to send partial MAC vectors are refused for a while (`client_penalty.rs`).
 //! * The pool does not decide exactly-once; the executor's client table does.
 //!   It only avoids proposing what it knows is ordered already.
 
@@ -344,9 +344,9 @@ impl Pool {
         } else {
             self.verifier.check_shape(&req)?;
         }
-        // Aardvark §4.1: a client whose MAC vectors stalled our proposals
-        // waits out its penalty (or signs); no busy-wait is noted for it.
-        if self.mac_vectors_refused(now, req.client, &req.auth) {
+        // Aardvark §4.1: a client proven to send partial MAC vectors waits
+        // out its penalty (or signs); no busy-wait is noted for it.
+        if self.mac_vectors_refused(now, &req) {
             return Err(RejectReason::Busy);
         }
         let full = self.entries.len() >= p.pool_max_requests as usize
@@ -574,9 +574,9 @@ impl Pool {
         if e.state != State::InFlight(cell) {
             return;
         }
-        // Seed 9300041: a struck client's MAC-vector request seen in another
+        // Seed 10800016: a proven client's MAC-vector request seen in another
         // leader's proposal must not come back to us as proposable either.
-        if self.mac_vectors_refused(now, key.0, &e.req.auth) {
+        if self.mac_vectors_refused(now, &e.req) {
             self.remove_entry(key);
             return;
         }
@@ -656,22 +656,17 @@ impl Pool {
             slot: Slot(u64::MAX),
         };
         let cells: Vec<Cell> = self.in_flight.range(from..=to).map(|(c, _)| *c).collect();
-        let mut struck = BTreeSet::new();
         for c in cells.into_iter().rev() {
             let ours = self.own.remove(&c);
             for k in self.in_flight.remove(&c).unwrap_or_default().into_iter().rev() {
                 if ours && self.mac_vector_in_flight_at(k, c) {
                     self.remove_entry(k);
-                    struck.insert(k.0);
                 } else {
                     self.release_key(k, c, now);
                 }
             }
         }
         self.own.retain(|c| c.lane != lane || c.slot < slot);
-        for client in struck {
-            self.strike_client(now, client);
-        }
     }
 
     /// A MAC-vector request of a proposal of ours that a view change voided
@@ -681,7 +676,7 @@ impl Pool {
     /// and costs a view change, for ever. Every other replica the client
     /// sent it to still holds it if it verified there (and proposes it when
     /// it leads); a client still waiting retransmits it, which admits it here
-    /// again, unless the client is serving a penalty for it
+    /// again, unless the client was proven to send partial vectors
     /// (`client_penalty.rs`). Re-proposals of prepared batches come back
     /// through `mark_in_flight`.
     fn mac_vector_in_flight_at(&self, key: Key, cell: Cell) -> bool {
@@ -730,7 +725,7 @@ impl VerifiedHint for Pool {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use chorus_core::{ProtocolParams, Slot};
+    use chorus_core::{ProtocolParams, Slot, UnverifiableRequest};
 
     struct Setup {
         cfg: Arc<ClusterConfig>,
@@ -874,30 +869,55 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert_eq!(p.pending_len(LaneId(0)), 1);
         assert_eq!(p.cut(cell(2)), theirs);
-        let after = Millis(1 + s.cfg.params.view_change_timeout_ms);
-        assert_eq!(p.admit(after, req(&s, 0, 1, b"a")), Ok(Admitted::New));
+        assert_eq!(p.admit(Millis(2), req(&s, 0, 1, b"a")), Ok(Admitted::New));
         assert_eq!(p.orphaned_in_flight(), 0);
     }
 
-    /// Seed 9300041 (Aardvark §4.1): the client of a voided MAC-vector
-    /// proposal of ours is refused MAC-vector requests for one view-change
-    /// timeout, twice that after the next strike, and so on; its signed
-    /// requests are still taken, and its strikes are forgotten after a
-    /// quiet while. Another client is not affected.
+    /// Seeds 9300041 and 10800016 (Aardvark §4.1): f+1 distinct reports
+    /// about a request we verified from the client, with the same content
+    /// and authenticator, prove the client partial: its pending MAC-vector
+    /// requests go, new ones are refused for 64 view-change timeouts (twice
+    /// that on a repeat), and one seen in another leader's proposal does
+    /// not become proposable. Its signed requests are still taken, other
+    /// clients are not affected, reports about other bytes count for
+    /// nothing, and a quiet while forgets the strike.
     #[test]
-    fn a_client_whose_mac_vectors_stalled_our_proposals_is_refused_for_a_doubling_while() {
+    fn f_plus_one_reports_prove_a_client_partial_for_a_doubling_while() {
         let s = setup(params());
         let t = s.cfg.params.view_change_timeout_ms;
+        let f = s.cfg.f();
         let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
-        p.admit(Millis(0), req(&s, 0, 1, b"a")).unwrap();
+        let a = req(&s, 0, 1, b"a");
+        p.admit(Millis(0), a.clone()).unwrap();
         p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
-        p.admit(Millis(0), req(&s, 0, 3, b"c")).unwrap();
-        let ours = p.cut(cell(0));
-        assert_eq!(ours.requests.len(), 2);
-        p.release_from(Millis(10), LaneId(0), Slot(0));
-        // The voided two and the pending third are gone.
+        let report = |r: &Request| UnverifiableRequest {
+            lane: LaneId(0),
+            view: chorus_core::View(0),
+            slot: Slot(0),
+            client: r.client,
+            seq: r.seq,
+            content: r.digest(),
+            auth: r.auth_digest(),
+        };
+        // Other content (a leader changed the op) or other MACs: nothing.
+        let mut altered = a.clone();
+        altered.op = Bytes::from_static(b"z");
+        let mut other_macs = a.clone();
+        if let Authenticator::Macs(m) = &mut other_macs.auth {
+            Arc::make_mut(m)[1] = chorus_core::Mac([1; 16]);
+        }
+        for from in 1..=3 {
+            assert!(!p.note_unverifiable(Millis(1), ReplicaId(from), &report(&altered), f));
+            assert!(!p.note_unverifiable(Millis(1), ReplicaId(from), &report(&other_macs), f));
+        }
+        // f reports (one repeated) are not enough; the f+1-th proves it.
+        for from in std::iter::repeat_n(1, 2).chain(2..=f as u32) {
+            assert!(!p.note_unverifiable(Millis(1), ReplicaId(from), &report(&a), f));
+        }
+        assert_eq!(p.client_strikes(ClientId(0)), 0);
+        assert!(p.note_unverifiable(Millis(10), ReplicaId(f as u32 + 1), &report(&a), f));
         assert_eq!((p.len(), p.client_strikes(ClientId(0))), (0, 1));
-        assert_eq!(p.admit(Millis(11), req(&s, 0, 1, b"a")), Err(RejectReason::Busy));
+        assert_eq!(p.admit(Millis(11), req(&s, 0, 3, b"c")), Err(RejectReason::Busy));
         assert_eq!(p.busy_waiting(ClientId(0)), None);
         assert_eq!(p.admit(Millis(11), req(&s, 1, 1, b"z")), Ok(Admitted::New));
         let signed = Request::with_signature(
@@ -909,8 +929,7 @@ mod tests {
             &s.clients[0],
         );
         assert_eq!(p.admit(Millis(11), signed), Ok(Admitted::New));
-        // Seen in another leader's proposal that ends as a no-op: dropped,
-        // not proposable here.
+        // Seen in another leader's proposal that ends as a no-op: dropped.
         let theirs = Batch {
             requests: vec![req(&s, 0, 9, b"e")],
             time_ms: 0,
@@ -918,28 +937,29 @@ mod tests {
         p.mark_in_flight(Millis(11), cell(9), &theirs);
         p.on_decided(Millis(12), cell(9), &Batch::noop());
         assert_eq!(p.len(), 2, "c1's request and c0's signed one");
-        // Second strike: twice as long.
-        let back = Millis(10 + t);
-        assert_eq!(p.admit(back, req(&s, 0, 1, b"a")), Ok(Admitted::New));
-        let first = p.cut(cell(1));
-        assert_eq!(first.requests.len(), 2, "c1's request and c0's signed one");
-        p.on_decided(back, cell(1), &first);
-        let b = p.cut(cell(2));
+        // After 64 timeouts it is taken again; a second proof doubles it.
+        let back = Millis(10 + 64 * t);
         assert_eq!(
-            (b.requests[0].client, b.requests[0].seq),
-            (ClientId(0), RequestSeq(1))
-        );
-        p.release_from(back, LaneId(0), Slot(2));
-        assert_eq!(p.client_strikes(ClientId(0)), 2);
-        assert_eq!(
-            p.admit(back.plus(2 * t - 1), req(&s, 0, 1, b"a")),
+            p.admit(Millis(back.0 - 1), req(&s, 0, 5, b"f")),
             Err(RejectReason::Busy)
         );
-        assert_eq!(p.admit(back.plus(2 * t), req(&s, 0, 1, b"a")), Ok(Admitted::New));
-        // Quiet for 8 penalties: the next strike is a first one again.
-        let quiet = back.plus(2 * t + 8 * 2 * t);
-        p.cut(cell(3));
-        p.release_from(quiet, LaneId(0), Slot(3));
+        let g = req(&s, 0, 5, b"f");
+        assert_eq!(p.admit(back, g.clone()), Ok(Admitted::New));
+        for from in 1..=f as u32 + 1 {
+            p.note_unverifiable(back, ReplicaId(from), &report(&g), f);
+        }
+        assert_eq!(p.client_strikes(ClientId(0)), 2);
+        assert_eq!(
+            p.admit(back.plus(128 * t - 1), req(&s, 0, 6, b"h")),
+            Err(RejectReason::Busy)
+        );
+        // Quiet for 8 penalties: the next proof is a first one again.
+        let quiet = back.plus(128 * t + 8 * 128 * t);
+        let h = req(&s, 0, 6, b"h");
+        assert_eq!(p.admit(quiet, h.clone()), Ok(Admitted::New));
+        for from in 1..=f as u32 + 1 {
+            p.note_unverifiable(quiet, ReplicaId(from), &report(&h), f);
+        }
         assert_eq!(p.client_strikes(ClientId(0)), 1);
         assert_eq!(p.orphaned_in_flight(), 0);
     }

@@ -19,7 +19,7 @@ enum Verified {
     Locally,
     /// Some MAC-vector requests did not (these, up to
     /// `MAX_UNVERIFIABLE_HINTS`); f+1 vouchers must make up for them.
-    NeedsVouchers(Vec<(ClientId, RequestSeq, Digest)>),
+    NeedsVouchers(Vec<(ClientId, RequestSeq, Digest, Digest)>),
     /// RCC §III-E: a switch not yet delivered here could still change who
     /// owns a request in this round (`rcc_switch`).
     OwnerUnknown,
@@ -327,17 +327,18 @@ impl Lane {
         cx: &mut Cx,
         from: ReplicaId,
         pp: PrePrepare,
-        failed: Vec<(ClientId, RequestSeq, Digest)>,
+        failed: Vec<(ClientId, RequestSeq, Digest, Digest)>,
         lo: &mut LaneOutput,
     ) {
         cx.counters.held_for_vouchers += 1;
-        for (client, seq, auth) in failed {
+        for (client, seq, content, auth) in failed {
             cx.out.broadcast(ReplicaMsg::Unverifiable(UnverifiableRequest {
                 lane: pp.lane,
                 view: pp.view,
                 slot: pp.slot,
                 client,
                 seq,
+                content,
                 auth,
             }));
         }
@@ -439,19 +440,27 @@ impl Lane {
             if hint.already_verified(r) {
                 continue;
             }
+            // The shape (size, flags, vector length, client) is the same at
+            // every replica: a bad one is the proposer's fault, not held.
+            match self.verifier.check_shape(r) {
+                Ok(()) => {}
+                Err(RejectReason::UnknownClient) => return Err("unknown-client"),
+                Err(RejectReason::Oversized) => return Err("oversized-request"),
+                Err(_) => return Err("bad-request-shape"),
+            }
             match self.verifier.check(r) {
                 Ok(()) => {}
                 Err(RejectReason::UnknownClient) => return Err("unknown-client"),
                 Err(RejectReason::Oversized) => return Err("oversized-request"),
-                // Shape is fine (`check` tests it first), only our MAC entry
-                // is wrong: the proposer could not have known.
+                // Shape is fine (checked above), only our MAC entry is
+                // wrong: the proposer could not have known.
                 Err(RejectReason::BadAuthenticator) if matches!(r.auth, Authenticator::Macs(_)) => {
                     if !matches!(verified, Verified::NeedsVouchers(_)) {
                         verified = Verified::NeedsVouchers(Vec::new());
                     }
                     if let Verified::NeedsVouchers(failed) = &mut verified {
                         if failed.len() < MAX_UNVERIFIABLE_HINTS {
-                            failed.push((r.client, r.seq, r.auth_digest()));
+                            failed.push((r.client, r.seq, r.digest(), r.auth_digest()));
                         }
                     }
                 }

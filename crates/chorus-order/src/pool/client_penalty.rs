@@ -1,33 +1,38 @@
-//! Clients whose MAC-vector requests stalled our own proposals are not
-//! taken (with MAC vectors) for a while that doubles with every repeat
-//! (Aardvark §4.1, Clement et al. NSDI'09: a client whose requests fail
-//! authentication at some replicas is blacklisted; our penalty plays the
-//! part of the leader penalty in `lane/penalty.rs` for clients).
+//! Clients proven to send partial MAC vectors are not taken (with MAC
+//! vectors) for a long while (Aardvark §4.1, Clement et al. NSDI'09: a
+//! client whose requests fail authentication at some replicas is
+//! blacklisted).
 //!
 //! Why it is needed: a client can make its MAC vector valid only at f+1
-//! replicas, one of them Byzantine and silent (seed 9300041, cop n = 7). A
-//! correct replica among those f+1 that proposes the request collects fewer
-//! than f+1 vouchers (`lane/normal.rs`), the other backups hold the
-//! pre-prepare, and the lane changes view. Dropping the voided request
-//! (`Pool::release_from`) costs the client nothing: it retransmits, the
-//! request is admitted again, and the next proposal of it costs the next
-//! view change, for ever. With the penalty, a client that keeps doing that
-//! costs O(log t) view changes per correct replica over a time t.
+//! replicas, some of them Byzantine and silent (seeds 9300041, cop n = 7,
+//! and 10800016, cop n = 13). A correct replica among those f+1 that
+//! proposes the request collects fewer than f+1 vouchers (`lane/normal.rs`),
+//! the other backups hold the pre-prepare, and the lane changes view; the
+//! client retransmits and the next correct replica of its valid set
+//! proposes it again, with doubling timeouts, for ever.
 //!
-//! A correct client can be struck too (any view change voids our in-flight
-//! proposals), but its requests are held by every correct replica, so the
-//! other leaders still propose them; a first strike lasts one view-change
-//! timeout and is forgotten after a quiet while. Signed requests are never
-//! refused: a signature verifies at every correct replica or at none, so
-//! the proposer checked for all of them (the client's way out is
-//! `client_auth = "signature"`).
+//! The proof: a backup that holds a pre-prepare for vouchers reports the
+//! requests that failed at it (`ReplicaMsg::Unverifiable`). f+1 distinct
+//! reports about a request we hold exactly as the client sent it to us
+//! (same content, same authenticator, verified here) mean a correct replica
+//! could not verify the client's own vector, which a correct client never
+//! sends. A Byzantine leader cannot forge that proof against a correct
+//! client: a request it altered (content or MACs) is not the one we hold,
+//! and f Byzantine reporters are one short. So only proven clients are
+//! penalised; an ordinary view change strikes nobody (a review found that
+//! striking the clients of every voided proposal let Byzantine leaders
+//! escalate penalties against correct clients). Signed requests are never
+//! refused: a signature verifies everywhere or nowhere (the client's way
+//! out is `client_auth = "signature"`).
 
 use super::{Entry, Key, Pool, State};
-use chorus_core::{Authenticator, ClientId, Millis, ReplicaId, UnverifiableRequest};
+use chorus_core::{Authenticator, ClientId, Millis, ReplicaId, Request, UnverifiableRequest};
 
-/// The refusal doubles with each strike up to 2^6 view-change timeouts
-/// (128 s with the default 2 s), like `lane::penalty::MAX_PENALTY_SHIFT`.
-const MAX_CLIENT_PENALTY_SHIFT: u32 = 6;
+/// A proven client is refused for 2^6 view-change timeouts (128 s with the
+/// default 2 s), the longest leader penalty (`lane::penalty`), doubling
+/// with each repeat within the forgiveness time.
+const CLIENT_PENALTY_SHIFT: u32 = 6;
+const MAX_CLIENT_PENALTY_SHIFT: u32 = 12;
 
 /// A strike is forgotten once the client went this many times its last
 /// penalty without another one.
@@ -43,10 +48,15 @@ pub(super) struct ClientPenalty {
 }
 
 impl Pool {
-    /// Is `client`'s MAC-vector request refused at `now`?
-    pub(super) fn mac_vectors_refused(&self, now: Millis, client: ClientId, auth: &Authenticator) -> bool {
-        matches!(auth, Authenticator::Macs(_))
-            && self.client_penalties.get(&client).is_some_and(|p| now < p.until)
+    /// Is `req`'s client proven partial, and `req` a MAC-vector request, at
+    /// `now`?
+    pub(super) fn mac_vectors_refused(&self, now: Millis, req: &Request) -> bool {
+        matches!(req.auth, Authenticator::Macs(_))
+            && !req.is_reprediction()
+            && self
+                .client_penalties
+                .get(&req.client)
+                .is_some_and(|p| now < p.until)
     }
 
     /// `from` holds a pre-prepare because `hint`'s request did not verify
@@ -73,6 +83,8 @@ impl Pool {
         };
         if !e.verified_here
             || !matches!(e.req.auth, Authenticator::Macs(_))
+            || e.req.is_reprediction()
+            || e.req.digest() != hint.content
             || e.req.auth_digest() != hint.auth
         {
             return false;
@@ -88,21 +100,15 @@ impl Pool {
             return false;
         }
         self.unverifiable.remove(&key);
-        self.strike_client_for(now, hint.client, MAX_CLIENT_PENALTY_SHIFT + 1);
+        self.strike_client(now, hint.client);
         self.remove_entry(key);
         true
     }
 
-    /// A view change voided a proposal of ours that carried a MAC-vector
-    /// request of `client`: strike it, and drop its other pending
-    /// MAC-vector requests (they may be just as partial; those that are
-    /// not are still held by the other correct replicas it sent them to).
-    pub(super) fn strike_client(&mut self, now: Millis, client: ClientId) {
-        self.strike_client_for(now, client, 1);
-    }
-
-    /// `strike_client`, adding `strikes` strikes at once.
-    fn strike_client_for(&mut self, now: Millis, client: ClientId, strikes: u32) {
+    /// `client` is proven partial: refuse its MAC-vector requests, and drop
+    /// the pending ones (in flight ones leave when their cell ends:
+    /// `release_key`).
+    fn strike_client(&mut self, now: Millis, client: ClientId) {
         let base = self.cfg.params.view_change_timeout_ms.max(1);
         let p = self.client_penalties.entry(client).or_insert(ClientPenalty {
             strikes: 0,
@@ -113,12 +119,9 @@ impl Pool {
             >= p.until
                 .0
                 .saturating_add(p.length.saturating_mul(FORGIVE_AFTER_PENALTIES));
-        p.strikes = if forgiven {
-            strikes
-        } else {
-            p.strikes.saturating_add(strikes)
-        };
-        p.length = base << (p.strikes - 1).min(MAX_CLIENT_PENALTY_SHIFT);
+        p.strikes = if forgiven { 1 } else { p.strikes.saturating_add(1) };
+        let shift = (CLIENT_PENALTY_SHIFT + p.strikes - 1).min(MAX_CLIENT_PENALTY_SHIFT);
+        p.length = base.saturating_mul(1 << shift);
         p.until = now.plus(p.length);
         let from = (client, chorus_core::RequestSeq(0));
         let to = (client, chorus_core::RequestSeq(u64::MAX));
@@ -134,7 +137,7 @@ impl Pool {
             self.remove_entry(k);
         }
         debug_assert!(
-            self.client_penalties.len() <= self.cfg.clients.len(),
+            self.client_penalties.len() <= self.cfg.clients.len() + 1,
             "client penalties are bounded by the configured clients"
         );
     }

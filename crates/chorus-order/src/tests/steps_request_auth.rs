@@ -62,6 +62,7 @@ fn a_backup_holds_a_batch_it_cannot_verify_until_f_plus_one_vouch() {
         slot: Slot(0),
         client: ClientId(0),
         seq: RequestSeq(2),
+        content: batch.requests[1].digest(),
         auth: batch.requests[1].auth_digest(),
     };
     assert_eq!(
@@ -245,6 +246,7 @@ fn f_plus_one_reports_strike_a_client_whose_own_vector_is_partial() {
         slot: Slot(0),
         client: req.client,
         seq: req.seq,
+        content: req.digest(),
         auth: req.auth_digest(),
     };
     let client = |r: &mut Replica, req: Request| {
