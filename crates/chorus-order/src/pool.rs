@@ -334,6 +334,7 @@ impl Pool {
         }
         let key = (req.client, req.seq);
         if self.entries.contains_key(&key) || self.ordered.contains(&key) {
+            self.note_from_client(&req, verify);
             self.clear_busy_wait(key);
             return Ok(Admitted::Duplicate);
         }
@@ -359,6 +360,25 @@ impl Pool {
         let lane = self.lane_for(&req);
         self.insert(key, req, lane, now, State::Pending, true);
         Ok(Admitted::New)
+    }
+
+    /// The client's own copy of a request we first learnt from a
+    /// pre-prepare (or another lane) arrived: if it is the same bytes and
+    /// verifies here, the entry counts as verified here, so reports about
+    /// it can prove the client partial (`client_penalty.rs`; otherwise a
+    /// client could dodge the proof by reaching us through the leader first).
+    fn note_from_client(&mut self, req: &Request, verify: bool) {
+        let key = (req.client, req.seq);
+        let upgrade = self
+            .entries
+            .get(&key)
+            .is_some_and(|e| !e.verified_here && e.req == *req)
+            && (!verify || self.verifier.check(req).is_ok());
+        if upgrade {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.verified_here = true;
+            }
+        }
     }
 
     /// Is an older seq of the same client waiting for space (and still
@@ -576,7 +596,10 @@ impl Pool {
         }
         // Seed 10800016: a proven client's MAC-vector request seen in another
         // leader's proposal must not come back to us as proposable either.
-        if self.mac_vectors_refused(now, &e.req) {
+        // SAREK: a request another partition handed over (`adopt`) was
+        // decided there and must be ordered here too, so it stays.
+        let handed_over = self.fixed_lane.is_some() && !e.verified_here;
+        if !handed_over && self.mac_vectors_refused(now, &e.req) {
             self.remove_entry(key);
             return;
         }
@@ -962,6 +985,42 @@ mod tests {
         }
         assert_eq!(p.client_strikes(ClientId(0)), 1);
         assert_eq!(p.orphaned_in_flight(), 0);
+    }
+
+    /// A request first learnt from a pre-prepare proves nothing about its
+    /// client until the client's own identical copy verifies here (review
+    /// of the client penalty: a client reaching us through the leader first
+    /// would otherwise dodge the proof).
+    #[test]
+    fn reports_count_once_the_clients_own_copy_arrived() {
+        let s = setup(params());
+        let f = s.cfg.f();
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        let a = req(&s, 0, 1, b"a");
+        let report = UnverifiableRequest {
+            lane: LaneId(0),
+            view: chorus_core::View(0),
+            slot: Slot(0),
+            client: a.client,
+            seq: a.seq,
+            content: a.digest(),
+            auth: a.auth_digest(),
+        };
+        let batch = Batch {
+            requests: vec![a.clone()],
+            time_ms: 0,
+        };
+        p.mark_in_flight(Millis(0), cell(3), &batch);
+        for from in 1..=f as u32 + 1 {
+            assert!(!p.note_unverifiable(Millis(1), ReplicaId(from), &report, f));
+        }
+        assert_eq!(p.admit(Millis(2), a.clone()), Ok(Admitted::Duplicate));
+        p.unverifiable.clear();
+        for from in 1..=f as u32 {
+            assert!(!p.note_unverifiable(Millis(3), ReplicaId(from), &report, f));
+        }
+        assert!(p.note_unverifiable(Millis(3), ReplicaId(f as u32 + 1), &report, f));
+        assert_eq!(p.client_strikes(ClientId(0)), 1);
     }
 
     #[test]

@@ -391,7 +391,10 @@ impl Replica {
             ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
             ReplicaMsg::RePredict(vote) => self.on_reprediction_vote(now, vote, out),
             ReplicaMsg::Unverifiable(hint) => {
-                if hint.lane.0 >= self.cfg.lanes() || self.dispel.is_some() {
+                if self.dispel.is_some() {
+                    return cx.reject("not-in-dispel");
+                }
+                if hint.lane.0 >= self.cfg.lanes() {
                     return cx.reject("bad-lane");
                 }
                 let f = self.cfg.f();

@@ -78,6 +78,10 @@ impl Pool {
         f: usize,
     ) -> bool {
         let key = (hint.client, hint.seq);
+        // A repeated report costs no hashing.
+        if self.unverifiable.get(&key).is_some_and(|s| s.contains(&from)) {
+            return false;
+        }
         let Some(e) = self.entries.get(&key) else {
             return false;
         };
@@ -120,7 +124,9 @@ impl Pool {
                 .0
                 .saturating_add(p.length.saturating_mul(FORGIVE_AFTER_PENALTIES));
         p.strikes = if forgiven { 1 } else { p.strikes.saturating_add(1) };
-        let shift = (CLIENT_PENALTY_SHIFT + p.strikes - 1).min(MAX_CLIENT_PENALTY_SHIFT);
+        let shift = CLIENT_PENALTY_SHIFT
+            .saturating_add(p.strikes - 1)
+            .min(MAX_CLIENT_PENALTY_SHIFT);
         p.length = base.saturating_mul(1 << shift);
         p.until = now.plus(p.length);
         let from = (client, chorus_core::RequestSeq(0));
@@ -129,7 +135,9 @@ impl Pool {
             .entries
             .range(from..=to)
             .filter(|(_, e): &(&Key, &Entry)| {
-                e.state == State::Pending && matches!(e.req.auth, Authenticator::Macs(_))
+                // SAREK: a request handed over by another partition stays.
+                let handed_over = self.fixed_lane.is_some() && !e.verified_here;
+                e.state == State::Pending && matches!(e.req.auth, Authenticator::Macs(_)) && !handed_over
             })
             .map(|(k, _)| *k)
             .collect();
