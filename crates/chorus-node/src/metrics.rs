@@ -93,6 +93,8 @@ pub struct Metrics {
     pub new_views: Counter,
     pub checkpoints_stable: Counter,
     pub state_transfers: Counter,
+    pub held_for_vouchers: Counter,
+    pub clients_proven_partial: Counter,
     pub peer_messages_rejected: Family<ReasonLabel, Counter>,
     pub pool_requests: Gauge,
     pub busy_replies: Counter,
@@ -136,6 +138,8 @@ impl Default for Metrics {
             new_views: Counter::default(),
             checkpoints_stable: Counter::default(),
             state_transfers: Counter::default(),
+            held_for_vouchers: Counter::default(),
+            clients_proven_partial: Counter::default(),
             peer_messages_rejected: Family::default(),
             pool_requests: Gauge::default(),
             busy_replies: Counter::default(),
@@ -257,6 +261,16 @@ impl Metrics {
             "state_transfers",
             "snapshots installed from peers",
             state_transfers
+        );
+        reg!(
+            "held_for_vouchers",
+            "pre-prepares held until f+1 replicas vouched for a request whose MAC failed here",
+            held_for_vouchers
+        );
+        reg!(
+            "clients_proven_partial",
+            "clients refused after f+1 replicas reported their MAC vectors partial",
+            clients_proven_partial
         );
         reg!(
             "peer_messages_rejected",

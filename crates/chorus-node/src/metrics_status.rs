@@ -47,6 +47,8 @@ pub fn publish(m: &Metrics, s: &ReplicaStatus) {
     advance(&m.new_views, c.new_views);
     advance(&m.checkpoints_stable, c.checkpoints_stable);
     advance(&m.state_transfers, c.state_transfers);
+    advance(&m.held_for_vouchers, c.held_for_vouchers);
+    advance(&m.clients_proven_partial, c.clients_proven_partial);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
