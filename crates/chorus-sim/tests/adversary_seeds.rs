@@ -371,18 +371,21 @@ fixed!(
     cop_n13_fixed_seed_10800016_partial_mac_client_costs_each_valid_replica_a_view_change: heavy(Cop, 4, 13, "all", 100, 20_000), seed 10800016, "partial MAC vector: one view change per correct replica it verifies at"
 );
 
-found!(
-    /// Open (docs/known-issues.md), found 2026-11-26 by the 10-minute pbft
-    /// n=4 fixed-rotation run: after crashes, every correct replica is back
-    /// at its stable checkpoint #108 with slots up to s119 decided in its
-    /// log, while the certificate for #120 (votes r0, r1, r2) is newer. They
-    /// fetch state #120 instead of re-executing their own decided slots,
-    /// and the only replica that still has it is r0, which serves garbage
-    /// snapshots (persisting after healing): 649 of 800 requests never
-    /// complete. The same on 0801b0c.
-    pbft_n4_fixed_seed_40100128_state_only_at_the_liar_after_restarts: {
+fixed!(
+    /// Found 2026-11-26 by the 10-minute pbft n=4 fixed-rotation run: after
+    /// crashes, every correct replica came back at its stable checkpoint
+    /// #108 although slots up to s119 were decided in its log, while the
+    /// certificate for #120 (votes r0, r1, r2) was newer. Their compacted
+    /// logs held those `Decided` records *ahead of* the `Stable #108` record
+    /// (the slots were decided before #108 became stable), and recovery
+    /// replayed them into the initial window [0, W) and dropped them. So
+    /// they fetched state #120, which only r0 still had, and r0 serves
+    /// garbage snapshots (persisting after healing): 649 of 800 requests
+    /// never completed. The same on 0801b0c. Fixed by moving every lane's
+    /// window to the newest stable checkpoint before replaying.
+    pbft_n4_fixed_seed_40100128_decided_log_dropped_on_recovery: {
         let mut o = heavy(OrderingMode::Pbft, 1, 4, "all", 100, 20_000);
         o.rotation = Some(chorus_core::LeaderRotation::Fixed);
         o
-    }, seed 40100128, "catch-up prefers a snapshot only a Byzantine replica holds over re-executing the decided log"
+    }, seed 40100128, "recovery drops slots decided above a checkpoint whose Stable record came after them"
 );

@@ -46,8 +46,17 @@ impl Lane {
         slot >= self.low && slot < self.high()
     }
 
+    /// A record outside the window: one below it is covered by a stable
+    /// checkpoint (only the view it was written in still counts), one above
+    /// waits for the window.
     fn defer(&mut self, slot: Slot, d: Deferred) {
-        if slot >= self.high() {
+        if slot < self.low {
+            let view = match &d {
+                Deferred::Accepted { view, .. } => *view,
+                Deferred::Prepared(cert) => cert.view,
+            };
+            self.restore_view(view);
+        } else if slot >= self.high() {
             self.recovered_above.entry(slot).or_default().push(d);
         }
     }

@@ -33,6 +33,27 @@ impl Replica {
         // `dispel`: the latest DBFT snapshot and the engine inputs after it.
         let mut dispel_snapshot: Option<Bytes> = None;
         let mut dispel_inputs: Vec<(Millis, Bytes)> = Vec::new();
+        // Move every lane's window to the newest stable checkpoint before
+        // replaying. Records are in the order written, and a compacted log
+        // (io.rs allows dropping what a stable checkpoint covers) can start
+        // with slots decided *before* the checkpoint below them became
+        // stable: replayed into the initial window [0, W) they were dropped,
+        // and the replica came back at its checkpoint with those decisions
+        // forgotten. Peers that had moved on then left it to fetch state only
+        // a Byzantine replica still served (pbft n=4 seed 40100128).
+        let newest_stable = records
+            .iter()
+            .filter_map(|rec| match rec {
+                PersistRecord::Stable { cert, .. } => Some(cert.seq),
+                _ => None,
+            })
+            .max();
+        if let Some(seq) = newest_stable {
+            let low = Slot(seq.0 / lanes as u64);
+            for lane in &mut r.lanes {
+                lane.truncate_below(low);
+            }
+        }
         for rec in records {
             match rec {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
