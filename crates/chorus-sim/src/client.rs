@@ -21,6 +21,16 @@ use std::collections::{BTreeMap, BTreeSet};
 /// First retransmission after this long; doubles per attempt up to the cap.
 pub const RETRY_FIRST_US: Micros = 400_000;
 pub const RETRY_MAX_US: Micros = 3_200_000;
+/// On a reliable network (the resource model: no faults, every message
+/// arrives) a client resends only what `chorus-client`'s driver resends:
+/// after f+1 "busy" answers, with doubling back-off (its
+/// `busy_backoff_initial` / `busy_backoff_max`), plus this safety timer.
+/// Resending every request to all n replicas on a short timer, as the
+/// fault-finding runs must, made an overloaded model collapse under its own
+/// retransmissions at n = 100 (each one costs every replica CPU again).
+pub const RELIABLE_RETRY_US: Micros = 10_000_000;
+pub const BUSY_BACKOFF_FIRST_US: Micros = 50_000;
+pub const BUSY_BACKOFF_MAX_US: Micros = 2_000_000;
 /// Think time between a completion and the next request.
 pub const THINK_MAX_US: Micros = 20_000;
 /// rcc (RCC §III-E): after this many retransmissions of one request the
@@ -85,6 +95,10 @@ struct Pending {
     attempt: u32,
     /// Replicas that returned each result, and the result itself.
     votes: BTreeMap<Digest, (BTreeSet<ReplicaId>, Bytes)>,
+    /// Reliable network: replicas that answered "busy" since the last send,
+    /// and the back-off before the next resend they cause.
+    busy: BTreeSet<ReplicaId>,
+    busy_backoff_us: Micros,
 }
 
 /// What the world must do after a client step.
@@ -136,6 +150,9 @@ pub struct SimClient {
     switched: u32,
     /// The service's operations (`ServiceEntry::workload`).
     workload: WorkloadFn,
+    /// No message is ever lost: resend like the real client library does
+    /// (`RELIABLE_RETRY_US`).
+    reliable: bool,
 }
 
 impl SimClient {
@@ -168,6 +185,30 @@ impl SimClient {
             switches: 0,
             switched: 0,
             workload: std::sync::Arc::new(chorus_apps::kv_workload),
+            reliable: false,
+        }
+    }
+
+    /// The network never loses a message (`--perf`, no faults): resend only
+    /// on f+1 "busy" answers (with back-off) or after `RELIABLE_RETRY_US`.
+    pub fn on_reliable_network(mut self) -> SimClient {
+        self.reliable = true;
+        self
+    }
+
+    fn first_retry_us(&self) -> Micros {
+        if self.reliable {
+            RELIABLE_RETRY_US
+        } else {
+            RETRY_FIRST_US
+        }
+    }
+
+    fn next_retry_us(&self, attempt: u32) -> Micros {
+        if self.reliable {
+            RELIABLE_RETRY_US << attempt.min(2)
+        } else {
+            (RETRY_FIRST_US << attempt.min(8)).min(RETRY_MAX_US)
         }
     }
 
@@ -277,7 +318,7 @@ impl SimClient {
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: 0,
-            after_us: RETRY_FIRST_US,
+            after_us: self.first_retry_us(),
         });
         self.pending.insert(
             seq,
@@ -286,6 +327,8 @@ impl SimClient {
                 issued_at_us: now_us,
                 attempt: 0,
                 votes: BTreeMap::new(),
+                busy: BTreeSet::new(),
+                busy_backoff_us: BUSY_BACKOFF_FIRST_US,
             },
         );
     }
@@ -342,11 +385,12 @@ impl SimClient {
         if p.attempt == SWITCH_AFTER_RETRIES && !p.request.is_switch() {
             self.start_switch(now_us, out);
         }
+        let after_us = self.next_retry_us(self.pending.get(&seq).map_or(0, |p| p.attempt));
         let Some(p) = self.pending.get_mut(&seq) else {
             return;
         };
+        p.busy.clear();
         out.push(ClientAction::Broadcast(p.request.clone()));
-        let after_us = (RETRY_FIRST_US << p.attempt.min(8)).min(RETRY_MAX_US);
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: p.attempt,
@@ -369,9 +413,43 @@ impl SimClient {
         }
     }
 
+    /// Reliable network: f+1 replicas said "busy" (so at least one correct
+    /// replica refused it): resend after a jittered, doubling back-off, as
+    /// `chorus-client`'s driver does. The new attempt number voids the
+    /// pending safety timer.
+    fn on_busy(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        seq: RequestSeq,
+        replica: ReplicaId,
+        out: &mut Vec<ClientAction>,
+    ) {
+        let quorum = self.quorum;
+        let Some(p) = self.pending.get_mut(&seq) else {
+            return;
+        };
+        if !p.busy.insert(replica) || p.busy.len() < quorum {
+            return;
+        }
+        p.busy.clear();
+        p.attempt += 1;
+        let backoff = p.busy_backoff_us;
+        p.busy_backoff_us = (backoff * 2).min(BUSY_BACKOFF_MAX_US);
+        // The timer's attempt is the one before the resend (`retry` checks it).
+        out.push(ClientAction::RetryTimer {
+            seq,
+            attempt: p.attempt,
+            after_us: rng.gen_range(backoff / 2..=backoff),
+        });
+    }
+
     /// A reply arrived (over the channel from `reply.replica`).
     pub fn reply(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, reply: Reply, out: &mut Vec<ClientAction>) {
         if reply.client != self.creds.id {
+            return;
+        }
+        if self.reliable && reply.body == ReplyBody::Busy {
+            self.on_busy(rng, reply.seq, reply.replica, out);
             return;
         }
         // Busy, rejections and error results are retried by the retransmission timer.
@@ -581,6 +659,73 @@ mod tests {
         assert!(c.done());
         out.clear();
         c.retry(0, RequestSeq(1), 1, &mut out);
+        assert!(out.is_empty());
+    }
+
+    fn busy(seq: u64, replica: u32) -> Reply {
+        Reply {
+            body: ReplyBody::Busy,
+            ..reply(seq, replica, b"")
+        }
+    }
+
+    /// On a reliable network (`--perf`) a client resends like the real
+    /// library: not on a short timer, but after f+1 "busy" answers, after a
+    /// doubling back-off; the resend voids the pending safety timer.
+    #[test]
+    fn on_a_reliable_network_only_f_plus_one_busy_answers_cause_a_resend() {
+        let (c, _) = client(1, 1);
+        let mut c = c.on_reliable_network();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        c.issue(&mut rng, 0, &mut out);
+        assert_eq!(
+            out[1],
+            ClientAction::RetryTimer {
+                seq: RequestSeq(1),
+                attempt: 0,
+                after_us: RELIABLE_RETRY_US
+            }
+        );
+        out.clear();
+        c.reply(&mut rng, 1, busy(1, 0), &mut out);
+        c.reply(&mut rng, 2, busy(1, 0), &mut out); // the same replica again
+        assert!(out.is_empty(), "{out:?}");
+        c.reply(&mut rng, 3, busy(1, 2), &mut out);
+        let after = match out.as_slice() {
+            [ClientAction::RetryTimer {
+                seq: RequestSeq(1),
+                attempt: 1,
+                after_us,
+            }] => *after_us,
+            other => panic!("one back-off timer expected: {other:?}"),
+        };
+        assert!((BUSY_BACKOFF_FIRST_US / 2..=BUSY_BACKOFF_FIRST_US).contains(&after));
+        out.clear();
+        c.retry(10, RequestSeq(1), 0, &mut out); // the voided safety timer
+        assert!(out.is_empty());
+        c.retry(after, RequestSeq(1), 1, &mut out);
+        assert!(matches!(out[0], ClientAction::Broadcast(_)));
+        assert!(matches!(out[1], ClientAction::RetryTimer { attempt: 2, .. }));
+        // The next f+1 busy answers wait twice as long.
+        out.clear();
+        c.reply(&mut rng, 20, busy(1, 1), &mut out);
+        c.reply(&mut rng, 21, busy(1, 3), &mut out);
+        match out.as_slice() {
+            [ClientAction::RetryTimer {
+                attempt: 3, after_us, ..
+            }] => {
+                assert!((BUSY_BACKOFF_FIRST_US..=2 * BUSY_BACKOFF_FIRST_US).contains(after_us))
+            }
+            other => panic!("one back-off timer expected: {other:?}"),
+        }
+        // Without the reliable network, busy answers change nothing.
+        let (mut lossy, _) = client(1, 1);
+        out.clear();
+        lossy.issue(&mut rng, 0, &mut out);
+        out.clear();
+        lossy.reply(&mut rng, 1, busy(1, 0), &mut out);
+        lossy.reply(&mut rng, 2, busy(1, 1), &mut out);
         assert!(out.is_empty());
     }
 

@@ -865,7 +865,8 @@ fn build_clients(
             let mut c = SimClient::new(creds(i), config.weak_quorum(), total, window, pacing_us)
                 .with_workload(workload);
             if opts.perf.is_some() {
-                c = c.without_think_time();
+                // `--perf` needs `--faults none`: no message is lost.
+                c = c.without_think_time().on_reliable_network();
             }
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())
