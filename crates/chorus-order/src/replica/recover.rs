@@ -40,7 +40,9 @@ impl Replica {
         // stable: replayed into the initial window [0, W) they were dropped,
         // and the replica came back at its checkpoint with those decisions
         // forgotten. Peers that had moved on then left it to fetch state only
-        // a Byzantine replica still served (pbft n=4 seed 40100128).
+        // a Byzantine replica still served (pbft n=4 seed 40100128; the
+        // simulator's store keeps write order, chorus-store replays the
+        // latest `Stable` first; recovery must work with both).
         let newest_stable = records
             .iter()
             .filter_map(|rec| match rec {

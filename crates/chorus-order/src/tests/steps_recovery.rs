@@ -229,3 +229,72 @@ fn recovery_delivers_slots_decided_before_the_checkpoint_below_them_became_stabl
     assert_eq!(st.next_undecided, vec![Slot(stable + 3)]);
     assert_eq!(st.next_delivery, chorus_core::Seq(stable + 3));
 }
+
+/// The same with two lanes (cop, 2 pillars): every lane resumes at the
+/// checkpoint's slot `seq / lanes`, and the decisions of both lanes written
+/// before the `Stable` record are delivered in order.
+#[test]
+fn recovery_delivers_every_lanes_decisions_written_before_the_stable_record() {
+    let s = setup(4, 2, params(OrderingMode::Cop, 2));
+    let lanes = 2u64;
+    let window = s.cfg.params.window_slots;
+    let stable_slot = window; // above the initial window [0, W) of each lane
+    let stable = stable_slot * lanes;
+    assert_eq!(stable % s.cfg.params.checkpoint_interval, 0);
+    let mut records = Vec::new();
+    for slot in stable_slot..stable_slot + 2 {
+        for lane in 0..lanes as u32 {
+            let batch = s.batch(
+                0,
+                slot * lanes + u64::from(lane)..slot * lanes + u64::from(lane) + 1,
+            );
+            records.push(PersistRecord::Decided {
+                cell: chorus_core::Cell {
+                    lane: LaneId(lane),
+                    slot: Slot(slot),
+                },
+                digest: batch.digest(),
+                batch,
+            });
+        }
+    }
+    records.push(PersistRecord::Stable {
+        cert: s.checkpoint_cert(stable, chorus_core::Digest::of(b"state"), &[0, 1, 2]),
+        snapshot: bytes::Bytes::from_static(b"snapshot"),
+    });
+    let (n1, e) = Node::recover(&s, 1, records, 100);
+    let delivered: Vec<u64> = e
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deliver { seq, .. } => Some(seq.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        delivered,
+        (stable..stable + 4).collect::<Vec<_>>(),
+        "{:?}",
+        kinds(&e)
+    );
+    let st = n1.r.status();
+    assert_eq!(st.next_undecided, vec![Slot(stable_slot + 2); 2]);
+}
+
+/// A record below the newest stable checkpoint is covered by it, but the
+/// view it was written in still counts: a replica that prepared in view 2
+/// comes back in view 2 even if no `View` record survived.
+#[test]
+fn records_below_the_stable_checkpoint_still_restore_their_view() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let a = s.batch(0, 1..3);
+    let cert = s.prepared_cert(2, 0, 2, 1, &a, &[0, 1, 3]);
+    let records = vec![
+        PersistRecord::Prepared { cert },
+        PersistRecord::Stable {
+            cert: s.checkpoint_cert(4, chorus_core::Digest::of(b"state"), &[0, 1, 2]),
+            snapshot: bytes::Bytes::from_static(b"snapshot"),
+        },
+    ];
+    let (n1, _) = Node::recover(&s, 1, records, 100);
+    assert_eq!(n1.r.status().views, vec![View(2)]);
+}
