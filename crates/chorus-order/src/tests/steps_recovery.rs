@@ -186,6 +186,28 @@ fn recovered_new_view_primary_never_assembles_a_second_new_view() {
     );
 }
 
+/// Recover replica 1 from `records` followed by a `Stable` record for
+/// checkpoint `stable`; returns the node, its actions and the delivered seqs.
+fn recover_after_stable(
+    s: &Setup,
+    mut records: Vec<PersistRecord>,
+    stable: u64,
+) -> (Node, Vec<Action>, Vec<u64>) {
+    records.push(PersistRecord::Stable {
+        cert: s.checkpoint_cert(stable, chorus_core::Digest::of(b"state"), &[0, 1, 2]),
+        snapshot: bytes::Bytes::from_static(b"snapshot"),
+    });
+    let (n1, e) = Node::recover(s, 1, records, 100);
+    let delivered = e
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deliver { seq, .. } => Some(seq.0),
+            _ => None,
+        })
+        .collect();
+    (n1, e, delivered)
+}
+
 /// pbft n=4 seed 40100128: a compacted log keeps the slots decided above a
 /// checkpoint, written before that checkpoint became stable, ahead of its
 /// `Stable` record. Replayed into the initial window they were dropped, and
@@ -210,19 +232,7 @@ fn recovery_delivers_slots_decided_before_the_checkpoint_below_them_became_stabl
             }
         })
         .collect();
-    let mut records = decided;
-    records.push(PersistRecord::Stable {
-        cert: s.checkpoint_cert(stable, chorus_core::Digest::of(b"state"), &[0, 1, 2]),
-        snapshot: bytes::Bytes::from_static(b"snapshot"),
-    });
-    let (n1, e) = Node::recover(&s, 1, records, 100);
-    let delivered: Vec<u64> = e
-        .iter()
-        .filter_map(|a| match a {
-            Action::Deliver { seq, .. } => Some(seq.0),
-            _ => None,
-        })
-        .collect();
+    let (n1, e, delivered) = recover_after_stable(&s, decided, stable);
     assert_eq!(delivered, vec![stable, stable + 1, stable + 2], "{:?}", kinds(&e));
     assert!(matches!(e[0], Action::InstallState { .. }));
     let st = n1.r.status();
@@ -258,18 +268,7 @@ fn recovery_delivers_every_lanes_decisions_written_before_the_stable_record() {
             });
         }
     }
-    records.push(PersistRecord::Stable {
-        cert: s.checkpoint_cert(stable, chorus_core::Digest::of(b"state"), &[0, 1, 2]),
-        snapshot: bytes::Bytes::from_static(b"snapshot"),
-    });
-    let (n1, e) = Node::recover(&s, 1, records, 100);
-    let delivered: Vec<u64> = e
-        .iter()
-        .filter_map(|a| match a {
-            Action::Deliver { seq, .. } => Some(seq.0),
-            _ => None,
-        })
-        .collect();
+    let (n1, e, delivered) = recover_after_stable(&s, records, stable);
     assert_eq!(
         delivered,
         (stable..stable + 4).collect::<Vec<_>>(),
