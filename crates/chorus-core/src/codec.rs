@@ -3,7 +3,7 @@
 //! that bounds every vector by the configured limits. Decoding is total: any
 //! byte string yields either a value that respects the limits or a typed error.
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, MAX_PILLARS};
 use crate::messages::*;
 use crate::reprediction::MAX_REPREDICTION_PARTITIONS;
 use crate::request::{flags, Authenticator, Batch, Reply, ReplyBody, Request};
@@ -226,6 +226,14 @@ impl Validate for ReplicaMsg {
             }
             // The inner `DbftMsg` is decoded and bounded by the receiver.
             ReplicaMsg::Dbft(m) => check(m.bytes.len() <= l.max_frame_bytes, "dbft message too large"),
+            // At most one entry per lane (lanes are n under RCC, at most
+            // MAX_PILLARS otherwise), in ascending lane order.
+            ReplicaMsg::Statuses(m) => check(
+                !m.lanes.is_empty()
+                    && m.lanes.len() <= l.n.max(MAX_PILLARS as usize)
+                    && m.lanes.windows(2).all(|w| w[0].lane < w[1].lane),
+                "bad status bundle",
+            ),
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::Prepare(_)
             | ReplicaMsg::Commit(_)

@@ -81,6 +81,9 @@ pub enum ClientAuthKind {
     Signature,
 }
 
+/// The most pillars (COP) or partitions (SAREK) a cluster may have.
+pub const MAX_PILLARS: u32 = 64;
+
 /// Protocol parameters and limits. Every queue, window and message size has
 /// a bound here (TigerStyle: put a limit on everything).
 // Unknown keys are refused, naming the key and listing the valid ones: a
@@ -412,7 +415,7 @@ impl ClusterConfig {
         if p.mode == OrderingMode::Pbft && p.pillars != 1 {
             return Err(ConfigError::PbftPillars(p.pillars));
         }
-        if p.pillars == 0 || p.pillars > 64 {
+        if p.pillars == 0 || p.pillars > MAX_PILLARS {
             return Err(ConfigError::Pillars(p.pillars));
         }
         for (name, v) in [

@@ -17,7 +17,7 @@ pub mod wire_bounds;
 pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};
 pub use config::{
     ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams,
-    ReplicaInfo,
+    ReplicaInfo, MAX_PILLARS,
 };
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use domain::{ClusterTag, SigKind};

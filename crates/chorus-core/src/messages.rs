@@ -216,6 +216,41 @@ pub struct Status {
     pub suspects: bool,
 }
 
+/// One lane's entry of a [`StatusBundle`]: a [`Status`] without the
+/// replica-wide stable checkpoint, which the bundle carries once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneProgress {
+    pub lane: LaneId,
+    pub view: View,
+    pub next_undecided: Slot,
+    pub suspects: bool,
+}
+
+/// The periodic [`Status`] of every lane of one pillar (lanes `l` with
+/// `l mod pillars` equal), sent once per peer per status interval. With one
+/// lane per replica (RCC) per-lane statuses cost n³ messages per interval
+/// (`docs/known-issues.md`: at n = 61, 673 k of 3.57 M messages); bundles
+/// cost n² per pillar. Grouped by pillar so each bundle travels on, and is
+/// handled by, the pillar that owns its lanes (COP §4). Lanes ascend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusBundle {
+    pub stable_seq: Seq,
+    pub lanes: Vec<LaneProgress>,
+}
+
+impl StatusBundle {
+    /// Each entry as the per-lane [`Status`] it stands for.
+    pub fn statuses(&self) -> impl Iterator<Item = Status> + '_ {
+        self.lanes.iter().map(|e| Status {
+            lane: e.lane,
+            view: e.view,
+            next_undecided: e.next_undecided,
+            stable_seq: self.stable_seq,
+            suspects: e.suspects,
+        })
+    }
+}
+
 /// "I gave up on every view of `lane` up to `view`": signed when the
 /// sender's progress timer expired in `view`, or when it left `view` for a
 /// later one. Self-certifying, so any replica may relay it: 2f+1 of them
@@ -310,6 +345,8 @@ pub enum ReplicaMsg {
     /// Appended last: a backup holds a pre-prepare because a request's MAC
     /// entry for it is wrong (Aardvark §4.1; chorus-order `pool/client_penalty.rs`).
     Unverifiable(UnverifiableRequest),
+    /// Appended last: every lane's periodic status of one pillar at once.
+    Statuses(StatusBundle),
 }
 
 /// "Your MAC vector entry for me is wrong": sent by a backup that holds a
@@ -348,6 +385,8 @@ impl ReplicaMsg {
             ReplicaMsg::BatchReply(m) => Some(m.lane),
             ReplicaMsg::Timeout(m) => Some(m.lane),
             ReplicaMsg::Unverifiable(m) => Some(m.lane),
+            // All its lanes share a pillar: the first one routes it.
+            ReplicaMsg::Statuses(m) => m.lanes.first().map(|e| e.lane),
             ReplicaMsg::Checkpoint(_)
             | ReplicaMsg::StateRequest(_)
             | ReplicaMsg::StateChunk(_)
@@ -374,6 +413,7 @@ impl ReplicaMsg {
             ReplicaMsg::Timeout(_) => "timeout",
             ReplicaMsg::RePredict(_) => "reprediction",
             ReplicaMsg::Unverifiable(_) => "unverifiable",
+            ReplicaMsg::Statuses(_) => "status-bundle",
         }
     }
 }

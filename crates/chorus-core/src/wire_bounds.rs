@@ -18,7 +18,7 @@
 //! upper bound for every other one (`tests/frame_bounds.rs` checks both).
 
 use crate::codec::{encode, Limits};
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, MAX_PILLARS};
 use crate::crypto::{Digest, Mac, Signature};
 use crate::ids::{ClientId, LaneId, ReplicaId, RequestSeq, Seq, Slot, View};
 use crate::messages::*;
@@ -50,6 +50,8 @@ pub struct WireBounds {
     pub state_chunk: u64,
     /// The largest of the messages without vectors (prepare, commit, …).
     pub fixed: u64,
+    /// A status bundle with an entry for every lane there may be.
+    pub status_bundle: u64,
 }
 
 /// Length of `v`'s LEB128 varint, as postcard writes lengths and integers.
@@ -263,6 +265,18 @@ impl WireBounds {
         .max()
         .unwrap_or(0);
 
+        let progress = len(&LaneProgress {
+            lane: LANE,
+            view: VIEW,
+            next_undecided: SLOT,
+            suspects: true,
+        });
+        let status_bundle = (len(&ReplicaMsg::Statuses(StatusBundle {
+            stable_seq: SEQ,
+            lanes: vec![],
+        })) - 1)
+            .saturating_add(vec_of(n.max(u64::from(MAX_PILLARS)), progress));
+
         WireBounds {
             request,
             batch,
@@ -274,6 +288,7 @@ impl WireBounds {
             new_view: tag.saturating_add(new_view_body),
             state_chunk,
             fixed,
+            status_bundle,
         }
     }
 
@@ -286,6 +301,7 @@ impl WireBounds {
             self.new_view,
             self.state_chunk,
             self.fixed,
+            self.status_bundle,
         ]
         .into_iter()
         .max()

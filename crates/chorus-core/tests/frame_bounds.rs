@@ -189,6 +189,20 @@ fn check_config(c: &ClusterConfig) {
         data: Bytes::from(vec![0x11; l.max_chunk_bytes]),
     });
     assert_eq!(received_size(chunk, &l), b.state_chunk);
+    // A bundle with an entry for every lane there may be.
+    let lanes = (0..n.max(MAX_PILLARS as usize))
+        .map(|i| LaneProgress {
+            lane: LaneId(u32::MAX - 1 - (n.max(MAX_PILLARS as usize) - 1 - i) as u32),
+            view: VIEW,
+            next_undecided: Slot(SLOT),
+            suspects: true,
+        })
+        .collect();
+    let bundle = ReplicaMsg::Statuses(StatusBundle {
+        stable_seq: Seq(u64::MAX),
+        lanes,
+    });
+    assert_eq!(received_size(bundle, &l), b.status_bundle);
     assert!(b.largest_replica_msg() <= l.max_frame_bytes as u64);
 }
 

@@ -13,6 +13,7 @@
 mod dispel;
 mod recover;
 mod repredict;
+mod status_bundle;
 mod switch;
 
 use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
@@ -389,6 +390,7 @@ impl Replica {
                 }
             }
             ReplicaMsg::Dbft(w) => self.dispel_on_message(now, from, w, out),
+            ReplicaMsg::Statuses(b) => self.on_status_bundle(now, from, b, out),
             ReplicaMsg::RePredict(vote) => self.on_reprediction_vote(now, vote, out),
             ReplicaMsg::Unverifiable(hint) => {
                 if self.dispel.is_some() {
@@ -480,9 +482,14 @@ impl Replica {
     /// Every `status_interval_ms`: lanes announce their state (and retry),
     /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
     fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
+        let mut progress = Vec::with_capacity(self.lanes.len());
         for l in 0..self.lanes.len() {
             let lo = self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
             self.absorb(now, LaneId(l as u32), lo);
+            progress.push(self.lanes[l].progress());
+        }
+        if !progress.is_empty() {
+            self.broadcast_status_bundles(progress, out);
         }
         self.dispel_status_tick(now, out);
         self.reprediction_tick(now, out);

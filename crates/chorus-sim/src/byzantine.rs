@@ -11,8 +11,8 @@ use crate::stats::Counters;
 use bytes::Bytes;
 use chorus_core::{
     Batch, BatchReply, CheckpointVote, ClusterTag, Commit, Decided, Digest, FetchBatch, Identity, LaneId,
-    NewView, PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, SigKind, Signature, Slot,
-    StateRequest, Status, View, ViewChange,
+    LaneProgress, NewView, PrePrepare, Prepare, ReplicaId, ReplicaMsg, Request, Seq, SigKind, Signature,
+    Slot, StateRequest, Status, StatusBundle, View, ViewChange,
 };
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -511,6 +511,33 @@ impl Adversary {
                 }
                 ReplicaMsg::Unverifiable(m)
             }
+            // Status is unauthenticated progress: lie about it (a later
+            // view, slots not decided, a checkpoint not held), or break the
+            // bundle's shape (lanes out of order, of another pillar).
+            ReplicaMsg::Statuses(mut b) => {
+                counters.fault("byz-false-status");
+                match rng.gen_range(0..4) {
+                    0 => b.stable_seq = Seq(b.stable_seq.0 + rng.gen_range(1..1_000)),
+                    1 => {
+                        for e in &mut b.lanes {
+                            e.next_undecided = Slot(e.next_undecided.0 + rng.gen_range(1..64));
+                        }
+                    }
+                    2 => {
+                        for e in &mut b.lanes {
+                            e.view = View(e.view.0 + rng.gen_range(1..4));
+                            e.suspects = true;
+                        }
+                    }
+                    _ => {
+                        b.lanes.reverse();
+                        if let Some(e) = b.lanes.first_mut() {
+                            e.lane = LaneId(e.lane.0 + 1);
+                        }
+                    }
+                }
+                ReplicaMsg::Statuses(b)
+            }
             other @ (ReplicaMsg::Status(_) | ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => {
                 other
             }
@@ -599,6 +626,15 @@ impl Adversary {
                 resign_checkpoint(&self.identity, &self.tag, &mut m);
                 ReplicaMsg::Checkpoint(m)
             }
+            5 if rng.gen_bool(0.5) => ReplicaMsg::Statuses(StatusBundle {
+                stable_seq: Seq(slot.0),
+                lanes: vec![LaneProgress {
+                    lane,
+                    view,
+                    next_undecided: slot,
+                    suspects: slot.0 % 2 == 0,
+                }],
+            }),
             5 => ReplicaMsg::Status(Status {
                 lane,
                 view,

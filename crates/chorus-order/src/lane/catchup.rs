@@ -6,18 +6,17 @@
 use super::{Lane, LaneEnv, LaneOutput, Want, WantReason, DECIDED_PER_STATUS, RETRANSMIT_SLOTS};
 use crate::counters::Cx;
 use chorus_core::{
-    Batch, BatchReply, Commit, Decided, Digest, FetchBatch, PrePrepare, ReplicaId, ReplicaMsg, Seq, Slot,
-    Status,
+    Batch, BatchReply, Commit, Decided, Digest, FetchBatch, LaneProgress, PrePrepare, ReplicaId, ReplicaMsg,
+    Seq, Slot, Status,
 };
 use std::sync::Arc;
 
 impl Lane {
-    /// Status tick: announce where we are, re-send our VIEW-CHANGE while the
-    /// view change lasts, give up on a view f+1 peers gave up on, and retry
-    /// batch fetches.
+    /// Status tick: re-send our VIEW-CHANGE while the view change lasts,
+    /// give up on a view f+1 peers gave up on, and retry batch fetches. Where
+    /// we are goes out in the replica's status bundle ([`Lane::progress`]).
     pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
         let mut lo = LaneOutput::default();
-        self.broadcast_status(cx, env.stable_seq);
         if self.give_up_with_f_plus_one(cx) {
             self.leave_on_certificate(cx, env, &mut lo);
         }
@@ -38,6 +37,16 @@ impl Lane {
         }
         self.retry_wants(cx);
         lo
+    }
+
+    /// This lane's entry of the periodic status bundle.
+    pub(crate) fn progress(&self) -> LaneProgress {
+        LaneProgress {
+            lane: self.id,
+            view: self.view,
+            next_undecided: self.next_undecided,
+            suspects: self.suspecting,
+        }
     }
 
     pub(crate) fn broadcast_status(&mut self, cx: &mut Cx, stable_seq: Seq) {

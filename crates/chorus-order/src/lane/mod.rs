@@ -416,7 +416,8 @@ impl Lane {
             | ReplicaMsg::StateChunk(_)
             | ReplicaMsg::Dbft(_)
             | ReplicaMsg::RePredict(_)
-            | ReplicaMsg::Unverifiable(_) => cx.reject("not-a-lane-message"),
+            | ReplicaMsg::Unverifiable(_)
+            | ReplicaMsg::Statuses(_) => cx.reject("not-a-lane-message"),
         }
     }
 

@@ -315,7 +315,7 @@ fn a_lone_suspicion_of_censorship_does_not_change_the_view() {
     let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
     assert!(broadcasts(&e)
         .iter()
-        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects)));
+        .any(|m| matches!(m, ReplicaMsg::Statuses(b) if b.statuses().any(|st| st.suspects))));
     // Still alone one retry later.
     let t2 = deadline(&r1).expect("re-armed");
     handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
@@ -385,9 +385,9 @@ fn a_late_new_view_alone_does_not_send_a_replica_to_the_next_view() {
     assert_eq!(r2.status().views, vec![View(1)]);
     assert_eq!(r2.status().view_changing, vec![true]);
     let e = handle(&mut r2, t + 1, Event::Timer(TimerId::Status));
-    assert!(broadcasts(&e)
-        .iter()
-        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(1))));
+    assert!(broadcasts(&e).iter().any(
+        |m| matches!(m, ReplicaMsg::Statuses(b) if b.statuses().any(|st| st.suspects && st.view == View(1)))
+    ));
     // One peer giving up on view 1 too: f of them may be faulty.
     msg(&mut r2, t + 2, 0, gave_up(&s, 0, 1));
     let t2 = deadline(&r2).expect("re-armed");
@@ -471,9 +471,9 @@ fn a_lone_timeout_in_an_active_view_does_not_change_the_view() {
     );
     assert_eq!(r1.status().view_changing, vec![false]);
     let e = handle(&mut r1, t.0 + 1, Event::Timer(TimerId::Status));
-    assert!(broadcasts(&e)
-        .iter()
-        .any(|m| matches!(m, ReplicaMsg::Status(st) if st.suspects && st.view == View(0))));
+    assert!(broadcasts(&e).iter().any(
+        |m| matches!(m, ReplicaMsg::Statuses(b) if b.statuses().any(|st| st.suspects && st.view == View(0)))
+    ));
     let t2 = deadline(&r1).expect("re-armed");
     handle(&mut r1, t2.0, Event::Timer(TimerId::ViewChange(L0)));
     assert_eq!(r1.status().view_changing, vec![false], "still alone");
@@ -513,7 +513,7 @@ fn progress_withdraws_a_suspicion() {
     let e = handle(&mut r1, t.0 + 2, Event::Timer(TimerId::Status));
     assert!(broadcasts(&e)
         .iter()
-        .any(|m| matches!(m, ReplicaMsg::Status(st) if !st.suspects)));
+        .any(|m| matches!(m, ReplicaMsg::Statuses(b) if b.statuses().any(|st| !st.suspects))));
 }
 
 /// Did the replica `me` sign and send `Timeout(view)`?

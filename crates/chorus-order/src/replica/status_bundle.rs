@@ -1,0 +1,64 @@
+//! The periodic status, one message per peer per pillar ([`StatusBundle`]):
+//! every lane's progress at once instead of one `Status` per lane, which
+//! under RCC (a lane per replica) was n³ messages per status interval.
+
+use super::Replica;
+use crate::counters::Cx;
+use crate::io::Outbox;
+use chorus_core::{LaneProgress, Millis, ReplicaId, ReplicaMsg, StatusBundle};
+
+impl Replica {
+    /// Broadcast one bundle per pillar: lanes `l` with the same `l mod pillars`
+    /// travel together, so a bundle stays on the connections (and, with
+    /// consensus in the pillars, the thread) of the pillar owning its lanes.
+    pub(super) fn broadcast_status_bundles(&mut self, entries: Vec<LaneProgress>, out: &mut Outbox) {
+        let pillars = self.cfg.params.pillars.max(1) as usize;
+        let stable_seq = self.checkpointer.stable_seq();
+        let groups = pillars.min(entries.len());
+        let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); groups];
+        for e in entries {
+            bundles[e.lane.index() % groups].push(e);
+        }
+        for lanes in bundles.into_iter().filter(|b| !b.is_empty()) {
+            debug_assert!(lanes.windows(2).all(|w| w[0].lane < w[1].lane));
+            out.broadcast(ReplicaMsg::Statuses(StatusBundle { stable_seq, lanes }));
+        }
+    }
+
+    /// A peer's bundle: the replica-wide parts once (its stable checkpoint,
+    /// our checkpoint votes it lacks), then each entry to its lane as the
+    /// `Status` it stands for. The codec checked the entries ascend; here
+    /// they must also exist and share the first entry's pillar (a correct
+    /// sender groups them so).
+    pub(super) fn on_status_bundle(
+        &mut self,
+        now: Millis,
+        from: ReplicaId,
+        b: StatusBundle,
+        out: &mut Outbox,
+    ) {
+        let (lanes, pillars) = (self.cfg.lanes() as usize, self.cfg.params.pillars.max(1) as usize);
+        let pillar = b.lanes.first().map_or(0, |e| e.lane.index() % pillars);
+        let well_formed = b
+            .lanes
+            .iter()
+            .all(|e| e.lane.index() < lanes && e.lane.index() % pillars == pillar);
+        if !well_formed || self.dispel.is_some() {
+            return Cx::new(now, out, &mut self.counters).reject("bad-status-bundle");
+        }
+        self.transfer.note_peer_stable(from, b.stable_seq, now);
+        // One vote per peer per status round (the bundle with lane 0).
+        if b.lanes[0].lane.0 == 0 {
+            for v in self.checkpointer.votes_for_peer(b.stable_seq) {
+                out.send(from, ReplicaMsg::Checkpoint(v));
+            }
+        }
+        for st in b.statuses() {
+            let lane = st.lane;
+            let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {
+                l.handle_message(cx, from, ReplicaMsg::Status(st), env)
+            });
+            self.absorb(now, lane, lo);
+        }
+    }
+}
