@@ -186,6 +186,9 @@ pub struct Lane {
     /// Recovery: our own records of slots above the replayed window, applied
     /// once the window reaches them (`recovery.rs`).
     pub(crate) recovered_above: std::collections::BTreeMap<Slot, Vec<recovery::Deferred>>,
+    /// Deferred `Decided` records the window reached: handed to the merger
+    /// with the next lane output (`replay`, `finish_recovery`).
+    pub(crate) recovered_decisions: Vec<Decision>,
     pub(crate) low: Slot,
     pub(crate) slots: BTreeMap<Slot, SlotState>,
     pub(crate) next_undecided: Slot,
@@ -245,6 +248,7 @@ impl Lane {
             nv_msg: None,
             nv_forbidden: None,
             recovered_above: std::collections::BTreeMap::new(),
+            recovered_decisions: Vec::new(),
             low: Slot(0),
             slots: BTreeMap::new(),
             next_undecided: Slot(0),
@@ -427,12 +431,14 @@ impl Lane {
         // forward; a handful of rounds is plenty, the bound keeps it obvious.
         for _ in 0..8 {
             if !self.needs_replay {
-                return;
+                break;
             }
             self.needs_replay = false;
             for (from, msg) in self.buffer.drain() {
                 self.dispatch(cx, from, msg, env, lo);
             }
         }
+        // A window move may have reached recovered decisions (`recovery.rs`).
+        lo.decided.append(&mut self.recovered_decisions);
     }
 }

@@ -15,7 +15,7 @@
 //! NEW-VIEW for `v` itself: it may have sent one before the crash.
 
 use super::slot::Accepted;
-use super::{Lane, LaneEnv, LaneOutput, StoredVc};
+use super::{Decision, Lane, LaneEnv, LaneOutput, StoredVc};
 use crate::counters::Cx;
 use crate::io::PersistRecord;
 use chorus_core::{Batch, Digest, Millis, PreparedCert, ReplicaMsg, Slot, View};
@@ -39,6 +39,13 @@ pub(crate) enum Deferred {
         batch: Batch,
     },
     Prepared(PreparedCert),
+    /// A slot decided before the crash: a fact, so once the window reaches
+    /// it the batch goes to the merger (dropping it only cost liveness: the
+    /// slot was decided again or fetched, if peers still held it).
+    Decided {
+        digest: Digest,
+        batch: Batch,
+    },
 }
 
 impl Lane {
@@ -51,11 +58,11 @@ impl Lane {
     /// waits for the window.
     fn defer(&mut self, slot: Slot, d: Deferred) {
         if slot < self.low {
-            let view = match &d {
-                Deferred::Accepted { view, .. } => *view,
-                Deferred::Prepared(cert) => cert.view,
-            };
-            self.restore_view(view);
+            match &d {
+                Deferred::Accepted { view, .. } => self.restore_view(*view),
+                Deferred::Prepared(cert) => self.restore_view(cert.view),
+                Deferred::Decided { .. } => {}
+            }
         } else if slot >= self.high() {
             self.recovered_above.entry(slot).or_default().push(d);
         }
@@ -77,6 +84,11 @@ impl Lane {
                         self.restore_accepted(Millis(0), view, slot, digest, batch)
                     }
                     Deferred::Prepared(cert) => self.restore_prepared(cert),
+                    Deferred::Decided { digest, batch } => {
+                        if let Some(batch) = self.restore_decided(slot, digest, batch) {
+                            self.recovered_decisions.push(Decision { slot, digest, batch });
+                        }
+                    }
                 }
             }
         }
@@ -129,9 +141,18 @@ impl Lane {
         }
     }
 
-    /// Returns the batch for the merger.
+    /// Returns the batch for the merger; a slot above the window waits for
+    /// it (`defer`), as `Accepted` and `Prepared` records do.
     pub(crate) fn restore_decided(&mut self, slot: Slot, digest: Digest, batch: Batch) -> Option<Arc<Batch>> {
-        if !self.in_window(slot) || batch.digest() != digest {
+        if batch.digest() != digest {
+            return None;
+        }
+        if !self.in_window(slot) {
+            self.defer(slot, Deferred::Decided { digest, batch });
+            return None;
+        }
+        if self.slots.get(&slot).is_some_and(|s| s.decided.is_some()) {
+            debug_assert_eq!(self.slots.get(&slot).and_then(|s| s.decided), Some(digest));
             return None;
         }
         let batch = Arc::new(batch);
@@ -145,7 +166,8 @@ impl Lane {
 
     /// All records applied: resume in view 0, or re-join the recovered view.
     pub(crate) fn finish_recovery(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
-        let lo = LaneOutput::default();
+        let mut lo = LaneOutput::default();
+        lo.decided.append(&mut self.recovered_decisions);
         self.advance_next_undecided();
         self.view_started = cx.now;
         // Our peers' progress is unknown until their statuses arrive; our

@@ -297,3 +297,57 @@ fn records_below_the_stable_checkpoint_still_restore_their_view() {
     let (n1, _) = Node::recover(&s, 1, records, 100);
     assert_eq!(n1.r.status().views, vec![View(2)]);
 }
+
+/// A NEW-VIEW moved the lane's low to a checkpoint above our stable one (no
+/// `Stable` record: the snapshot comes later, by state transfer); slots
+/// decided there were persisted, then we crashed. Recovery replays them
+/// above its window: they wait for it like `Accepted` records, and once the
+/// re-learnt NEW-VIEW moves the low again they are decided and handed to the
+/// merger. Before, they were dropped, and the replica decided them again or
+/// fetched them, if its peers still held them (docs/known-issues.md).
+#[test]
+fn decisions_above_the_recovered_window_wait_for_the_new_view_that_reaches_them() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let w = s.cfg.params.window_slots;
+    assert_eq!(w % s.cfg.params.checkpoint_interval, 0);
+    let decided: Vec<PersistRecord> = (w..w + 3)
+        .map(|slot| {
+            let batch = s.batch(0, slot..slot + 1);
+            PersistRecord::Decided {
+                cell: chorus_core::Cell {
+                    lane: L0,
+                    slot: Slot(slot),
+                },
+                digest: batch.digest(),
+                batch,
+            }
+        })
+        .collect();
+    let (mut n2, e) = Node::recover(&s, 2, decided, 100);
+    assert!(!e.iter().any(|a| matches!(a, Action::Deliver { .. })));
+    assert_eq!(n2.r.status().next_undecided, vec![Slot(0)]);
+
+    // Peers moved to view 1 from checkpoint w; its NEW-VIEW reaches us.
+    let cert = s.checkpoint_cert(w, chorus_core::Digest::of(b"state"), &[0, 1, 3]);
+    let vcs: Vec<ViewChange> = [0u32, 1, 3]
+        .iter()
+        .map(|&i| s.view_change(i, 1, Some(cert.clone()), vec![]))
+        .collect();
+    let plan = crate::lane::plan_new_view(&s.cfg, &vcs);
+    let mut nv = NewView {
+        lane: L0,
+        view: View(1),
+        view_changes: vcs,
+        reproposals: plan.reproposals,
+        replica: ReplicaId(1),
+        sig: chorus_core::Signature([0; 64]),
+        excluded: Vec::new(),
+    };
+    nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
+    n2.msg(200, 1, ReplicaMsg::NewView(nv));
+    assert_eq!(n2.r.status().views, vec![View(1)]);
+    assert_eq!(n2.r.lane(L0).map(|l| l.low()), Some(Slot(w)));
+    assert_eq!(n2.r.status().next_undecided, vec![Slot(w + 3)]);
+    // The merger holds them until state transfer brings the state at w.
+    assert_eq!(n2.r.merger.waiting(), 3);
+}
