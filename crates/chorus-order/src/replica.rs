@@ -580,6 +580,7 @@ impl Replica {
                 }
                 self.advance_lanes(now, low, out);
                 self.merger.resume();
+                self.announce_progress(now, out);
             }
             Installed::Mismatch => {
                 // The executor kept its state (it swaps only a verified one):

@@ -35,6 +35,7 @@ pub mod rcc_stats;
 pub mod report;
 pub mod run;
 pub mod sarek_sim;
+mod sim_log;
 pub mod smart_adversary;
 pub mod smart_plan;
 pub mod stats;

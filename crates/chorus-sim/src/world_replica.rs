@@ -195,7 +195,11 @@ impl<R: SimReplica> World<R> {
     fn handle(&mut self, i: usize, event: Event) {
         let now = self.nodes[i].clock.local_ms(self.now_us());
         if self.log_replica == Some(self.nodes[i].replica_id) {
-            eprintln!("{:>10}us node{i} <- {event:?}", self.queue.now_us());
+            eprintln!(
+                "{:>10}us node{i} <- {}",
+                self.queue.now_us(),
+                crate::sim_log::event(&event, &self.limits)
+            );
         }
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
@@ -302,7 +306,11 @@ impl<R: SimReplica> World<R> {
 
     fn perform_one(&mut self, i: usize, action: Action, follow_ups: &mut VecDeque<Event>) {
         if self.log_replica == Some(self.nodes[i].replica_id) {
-            eprintln!("{:>10}us node{i} -> {action:?}", self.queue.now_us());
+            eprintln!(
+                "{:>10}us node{i} -> {}",
+                self.queue.now_us(),
+                crate::sim_log::action(&action, &self.limits)
+            );
         }
         match action {
             Action::Persist(record) => {

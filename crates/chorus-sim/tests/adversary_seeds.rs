@@ -390,13 +390,18 @@ fixed!(
     }, seed 40100128, "recovery drops slots decided above a checkpoint whose Stable record came after them"
 );
 
-found!(
-    /// Open (docs/known-issues.md), found 2026-11-26 by a 10-minute dispel
-    /// n=4 long run on 959ef46 (seed 1143 of the run): with `twins` r3
-    /// (persisting after healing), loss, partitions and outages, dispel
-    /// decides only ~50 positions/s after healing, about half of them
-    /// empty, so the correct clients complete ~22 requests/s and 7 of 800
-    /// requests miss their paced deadline (50 s). Not a recovery change:
-    /// dispel has no PBFT lanes.
-    dispel_n4_seed_52301142_slow_after_healing_with_twins: heavy(OrderingMode::Dispel, 1, 4, "all", 100, 20_000), seed 52301142, "dispel throughput after healing with a twins replica"
+fixed!(
+    /// Found 2026-11-26 by a 10-minute dispel n=4 long run on 959ef46 (seed
+    /// 1143 of the run): with `twins` r3 (persisting after healing), loss,
+    /// partitions and outages, dispel decided only ~50 positions/s after
+    /// healing, so 7 of 800 requests missed their paced deadline. r1, left
+    /// behind during the fault window, never caught up: peers re-sent two
+    /// epochs a tick after two equal statuses, slower than r0, r2 and a twin
+    /// decided without it, and by then they had collected the epochs between
+    /// its new checkpoint and theirs, so it made one state transfer a second
+    /// for 30 s and every epoch waited on the twins' instances. Fixed: a
+    /// replica that lacks epochs (stalled, or just installed a checkpoint)
+    /// says so in its status, announced at once after an install, and peers
+    /// re-send every epoch it lacks that they still hold.
+    dispel_n4_seed_52301142_slow_after_healing_with_twins: heavy(OrderingMode::Dispel, 1, 4, "all", 100, 20_000), seed 52301142, "a replica left behind catches up only by state transfer"
 );

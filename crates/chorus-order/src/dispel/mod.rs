@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 /// Broadcasts kept per epoch for retransmission (P14: bounded).
 pub const MAX_KEPT_PER_EPOCH: usize = 4_096;
-/// Epochs re-sent to one stalled peer per status message.
+/// Live epochs (beyond the ones we delivered) re-sent to a stalled peer,
+/// and our own stuck epochs re-sent to peers past them, per status tick.
 pub const RETRANSMIT_EPOCHS: u64 = 2;
 
 /// What one call produced for the rest of the replica.
@@ -109,6 +110,10 @@ pub struct DispelCore {
     /// Per peer: the first epoch it has not delivered, and whether that did
     /// not move since its previous status (stalled).
     peers: Vec<(Epoch, bool)>,
+    /// Per peer: the epoch it was far behind at when we last re-sent it what
+    /// it lacked, and when. Again only once it moved on (a state transfer),
+    /// or a status interval later.
+    caught_up: Vec<Option<(Epoch, Millis)>>,
     /// While rebuilding from the log: nothing is persisted or sent again
     /// (the messages went out before the crash; retransmission resends).
     replaying: bool,
@@ -150,6 +155,7 @@ impl DispelCore {
             verifier: RequestVerifier::new(cfg.clone(), me, identity),
             armed: None,
             peers: vec![(0, false); n],
+            caught_up: vec![None; n],
             replaying: false,
             last_tick_epoch: None,
             meter: pipeline::SendMeter::default(),
@@ -293,16 +299,10 @@ impl DispelCore {
     ///   for; its status no longer shows it stuck, so without this our lost
     ///   messages to it are never re-sent and both sides wait for ever.
     pub fn on_status_tick(&mut self, cx: &mut Cx, stable_seq: Seq) {
-        cx.out.broadcast(ReplicaMsg::Status(Status {
-            lane: LaneId(0),
-            view: View(0),
-            next_undecided: Slot(self.st.next_epoch),
-            stable_seq,
-            suspects: false,
-        }));
         let mine = self.st.next_epoch;
         let self_stalled = self.last_tick_epoch == Some(mine);
         self.last_tick_epoch = Some(mine);
+        self.broadcast_status(cx, stable_seq, self_stalled);
         for p in 0..self.peers.len() {
             let (at, stalled) = self.peers[p];
             if p == self.me.index() {
@@ -315,24 +315,66 @@ impl DispelCore {
             if self_stalled && at > mine {
                 ranges.push(mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at));
             }
-            let to = ReplicaId(p as u32);
             for r in ranges {
-                for (_, msgs) in self.st.sent.range(r) {
-                    for m in msgs {
-                        let w = wire(m);
-                        self.meter.record(cx.now, wire_bytes(&w));
-                        cx.out.send(to, w);
-                        cx.counters.retransmissions += 1;
-                    }
-                }
+                self.resend(cx, ReplicaId(p as u32), r);
             }
         }
     }
 
-    pub fn on_peer_status(&mut self, from: ReplicaId, next_epoch: Epoch) {
-        if let Some(p) = self.peers.get_mut(from.index()) {
-            *p = (next_epoch, next_epoch == p.0);
+    /// Our first undelivered epoch and stable checkpoint, to every peer.
+    /// `lacking`: we have not moved for a status interval, or just jumped
+    /// ahead by a state transfer, so we lack epochs peers may hold; it
+    /// travels in `Status::suspects`, which dispel has no other use for.
+    pub fn broadcast_status(&self, cx: &mut Cx, stable_seq: Seq, lacking: bool) {
+        cx.out.broadcast(ReplicaMsg::Status(Status {
+            lane: LaneId(0),
+            view: View(0),
+            next_undecided: Slot(self.st.next_epoch),
+            stable_seq,
+            suspects: lacking,
+        }));
+    }
+
+    /// Our messages of `epochs` (those we still hold) to `to`, again.
+    fn resend(&mut self, cx: &mut Cx, to: ReplicaId, epochs: std::ops::Range<Epoch>) {
+        for (_, msgs) in self.st.sent.range(epochs) {
+            for m in msgs {
+                let w = wire(m);
+                self.meter.record(cx.now, wire_bytes(&w));
+                cx.out.send(to, w);
+                cx.counters.retransmissions += 1;
+            }
         }
+    }
+
+    /// A peer's status. One that says it lacks epochs behind ours (it has
+    /// not moved for an interval, or just installed a checkpoint) gets every
+    /// epoch it lacks that we still hold, at once. Before, a peer was helped
+    /// only after two equal statuses, two epochs a tick: slower than the
+    /// others decide without it, and by then they had collected the epochs
+    /// between its new checkpoint and theirs. So a replica left behind
+    /// stayed behind, caught up only by one state transfer after another,
+    /// and with a Byzantine replica among the rest every epoch waited on
+    /// that one's instances (dispel seed 52301142). Bounded: `sent` holds at
+    /// most the window, and a peer gets this once per status interval, or
+    /// sooner only from a later epoch (it jumped again).
+    pub fn on_peer_status(&mut self, cx: &mut Cx, from: ReplicaId, next_epoch: Epoch, lacking: bool) {
+        let Some(p) = self.peers.get_mut(from.index()) else {
+            return;
+        };
+        *p = (next_epoch, next_epoch == p.0);
+        let mine = self.st.next_epoch;
+        if from == self.me || !lacking || mine <= next_epoch {
+            return;
+        }
+        let interval = self.cfg.params.status_interval_ms;
+        let last = &mut self.caught_up[from.index()];
+        let recent = last.is_some_and(|(at, t)| next_epoch <= at && cx.now.0.saturating_sub(t.0) < interval);
+        if recent {
+            return;
+        }
+        *last = Some((next_epoch, cx.now));
+        self.resend(cx, from, next_epoch..mine.saturating_add(RETRANSMIT_EPOCHS));
     }
 
     /// Log an input (before the engine acts on it: persist before send),

@@ -41,7 +41,8 @@ impl Replica {
             out.send(from, ReplicaMsg::Checkpoint(v));
         }
         if let Some(d) = self.dispel.as_mut() {
-            d.on_peer_status(from, st.next_undecided.0);
+            let mut cx = Cx::new(now, out, &mut self.counters);
+            d.on_peer_status(&mut cx, from, st.next_undecided.0, st.suspects);
         }
     }
 

@@ -202,9 +202,23 @@ fn lagging_replica_fetches_state_in_chunks_and_resumes_at_the_checkpoint() {
             state_digest: Digest::of(&snap),
         },
     );
+    // Then it tells its peers where it is now, so they answer with what
+    // it lacks at once (`replica/status_bundle.rs`).
+    let announce = ReplicaMsg::Statuses(chorus_core::StatusBundle {
+        stable_seq: Seq(2),
+        lanes: vec![chorus_core::LaneProgress {
+            lane: L0,
+            view: chorus_core::View(0),
+            next_undecided: Slot(2),
+            suspects: false,
+        }],
+    });
     assert_eq!(
         e,
-        vec![Action::Persist(PersistRecord::Stable { cert, snapshot: snap })]
+        vec![
+            Action::Persist(PersistRecord::Stable { cert, snapshot: snap }),
+            Action::Broadcast { msg: announce }
+        ]
     );
     let st = r.status();
     assert_eq!((st.next_delivery, st.stable_seq), (Seq(2), Seq(2)));
