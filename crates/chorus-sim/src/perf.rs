@@ -506,6 +506,15 @@ pub fn signs(msg: &ReplicaMsg) -> u64 {
     }
 }
 
+/// Items handled one by one inside a message: a batch's requests, a status
+/// bundle's lane entries (each handled as its lane's `Status`).
+fn items_of(msg: &ReplicaMsg) -> u64 {
+    match msg {
+        ReplicaMsg::Statuses(b) => b.lanes.len() as u64,
+        other => batch_of(other).map_or(0, |b| b.requests.len() as u64),
+    }
+}
+
 fn batch_of(msg: &ReplicaMsg) -> Option<&Batch> {
     match msg {
         ReplicaMsg::PrePrepare(p) => Some(&p.batch),
@@ -517,7 +526,7 @@ fn batch_of(msg: &ReplicaMsg) -> Option<&Batch> {
 impl CpuCosts {
     /// Receiving `msg` of `bytes`.
     pub fn receive(&self, msg: &ReplicaMsg, bytes: usize) -> u64 {
-        let batched = batch_of(msg).map_or(0, |b| b.requests.len() as u64);
+        let batched = items_of(msg);
         self.recv_ns
             + self.per_kib_ns * bytes as u64 / 1024
             + self.verify_ns * verifies(msg)

@@ -110,10 +110,9 @@ pub struct DispelCore {
     /// Per peer: the first epoch it has not delivered, and whether that did
     /// not move since its previous status (stalled).
     peers: Vec<(Epoch, bool)>,
-    /// Per peer: the epoch it was far behind at when we last re-sent it what
-    /// it lacked, and when. Again only once it moved on (a state transfer),
-    /// or a status interval later.
-    caught_up: Vec<Option<(Epoch, Millis)>>,
+    /// Per peer: when we last re-sent it the epochs it said it lacked (at
+    /// most once per status interval, whatever epoch it names).
+    caught_up: Vec<Option<Millis>>,
     /// While rebuilding from the log: nothing is persisted or sent again
     /// (the messages went out before the crash; retransmission resends).
     replaying: bool,
@@ -356,24 +355,27 @@ impl DispelCore {
     /// stayed behind, caught up only by one state transfer after another,
     /// and with a Byzantine replica among the rest every epoch waited on
     /// that one's instances (dispel seed 52301142). Bounded: `sent` holds at
-    /// most the window, and a peer gets this once per status interval, or
-    /// sooner only from a later epoch (it jumped again).
+    /// most the window, and a peer gets this at most once per status
+    /// interval (a Byzantine one naming a new epoch in every status gains
+    /// nothing: the limit is per peer, not per epoch), and not while it is
+    /// below our low (nothing we hold helps it before its state transfer).
     pub fn on_peer_status(&mut self, cx: &mut Cx, from: ReplicaId, next_epoch: Epoch, lacking: bool) {
         let Some(p) = self.peers.get_mut(from.index()) else {
             return;
         };
         *p = (next_epoch, next_epoch == p.0);
         let mine = self.st.next_epoch;
-        if from == self.me || !lacking || mine <= next_epoch {
+        // Below our low we hold nothing it could use: it needs a state
+        // transfer first (and announces itself once that is installed).
+        if from == self.me || !lacking || mine <= next_epoch || next_epoch < self.st.engine.low() {
             return;
         }
         let interval = self.cfg.params.status_interval_ms;
         let last = &mut self.caught_up[from.index()];
-        let recent = last.is_some_and(|(at, t)| next_epoch <= at && cx.now.0.saturating_sub(t.0) < interval);
-        if recent {
+        if last.is_some_and(|t| cx.now.0.saturating_sub(t.0) < interval) {
             return;
         }
-        *last = Some((next_epoch, cx.now));
+        *last = Some(cx.now);
         self.resend(cx, from, next_epoch..mine.saturating_add(RETRANSMIT_EPOCHS));
     }
 

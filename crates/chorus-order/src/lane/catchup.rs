@@ -36,6 +36,10 @@ impl Lane {
             }
         }
         self.retry_wants(cx);
+        // Leaving on a certificate may have installed a NEW-VIEW that moved
+        // the window: parked messages, and recovered decisions it reached,
+        // go out now, not at the lane's next message.
+        self.replay(cx, env, &mut lo);
         lo
     }
 

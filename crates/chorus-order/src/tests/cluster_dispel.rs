@@ -204,3 +204,41 @@ fn dispel_a_replica_left_behind_catches_up_by_retransmission() {
     let transfers = c.replica(3).counters().state_transfers - transfers_before;
     assert!(transfers <= 1, "r3 caught up by {transfers} state transfers");
 }
+
+/// The catch-up re-send is limited per peer, not per epoch: a Byzantine
+/// peer that names a later epoch in every status it sends ("I lack epochs
+/// from k", then k+1, …) gets one re-send per status interval, as one
+/// status would (found by review: a per-epoch limit let it have the whole
+/// window again with every 30-byte status).
+#[test]
+fn dispel_a_peer_naming_a_new_epoch_in_every_status_gets_one_resend_per_interval() {
+    let resent_after = |statuses: u64| {
+        let mut c = Cluster::new(4, 4, dispel());
+        let reqs = load(&mut c, 4, 1..=12);
+        assert!(c.run_until(20_000, |c| c.all_executed(&reqs)));
+        let d = c.replica(0).dispel_status().expect("dispel");
+        assert!(d.next_epoch > d.low + 1, "{d:?}");
+        let before = c.replica(0).counters().retransmissions;
+        for k in 0..statuses {
+            let st = chorus_core::Status {
+                lane: chorus_core::LaneId(0),
+                view: chorus_core::View(0),
+                next_undecided: chorus_core::Slot(d.low + k),
+                stable_seq: Seq(0),
+                suspects: true,
+            };
+            c.push_event(
+                0,
+                crate::io::Event::Message {
+                    from: chorus_core::ReplicaId(3),
+                    msg: chorus_core::ReplicaMsg::Status(st),
+                },
+            );
+        }
+        c.run_for(1);
+        c.replica(0).counters().retransmissions - before
+    };
+    let one = resent_after(1);
+    assert!(one > 0, "a peer that lacks epochs gets them");
+    assert_eq!(resent_after(5), one);
+}
