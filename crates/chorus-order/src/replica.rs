@@ -102,6 +102,8 @@ pub struct Replica {
     pub(crate) lanes: Vec<Lane>,
     pub(crate) pool: Pool,
     pub(crate) merger: Merger,
+    /// Per peer: when we last re-sent it our checkpoint votes (`status_bundle.rs`).
+    votes_sent: Vec<Option<Millis>>,
     pub(crate) checkpointer: Checkpointer,
     pub(crate) transfer: StateTransfer,
     pub(crate) counters: Counters,
@@ -140,6 +142,7 @@ impl Replica {
             dispel,
             pool: Pool::new(cfg.clone(), me, identity.clone()),
             merger: Merger::new(cfg.clone()),
+            votes_sent: vec![None; cfg.n()],
             checkpointer: Checkpointer::new(cfg.clone(), me, identity),
             transfer: StateTransfer::new(cfg.clone(), me),
             counters: Counters::default(),
@@ -411,11 +414,8 @@ impl Replica {
                 };
                 if let ReplicaMsg::Status(st) = &other {
                     self.transfer.note_peer_stable(from, st.stable_seq, now);
-                    // One vote per peer per status round (lane 0's status).
                     if st.lane.0 == 0 {
-                        for v in self.checkpointer.votes_for_peer(st.stable_seq) {
-                            out.send(from, ReplicaMsg::Checkpoint(v));
-                        }
+                        self.send_votes_to_peer(now, from, st.stable_seq, out);
                     }
                 }
                 let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {

@@ -37,9 +37,7 @@ impl Replica {
             return self.counters.reject("not-in-dispel-mode");
         };
         self.transfer.note_peer_stable(from, st.stable_seq, now);
-        for v in self.checkpointer.votes_for_peer(st.stable_seq) {
-            out.send(from, ReplicaMsg::Checkpoint(v));
-        }
+        self.send_votes_to_peer(now, from, st.stable_seq, out);
         if let Some(d) = self.dispel.as_mut() {
             let mut cx = Cx::new(now, out, &mut self.counters);
             d.on_peer_status(&mut cx, from, st.next_undecided.0, st.suspects);

@@ -5,7 +5,7 @@
 use super::Replica;
 use crate::counters::Cx;
 use crate::io::Outbox;
-use chorus_core::{LaneProgress, Millis, ReplicaId, ReplicaMsg, StatusBundle};
+use chorus_core::{LaneProgress, Millis, ReplicaId, ReplicaMsg, Seq, StatusBundle};
 
 impl Replica {
     /// Broadcast one bundle per pillar: lanes `l` with the same `l mod pillars`
@@ -41,6 +41,25 @@ impl Replica {
         }
     }
 
+    /// A peer's status (its lane 0, or dispel's) shows it below our stable
+    /// checkpoint: our votes for it, so it can certify the checkpoint. Once
+    /// per status round per peer: statuses come once an interval, and a
+    /// peer sending them in a loop must not get our votes each time.
+    pub(super) fn send_votes_to_peer(&mut self, now: Millis, from: ReplicaId, stable: Seq, out: &mut Outbox) {
+        let interval = self.cfg.params.status_interval_ms;
+        let Some(last) = self.votes_sent.get_mut(from.index()) else {
+            return;
+        };
+        let votes = self.checkpointer.votes_for_peer(stable);
+        if votes.is_empty() || last.is_some_and(|t| now.0.saturating_sub(t.0) < interval / 2) {
+            return;
+        }
+        *last = Some(now);
+        for v in votes {
+            out.send(from, ReplicaMsg::Checkpoint(v));
+        }
+    }
+
     /// A peer's bundle: the replica-wide parts once (its stable checkpoint,
     /// our checkpoint votes it lacks), then each entry to its lane as the
     /// `Status` it stands for. The codec checked the entries ascend; here
@@ -63,11 +82,8 @@ impl Replica {
             return Cx::new(now, out, &mut self.counters).reject("bad-status-bundle");
         }
         self.transfer.note_peer_stable(from, b.stable_seq, now);
-        // One vote per peer per status round (the bundle with lane 0).
         if b.lanes[0].lane.0 == 0 {
-            for v in self.checkpointer.votes_for_peer(b.stable_seq) {
-                out.send(from, ReplicaMsg::Checkpoint(v));
-            }
+            self.send_votes_to_peer(now, from, b.stable_seq, out);
         }
         for st in b.statuses() {
             let lane = st.lane;

@@ -479,3 +479,32 @@ fn a_certificate_relayed_by_its_holder_completes_a_checkpoint_an_equivocator_spl
     assert_eq!(r2.status().stable_seq, Seq(2));
     assert_eq!(r2.counters().rejected("equivocation"), 1);
 }
+
+/// A peer below our stable checkpoint gets our votes once per status round,
+/// not with every status it sends: a Byzantine peer sending lane-0 statuses
+/// in a loop (or bundles starting with lane 0) must not make us re-send the
+/// certificate each time (noted by the review of the status bundles).
+#[test]
+fn a_peer_below_our_checkpoint_gets_our_votes_once_per_status_round() {
+    let s = setup_k2();
+    let (mut holder, _cert) = stable_replica(&s);
+    let status = ReplicaMsg::Status(chorus_core::Status {
+        lane: L0,
+        view: chorus_core::View(0),
+        next_undecided: Slot(2),
+        stable_seq: Seq(0),
+        suspects: false,
+    });
+    let votes_to_2 = |e: &[Action]| {
+        e.iter()
+            .filter(|a| matches!(a, Action::Send { to, msg: ReplicaMsg::Checkpoint(_) } if to.0 == 2))
+            .count()
+    };
+    let first = votes_to_2(&msg(&mut holder, 20, 2, status.clone()));
+    assert!(first > 0);
+    for now in 21..25 {
+        assert_eq!(votes_to_2(&msg(&mut holder, now, 2, status.clone())), 0);
+    }
+    let interval = s.cfg.params.status_interval_ms;
+    assert_eq!(votes_to_2(&msg(&mut holder, 20 + interval, 2, status)), first);
+}
