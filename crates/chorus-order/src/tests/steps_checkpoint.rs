@@ -277,7 +277,6 @@ fn a_snapshot_that_does_not_match_its_certificate_is_discarded_and_fetched_again
 
 #[test]
 fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
-    use chorus_core::{NewView, Signature, ViewChange};
     let s = setup_k2();
     let mut r = replica(&s, 3);
     decide(&s, &mut r, 3, 0, &s.batch(0, 1..2));
@@ -297,32 +296,7 @@ fn a_certificate_learnt_from_a_new_view_makes_our_own_checkpoint_stable() {
     // transfer and never voted): not stable from votes alone.
     assert_eq!(r.status().stable_seq, Seq(0));
     let cert = s.checkpoint_cert(2, d, &[0, 1, 2]);
-    let vcs: Vec<ViewChange> = [0u32, 1, 2]
-        .iter()
-        .map(|&i| {
-            let mut vc = ViewChange {
-                lane: L0,
-                new_view: View(1),
-                stable: Some(cert.clone()),
-                prepared: vec![],
-                replica: ReplicaId(i),
-                sig: Signature([0; 64]),
-            };
-            vc.sig = s.sign(i, chorus_core::SigKind::ViewChange, &vc.signing_digest());
-            vc
-        })
-        .collect();
-    let plan = crate::lane::plan_new_view(&s.cfg, &vcs);
-    let mut nv = NewView {
-        lane: L0,
-        view: View(1),
-        view_changes: vcs,
-        reproposals: plan.reproposals,
-        replica: ReplicaId(1),
-        sig: Signature([0; 64]),
-        excluded: Vec::new(),
-    };
-    nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
+    let nv = s.new_view_from_checkpoint(1, 1, &[0, 1, 2], &cert);
     msg(&mut r, 20, 1, ReplicaMsg::NewView(nv));
     assert_eq!(r.status().views, vec![View(1)]);
     // PBFT §4.3: the certificate in the NEW-VIEW proves the state we hold.
@@ -425,13 +399,7 @@ fn a_certificate_relayed_by_its_holder_completes_a_checkpoint_an_equivocator_spl
     let s = setup_k2();
     let (mut holder, cert) = stable_replica(&s);
     // The holder answers a peer that reports stable 0 with the 2f+1 votes.
-    let status = ReplicaMsg::Status(chorus_core::Status {
-        lane: L0,
-        view: chorus_core::View(0),
-        next_undecided: Slot(2),
-        stable_seq: Seq(0),
-        suspects: false,
-    });
+    let status = lane0_status_at_genesis();
     let e = msg(&mut holder, 20, 2, status);
     let relayed: Vec<_> = e
         .iter()
@@ -488,13 +456,7 @@ fn a_certificate_relayed_by_its_holder_completes_a_checkpoint_an_equivocator_spl
 fn a_peer_below_our_checkpoint_gets_our_votes_once_per_status_round() {
     let s = setup_k2();
     let (mut holder, _cert) = stable_replica(&s);
-    let status = ReplicaMsg::Status(chorus_core::Status {
-        lane: L0,
-        view: chorus_core::View(0),
-        next_undecided: Slot(2),
-        stable_seq: Seq(0),
-        suspects: false,
-    });
+    let status = lane0_status_at_genesis();
     let votes_to_2 = |e: &[Action]| {
         e.iter()
             .filter(|a| matches!(a, Action::Send { to, msg: ReplicaMsg::Checkpoint(_) } if to.0 == 2))
@@ -507,4 +469,15 @@ fn a_peer_below_our_checkpoint_gets_our_votes_once_per_status_round() {
     }
     let interval = s.cfg.params.status_interval_ms;
     assert_eq!(votes_to_2(&msg(&mut holder, 20 + interval, 2, status)), first);
+}
+
+/// A peer's lane-0 status: slots to 2 decided, nothing stable yet.
+fn lane0_status_at_genesis() -> ReplicaMsg {
+    ReplicaMsg::Status(chorus_core::Status {
+        lane: L0,
+        view: chorus_core::View(0),
+        next_undecided: Slot(2),
+        stable_seq: Seq(0),
+        suspects: false,
+    })
 }

@@ -219,19 +219,7 @@ fn recovery_delivers_slots_decided_before_the_checkpoint_below_them_became_stabl
     let k = s.cfg.params.checkpoint_interval;
     let stable = window; // above the initial window [0, W)
     assert_eq!(stable % k, 0);
-    let decided: Vec<PersistRecord> = (stable..stable + 3)
-        .map(|slot| {
-            let batch = s.batch(0, slot..slot + 1);
-            PersistRecord::Decided {
-                cell: chorus_core::Cell {
-                    lane: L0,
-                    slot: Slot(slot),
-                },
-                digest: batch.digest(),
-                batch,
-            }
-        })
-        .collect();
+    let decided = s.decided_records(stable..stable + 3);
     let (n1, e, delivered) = recover_after_stable(&s, decided, stable);
     assert_eq!(delivered, vec![stable, stable + 1, stable + 2], "{:?}", kinds(&e));
     assert!(matches!(e[0], Action::InstallState { .. }));
@@ -310,40 +298,14 @@ fn decisions_above_the_recovered_window_wait_for_the_new_view_that_reaches_them(
     let s = setup(4, 2, params(OrderingMode::Pbft, 1));
     let w = s.cfg.params.window_slots;
     assert_eq!(w % s.cfg.params.checkpoint_interval, 0);
-    let decided: Vec<PersistRecord> = (w..w + 3)
-        .map(|slot| {
-            let batch = s.batch(0, slot..slot + 1);
-            PersistRecord::Decided {
-                cell: chorus_core::Cell {
-                    lane: L0,
-                    slot: Slot(slot),
-                },
-                digest: batch.digest(),
-                batch,
-            }
-        })
-        .collect();
+    let decided = s.decided_records(w..w + 3);
     let (mut n2, e) = Node::recover(&s, 2, decided, 100);
     assert!(!e.iter().any(|a| matches!(a, Action::Deliver { .. })));
     assert_eq!(n2.r.status().next_undecided, vec![Slot(0)]);
 
     // Peers moved to view 1 from checkpoint w; its NEW-VIEW reaches us.
     let cert = s.checkpoint_cert(w, chorus_core::Digest::of(b"state"), &[0, 1, 3]);
-    let vcs: Vec<ViewChange> = [0u32, 1, 3]
-        .iter()
-        .map(|&i| s.view_change(i, 1, Some(cert.clone()), vec![]))
-        .collect();
-    let plan = crate::lane::plan_new_view(&s.cfg, &vcs);
-    let mut nv = NewView {
-        lane: L0,
-        view: View(1),
-        view_changes: vcs,
-        reproposals: plan.reproposals,
-        replica: ReplicaId(1),
-        sig: chorus_core::Signature([0; 64]),
-        excluded: Vec::new(),
-    };
-    nv.sig = s.sign(1, chorus_core::SigKind::NewView, &nv.signing_digest());
+    let nv = s.new_view_from_checkpoint(1, 1, &[0, 1, 3], &cert);
     n2.msg(200, 1, ReplicaMsg::NewView(nv));
     assert_eq!(n2.r.status().views, vec![View(1)]);
     assert_eq!(n2.r.lane(L0).map(|l| l.low()), Some(Slot(w)));

@@ -62,6 +62,50 @@ impl Setup {
         timeout_for(&self.cfg, signer, lane, view)
     }
 
+    /// Lane 0's NEW-VIEW for `view`, signed by `primary`, built from the
+    /// VIEW-CHANGEs of `senders` that carry `stable` and nothing prepared.
+    pub fn new_view_from_checkpoint(
+        &self,
+        view: u64,
+        primary: u32,
+        senders: &[u32],
+        stable: &CheckpointCert,
+    ) -> chorus_core::NewView {
+        let vcs: Vec<chorus_core::ViewChange> = senders
+            .iter()
+            .map(|&i| self.view_change(i, view, Some(stable.clone()), vec![]))
+            .collect();
+        let plan = crate::lane::plan_new_view(&self.cfg, &vcs);
+        let mut nv = chorus_core::NewView {
+            lane: LaneId(0),
+            view: View(view),
+            view_changes: vcs,
+            reproposals: plan.reproposals,
+            replica: ReplicaId(primary),
+            sig: Signature([0; 64]),
+            excluded: Vec::new(),
+        };
+        nv.sig = self.sign(primary, SigKind::NewView, &nv.signing_digest());
+        nv
+    }
+
+    /// `Decided` records of lane 0's `slots`, each with a one-request batch.
+    pub fn decided_records(&self, slots: std::ops::Range<u64>) -> Vec<crate::io::PersistRecord> {
+        slots
+            .map(|slot| {
+                let batch = self.batch(0, slot..slot + 1);
+                crate::io::PersistRecord::Decided {
+                    cell: chorus_core::Cell {
+                        lane: LaneId(0),
+                        slot: Slot(slot),
+                    },
+                    digest: batch.digest(),
+                    batch,
+                }
+            })
+            .collect()
+    }
+
     /// Replica `replica`'s signed VIEW-CHANGE of lane 0 to `view`.
     pub fn view_change(
         &self,
