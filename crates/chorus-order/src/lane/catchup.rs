@@ -14,7 +14,7 @@ use std::sync::Arc;
 impl Lane {
     /// Status tick: re-send our VIEW-CHANGE while the view change lasts,
     /// give up on a view f+1 peers gave up on, and retry batch fetches. Where
-    /// we are goes out in the replica's status bundle ([`Lane::progress`]).
+    /// we are goes out in the replica's status bundle (`Lane::progress`).
     pub fn on_status_tick(&mut self, cx: &mut Cx, env: &LaneEnv) -> LaneOutput {
         let mut lo = LaneOutput::default();
         if self.give_up_with_f_plus_one(cx) {
