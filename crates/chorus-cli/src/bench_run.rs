@@ -26,6 +26,8 @@ pub struct RunResult {
     pub label: String,
     pub unix_time: u64,
     pub cores: usize,
+    /// Threads of the load generator (0 in simulated rows).
+    pub client_threads: usize,
     pub n: usize,
     pub mode: String,
     pub pillars: u32,
@@ -337,6 +339,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
             .map(|d| d.as_secs())
             .unwrap_or(0),
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        client_threads: a.load_threads(),
         n: config.n(),
         mode: format!("{:?}", config.params.mode).to_lowercase(),
         pillars: config.params.pillars,

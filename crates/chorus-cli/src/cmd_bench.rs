@@ -87,6 +87,12 @@ pub struct Args {
     /// fsync policy of the local replicas: always | batch | off.
     #[arg(long, default_value = "off")]
     pub fsync: String,
+    /// Threads of the load generator (this process); 0 = a quarter of this
+    /// machine's cores, at least 2, so the local replicas keep the rest.
+    /// Two fixed threads capped a 16-core machine at ~65k ops/s with both
+    /// at ~80 % while no replica thread was busy (BENCHMARKS.md, 16 cores).
+    #[arg(long, default_value_t = 0)]
+    pub client_threads: usize,
     /// Measured seconds.
     #[arg(long, default_value_t = 10)]
     pub duration: u64,
@@ -113,6 +119,17 @@ pub struct Args {
 }
 
 impl Args {
+    /// `--client-threads`, with 0 resolved against this machine's cores.
+    pub fn load_threads(&self) -> usize {
+        match self.client_threads {
+            0 => {
+                let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+                (cores / 4).max(2)
+            }
+            t => t,
+        }
+    }
+
     fn set(&mut self, key: &str, v: &str) -> Result<()> {
         let num = || -> Result<u64> {
             v.parse::<u64>()
@@ -202,7 +219,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(a.load_threads())
         .enable_all()
         .build()?;
     let mut results: Vec<RunResult> = Vec::new();

@@ -322,6 +322,7 @@ fn write_perf(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             cores: model.shared_cores.unwrap_or(model.cores) as usize,
+            client_threads: 0,
             n: a.n,
             mode: format!("{:?}", a.mode).to_lowercase(),
             pillars: a.partitions.unwrap_or(a.pillars),

@@ -1,16 +1,16 @@
-//! The protocol core: drives the sans-IO `Replica` with real time, storage and
-//! channels. Persist-before-send: records an outbox emits are appended (and
-//! synced per the fsync policy) before any later message of the same outbox
-//! leaves the process (DESIGN §2).
+//! The protocol core: drives the sans-IO `Replica` with real time and
+//! channels. Each round's outbox goes to the outbox stage
+//! (`outbox_thread.rs`), which makes its records durable before any of its
+//! messages leaves the process (persist-before-send, DESIGN §2); the core
+//! keeps only the timers.
 
-use crate::channels::{CoreInput, ExecInput, PillarInput};
+use crate::channels::CoreInput;
 use crate::metrics::Metrics;
+use crate::outbox_thread::Round;
 use crate::status::CoreStatus;
-use anyhow::Result;
-use bytes::Bytes;
-use chorus_core::{encode_within, ClusterConfig, Identity, Limits, Millis, ReplicaId, ReplicaMsg};
+use anyhow::{bail, Result};
+use chorus_core::{ClusterConfig, Identity, Millis, ReplicaId};
 use chorus_order::{Action, Event, Outbox, PersistRecord, Replica, TimerId};
-use chorus_store::Store;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,19 +18,16 @@ use tokio::sync::{mpsc, watch};
 
 /// How often the core publishes its status and metrics.
 const STATUS_PUBLISH: Duration = Duration::from_millis(100);
-/// How often the database file's size is read.
-const STORAGE_SIZE_EVERY: Duration = Duration::from_secs(1);
 
 pub struct CoreThread {
     pub config: Arc<ClusterConfig>,
     pub me: ReplicaId,
     pub identity: Identity,
-    pub store: Store,
-    /// What `store` held at start (`Store::load`, read before the threads start).
+    /// What the store held at start (`Store::load`, read before the threads start).
     pub records: Vec<PersistRecord>,
     pub input: mpsc::Receiver<CoreInput>,
-    pub pillars: Vec<mpsc::Sender<PillarInput>>,
-    pub exec: crate::queue::Sender<ExecInput>,
+    /// The outbox stage, which owns the store.
+    pub outbox: crate::queue::Sender<Round>,
     pub status: watch::Sender<CoreStatus>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
@@ -39,14 +36,8 @@ pub struct CoreThread {
 }
 
 struct Driver {
-    store: Store,
-    pillars: Vec<mpsc::Sender<PillarInput>>,
-    exec: crate::queue::Sender<ExecInput>,
-    metrics: Arc<Metrics>,
-    /// What peers decode under: every outgoing message must fit.
-    limits: Limits,
+    outbox: crate::queue::Sender<Round>,
     timers: BTreeMap<TimerId, Millis>,
-    pending_persist: Vec<PersistRecord>,
     start: Instant,
 }
 
@@ -61,13 +52,8 @@ impl CoreThread {
     async fn run_async(mut self) -> Result<()> {
         let start = Instant::now();
         let mut driver = Driver {
-            store: self.store,
-            pillars: self.pillars,
-            exec: self.exec,
-            metrics: self.metrics.clone(),
-            limits: Limits::from_config(&self.config),
+            outbox: self.outbox,
             timers: BTreeMap::new(),
-            pending_persist: Vec::new(),
             start,
         };
         let mut out = Outbox::new();
@@ -96,7 +82,6 @@ impl CoreThread {
         // heartbeat stops only when this loop does.
         let mut status_tick = tokio::time::interval(STATUS_PUBLISH);
         status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_size = Instant::now() - STORAGE_SIZE_EVERY;
         loop {
             let deadline = driver.next_deadline();
             tokio::select! {
@@ -134,19 +119,14 @@ impl CoreThread {
             if last_status.elapsed() >= STATUS_PUBLISH {
                 last_status = Instant::now();
                 let s = replica.status();
-                crate::metrics_status::publish(&driver.metrics, &s);
+                crate::metrics_status::publish(&self.metrics, &s);
                 let mut cs = crate::status::core_status(&s);
                 cs.dispel = replica.dispel_status().map(|d| crate::status::dispel_detail(&d));
                 let _ = self.status.send(cs);
-                if last_size.elapsed() >= STORAGE_SIZE_EVERY {
-                    last_size = Instant::now();
-                    if let Ok(bytes) = driver.store.disk_bytes() {
-                        driver.metrics.storage_bytes.set(bytes as i64);
-                    }
-                }
             }
         }
-        driver.flush_persist()?;
+        // Dropping the driver closes the outbox stage's queue: it writes what
+        // is left and stops (the runtime waits for it).
         Ok(())
     }
 }
@@ -200,122 +180,32 @@ impl Driver {
         tokio::time::Instant::now() + Duration::from_millis(wait)
     }
 
-    /// Append and make durable (per the fsync policy) everything pending: one
-    /// write-ahead frame and at most one fsync per batch of events (group
-    /// commit); the store's own thread brings the tables up to date.
-    fn flush_persist(&mut self) -> Result<()> {
-        if !self.pending_persist.is_empty() {
-            // A failed append or sync is fatal (the thread returns it, see
-            // `fatal`): sending on without the records durable would break
-            // persist-before-send.
-            let records = self.pending_persist.len() as u64;
-            let mut pending = std::mem::take(&mut self.pending_persist);
-            let appended = self.store.append_drain(&mut pending);
-            // Keep the vector's allocation for the next round.
-            self.pending_persist = pending;
-            appended.map_err(|e| self.storage_error(e))?;
-            let started = Instant::now();
-            self.store.sync().map_err(|e| self.storage_error(e))?;
-            self.metrics
-                .storage_sync_seconds
-                .observe(started.elapsed().as_secs_f64());
-            self.metrics.persisted_records.inc_by(records);
-            self.pending_persist.clear();
-        }
-        Ok(())
-    }
-
-    fn storage_error(&self, e: chorus_store::StoreError) -> anyhow::Error {
-        let dir = self.store.path().parent().unwrap_or(std::path::Path::new("."));
-        crate::storage::explain(e, dir)
-    }
-
-    fn pillar_of(&self, msg: &ReplicaMsg) -> usize {
-        // COP: lane l travels on pillar l mod P's private connections.
-        let p = self.pillars.len();
-        msg.lane().map(|l| l.index() % p).unwrap_or(0)
-    }
-
+    /// Hand the round's outbox to the outbox stage, keeping the timers.
+    /// Blocks while the stage's queue is full (storage back-pressures
+    /// ordering); fails only when the stage is gone, which is fatal.
     fn perform(&mut self, out: &mut Outbox) -> Result<()> {
-        let (persists, actions): (Vec<Action>, Vec<Action>) =
-            out.drain().partition(|a| matches!(a, Action::Persist(_)));
-        // Persist-before-send: every record of this outbox is durable before
-        // any of its messages leaves. Persisting a record earlier than the
-        // protocol needs is always safe.
-        for a in persists {
-            if let Action::Persist(r) = a {
-                self.pending_persist.push(r);
-            }
-        }
-        self.flush_persist()?;
-        for action in actions {
+        let mut round = Round {
+            records: Vec::new(),
+            actions: Vec::new(),
+        };
+        for action in out.drain() {
             match action {
-                Action::Persist(_) => {}
-                Action::Send { to, msg } => {
-                    let p = self.pillar_of(&msg);
-                    let Some(frame) = self.frame(&msg) else { continue };
-                    self.metrics.messages_out.inc();
-                    self.to_pillar(p, PillarInput::SendPeer { to, frame });
-                }
-                Action::Broadcast { msg } => {
-                    let p = self.pillar_of(&msg);
-                    let Some(frame) = self.frame(&msg) else { continue };
-                    self.metrics.messages_out.inc();
-                    self.to_pillar(p, PillarInput::BroadcastPeer { frame });
-                }
-                Action::Deliver { seq, batch, .. } => {
-                    self.metrics.delivered_batches.inc();
-                    // Blocking send: a full executor back-pressures ordering.
-                    let at = Instant::now();
-                    let _ = self.exec.send(ExecInput::Deliver { seq, batch, at });
-                }
-                Action::DeliverStream { cell, batch } => {
-                    self.metrics.delivered_batches.inc();
-                    let _ = self.exec.send(ExecInput::DeliverStream { cell, batch });
-                }
+                Action::Persist(r) => round.records.push(r),
                 Action::SetTimer { id, at } => {
                     self.timers.insert(id, at);
                 }
                 Action::CancelTimer { id } => {
                     self.timers.remove(&id);
                 }
-                Action::TakeCheckpoint { seq } => {
-                    let _ = self.exec.send(ExecInput::TakeCheckpoint { seq });
-                }
-                Action::InstallState { cert, snapshot } => {
-                    let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
-                }
-                Action::Reject { client, seq, reason } => {
-                    self.metrics.reject(&format!("{reason:?}"));
-                    let _ = self.exec.try_send(ExecInput::Reject { client, seq, reason });
-                }
+                other => round.actions.push(other),
             }
+        }
+        if round.records.is_empty() && round.actions.is_empty() {
+            return Ok(());
+        }
+        if self.outbox.send(round).is_err() {
+            bail!("the outbox stage stopped; nothing this replica decides could be stored or sent");
         }
         Ok(())
-    }
-
-    /// Encode a message for the wire. One its receivers' codec would refuse
-    /// is a bug in this replica (every message the codec admits fits a frame,
-    /// `chorus_core::wire_bounds`), not something to leave to the transport,
-    /// which would drop it and reset the link: counted, logged as an error,
-    /// and fatal in debug builds.
-    fn frame(&self, msg: &ReplicaMsg) -> Option<Bytes> {
-        match encode_within(msg, &self.limits) {
-            Ok(bytes) => Some(Bytes::from(bytes)),
-            Err(e) => {
-                self.metrics.drop_frame("outgoing-oversized");
-                tracing::error!(kind = msg.kind(), error = %e, "not sending a message peers would refuse");
-                debug_assert!(false, "this replica produced an oversized {}: {e}", msg.kind());
-                None
-            }
-        }
-    }
-
-    fn to_pillar(&self, p: usize, input: PillarInput) {
-        if self.pillars[p].try_send(input).is_err() {
-            // The pillar's queue is full or it is gone: the message is dropped
-            // and counted; PBFT's retransmission (status exchange) recovers.
-            self.metrics.drop_frame("pillar-queue-full");
-        }
     }
 }

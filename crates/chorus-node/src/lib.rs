@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod metrics_status;
 pub mod node_config;
+pub mod outbox_thread;
 pub mod pillar;
 pub mod process_stats;
 pub mod queue;

@@ -181,6 +181,21 @@ impl<T> Receiver<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// Move up to `max` items that are queued now into `out`, without
+    /// waiting; how many were moved.
+    pub fn drain_ready(&self, out: &mut Vec<T>, max: usize) -> usize {
+        let mut st = self.shared.lock();
+        let take = st.items.len().min(max);
+        out.extend(st.items.drain(..take));
+        drop(st);
+        if take > 0 {
+            self.shared.not_full.notify_all();
+        }
+        take
+    }
+}
+
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         self.shared.lock().receiver_alive = false;
@@ -198,6 +213,15 @@ mod tests {
         tx.send(1).unwrap();
         tx.try_send(2).unwrap();
         assert_eq!(tx.try_send(3), Err(3));
+        let mut got = Vec::new();
+        assert_eq!(rx.drain_ready(&mut got, 1), 1, "at most max");
+        assert_eq!(got, vec![1]);
+        tx.try_send(3).unwrap();
+        assert_eq!(rx.drain_ready(&mut got, 8), 2, "what is queued, no wait");
+        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!(rx.drain_ready(&mut got, 8), 0);
+        tx.send(1).unwrap();
+        tx.try_send(2).unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Ok(1));
         assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Ok(2));
         assert_eq!(

@@ -5,6 +5,7 @@ use crate::core_thread::CoreThread;
 use crate::exec_thread::ExecThread;
 use crate::metrics::Metrics;
 use crate::node_config::LoadedNode;
+use crate::outbox_thread::{OutboxThread, OUTBOX_CHANNEL_CAP};
 use crate::pillar::PillarThread;
 use crate::status::CoreStatus;
 use anyhow::{bail, Context, Result};
@@ -171,15 +172,28 @@ fn run_replica_parts(
         pillar_rxs.push(rx);
     }
 
+    let (outbox_tx, outbox_rx) = crate::queue::bounded(OUTBOX_CHANNEL_CAP);
+    let outbox = OutboxThread {
+        store,
+        input: outbox_rx,
+        pillars: pillar_txs.clone(),
+        exec: exec_tx.clone(),
+        metrics: metrics.clone(),
+        limits: chorus_core::Limits::from_config(&config),
+    };
+    let outbox_handle = crate::fatal::spawn(
+        "chorus-outbox",
+        fatal_tx.clone(),
+        shutdown_rx.clone(),
+        move || outbox.run(),
+    )?;
     let core = CoreThread {
         config: config.clone(),
         me,
         identity: identity.clone(),
-        store,
         records,
         input: core_rx,
-        pillars: pillar_txs.clone(),
-        exec: exec_tx.clone(),
+        outbox: outbox_tx,
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
@@ -270,7 +284,9 @@ fn run_replica_parts(
     }
     let _ = shutdown_tx.send(true);
     let _ = core_handle.join();
-    // The core flushes the store on its way out; a failure there is fatal too.
+    // The core's end closes the outbox stage's queue; the stage writes what
+    // is left and stops. A failure there is fatal too.
+    let _ = outbox_handle.join();
     match fatal_rx.try_recv() {
         Ok(f) => Err(f.into()),
         Err(_) => Ok(()),

@@ -1,0 +1,320 @@
+//! The outbox stage: makes the core's records durable, then encodes and
+//! hands on the messages, deliveries and checkpoint requests of the same
+//! core rounds, in the order the core emitted them (persist-before-send,
+//! DESIGN §2).
+//!
+//! Why a thread of its own: the core thread is the one serial part of a
+//! replica (docs/decisions.md "Runtime"). On a 16-core machine its storage
+//! append, `fdatasync` and message encoding were a quarter of its time
+//! (docs/performance.md, 2026-11-26), and with `fsync = batch` it waited
+//! for every sync. Here the core goes on ordering while this thread writes,
+//! and rounds that queued up meanwhile share one write and one sync
+//! (group commit).
+
+use crate::channels::{ExecInput, PillarInput};
+use crate::metrics::Metrics;
+use crate::queue::RecvTimeoutError;
+use anyhow::Result;
+use bytes::Bytes;
+use chorus_core::{encode_within, Limits, ReplicaMsg};
+use chorus_order::{Action, PersistRecord};
+use chorus_store::Store;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Core rounds that may wait for this stage; a full queue blocks the core
+/// (back-pressure from storage to ordering).
+pub const OUTBOX_CHANNEL_CAP: usize = 1_024;
+/// Rounds written and synced together at most (bounds the delay one slow
+/// sync adds to the messages of the first round).
+const ROUNDS_PER_SYNC_MAX: usize = 256;
+/// How often the database size is read for the metrics.
+const STORAGE_SIZE_EVERY: Duration = Duration::from_secs(1);
+
+/// What one core round leaves to this stage. `actions` never holds a
+/// `Persist` (those are `records`) or a timer action (the core keeps its
+/// timers).
+#[derive(Debug)]
+pub struct Round {
+    pub records: Vec<PersistRecord>,
+    pub actions: Vec<Action>,
+}
+
+pub struct OutboxThread {
+    pub store: Store,
+    pub input: crate::queue::Receiver<Round>,
+    pub pillars: Vec<mpsc::Sender<PillarInput>>,
+    pub exec: crate::queue::Sender<ExecInput>,
+    pub metrics: Arc<Metrics>,
+    /// What peers decode under: every outgoing message must fit.
+    pub limits: Limits,
+}
+
+impl OutboxThread {
+    /// Runs until the core drops its sender, then flushes what is left. A
+    /// storage error is returned, which stops the replica (`fatal`).
+    pub fn run(mut self) -> Result<()> {
+        let mut rounds: Vec<Round> = Vec::new();
+        let mut records: Vec<PersistRecord> = Vec::new();
+        let mut last_size = Instant::now() - STORAGE_SIZE_EVERY;
+        loop {
+            match self.input.recv_timeout(STORAGE_SIZE_EVERY) {
+                Ok(first) => rounds.push(first),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let room = ROUNDS_PER_SYNC_MAX.saturating_sub(rounds.len());
+            self.input.drain_ready(&mut rounds, room);
+            for r in rounds.iter_mut() {
+                records.append(&mut r.records);
+            }
+            // Persist-before-send: every record of these rounds is durable
+            // before any of their messages leaves.
+            self.persist(&mut records)?;
+            for r in rounds.drain(..) {
+                for action in r.actions {
+                    self.perform(action);
+                }
+            }
+            if last_size.elapsed() >= STORAGE_SIZE_EVERY {
+                last_size = Instant::now();
+                if let Ok(bytes) = self.store.disk_bytes() {
+                    self.metrics.storage_bytes.set(bytes as i64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Append and make durable (per the fsync policy) `records`: one
+    /// write-ahead frame and at most one fsync (group commit); the store's
+    /// own thread brings the tables up to date.
+    fn persist(&mut self, records: &mut Vec<PersistRecord>) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        // A failed append or sync is fatal (the thread returns it, see
+        // `fatal`): sending on without the records durable would break
+        // persist-before-send.
+        let count = records.len() as u64;
+        self.store
+            .append_drain(records)
+            .map_err(|e| self.storage_error(e))?;
+        let started = Instant::now();
+        self.store.sync().map_err(|e| self.storage_error(e))?;
+        self.metrics
+            .storage_sync_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.persisted_records.inc_by(count);
+        records.clear();
+        Ok(())
+    }
+
+    fn storage_error(&self, e: chorus_store::StoreError) -> anyhow::Error {
+        let dir = self.store.path().parent().unwrap_or(std::path::Path::new("."));
+        crate::storage::explain(e, dir)
+    }
+
+    fn pillar_of(&self, msg: &ReplicaMsg) -> usize {
+        // COP: lane l travels on pillar l mod P's private connections.
+        let p = self.pillars.len();
+        msg.lane().map(|l| l.index() % p).unwrap_or(0)
+    }
+
+    fn perform(&mut self, action: Action) {
+        match action {
+            Action::Send { to, msg } => {
+                let p = self.pillar_of(&msg);
+                let Some(frame) = self.frame(&msg) else { return };
+                self.metrics.messages_out.inc();
+                self.to_pillar(p, PillarInput::SendPeer { to, frame });
+            }
+            Action::Broadcast { msg } => {
+                let p = self.pillar_of(&msg);
+                let Some(frame) = self.frame(&msg) else { return };
+                self.metrics.messages_out.inc();
+                self.to_pillar(p, PillarInput::BroadcastPeer { frame });
+            }
+            Action::Deliver { seq, batch, .. } => {
+                self.metrics.delivered_batches.inc();
+                // Blocking send: a full executor back-pressures ordering.
+                let at = Instant::now();
+                let _ = self.exec.send(ExecInput::Deliver { seq, batch, at });
+            }
+            Action::DeliverStream { cell, batch } => {
+                self.metrics.delivered_batches.inc();
+                let _ = self.exec.send(ExecInput::DeliverStream { cell, batch });
+            }
+            Action::TakeCheckpoint { seq } => {
+                let _ = self.exec.send(ExecInput::TakeCheckpoint { seq });
+            }
+            Action::InstallState { cert, snapshot } => {
+                let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
+            }
+            Action::Reject { client, seq, reason } => {
+                self.metrics.reject(&format!("{reason:?}"));
+                let _ = self.exec.try_send(ExecInput::Reject { client, seq, reason });
+            }
+            Action::Persist(_) | Action::SetTimer { .. } | Action::CancelTimer { .. } => {
+                // The core keeps these (`core_thread.rs`); one here is a bug
+                // there, and acting on it out of order would be worse.
+                debug_assert!(false, "the core handed its outbox stage a {action:?}");
+                tracing::error!("outbox stage got a persist or timer action; ignored");
+            }
+        }
+    }
+
+    /// Encode a message for the wire. One its receivers' codec would refuse
+    /// is a bug in this replica (every message the codec admits fits a frame,
+    /// `chorus_core::wire_bounds`), not something to leave to the transport,
+    /// which would drop it and reset the link: counted, logged as an error,
+    /// and fatal in debug builds.
+    fn frame(&self, msg: &ReplicaMsg) -> Option<Bytes> {
+        match encode_within(msg, &self.limits) {
+            Ok(bytes) => Some(Bytes::from(bytes)),
+            Err(e) => {
+                self.metrics.drop_frame("outgoing-oversized");
+                tracing::error!(kind = msg.kind(), error = %e, "not sending a message peers would refuse");
+                debug_assert!(false, "this replica produced an oversized {}: {e}", msg.kind());
+                None
+            }
+        }
+    }
+
+    fn to_pillar(&self, p: usize, input: PillarInput) {
+        if self.pillars[p].try_send(input).is_err() {
+            // The pillar's queue is full or it is gone: the message is dropped
+            // and counted; PBFT's retransmission (status exchange) recovers.
+            self.metrics.drop_frame("pillar-queue-full");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Batch, Digest, FetchBatch, LaneId, ReplicaId, Seq, Slot, View};
+    use chorus_store::FsyncPolicy;
+
+    fn record(view: u64) -> PersistRecord {
+        PersistRecord::View {
+            lane: LaneId(0),
+            view: View(view),
+        }
+    }
+
+    fn message() -> ReplicaMsg {
+        ReplicaMsg::FetchBatch(FetchBatch {
+            lane: LaneId(0),
+            slot: Slot(1),
+            digest: Digest([7; 32]),
+        })
+    }
+
+    struct Stage {
+        outbox: crate::queue::Sender<Round>,
+        pillar: mpsc::Receiver<PillarInput>,
+        exec: crate::queue::Receiver<ExecInput>,
+        metrics: Arc<Metrics>,
+        handle: std::thread::JoinHandle<Result<()>>,
+    }
+
+    fn start(dir: &std::path::Path) -> Stage {
+        let store = Store::open(dir, FsyncPolicy::Batch, 1).unwrap();
+        let (outbox, input) = crate::queue::bounded(OUTBOX_CHANNEL_CAP);
+        let (pillar_tx, pillar) = mpsc::channel(64);
+        let (exec_tx, exec) = crate::queue::bounded(64);
+        let metrics = Arc::new(Metrics::default());
+        let stage = OutboxThread {
+            store,
+            input,
+            pillars: vec![pillar_tx],
+            exec: exec_tx,
+            metrics: metrics.clone(),
+            limits: Limits::from_config(
+                &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
+            ),
+        };
+        let handle = std::thread::spawn(move || stage.run());
+        Stage {
+            outbox,
+            pillar,
+            exec,
+            metrics,
+            handle,
+        }
+    }
+
+    /// Persist-before-send across the thread hop: by the time a message of a
+    /// round reaches its pillar or a delivery reaches the executor, every
+    /// record of that round (and of the rounds before it) is written and
+    /// synced; and rounds leave in the order the core emitted them.
+    #[test]
+    fn a_rounds_messages_leave_only_after_its_records_are_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = start(dir.path());
+        for round in 1..=20u64 {
+            s.outbox
+                .send(Round {
+                    records: vec![record(round), record(round + 100)],
+                    actions: vec![
+                        Action::Broadcast { msg: message() },
+                        Action::Deliver {
+                            seq: Seq(round),
+                            cell: chorus_core::Cell {
+                                lane: LaneId(0),
+                                slot: Slot(round),
+                            },
+                            batch: Arc::new(Batch::noop()),
+                        },
+                    ],
+                })
+                .unwrap();
+        }
+        for round in 1..=20u64 {
+            let got = s.pillar.blocking_recv().expect("the round's broadcast");
+            assert!(matches!(got, PillarInput::BroadcastPeer { .. }));
+            assert!(
+                s.metrics.persisted_records.get() >= 2 * round,
+                "round {round}'s message left before its records were durable"
+            );
+            match s.exec.recv_timeout(Duration::from_secs(5)) {
+                Ok(ExecInput::Deliver { seq, .. }) => assert_eq!(seq, Seq(round), "in the core's order"),
+                _ => panic!("round {round}'s delivery"),
+            }
+        }
+        drop(s.outbox);
+        s.handle.join().unwrap().unwrap();
+        let mut store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
+        assert_eq!(store.load().unwrap().len(), 40, "every record is in the store");
+    }
+
+    /// The core's end closes the queue: what is still queued is written and
+    /// sent before the stage stops cleanly.
+    #[test]
+    fn rounds_queued_when_the_core_stops_are_still_written_and_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = start(dir.path());
+        for round in 1..=5u64 {
+            s.outbox
+                .send(Round {
+                    records: vec![record(round)],
+                    actions: vec![Action::Send {
+                        to: ReplicaId(1),
+                        msg: message(),
+                    }],
+                })
+                .unwrap();
+        }
+        drop(s.outbox);
+        s.handle.join().unwrap().unwrap();
+        assert_eq!(s.metrics.persisted_records.get(), 5);
+        let mut sent = 0;
+        while let Ok(PillarInput::SendPeer { to, .. }) = s.pillar.try_recv() {
+            assert_eq!(to, ReplicaId(1));
+            sent += 1;
+        }
+        assert_eq!(sent, 5);
+    }
+}
