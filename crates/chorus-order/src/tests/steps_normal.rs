@@ -153,20 +153,16 @@ fn leader_cuts_a_batch_persists_then_broadcasts_pre_prepare() {
     let mut r = replica(&s, 0);
     let mut out = Outbox::new();
     let q1 = s.request(0, 1, b"a");
-    let q2 = s.request(1, 1, b"b");
+    // Nothing of the lane is undecided: the request goes at once, alone,
+    // instead of waiting the batch delay for company.
     r.handle(Millis(1), Event::Request(q1.clone()), &mut out);
-    // One request: wait for the batch delay.
-    assert_eq!(
-        timers(&out),
-        vec![
-            (TimerId::Batch(L0), Some(Millis(2))),
-            (TimerId::ViewChange(L0), Some(Millis(401)))
-        ]
+    assert!(
+        !timers(&out).iter().any(|(id, _)| matches!(id, TimerId::Batch(_))),
+        "{:?}",
+        timers(&out)
     );
-    assert!(effects(&mut out).is_empty());
-    r.handle(Millis(1), Event::Request(q2.clone()), &mut out);
     let batch = Batch {
-        requests: vec![q1, q2],
+        requests: vec![q1],
         time_ms: 0,
     };
     assert_eq!(
@@ -188,6 +184,51 @@ fn leader_cuts_a_batch_persists_then_broadcasts_pre_prepare() {
     r.handle(Millis(9), Event::Request(s.request(0, 2, b"c")), &mut out);
     assert!(effects(&mut out).is_empty());
     assert_eq!(r.counters().proposals, 1);
+}
+
+/// Adaptive batching at low load (issue 13): an idle leader proposes a
+/// partial batch at once; with one of its proposals undecided, a partial
+/// batch waits the batch delay and collects what arrives meanwhile, and a
+/// full one goes at once.
+#[test]
+fn an_idle_leader_proposes_at_once_and_a_busy_one_waits_the_batch_delay() {
+    let mut p = pbft();
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 3;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    let mut out = Outbox::new();
+    r.handle(Millis(1), Event::Request(s.request(0, 1, b"a")), &mut out);
+    assert_eq!(r.counters().proposals, 1, "idle: at once");
+    effects(&mut out);
+    r.handle(Millis(2), Event::Request(s.request(0, 2, b"b")), &mut out);
+    assert!(
+        timers(&out).contains(&(TimerId::Batch(L0), Some(Millis(3)))),
+        "{:?}",
+        timers(&out)
+    );
+    r.handle(Millis(2), Event::Request(s.request(1, 1, b"c")), &mut out);
+    assert_eq!(
+        r.counters().proposals,
+        1,
+        "slot 0 is undecided: a partial batch waits"
+    );
+    r.handle(Millis(3), Event::Timer(TimerId::Batch(L0)), &mut out);
+    assert_eq!(r.counters().proposals, 2);
+    let sizes: Vec<usize> = effects(&mut out)
+        .iter()
+        .filter_map(|a| match a {
+            Action::Broadcast {
+                msg: ReplicaMsg::PrePrepare(pp),
+            } => Some(pp.batch.requests.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sizes, vec![2], "the two that waited, in one batch");
+    for seq in 2..5 {
+        r.handle(Millis(4), Event::Request(s.request(1, seq, b"d")), &mut out);
+    }
+    assert_eq!(r.counters().proposals, 3, "a full batch goes at once");
 }
 
 #[test]
