@@ -26,6 +26,9 @@ pub struct CoreThread {
     /// What the store held at start (`Store::load`, read before the threads start).
     pub records: Vec<PersistRecord>,
     pub input: mpsc::Receiver<CoreInput>,
+    /// From the execution thread, read before `input`: it never blocks on
+    /// us (`exec_thread.rs`, `ExecThread::core`).
+    pub from_exec: mpsc::UnboundedReceiver<CoreInput>,
     /// The outbox stage, which owns the store.
     pub outbox: crate::queue::Sender<Round>,
     pub status: watch::Sender<CoreStatus>,
@@ -88,6 +91,10 @@ impl CoreThread {
                 biased;
                 _ = self.shutdown.changed() => break,
                 _ = status_tick.tick() => {}
+                Some(msg) = self.from_exec.recv() => {
+                    feed(&mut replica, driver.now(), msg, &mut out);
+                    driver.perform(&mut out)?;
+                }
                 msg = self.input.recv() => {
                     let Some(msg) = msg else { break };
                     feed(&mut replica, driver.now(), msg, &mut out);

@@ -30,7 +30,13 @@ pub struct ExecThread {
     pub executor: Box<dyn Executor>,
     pub input: crate::queue::Receiver<ExecInput>,
     pub pillars: Vec<mpsc::Sender<PillarInput>>,
-    pub core: mpsc::Sender<CoreInput>,
+    /// To the core, never blocking (checkpoints taken, states installed,
+    /// re-predictions): the core may itself be waiting for room in a queue
+    /// that drains only through this thread (core → outbox → executor), so
+    /// a blocking send here could stop all three for good. Bounded by what
+    /// causes them: one per checkpoint position or install the core asked
+    /// for, one per suspended request.
+    pub core: mpsc::UnboundedSender<CoreInput>,
     pub core_status: watch::Receiver<CoreStatus>,
     pub metrics: Arc<Metrics>,
     /// Replies of the current round, per pillar (see `flush_replies`).
@@ -85,7 +91,7 @@ impl ExecThread {
                         let state_digest = install_answer(&outcome, &cert);
                         // Always answer: the core holds delivery until it
                         // hears how the install ended (issue 8, finding 5).
-                        let _ = self.core.blocking_send(CoreInput::StateInstalled {
+                        let _ = self.core.send(CoreInput::StateInstalled {
                             seq: cert.seq,
                             state_digest,
                         });
@@ -168,7 +174,7 @@ impl ExecThread {
             // SAREK §IV-D: suspended requests' re-predictions to the core.
             self.executor.drain_repredictions(&mut repredictions);
             for body in repredictions.drain(..) {
-                let _ = self.core.blocking_send(CoreInput::Mispredicted(body));
+                let _ = self.core.send(CoreInput::Mispredicted(body));
             }
             let executed_at = std::time::Instant::now();
             for r in results.drain(..) {
@@ -222,7 +228,7 @@ impl ExecThread {
                 cp.next_seq, seq,
                 "checkpoint must be taken exactly at its position"
             );
-            let _ = self.core.blocking_send(CoreInput::Checkpointed {
+            let _ = self.core.send(CoreInput::Checkpointed {
                 seq,
                 state_digest: cp.state_digest,
                 snapshot: cp.snapshot,
@@ -343,7 +349,7 @@ mod tests {
     fn install(snapshot: Bytes, certified: Digest) -> (Option<(Seq, Digest)>, bool) {
         let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
         let (exec_tx, exec_rx) = crate::queue::bounded(16);
-        let (core_tx, mut core_rx) = mpsc::channel(16);
+        let (core_tx, mut core_rx) = mpsc::unbounded_channel();
         let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
         let (pillar_tx, _pillar_rx) = mpsc::channel(16);
         let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
@@ -390,6 +396,65 @@ mod tests {
         drop(exec_tx);
         handle.join().expect("exec thread");
         (answer, still_at_1)
+    }
+
+    /// The execution thread never waits for the core: with the core itself
+    /// blocked on a full outbox queue that drains only into this thread,
+    /// a blocking report (it used `blocking_send` on a bounded channel)
+    /// stopped core, outbox stage and executor for good (review of
+    /// 2026-11-26). Here the core reads nothing while 200 checkpoints are
+    /// taken; every one is still reported and the thread finishes.
+    #[test]
+    fn checkpoints_are_reported_even_while_the_core_reads_nothing() {
+        let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
+        let (exec_tx, exec_rx) = crate::queue::bounded(16);
+        let (core_tx, mut core_rx) = mpsc::unbounded_channel();
+        let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
+        let (pillar_tx, _pillar_rx) = mpsc::channel(16);
+        let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
+        executor.submit(Seq(0), Arc::new(chorus_core::Batch::noop()));
+        let thread = ExecThread {
+            config: Arc::new(config),
+            me: ReplicaId(0),
+            executor: Box::new(executor),
+            input: exec_rx,
+            pillars: vec![pillar_tx],
+            core: core_tx,
+            core_status: status_rx,
+            metrics: Arc::new(Metrics::default()),
+            outgoing: Vec::new(),
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            thread.run();
+            let _ = done_tx.send(());
+        });
+        const CHECKPOINTS: u64 = 200;
+        for s in 1..=CHECKPOINTS {
+            let batch = Arc::new(chorus_core::Batch::noop());
+            assert!(exec_tx
+                .send(ExecInput::Deliver {
+                    seq: Seq(s),
+                    batch,
+                    at: Instant::now()
+                })
+                .is_ok());
+            assert!(exec_tx
+                .send(ExecInput::TakeCheckpoint { seq: Seq(s + 1) })
+                .is_ok());
+        }
+        drop(exec_tx);
+        assert!(
+            done_rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "the execution thread waited for the core"
+        );
+        let mut reported = 0;
+        while let Ok(m) = core_rx.try_recv() {
+            if matches!(m, CoreInput::Checkpointed { .. }) {
+                reported += 1;
+            }
+        }
+        assert_eq!(reported, CHECKPOINTS);
     }
 
     /// Issue 8, finding 5: a snapshot that does not decode used to be logged

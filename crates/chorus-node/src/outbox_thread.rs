@@ -29,6 +29,10 @@ pub const OUTBOX_CHANNEL_CAP: usize = 1_024;
 /// Rounds written and synced together at most (bounds the delay one slow
 /// sync adds to the messages of the first round).
 const ROUNDS_PER_SYNC_MAX: usize = 256;
+/// Record bytes (estimated) written together at most: one write-ahead frame
+/// holds them all, and a frame must stay far below the log's frame limit.
+/// A single round above it is still written whole (as before this stage).
+const BYTES_PER_SYNC_MAX: usize = 16 << 20;
 /// How often the database size is read for the metrics.
 const STORAGE_SIZE_EVERY: Duration = Duration::from_secs(1);
 
@@ -39,6 +43,27 @@ const STORAGE_SIZE_EVERY: Duration = Duration::from_secs(1);
 pub struct Round {
     pub records: Vec<PersistRecord>,
     pub actions: Vec<Action>,
+}
+
+impl Round {
+    /// About what its records take in the write-ahead log: the batches,
+    /// snapshots and logged inputs they carry, plus a little per record.
+    fn record_bytes(&self) -> usize {
+        self.records
+            .iter()
+            .map(|r| {
+                64 + match r {
+                    PersistRecord::Accepted { batch, .. } | PersistRecord::Decided { batch, .. } => {
+                        batch.requests.iter().map(|q| q.wire_size()).sum::<usize>()
+                    }
+                    PersistRecord::Stable { snapshot, .. } => snapshot.len(),
+                    PersistRecord::DispelSnapshot { state, .. } => state.len(),
+                    PersistRecord::DispelInput { input, .. } => input.len(),
+                    PersistRecord::View { .. } | PersistRecord::Prepared { .. } => 0,
+                }
+            })
+            .sum()
+    }
 }
 
 pub struct OutboxThread {
@@ -64,8 +89,14 @@ impl OutboxThread {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            let room = ROUNDS_PER_SYNC_MAX.saturating_sub(rounds.len());
-            self.input.drain_ready(&mut rounds, room);
+            // Group commit: what else is queued, within both bounds.
+            let mut bytes: usize = rounds.iter().map(Round::record_bytes).sum();
+            while rounds.len() < ROUNDS_PER_SYNC_MAX
+                && bytes < BYTES_PER_SYNC_MAX
+                && self.input.drain_ready(&mut rounds, 1) == 1
+            {
+                bytes += rounds.last().map_or(0, Round::record_bytes);
+            }
             for r in rounds.iter_mut() {
                 records.append(&mut r.records);
             }

@@ -157,6 +157,7 @@ fn run_replica_parts(
     let (fatal_tx, mut fatal_rx) = crate::fatal::channel();
 
     let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL_CAP);
+    let (exec_core_tx, exec_core_rx) = mpsc::unbounded_channel();
     let (exec_tx, exec_rx) = crate::queue::bounded(EXEC_CHANNEL_CAP);
     // The parallel executor's workers wake the execution thread when results
     // are ready, so replies leave at once instead of at the next poll.
@@ -193,6 +194,7 @@ fn run_replica_parts(
         identity: identity.clone(),
         records,
         input: core_rx,
+        from_exec: exec_core_rx,
         outbox: outbox_tx,
         status: status_tx,
         metrics: metrics.clone(),
@@ -209,7 +211,7 @@ fn run_replica_parts(
         executor,
         input: exec_rx,
         pillars: pillar_txs.clone(),
-        core: core_tx.clone(),
+        core: exec_core_tx,
         core_status: status_rx,
         metrics: metrics.clone(),
         outgoing: Vec::new(),

@@ -538,9 +538,25 @@ impl Adversary {
                 }
                 ReplicaMsg::Statuses(b)
             }
-            other @ (ReplicaMsg::Status(_) | ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => {
-                other
+            // A lane's own STATUS is unauthenticated too. In `dispel` its
+            // `suspects` says "I lack the epochs from `next_undecided` on":
+            // claim to lack up to 256 more than we do, so every peer re-sends
+            // what it holds (bounded: once per status interval per peer,
+            // never below the peer's low). In the PBFT lanes: suspect a
+            // later view. Derived from the message, not drawn, so the rest
+            // of the seed's random stream is what it was.
+            ReplicaMsg::Status(mut st) => {
+                counters.fault("byz-false-status");
+                let k = st.next_undecided.0 ^ u64::from(st.lane.0).rotate_left(7) ^ st.stable_seq.0;
+                st.suspects = true;
+                if k % 2 == 0 {
+                    st.next_undecided = Slot(st.next_undecided.0.saturating_sub(1 + k % 256));
+                } else {
+                    st.view = View(st.view.0 + 1 + k % 3);
+                }
+                ReplicaMsg::Status(st)
             }
+            other @ (ReplicaMsg::FetchBatch(_) | ReplicaMsg::StateRequest(_)) => other,
         }
     }
 
@@ -819,6 +835,44 @@ mod tests {
             }
         }
         assert_eq!(total, FLOOD_PER_SECOND as usize);
+    }
+
+    /// A corrupting replica's STATUS claims to lack what it holds or to
+    /// suspect a later view, always with `suspects` set (dispel reads it as
+    /// "re-send me your epochs").
+    #[test]
+    fn a_corrupted_status_claims_to_lack_epochs_or_suspect_a_later_view() {
+        let me = id(0);
+        let mut adv = Adversary::new(FaultKind::Corrupt, ReplicaId(0), me, tag(), 4, 1);
+        let mut c = Counters::default();
+        let (mut behind, mut later) = (0, 0);
+        for i in 0..64u64 {
+            let st = Status {
+                lane: LaneId(0),
+                view: View(2),
+                next_undecided: Slot(300 + i),
+                stable_seq: Seq(128),
+                suspects: false,
+            };
+            let mut rng = ChaCha8Rng::seed_from_u64(i);
+            let out = adv.outgoing(&mut rng, 0, ReplicaId(1), ReplicaMsg::Status(st.clone()), &mut c);
+            let ReplicaMsg::Status(got) = &out[0] else {
+                panic!("{out:?}")
+            };
+            if *got == st {
+                continue;
+            }
+            assert!(got.suspects);
+            if got.next_undecided < st.next_undecided {
+                assert!(st.next_undecided.0 - got.next_undecided.0 <= 256);
+                behind += 1;
+            } else {
+                assert!(got.view > st.view, "{got:?}");
+                later += 1;
+            }
+        }
+        assert!(behind > 5 && later > 5, "{behind} {later}");
+        assert_eq!(c.faults["byz-false-status"], behind + later);
     }
 
     #[test]
