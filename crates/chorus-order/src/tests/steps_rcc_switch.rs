@@ -187,6 +187,69 @@ fn the_old_primary_stops_proposing_the_client_once_it_delivers_the_switch() {
     assert!(!proposed_c, "{:?}", kinds(&e));
 }
 
+/// The other interleaving: the old primary's own slot of the switch's round
+/// decides before the switch's lane, its lane is idle, and it proposes the
+/// client's pending request at once, before it delivers the switch. That
+/// round is still its own (≤ r_d + σ, "no overlap" above), so the request is
+/// ordered there, once, and never handed over to the new owner as well.
+#[test]
+fn an_old_primary_may_propose_its_client_within_the_drift_bound_and_it_is_ordered_once() {
+    let s = rcc();
+    let mut r1 = replica(&s, 1);
+    let sw = one(switch(&s, C, 1, 2));
+    for lane in [0u32, 2, 3] {
+        let b = if lane == 2 { sw.clone() } else { Batch::noop() };
+        msg(
+            &mut r1,
+            10,
+            lane,
+            ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, 0, &b)),
+        );
+    }
+    let e = handle(&mut r1, 10, Event::Request(s.request(C, 2, b"x")));
+    assert!(
+        broadcasts(&e).is_empty(),
+        "slot 0 of lane 1 is undecided: it waits"
+    );
+    let is_c = |r: &Request| r.client == ClientId(C as u64) && r.seq == RequestSeq(2);
+    let mut proposed: Option<(Slot, Batch)> = None;
+    for lane in 0..4u32 {
+        let b = if lane == 2 { sw.clone() } else { Batch::noop() };
+        for m in broadcasts(&decide(&s, &mut r1, 1, 10, lane, 0, &b)) {
+            if let ReplicaMsg::PrePrepare(pp) = m {
+                if pp.lane == LaneId(1) && pp.batch.requests.iter().any(is_c) {
+                    proposed = Some((pp.slot, pp.batch.clone()));
+                }
+            }
+        }
+    }
+    let (slot, batch) = proposed.expect("proposed while its lane was idle");
+    assert_eq!(slot, Slot(1));
+    assert!(
+        slot.0 <= 4,
+        "round {} is within σ = 4 of the switch's round 0",
+        slot.0
+    );
+    assert_eq!(r1.status().next_delivery, Seq(4));
+    assert_eq!(
+        r1.status().lanes[2].pending,
+        0,
+        "in flight in lane 1, not handed over"
+    );
+    let mut delivered = 0;
+    for lane in 0..4u32 {
+        let b = if lane == 1 { batch.clone() } else { Batch::noop() };
+        for a in decide(&s, &mut r1, 1, 20, lane, 1, &b) {
+            if let Action::Deliver { batch, .. } = a {
+                delivered += batch.requests.iter().filter(|r| is_c(r)).count();
+            }
+        }
+    }
+    assert_eq!(r1.status().next_delivery, Seq(8));
+    assert_eq!(delivered, 1, "ordered once");
+    assert_eq!(r1.status().lanes[2].pending, 0);
+}
+
 /// (c) A backup that has not delivered round ρ − σ − 1 holds a
 /// pre-prepare for round ρ instead of judging it, and accepts it once
 /// delivery catches up.
