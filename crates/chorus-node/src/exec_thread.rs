@@ -346,10 +346,16 @@ mod tests {
     /// Run an execution thread, hand it `snapshot` under a certificate for
     /// `certified`; return what it tells the core (None: nothing in 5 s) and
     /// whether the executor still stands at position 1 afterwards.
-    fn install(snapshot: Bytes, certified: Digest) -> (Option<(Seq, Digest)>, bool) {
+    /// An execution thread at position 1 (a kv service, seq 0 executed):
+    /// its input, what it tells the core, and the thread.
+    fn start() -> (
+        crate::queue::Sender<ExecInput>,
+        mpsc::UnboundedReceiver<CoreInput>,
+        std::thread::JoinHandle<()>,
+    ) {
         let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
         let (exec_tx, exec_rx) = crate::queue::bounded(16);
-        let (core_tx, mut core_rx) = mpsc::unbounded_channel();
+        let (core_tx, core_rx) = mpsc::unbounded_channel();
         let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
         let (pillar_tx, _pillar_rx) = mpsc::channel(16);
         let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
@@ -365,7 +371,11 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             outgoing: Vec::new(),
         };
-        let handle = std::thread::spawn(move || thread.run());
+        (exec_tx, core_rx, std::thread::spawn(move || thread.run()))
+    }
+
+    fn install(snapshot: Bytes, certified: Digest) -> (Option<(Seq, Digest)>, bool) {
+        let (exec_tx, mut core_rx, handle) = start();
         let cert = CheckpointCert {
             seq: Seq(8),
             state_digest: certified,
@@ -406,27 +416,10 @@ mod tests {
     /// taken; every one is still reported and the thread finishes.
     #[test]
     fn checkpoints_are_reported_even_while_the_core_reads_nothing() {
-        let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
-        let (exec_tx, exec_rx) = crate::queue::bounded(16);
-        let (core_tx, mut core_rx) = mpsc::unbounded_channel();
-        let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
-        let (pillar_tx, _pillar_rx) = mpsc::channel(16);
-        let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
-        executor.submit(Seq(0), Arc::new(chorus_core::Batch::noop()));
-        let thread = ExecThread {
-            config: Arc::new(config),
-            me: ReplicaId(0),
-            executor: Box::new(executor),
-            input: exec_rx,
-            pillars: vec![pillar_tx],
-            core: core_tx,
-            core_status: status_rx,
-            metrics: Arc::new(Metrics::default()),
-            outgoing: Vec::new(),
-        };
+        let (exec_tx, mut core_rx, handle) = start();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            thread.run();
+            let _ = handle.join();
             let _ = done_tx.send(());
         });
         const CHECKPOINTS: u64 = 200;

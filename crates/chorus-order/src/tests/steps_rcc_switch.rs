@@ -46,6 +46,21 @@ fn one(r: Request) -> Batch {
     }
 }
 
+/// Round 0 at replica 1: the others pre-prepare (the switch moving client C
+/// to lane 2, in lane 2); replica 1, behind, pre-prepares a no-op in its own
+/// lane.
+fn round_0_with_the_switch(s: &Setup, r1: &mut Replica, sw: &Batch) {
+    for lane in [0u32, 2, 3] {
+        let b = if lane == 2 { sw.clone() } else { Batch::noop() };
+        msg(
+            r1,
+            10,
+            lane,
+            ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, 0, &b)),
+        );
+    }
+}
+
 /// Decide `batch` at `slot` of `lane` at replica `me` (its own lane's slot
 /// must already carry its own pre-prepare of `batch`).
 fn decide(s: &Setup, r: &mut Replica, me: u32, now: u64, lane: u32, slot: u64, batch: &Batch) -> Vec<Action> {
@@ -152,17 +167,7 @@ fn the_old_primary_stops_proposing_the_client_once_it_delivers_the_switch() {
     let s = rcc();
     let mut r1 = replica(&s, 1);
     let sw = one(switch(&s, C, 1, 2));
-    // Round 0: the others pre-prepare (the switch in lane 2); replica 1,
-    // behind, pre-prepares a no-op in its own lane.
-    for lane in [0u32, 2, 3] {
-        let b = if lane == 2 { sw.clone() } else { Batch::noop() };
-        msg(
-            &mut r1,
-            10,
-            lane,
-            ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, 0, &b)),
-        );
-    }
+    round_0_with_the_switch(&s, &mut r1, &sw);
     assert_eq!(r1.status().lanes[1].next_free_slot, Slot(1));
     // The client's request arrives; lane 1 is not behind, so it waits for
     // the batch delay…
@@ -197,15 +202,7 @@ fn an_old_primary_may_propose_its_client_within_the_drift_bound_and_it_is_ordere
     let s = rcc();
     let mut r1 = replica(&s, 1);
     let sw = one(switch(&s, C, 1, 2));
-    for lane in [0u32, 2, 3] {
-        let b = if lane == 2 { sw.clone() } else { Batch::noop() };
-        msg(
-            &mut r1,
-            10,
-            lane,
-            ReplicaMsg::PrePrepare(s.pre_prepare(lane, lane, 0, 0, &b)),
-        );
-    }
+    round_0_with_the_switch(&s, &mut r1, &sw);
     let e = handle(&mut r1, 10, Event::Request(s.request(C, 2, b"x")));
     assert!(
         broadcasts(&e).is_empty(),
