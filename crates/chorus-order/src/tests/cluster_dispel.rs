@@ -242,3 +242,43 @@ fn dispel_a_peer_naming_a_new_epoch_in_every_status_gets_one_resend_per_interval
     assert!(one > 0, "a peer that lacks epochs gets them");
     assert_eq!(resent_after(5), one);
 }
+
+/// A peer below our low needs a state transfer: the epochs it names are
+/// gone here, so a status from it saying it lacks them is answered with no
+/// re-send at all (review of 2026-11-26), while one at our low still is.
+#[test]
+fn dispel_a_peer_below_our_low_gets_no_resend() {
+    let mut c = Cluster::new(4, 4, dispel());
+    let reqs = load(&mut c, 4, 1..=60);
+    assert!(c.run_until(40_000, |c| c.all_executed(&reqs)));
+    assert!(c.run_until(60_000, |c| c
+        .replica(0)
+        .dispel_status()
+        .is_some_and(|d| d.low > 1)));
+    let d = c.replica(0).dispel_status().expect("dispel");
+    let mut resent_for = |epoch: u64, from: u32| {
+        let before = c.replica(0).counters().retransmissions;
+        let st = chorus_core::Status {
+            lane: chorus_core::LaneId(0),
+            view: chorus_core::View(0),
+            next_undecided: chorus_core::Slot(epoch),
+            stable_seq: Seq(0),
+            suspects: true,
+        };
+        c.push_event(
+            0,
+            crate::io::Event::Message {
+                from: chorus_core::ReplicaId(from),
+                msg: chorus_core::ReplicaMsg::Status(st),
+            },
+        );
+        c.run_for(1);
+        c.replica(0).counters().retransmissions - before
+    };
+    assert_eq!(
+        resent_for(d.low - 1, 3),
+        0,
+        "below our low: nothing we hold helps"
+    );
+    assert!(resent_for(d.low, 2) > 0, "at our low: the epochs it lacks");
+}
