@@ -174,7 +174,14 @@ impl<R: SimReplica> World<R> {
     pub fn new(opts: &SimOptions, seed: u64) -> World<R> {
         opts.validate().expect("options were validated by the caller");
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let plan = Plan::draw(opts, &mut rng);
+        let mut plan = Plan::draw(opts, &mut rng);
+        // Resource-model runs measure, they do not crash and recover: keep
+        // only what a compacted store keeps. A whole dispel log (every DBFT
+        // input of every replica) outgrew 10 GB at n = 64 (BENCHMARKS.md,
+        // 2026-11-26). Drawn first, so the seed's random stream is unchanged.
+        if opts.perf.is_some() {
+            plan.compact_store = true;
+        }
         let total_clients = opts.clients as usize + plan.byz_clients.len();
         let (config, replica_keys, client_keys) = ClusterConfig::for_testing(
             opts.n,
