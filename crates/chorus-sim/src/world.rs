@@ -174,14 +174,7 @@ impl<R: SimReplica> World<R> {
     pub fn new(opts: &SimOptions, seed: u64) -> World<R> {
         opts.validate().expect("options were validated by the caller");
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut plan = Plan::draw(opts, &mut rng);
-        // Resource-model runs measure, they do not crash and recover: keep
-        // only what a compacted store keeps. A whole dispel log (every DBFT
-        // input of every replica) outgrew 10 GB at n = 64 (BENCHMARKS.md,
-        // 2026-11-26). Drawn first, so the seed's random stream is unchanged.
-        if opts.perf.is_some() {
-            plan.compact_store = true;
-        }
+        let plan = Plan::draw(opts, &mut rng);
         let total_clients = opts.clients as usize + plan.byz_clients.len();
         let (config, replica_keys, client_keys) = ClusterConfig::for_testing(
             opts.n,
@@ -191,7 +184,16 @@ impl<R: SimReplica> World<R> {
         );
         config.validate().expect("simulator parameters are valid");
         let config = Arc::new(config);
-        let nodes = build_nodes(&config, &plan, &replica_keys, opts.clients, &mut rng);
+        let mut nodes = build_nodes(&config, &plan, &replica_keys, opts.clients, &mut rng);
+        // Resource-model runs without crashes never replay a store: keep
+        // none (a whole dispel log, every DBFT input of every replica,
+        // outgrew 10 GB at n = 64; BENCHMARKS.md, 2026-11-26). After the
+        // draws, so the seed's random stream is unchanged.
+        if opts.perf.is_some() && plan.crashes.is_empty() {
+            for node in &mut nodes {
+                node.store = Store::measuring();
+            }
+        }
         let node_count = nodes.len();
         let extra = crate::checker_extra::Extra::new(opts, &plan);
         let mut by_replica = vec![Vec::new(); opts.n];
