@@ -82,6 +82,10 @@ pub struct Args {
     /// Leader rotation in cop mode: fixed | block-wise | random (drawn per seed).
     #[arg(long, default_value = "random")]
     pub rotation: String,
+    /// How clients authenticate requests: mac-vector | signature | random
+    /// (drawn per seed, a quarter sign).
+    #[arg(long, default_value = "random")]
+    pub client_auth: String,
     /// One-way latency of every replica-to-replica link in ms (a WAN
     /// profile; default: drawn per link between 0.5 and 5 ms).
     #[arg(long)]
@@ -89,6 +93,9 @@ pub struct Args {
     /// dispel: concurrent epochs allowed (Dispel §4.3; default 8).
     #[arg(long)]
     pub epochs: Option<u64>,
+    /// --perf: requests per batch at most (default: the runtime's 256).
+    #[arg(long)]
+    pub batch_max: Option<u32>,
     /// Resource model (issue 15): charge CPU and NIC time in virtual time
     /// and report throughput and latency (needs `--faults none`).
     #[arg(long)]
@@ -195,8 +202,10 @@ pub fn run(a: Args) -> Result<()> {
     opts.registry = Arc::new(crate::registry().clone());
     opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
+    opts.client_auth = chorus_sim::options::parse_client_auth(&a.client_auth).map_err(anyhow::Error::msg)?;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
+    opts.batch_max = a.batch_max;
     if a.perf {
         opts.perf = Some(chorus_sim::perf::PerfModel {
             cores: a.cores.max(1),

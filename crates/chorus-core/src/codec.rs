@@ -95,6 +95,13 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).expect("postcard encoding of chorus types is infallible")
 }
 
+/// `encode(v).len()` without building the bytes (the simulator's resource
+/// model sizes every message it sends).
+pub fn encoded_len<T: Serialize>(v: &T) -> usize {
+    postcard::serialize_with_flavor(v, postcard::ser_flavors::Size::default())
+        .expect("postcard encoding of chorus types is infallible")
+}
+
 /// Decode exactly one `T` from `bytes`, enforcing `limits`.
 pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: &Limits) -> Result<T, CodecError> {
     if bytes.is_empty() {
@@ -387,6 +394,13 @@ mod tests {
         for m in sample_msgs() {
             let bytes = encode(&m);
             assert_eq!(decode::<ReplicaMsg>(&bytes, &l).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn encoded_len_is_the_length_of_the_encoding() {
+        for m in sample_msgs() {
+            assert_eq!(encoded_len(&m), encode(&m).len(), "{m:?}");
         }
     }
 

@@ -14,7 +14,7 @@ pub mod switch;
 pub mod verify_memo;
 pub mod wire_bounds;
 
-pub use codec::{decode, encode, encode_within, CodecError, Limits, Validate};
+pub use codec::{decode, encode, encode_within, encoded_len, CodecError, Limits, Validate};
 pub use config::{
     ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams,
     ReplicaInfo, MAX_PILLARS,

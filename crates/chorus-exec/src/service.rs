@@ -73,8 +73,19 @@ pub trait Service: Send + Sync + 'static {
     /// A short name of the operation for error messages (checked mode's
     /// access-set violations). Default: the first bytes in hex.
     fn describe(&self, op: &[u8]) -> String {
-        let head: String = op.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        format!("op 0x{head}{}", if op.len() > 16 { ".." } else { "" })
+        // Runs for every checked operation (the scope is opened before it
+        // executes), so no `format!` per byte.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(5 + 32 + 2);
+        s.push_str("op 0x");
+        for b in op.iter().take(16) {
+            s.push(HEX[(b >> 4) as usize] as char);
+            s.push(HEX[(b & 0xf) as usize] as char);
+        }
+        if op.len() > 16 {
+            s.push_str("..");
+        }
+        s
     }
     /// A canonical encoding of the whole state (equal states ⇒ equal bytes).
     fn snapshot(&self) -> Bytes;
@@ -84,5 +95,31 @@ pub trait Service: Send + Sync + 'static {
     /// otherwise canonical.
     fn state_digest(&self) -> Digest {
         Digest::of(&self.snapshot())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Opaque;
+    impl Service for Opaque {
+        fn execute(&self, _op: &[u8], _ctx: &ExecContext) -> Bytes {
+            Bytes::new()
+        }
+        fn snapshot(&self) -> Bytes {
+            Bytes::new()
+        }
+        fn restore(&self, _snapshot: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_default_description_is_the_first_sixteen_bytes_in_hex() {
+        assert_eq!(Opaque.describe(&[0x00, 0xab, 0x7f]), "op 0x00ab7f");
+        let long: Vec<u8> = (0..20).collect();
+        assert_eq!(Opaque.describe(&long), "op 0x000102030405060708090a0b0c0d0e0f..");
+        assert_eq!(Opaque.describe(&[]), "op 0x");
     }
 }

@@ -103,6 +103,9 @@ pub fn verify_checkpoint_cert(cfg: &ClusterConfig, c: &CheckpointCert) -> CertRe
     if c.votes.len() < cfg.quorum() || c.votes.len() > cfg.n() {
         return Err("cert-vote-count");
     }
+    // Once per certificate, not per vote: the tag hashes every replica's
+    // keys (6.4 KB at n = 100).
+    let tag = ClusterTag::of(cfg);
     let mut seen = BTreeSet::new();
     for v in &c.votes {
         if v.seq != c.seq || v.state_digest != c.state_digest {
@@ -111,15 +114,17 @@ pub fn verify_checkpoint_cert(cfg: &ClusterConfig, c: &CheckpointCert) -> CertRe
         if !seen.insert(v.replica) {
             return Err("cert-duplicate-vote");
         }
-        verify_vote_sig(cfg, v)?;
+        verify_vote_sig(cfg, &tag, v)?;
     }
     Ok(())
 }
 
-pub fn verify_vote_sig(cfg: &ClusterConfig, v: &CheckpointVote) -> CertResult {
+/// `tag` is `ClusterTag::of(cfg)`, which the caller keeps: recomputing it
+/// per vote was 10 % of a simulated n = 100 run.
+pub fn verify_vote_sig(cfg: &ClusterConfig, tag: &ClusterTag, v: &CheckpointVote) -> CertResult {
     let k = key(cfg, v.replica).ok_or("cert-unknown-replica")?;
     let sd = CheckpointVote::signing_digest(v.seq, &v.state_digest, v.replica);
-    if k.verify_bound(&ClusterTag::of(cfg), SigKind::Checkpoint, &sd, &v.sig) {
+    if k.verify_bound(tag, SigKind::Checkpoint, &sd, &v.sig) {
         Ok(())
     } else {
         Err("bad-vote-signature")

@@ -202,7 +202,7 @@ impl Checkpointer {
             cx.reject("equivocation");
             return VoteOutcome::Nothing;
         }
-        if let Err(reason) = verify_vote_sig(&self.cfg, &vote) {
+        if let Err(reason) = verify_vote_sig(&self.cfg, &self.tag, &vote) {
             cx.reject(reason);
             return VoteOutcome::Nothing;
         }

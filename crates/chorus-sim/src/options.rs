@@ -104,6 +104,10 @@ pub struct SimOptions {
     pub check_wait_free: bool,
     /// Leader rotation in cop mode; `None`: drawn per seed.
     pub rotation: Option<LeaderRotation>,
+    /// How clients authenticate requests; `None`: drawn per seed (a quarter
+    /// sign). Paper-scale runs set it: at n = 100 a MAC vector is 1.6 KB per
+    /// request, a signature 64 bytes.
+    pub client_auth: Option<ClientAuthKind>,
     /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
     /// the serial-order checker can be shown to catch it.
@@ -118,6 +122,9 @@ pub struct SimOptions {
     /// dispel: concurrent epochs allowed (Dispel §4.3's memory bound,
     /// `max_lane_drift_slots`); `None`: the simulator's default (8).
     pub epochs: Option<u64>,
+    /// `--perf`: requests per batch at most (`batch_max_requests`; the
+    /// byte bound grows with it); `None`: the runtime's default (256).
+    pub batch_max: Option<u32>,
 }
 
 impl Default for SimOptions {
@@ -147,10 +154,12 @@ impl Default for SimOptions {
             check_views: true,
             check_wait_free: false,
             rotation: None,
+            client_auth: None,
             skip_sync_wait: false,
             latency_ms: None,
             perf: None,
             epochs: None,
+            batch_max: None,
         }
     }
 }
@@ -203,8 +212,9 @@ impl SimOptions {
         if self.clients == 0 || self.clients > 64 {
             return Err(format!("clients must be 1..=64, got {}", self.clients));
         }
-        if self.requests_per_client == 0 || self.requests_per_client > 10_000 {
-            return Err("requests per client must be 1..=10000".into());
+        // 64 × 100 000: the issue-15 run of a million requests fits.
+        if self.requests_per_client == 0 || self.requests_per_client > 100_000 {
+            return Err("requests per client must be 1..=100000".into());
         }
         if self.client_window == 0 || self.client_window >= EXEC_MAX_INFLIGHT_PER_CLIENT {
             return Err(format!("client window must be 1..{EXEC_MAX_INFLIGHT_PER_CLIENT}"));
@@ -227,6 +237,14 @@ impl SimOptions {
             }
             if e == 0 || e > 64 {
                 return Err(format!("epochs must be 1..=64, got {e}"));
+            }
+        }
+        if let Some(b) = self.batch_max {
+            if self.perf.is_none() {
+                return Err("--batch-max is for --perf runs".into());
+            }
+            if b == 0 || b > 4096 {
+                return Err(format!("batch-max must be 1..=4096, got {b}"));
             }
         }
         if self.fault_window_ms > 600_000
@@ -346,6 +364,11 @@ impl SimOptions {
             d.executor.name().to_string(),
         );
         flag("rotation", rotation_name(self.rotation).into(), "random".into());
+        flag(
+            "client-auth",
+            client_auth_name(self.client_auth).into(),
+            "random".into(),
+        );
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -397,6 +420,7 @@ impl SimOptions {
                 ))
             }
             "rotation" => self.rotation = parse_rotation(value)?,
+            "client-auth" => self.client_auth = parse_client_auth(value)?,
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
             "wait-free-check" => self.check_wait_free = true,
@@ -493,7 +517,14 @@ impl SimOptions {
     ) -> ProtocolParams {
         let d = ProtocolParams::default();
         let max_lane_drift_slots = self.epochs.unwrap_or(d.max_lane_drift_slots);
+        let batch_max_requests = self.batch_max.unwrap_or(d.batch_max_requests);
+        // The byte bound scales with the count, so the count is what binds.
+        let batch_max_bytes = (u64::from(d.batch_max_bytes) * u64::from(batch_max_requests)
+            / u64::from(d.batch_max_requests))
+        .max(u64::from(d.batch_max_bytes)) as u32;
         ProtocolParams {
+            batch_max_requests,
+            batch_max_bytes,
             mode: self.mode,
             pillars: self.pillars,
             leader_rotation,
@@ -522,6 +553,26 @@ pub fn parse_rotation(value: &str) -> Result<Option<LeaderRotation>, String> {
         "block-wise" => Ok(Some(LeaderRotation::BlockWise)),
         "random" => Ok(None),
         other => Err(format!("--rotation {other:?}: fixed, block-wise or random")),
+    }
+}
+
+/// `--client-auth`: `mac-vector`, `signature`, or `random` (drawn per seed).
+pub fn parse_client_auth(value: &str) -> Result<Option<ClientAuthKind>, String> {
+    match value {
+        "mac-vector" => Ok(Some(ClientAuthKind::MacVector)),
+        "signature" => Ok(Some(ClientAuthKind::Signature)),
+        "random" => Ok(None),
+        other => Err(format!(
+            "--client-auth {other:?}: mac-vector, signature or random"
+        )),
+    }
+}
+
+pub fn client_auth_name(a: Option<ClientAuthKind>) -> &'static str {
+    match a {
+        Some(ClientAuthKind::MacVector) => "mac-vector",
+        Some(ClientAuthKind::Signature) => "signature",
+        None => "random",
     }
 }
 

@@ -80,11 +80,13 @@ impl Plan {
             .map(ReplicaId)
             .filter(|r| !byzantine.iter().any(|(b, _)| b == r))
             .collect();
-        let client_auth = if rng.gen_bool(0.25) {
+        // Drawn even when overridden, so the rest of the seed stays the same.
+        let drawn_auth = if rng.gen_bool(0.25) {
             ClientAuthKind::Signature
         } else {
             ClientAuthKind::MacVector
         };
+        let client_auth = opts.client_auth.unwrap_or(drawn_auth);
         let compact_store = rng.gen_bool(0.5);
         let drawn_rotation = match opts.mode {
             OrderingMode::Cop if rng.gen_bool(0.5) => LeaderRotation::BlockWise,

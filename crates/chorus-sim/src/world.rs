@@ -65,6 +65,20 @@ pub(crate) enum Ev {
         client: usize,
         reply: Reply,
     },
+    /// Resource model only (`--perf`, where the network loses nothing): a
+    /// client's requests issued in one step, to one replica, as one arrival
+    /// (one write on its connection). Handled one request after the other;
+    /// the model charges each as before, the simulator pops one event.
+    RequestBundle {
+        to: usize,
+        requests: Vec<Request>,
+    },
+    /// Resource model only: the replies one replica sends one client at the
+    /// same moment (one delivered batch), as one arrival.
+    ReplyBundle {
+        client: usize,
+        replies: Vec<Reply>,
+    },
     Timer {
         node: usize,
         incarnation: u64,
@@ -122,6 +136,8 @@ impl Ev {
             Ev::Delayed { node, .. } => (9, *node as u64),
             Ev::RccWake { node } => (10, *node as u64),
             Ev::ExecFlush { node, .. } => (11, *node as u64),
+            Ev::RequestBundle { to, .. } => (12, *to as u64),
+            Ev::ReplyBundle { client, .. } => (13, *client as u64),
         }
     }
 }
@@ -453,6 +469,16 @@ impl<R: SimReplica> World<R> {
             Ev::Message { to, from, msg } => self.on_message(to, from, msg),
             Ev::Request { to, request } => self.on_request(to, request),
             Ev::Reply { client, reply } => self.on_reply(client, reply),
+            Ev::RequestBundle { to, requests } => {
+                for request in requests {
+                    self.on_request(to, request);
+                }
+            }
+            Ev::ReplyBundle { client, replies } => {
+                for reply in replies {
+                    self.on_reply(client, reply);
+                }
+            }
             Ev::Timer {
                 node,
                 incarnation,
@@ -854,8 +880,14 @@ fn build_clients(
     keys: &[Identity],
 ) -> (Vec<SimClient>, Vec<ByzClient>) {
     let creds = |i: usize| Credentials::new(config, ClientId(i as u64), keys[i].clone());
-    // Spread each client's requests over the fault window.
-    let pacing_us = plan.heal_at_us / opts.requests_per_client as u64;
+    // Spread each client's requests over the fault window; under the
+    // resource model a closed loop (a finished request's successor goes out
+    // at once, with the others the same step frees: one write).
+    let pacing_us = if opts.perf.is_some() {
+        0
+    } else {
+        plan.heal_at_us / opts.requests_per_client as u64
+    };
     let workload = opts
         .registry
         .get(&opts.service)
@@ -929,9 +961,11 @@ pub(crate) struct PerfCtx {
 
 fn ev_bytes(ev: &Ev) -> usize {
     match ev {
-        Ev::Message { msg, .. } => chorus_core::encode(msg).len(),
-        Ev::Request { request, .. } => chorus_core::encode(request).len(),
-        Ev::Reply { reply, .. } => chorus_core::encode(reply).len(),
+        Ev::Message { msg, .. } => chorus_core::encoded_len(msg),
+        Ev::Request { request, .. } => chorus_core::encoded_len(request),
+        Ev::Reply { reply, .. } => chorus_core::encoded_len(reply),
+        Ev::RequestBundle { requests, .. } => requests.iter().map(chorus_core::encoded_len).sum(),
+        Ev::ReplyBundle { replies, .. } => replies.iter().map(chorus_core::encoded_len).sum(),
         _ => 0,
     }
 }
@@ -945,6 +979,12 @@ impl<R: SimReplica> World<R> {
             Ev::Message { to, msg, .. } => (*to, msg.lane().map(|l| l.0)),
             // A client's requests arrive on its pillar's connection.
             Ev::Request { to, request } => (*to, Some((request.client.0 % u64::from(pillars.max(1))) as u32)),
+            Ev::RequestBundle { to, requests } => (
+                *to,
+                requests
+                    .first()
+                    .map(|r| (r.client.0 % u64::from(pillars.max(1))) as u32),
+            ),
             Ev::Timer { node, id, .. } => (
                 *node,
                 match id {
@@ -953,7 +993,7 @@ impl<R: SimReplica> World<R> {
                 },
             ),
             // On shared cores the client runs on the same machine.
-            Ev::Reply { .. } if perf.model.shared_cores.is_some() => (0, None),
+            Ev::Reply { .. } | Ev::ReplyBundle { .. } if perf.model.shared_cores.is_some() => (0, None),
             _ => return None,
         };
         Some((node, perf.core_for(node, lane, pillars)))
@@ -965,6 +1005,8 @@ impl<R: SimReplica> World<R> {
             Ev::Message { msg, .. } => c.receive(msg, ev_bytes(ev)),
             Ev::Request { .. } => c.recv_ns + c.admit_ns,
             Ev::Reply { .. } => c.client_reply_ns,
+            Ev::RequestBundle { requests, .. } => (c.recv_ns + c.admit_ns) * requests.len() as u64,
+            Ev::ReplyBundle { replies, .. } => c.client_reply_ns * replies.len() as u64,
             _ => c.timer_ns,
         }
     }
@@ -1051,6 +1093,10 @@ impl<R: SimReplica> World<R> {
                 ctx.op_ids.iter().copied().zip(ends).collect();
             (messages, replies)
         });
+        // The replies of one event to one client travel as one bundle (one
+        // write on that connection, as the runtime's executor answers a
+        // batch), in the order they were sent, when the last of them is done.
+        let mut bundles: Vec<(Endpoint, Micros, Vec<Reply>, usize)> = Vec::new();
         for (to, ev, bytes) in ctx.sends {
             let depart = match (&per_op, &ev) {
                 (Some((_, replies)), Ev::Reply { reply, .. }) => {
@@ -1059,11 +1105,41 @@ impl<R: SimReplica> World<R> {
                 (Some((messages, _)), _) => *messages,
                 (None, _) => done,
             };
+            if let Ev::Reply { reply, .. } = ev {
+                match bundles.iter_mut().find(|(t, _, _, _)| *t == to) {
+                    Some((_, d, replies, b)) => {
+                        replies.push(reply);
+                        *b += bytes;
+                        *d = (*d).max(depart);
+                    }
+                    None => bundles.push((to, depart, vec![reply], bytes)),
+                }
+                continue;
+            }
             let at =
                 self.perf
                     .as_mut()
                     .expect("perf on")
                     .transfer(Endpoint::Node(ctx.node), to, bytes, depart);
+            self.schedule(at, ev);
+        }
+        for (to, depart, mut replies, bytes) in bundles {
+            let Endpoint::Client(client) = to else {
+                unreachable!("replies go to clients")
+            };
+            let at =
+                self.perf
+                    .as_mut()
+                    .expect("perf on")
+                    .transfer(Endpoint::Node(ctx.node), to, bytes, depart);
+            let ev = if replies.len() == 1 {
+                Ev::Reply {
+                    client,
+                    reply: replies.pop().expect("one reply"),
+                }
+            } else {
+                Ev::ReplyBundle { client, replies }
+            };
             self.schedule(at, ev);
         }
     }

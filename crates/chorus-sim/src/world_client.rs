@@ -40,10 +40,18 @@ impl<R: SimReplica> World<R> {
     fn client_actions(&mut self, c: usize, out: Vec<ClientAction>) {
         let now = self.now_us();
         let id = self.clients[c].id();
+        // Resource model: what one step broadcasts leaves as one write per
+        // replica (`Ev::RequestBundle`); elsewhere each request travels alone,
+        // so the network adversary acts on each.
+        let mut bundle: Vec<Request> = Vec::new();
         for a in out {
             match a {
                 ClientAction::Broadcast(request) => {
                     self.checker.issue(request.digest(), Issue::Valid);
+                    if self.perf.is_some() {
+                        bundle.push(request);
+                        continue;
+                    }
                     for r in 0..self.config.n() as u32 {
                         self.send_request(c, ReplicaId(r), &request);
                     }
@@ -76,6 +84,29 @@ impl<R: SimReplica> World<R> {
                     self.checker.accepted(now, (id, seq), result);
                 }
             }
+        }
+        if bundle.len() == 1 {
+            for r in 0..self.config.n() as u32 {
+                self.send_request(c, ReplicaId(r), &bundle[0]);
+            }
+        } else if !bundle.is_empty() {
+            self.send_bundle(c, bundle);
+        }
+    }
+
+    /// Resource model: `requests` to every replica the client is linked with,
+    /// one arrival each.
+    fn send_bundle(&mut self, c: usize, requests: Vec<Request>) {
+        let targets: Vec<usize> = (0..self.nodes.len())
+            .filter(|&j| self.client_linked(c, j))
+            .collect();
+        for j in targets {
+            // One transmission; count the requests it carries as messages.
+            self.counters.messages_sent += requests.len() as u64 - 1;
+            self.transmit(Endpoint::Client(c), Endpoint::Node(j), || Ev::RequestBundle {
+                to: j,
+                requests: requests.clone(),
+            });
         }
     }
 

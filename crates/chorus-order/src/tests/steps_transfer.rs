@@ -245,5 +245,6 @@ fn a_replica_that_installed_a_checkpoint_votes_for_it() {
         (*to, v.seq, v.state_digest, v.replica),
         (ReplicaId(6), Seq(2), digest, ReplicaId(ME))
     );
-    crate::certs::verify_vote_sig(&s.cfg, v).expect("a valid signature");
+    crate::certs::verify_vote_sig(&s.cfg, &chorus_core::ClusterTag::of(&s.cfg), v)
+        .expect("a valid signature");
 }
