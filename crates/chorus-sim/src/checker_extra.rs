@@ -37,7 +37,7 @@ pub struct Extra {
     pub dropped: u64,
     /// Non-duplicate executions per request in each correct replica's
     /// current executor life.
-    executions: Vec<BTreeMap<RequestKey, (u32, Seq)>>,
+    executions: Vec<crate::executed_set::ExecutedSet>,
     next_liveness_check: Micros,
     triggered_crashes: u32,
     /// Highest view a NEW-VIEW was sent for, per lane.
@@ -49,7 +49,7 @@ impl Extra {
         Extra {
             violations: Vec::new(),
             dropped: 0,
-            executions: vec![BTreeMap::new(); opts.n],
+            executions: vec![crate::executed_set::ExecutedSet::default(); opts.n],
             next_liveness_check: 0,
             triggered_crashes: 0,
             new_views: BTreeMap::new(),
@@ -81,15 +81,12 @@ impl Extra {
         let Some(lives) = self.executions.get_mut(r.index()) else {
             return;
         };
-        let e = lives.entry(key).or_insert((0, at));
-        e.0 += 1;
-        if e.0 > 1 {
-            let (count, first) = *e;
-            let (c, q) = key;
+        let (c, q) = key;
+        if !lives.insert(c, q) {
             self.violate(
                 ViolationKind::ExactlyOnce,
                 now,
-                format!("{r:?} executed {c:?}/{q:?} {count} times (first at {first:?}, now at {at:?})"),
+                format!("{r:?} executed {c:?}/{q:?} again in one executor life (now at {at:?})"),
             );
         }
     }

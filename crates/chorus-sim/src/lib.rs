@@ -21,6 +21,7 @@ pub mod checker_extra;
 pub mod client;
 pub mod clock;
 pub mod dispel_adversary;
+mod executed_set;
 pub mod faults;
 pub mod net;
 pub mod node;
