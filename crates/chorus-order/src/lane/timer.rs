@@ -246,6 +246,7 @@ impl Lane {
     ) {
         if let Some(p) = self.peer_next.get_mut(from.index()) {
             *p = Some((next_undecided, st_view, cx.now));
+            self.peer_next_max = self.peer_next_max.max(next_undecided);
         }
     }
 
@@ -271,6 +272,9 @@ impl Lane {
     /// v1 left alone for v2, the other two never timed out to follow).
     /// Reports expire, so f liars cannot hold the timer off alone for ever.
     pub(crate) fn catching_up(&self, now: Millis) -> bool {
+        if self.peer_next_max <= self.next_undecided {
+            return false;
+        }
         let fresh = self
             .cfg
             .params
