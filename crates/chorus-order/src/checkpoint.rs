@@ -207,8 +207,10 @@ impl Checkpointer {
             return VoteOutcome::Nothing;
         }
         if signed > 0 {
-            // Kept (a relayed copy may be the one the others hold), but said.
-            cx.reject("equivocation");
+            // Kept (a relayed copy may be the one the others hold), but said,
+            // under its own name: unlike the other rejections this one is
+            // remembered (the fuzz tests' `DEFERRED_VERDICTS`).
+            cx.reject("checkpoint-equivocation");
         }
         let seq = vote.seq;
         self.votes

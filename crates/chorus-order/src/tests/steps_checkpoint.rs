@@ -445,7 +445,7 @@ fn a_certificate_relayed_by_its_holder_completes_a_checkpoint_an_equivocator_spl
         msg(&mut r2, 21, 3, ReplicaMsg::Checkpoint(v));
     }
     assert_eq!(r2.status().stable_seq, Seq(2));
-    assert_eq!(r2.counters().rejected("equivocation"), 1);
+    assert_eq!(r2.counters().rejected("checkpoint-equivocation"), 1);
 }
 
 /// A peer below our stable checkpoint gets our votes once per status round,
