@@ -133,3 +133,29 @@ fn client_traffic_travels_in_bundles_under_the_model() {
         r.events
     );
 }
+
+/// The model promises a network that loses nothing: when its event queue
+/// overflows (saturated replicas pile up future events) the run stops with
+/// a violation instead of printing figures for a run that lost messages.
+#[test]
+fn a_saturated_model_stops_loudly_instead_of_dropping_events() {
+    let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4)
+        .with_faults(FaultSet::none())
+        .with_seeds(1, 1);
+    o.service = "null".into();
+    o.clients = 8;
+    o.client_window = 16;
+    o.requests_per_client = 50;
+    o.fault_window_ms = 1;
+    o.liveness_timeout_ms = 600_000;
+    o.perf = Some(cores(1, false));
+    let r = chorus_sim::world::World::<chorus_order::Replica>::new(&o, 1)
+        .with_queue_capacity(64)
+        .run();
+    assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    assert!(
+        r.violations[0].detail.contains("resource model saturated"),
+        "{:?}",
+        r.violations
+    );
+}
