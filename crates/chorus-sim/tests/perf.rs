@@ -106,22 +106,28 @@ fn cbase_parallel_execution_grows_with_the_parallelism_factor() {
     assert!(sixteen > 6.0 * sequential, "factor 16: {sixteen} vs {sequential}");
 }
 
+/// pbft at n = 4 with the null service under `model`, closed loop.
+fn pbft_null(clients: u32, window: u32, requests: u32, model: PerfModel) -> SimOptions {
+    let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4)
+        .with_faults(FaultSet::none())
+        .with_seeds(1, 1);
+    o.service = "null".into();
+    o.clients = clients;
+    o.client_window = window;
+    o.requests_per_client = requests;
+    o.fault_window_ms = 1;
+    o.liveness_timeout_ms = 600_000;
+    o.perf = Some(model);
+    o
+}
+
 /// Under the resource model a client's requests of one step and a replica's
 /// replies of one event to one client travel as one arrival (one write on
 /// the connection): far fewer events than messages, the same requests
 /// committed. Before the bundles every message was its own event.
 #[test]
 fn client_traffic_travels_in_bundles_under_the_model() {
-    let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4)
-        .with_faults(FaultSet::none())
-        .with_seeds(1, 1);
-    o.service = "null".into();
-    o.clients = 8;
-    o.client_window = 32;
-    o.requests_per_client = 200;
-    o.fault_window_ms = 1;
-    o.liveness_timeout_ms = 600_000;
-    o.perf = Some(cores(4, false));
+    let o = pbft_null(8, 32, 200, cores(4, false));
     let r = chorus_sim::run_one(&o, 1);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!(r.requests_committed, 1_600);
@@ -139,16 +145,7 @@ fn client_traffic_travels_in_bundles_under_the_model() {
 /// a violation instead of printing figures for a run that lost messages.
 #[test]
 fn a_saturated_model_stops_loudly_instead_of_dropping_events() {
-    let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4)
-        .with_faults(FaultSet::none())
-        .with_seeds(1, 1);
-    o.service = "null".into();
-    o.clients = 8;
-    o.client_window = 16;
-    o.requests_per_client = 50;
-    o.fault_window_ms = 1;
-    o.liveness_timeout_ms = 600_000;
-    o.perf = Some(cores(1, false));
+    let o = pbft_null(8, 16, 50, cores(1, false));
     let r = chorus_sim::world::World::<chorus_order::Replica>::new(&o, 1)
         .with_queue_capacity(64)
         .run();
