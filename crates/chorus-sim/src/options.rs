@@ -630,6 +630,7 @@ mod tests {
         o.requests_per_client = 8;
         o.swarm = false;
         o.fault_window_ms = 1_500;
+        o.client_auth = Some(ClientAuthKind::Signature);
         for opts in [
             o,
             SimOptions::default(),
@@ -678,5 +679,20 @@ mod tests {
         o.pillars = 1;
         o.byzantine = Some(3);
         assert!(o.validate().is_err());
+        let mut o = SimOptions::new(OrderingMode::Pbft, 1, 4);
+        o.batch_max = Some(1024);
+        assert!(o.validate().is_err(), "--batch-max without --perf");
+        o.perf = Some(crate::perf::PerfModel::default());
+        o.faults = crate::FaultSet::none();
+        assert_eq!(o.validate(), Ok(()));
+        o.batch_max = Some(0);
+        assert!(o.validate().is_err());
+        let p = SimOptions {
+            batch_max: Some(1024),
+            ..o.clone()
+        }
+        .params(ClientAuthKind::Signature, LeaderRotation::Fixed);
+        assert_eq!(p.batch_max_requests, 1024);
+        assert!(p.batch_max_bytes >= 4 << 20);
     }
 }

@@ -370,6 +370,34 @@ mod tests {
         assert_eq!(p.byz_clients.len(), 2);
     }
 
+    /// `--client-auth` overrides the drawn authenticator and nothing else:
+    /// the seed's faults, crashes and Byzantine replicas stay the same.
+    #[test]
+    fn a_chosen_client_auth_leaves_the_rest_of_the_seed_alone() {
+        for seed in 0..40 {
+            let opts = SimOptions::new(OrderingMode::Cop, 4, 7);
+            let drawn = Plan::draw(&opts, &mut ChaCha8Rng::seed_from_u64(seed));
+            for auth in [ClientAuthKind::MacVector, ClientAuthKind::Signature] {
+                let chosen = SimOptions {
+                    client_auth: Some(auth),
+                    ..opts.clone()
+                };
+                let p = Plan::draw(&chosen, &mut ChaCha8Rng::seed_from_u64(seed));
+                assert_eq!(p.client_auth, auth);
+                assert_eq!(
+                    format!(
+                        "{:?}",
+                        Plan {
+                            client_auth: drawn.client_auth,
+                            ..p
+                        }
+                    ),
+                    format!("{drawn:?}")
+                );
+            }
+        }
+    }
+
     #[test]
     fn f_plus_one_twins_when_asked() {
         let mut opts = SimOptions::new(OrderingMode::Pbft, 1, 4).with_faults("twins".parse().unwrap());
