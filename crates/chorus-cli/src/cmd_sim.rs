@@ -96,6 +96,10 @@ pub struct Args {
     /// --perf: requests per batch at most (default: the runtime's 256).
     #[arg(long)]
     pub batch_max: Option<u32>,
+    /// --perf: crash replica R at T virtual ms for good, as `R@T` (Dispel
+    /// §5.6); prints the throughput before and after and the longest pause.
+    #[arg(long)]
+    pub perf_crash: Option<String>,
     /// Resource model (issue 15): charge CPU and NIC time in virtual time
     /// and report throughput and latency (needs `--faults none`).
     #[arg(long)]
@@ -206,6 +210,12 @@ pub fn run(a: Args) -> Result<()> {
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
     opts.batch_max = a.batch_max;
+    opts.perf_crash = a
+        .perf_crash
+        .as_deref()
+        .map(chorus_sim::options::parse_perf_crash)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     if a.perf {
         opts.perf = Some(chorus_sim::perf::PerfModel {
             cores: a.cores.max(1),

@@ -93,6 +93,7 @@ pub struct Metrics {
     pub new_views: Counter,
     pub checkpoints_stable: Counter,
     pub state_transfers: Counter,
+    pub dispel_standins: Counter,
     pub held_for_vouchers: Counter,
     pub clients_proven_partial: Counter,
     pub peer_messages_rejected: Family<ReasonLabel, Counter>,
@@ -138,6 +139,7 @@ impl Default for Metrics {
             new_views: Counter::default(),
             checkpoints_stable: Counter::default(),
             state_transfers: Counter::default(),
+            dispel_standins: Counter::default(),
             held_for_vouchers: Counter::default(),
             clients_proven_partial: Counter::default(),
             peer_messages_rejected: Family::default(),
@@ -261,6 +263,11 @@ impl Metrics {
             "state_transfers",
             "snapshots installed from peers",
             state_transfers
+        );
+        reg!(
+            "dispel_standins",
+            "dispel proposers judged silent (requests rescued), their clients handed to stand-in lanes",
+            dispel_standins
         );
         reg!(
             "held_for_vouchers",

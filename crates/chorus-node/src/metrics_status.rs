@@ -47,6 +47,7 @@ pub fn publish(m: &Metrics, s: &ReplicaStatus) {
     advance(&m.new_views, c.new_views);
     advance(&m.checkpoints_stable, c.checkpoints_stable);
     advance(&m.state_transfers, c.state_transfers);
+    advance(&m.dispel_standins, c.dispel_standins);
     advance(&m.held_for_vouchers, c.held_for_vouchers);
     advance(&m.clients_proven_partial, c.clients_proven_partial);
     let now = std::time::SystemTime::now()

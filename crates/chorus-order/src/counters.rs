@@ -32,6 +32,9 @@ pub struct Counters {
     /// re-prediction certificates completed here (2f+1 matching votes).
     pub sarek_repredictions_proposed: u64,
     pub sarek_repredictions_certified: u64,
+    /// `dispel`: proposers this replica judged silent (their requests had to
+    /// be rescued), handing their clients to stand-in lanes.
+    pub dispel_standins: u64,
     /// View changes this replica started (timer expiry or the f+1 join rule).
     pub view_changes: u64,
     /// New views installed.

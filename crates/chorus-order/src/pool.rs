@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 mod client_penalty;
 mod dispel_cut;
+mod dispel_standin;
+pub use dispel_standin::SILENT_AFTER_EPOCHS;
 
 type Key = (ClientId, RequestSeq);
 
@@ -104,6 +106,9 @@ pub struct Pool {
     /// RCC §III-E: clients whose owner lane a delivered SWITCHINSTANCE
     /// changed (`reassign`); bounded by the configured clients.
     owner_override: BTreeMap<ClientId, LaneId>,
+    /// `dispel`: proposers that look silent, per lane (`dispel_standin.rs`):
+    /// their clients' requests wait in stand-in lanes.
+    silent: Vec<bool>,
     /// `sarek`: this pool serves one partition's lane only (`sarek::SarekPools`),
     /// and PREDICT() says which requests that lane may order.
     fixed_lane: Option<LaneId>,
@@ -187,6 +192,7 @@ impl Pool {
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
             owner_override: BTreeMap::new(),
+            silent: vec![false; lanes],
             fixed_lane: None,
             predictor: None,
             client_penalties: BTreeMap::new(),
@@ -205,10 +211,12 @@ impl Pool {
                 return LaneId(j);
             }
         }
-        self.owner_override
+        let owner = self
+            .owner_override
             .get(&req.client)
             .copied()
-            .unwrap_or_else(|| self.cfg.owner_lane(req.client))
+            .unwrap_or_else(|| self.cfg.owner_lane(req.client));
+        self.stand_in(req.client, owner)
     }
 
     /// RCC §III-E: a delivered switch made `lane` the owner of `client`: its
@@ -871,6 +879,102 @@ mod tests {
             lane: LaneId(0),
             slot: Slot(slot),
         }
+    }
+
+    /// dispel (`dispel_standin.rs`): a lane judged silent hands its clients'
+    /// requests to a stand-in lane, keeping their arrival time (the rescue
+    /// timeout still counts from it), and takes them back once heard; a key
+    /// left in the silent lane's queue is skipped by the rescue (before,
+    /// `cut_with_rescue` took it from there too).
+    #[test]
+    fn a_silent_dispel_proposer_hands_its_clients_to_a_stand_in() {
+        let s = setup(ProtocolParams {
+            mode: OrderingMode::Dispel,
+            pool_max_requests: 16,
+            pool_max_per_client: 8,
+            ..params()
+        });
+        assert_eq!(s.cfg.lanes(), 4);
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        let at = |lane: u32, slot: u64| Cell {
+            lane: LaneId(lane),
+            slot: Slot(slot),
+        };
+        p.admit(Millis(0), req(&s, 1, 1, b"a")).unwrap();
+        assert_eq!(
+            p.oldest_pending(LaneId(1)),
+            Some(Millis(0)),
+            "client 1 owns lane 1"
+        );
+        assert!(p.set_silent(LaneId(1), true));
+        assert!(!p.set_silent(LaneId(1), true), "no change");
+        assert!(p.is_silent(LaneId(1)));
+        let stand_in = p.stand_in(ClientId(1), LaneId(1));
+        assert_ne!(stand_in, LaneId(1));
+        let other = (0..4u32).find(|l| *l != 1 && *l != stand_in.0).expect("4 lanes");
+        let rescued = p.cut_with_rescue(at(other, 0), &[LaneId(1)], Millis(10_000));
+        assert!(
+            rescued.requests.is_empty(),
+            "stale key in lane 1's queue: {rescued:?}"
+        );
+        assert_eq!(p.oldest_pending(LaneId(1)), None);
+        assert_eq!(
+            p.oldest_pending(stand_in),
+            Some(Millis(0)),
+            "its arrival time is kept"
+        );
+        p.admit(Millis(2_100), req(&s, 1, 2, b"b")).unwrap();
+        assert_eq!(
+            p.cut(at(stand_in.0, 0)).requests.len(),
+            2,
+            "the stand-in proposes both"
+        );
+        // Heard again: its clients' pending requests go home.
+        p.admit(Millis(3_000), req(&s, 1, 3, b"c")).unwrap();
+        assert!(p.set_silent(LaneId(1), false));
+        assert_eq!(p.oldest_pending(stand_in), None);
+        assert_eq!(p.oldest_pending(LaneId(1)), Some(Millis(3_000)));
+    }
+
+    /// Rendezvous choice: a second lane turning silent moves only the
+    /// clients of that lane; each client's stand-in is a live lane.
+    #[test]
+    fn stand_ins_move_only_the_clients_of_the_lane_that_changed() {
+        let s = setup(ProtocolParams {
+            mode: OrderingMode::Dispel,
+            ..params()
+        });
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        p.set_silent(LaneId(1), true);
+        let before: Vec<LaneId> = (0..64)
+            .map(|c| p.stand_in(ClientId(c * 4 + 1), LaneId(1)))
+            .collect();
+        assert!(before.iter().all(|l| *l != LaneId(1)));
+        assert!(
+            before.iter().collect::<BTreeSet<_>>().len() > 1,
+            "spread: {before:?}"
+        );
+        p.set_silent(LaneId(2), true);
+        for (c, was) in before.iter().enumerate() {
+            let now = p.stand_in(ClientId(c as u64 * 4 + 1), LaneId(1));
+            assert!(now != LaneId(1) && now != LaneId(2));
+            if *was != LaneId(2) {
+                assert_eq!(now, *was, "client {c} moved although its stand-in stayed live");
+            }
+        }
+    }
+
+    #[test]
+    fn only_dispel_pools_hand_lanes_over() {
+        let s = setup(ProtocolParams {
+            pillars: 4,
+            ..params()
+        });
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        p.admit(Millis(0), req(&s, 1, 1, b"a")).unwrap();
+        assert!(!p.set_silent(LaneId(1), true));
+        assert!(!p.is_silent(LaneId(1)));
+        assert_eq!(p.oldest_pending(LaneId(1)), Some(Millis(0)));
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub trait SimReplica: Sized {
         String::new()
     }
 
+    /// Messages the replica re-sent on its own (lane catch-up, Dispel's
+    /// status-tick retransmission); 0 for protocols that never re-send.
+    fn retransmissions(&self) -> u64 {
+        0
+    }
+
     /// Each lane's view and whether the replica is active in it (not
     /// changing view), for the end-of-run view agreement check; empty for
     /// protocols without views.

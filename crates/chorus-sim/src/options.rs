@@ -3,7 +3,7 @@
 
 use crate::faults::{FaultKind, FaultSet};
 use chorus_apps::ServiceRegistry;
-use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ProtocolParams};
+use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ProtocolParams, ReplicaId};
 use chorus_exec::{Executor, Service};
 use std::fmt;
 use std::sync::Arc;
@@ -125,6 +125,9 @@ pub struct SimOptions {
     /// `--perf`: requests per batch at most (`batch_max_requests`; the
     /// byte bound grows with it); `None`: the runtime's default (256).
     pub batch_max: Option<u32>,
+    /// `--perf`: this replica crashes at this virtual time (ms) and stays
+    /// down (Dispel §5.6: one replica killed, throughput before and after).
+    pub perf_crash: Option<(ReplicaId, u64)>,
 }
 
 impl Default for SimOptions {
@@ -160,6 +163,7 @@ impl Default for SimOptions {
             perf: None,
             epochs: None,
             batch_max: None,
+            perf_crash: None,
         }
     }
 }
@@ -245,6 +249,14 @@ impl SimOptions {
             }
             if b == 0 || b > 4096 {
                 return Err(format!("batch-max must be 1..=4096, got {b}"));
+            }
+        }
+        if let Some((r, _)) = self.perf_crash {
+            if self.perf.is_none() {
+                return Err("--perf-crash is for --perf runs".into());
+            }
+            if r.index() >= self.n {
+                return Err(format!("--perf-crash: replica {} of n = {}", r.0, self.n));
             }
         }
         if self.fault_window_ms > 600_000
@@ -566,6 +578,16 @@ pub fn parse_client_auth(value: &str) -> Result<Option<ClientAuthKind>, String> 
             "--client-auth {other:?}: mac-vector, signature or random"
         )),
     }
+}
+
+/// `--perf-crash R@T`: replica R crashes at T virtual ms.
+pub fn parse_perf_crash(value: &str) -> Result<(ReplicaId, u64), String> {
+    let bad = || format!("--perf-crash {value:?}: REPLICA@MS, e.g. 0@500");
+    let (r, t) = value.split_once('@').ok_or_else(bad)?;
+    Ok((
+        ReplicaId(r.parse().map_err(|_| bad())?),
+        t.parse().map_err(|_| bad())?,
+    ))
 }
 
 pub fn client_auth_name(a: Option<ClientAuthKind>) -> &'static str {

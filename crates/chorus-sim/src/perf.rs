@@ -551,6 +551,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn after_a_crash_the_rate_and_the_longest_pause_are_measured_from_it() {
+        // 10 before 1 s, then nothing for 0.4 s, then 20 in 0.6 s.
+        let mut at: Vec<Micros> = (0..10).map(|k| k * 100_000).collect();
+        at.extend((1..=20).map(|k| 1_400_000 + k * 30_000));
+        let c = AfterCrash::of(1_000_000, &at);
+        assert_eq!(c.throughput_before, 10.0);
+        assert_eq!(c.longest_pause_us, 430_000);
+        assert!((c.throughput_after - 20.0 / 1.0).abs() < 1e-9, "{c:?}");
+        let none = AfterCrash::of(5_000_000, &at);
+        assert_eq!(none.throughput_after, 0.0);
+        assert_eq!(none.longest_pause_us, 0);
+    }
+
+    #[test]
     fn a_busy_core_delays_the_next_event_and_execution_has_its_own_core() {
         let mut s = PerfState::new(
             PerfModel {
@@ -726,10 +740,49 @@ pub struct PerfReport {
     pub accepted: usize,
     /// CPU charged per accepted request, summed over replicas, µs.
     pub cpu_us_per_request: f64,
+    /// Under `--perf-crash`: what followed the crash.
+    pub after_crash: Option<AfterCrash>,
+}
+
+/// The run after one replica crashed for good (Dispel §5.6).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AfterCrash {
+    /// Accepted requests per virtual second before the crash (from the start).
+    pub throughput_before: f64,
+    /// From the crash to the last acceptance.
+    pub throughput_after: f64,
+    /// The longest time after the crash with no request accepted (a leader's
+    /// crash: the view change), µs.
+    pub longest_pause_us: Micros,
+}
+
+impl AfterCrash {
+    /// `accepted_at`: acceptance times in order.
+    pub fn of(crash_us: Micros, accepted_at: &[Micros]) -> AfterCrash {
+        let split = accepted_at.partition_point(|&t| t < crash_us);
+        let (before, after) = accepted_at.split_at(split);
+        let last = after.last().copied().unwrap_or(crash_us);
+        let mut pause = 0;
+        let mut prev = crash_us;
+        for &t in after {
+            pause = pause.max(t.saturating_sub(prev));
+            prev = t;
+        }
+        AfterCrash {
+            throughput_before: before.len() as f64 / (crash_us.max(1) as f64 / 1e6),
+            throughput_after: after.len() as f64 / (last.saturating_sub(crash_us).max(1) as f64 / 1e6),
+            longest_pause_us: pause,
+        }
+    }
 }
 
 impl PerfReport {
-    pub fn of(state: &PerfState, latencies: &[Micros], last_accept_us: Micros) -> PerfReport {
+    pub fn of(
+        state: &PerfState,
+        latencies: &[Micros],
+        last_accept_us: Micros,
+        crash: Option<(Micros, &[Micros])>,
+    ) -> PerfReport {
         let mut l = latencies.to_vec();
         l.sort_unstable();
         let pct = |p: f64| -> Micros {
@@ -746,6 +799,7 @@ impl PerfReport {
             p99_us: pct(0.99),
             accepted: l.len(),
             cpu_us_per_request: state.cpu_ns as f64 / 1e3 / l.len().max(1) as f64,
+            after_crash: crash.map(|(at, times)| AfterCrash::of(at, times)),
         }
     }
 }

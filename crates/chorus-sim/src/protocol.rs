@@ -43,6 +43,10 @@ impl SimReplica for Replica {
         Replica::leaked_pool_entries(self)
     }
 
+    fn retransmissions(&self) -> u64 {
+        self.counters().retransmissions
+    }
+
     fn set_predictor(&mut self, p: chorus_order::sarek::Predictor) {
         Replica::set_predictor(self, p)
     }

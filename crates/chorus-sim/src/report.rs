@@ -311,6 +311,17 @@ impl fmt::Display for SimSummary {
                 mean(&|p| p.p99_us as f64) / 1e3,
                 mean(&|p| p.cpu_us_per_request),
             )?;
+            let crashed: Vec<_> = self.perf.iter().filter_map(|p| p.after_crash.as_ref()).collect();
+            if !crashed.is_empty() {
+                let k = crashed.len() as f64;
+                writeln!(
+                    f,
+                    "  perf crash         before {:.0} req/s, after {:.0} req/s, longest pause after it {:.1} ms",
+                    crashed.iter().map(|c| c.throughput_before).sum::<f64>() / k,
+                    crashed.iter().map(|c| c.throughput_after).sum::<f64>() / k,
+                    crashed.iter().map(|c| c.longest_pause_us as f64).sum::<f64>() / k / 1e3,
+                )?;
+            }
         }
         if !self.drawn.is_empty() {
             // Active: the kind injected something (a Byzantine replica that

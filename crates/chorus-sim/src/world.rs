@@ -28,8 +28,16 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-/// Pending events at most (a bound, not a target).
+/// Pending events at most (a bound, not a target), up to 64 replicas.
 const QUEUE_CAPACITY: usize = 2_000_000;
+
+/// Beyond 64 replicas the bound grows with (n / 64)²: one Dispel epoch at
+/// n = 128 has ~2 M echoes in flight at once (n reliable broadcasts, all to
+/// all), which filled 2 M within 40 simulated ms (2026-11-26).
+fn queue_capacity(n: usize) -> usize {
+    let scale = n.div_ceil(64).max(1);
+    QUEUE_CAPACITY * scale * scale
+}
 /// Events one run may process before it is declared a runaway, up to 16
 /// replicas; every consensus position costs O(n²) messages, so the bound
 /// grows with (n / 16)² beyond that (paper-scale runs, issue 15).
@@ -173,6 +181,9 @@ pub struct World<R: SimReplica> {
     pub(crate) perf_ctx: Option<PerfCtx>,
     pub(crate) latencies: Vec<Micros>,
     pub(crate) last_accept_us: Micros,
+    /// Under `--perf-crash`: when each request was accepted (the rate
+    /// after the crash and the longest pause).
+    pub(crate) accepted_at: Vec<Micros>,
     events: u64,
     /// The smart checks and drivers (`checker_extra.rs`).
     pub(crate) extra: crate::checker_extra::Extra,
@@ -234,7 +245,7 @@ impl<R: SimReplica> World<R> {
             limits: Limits::from_config(&config),
             config,
             rng,
-            queue: EventQueue::new(QUEUE_CAPACITY),
+            queue: EventQueue::new(queue_capacity(opts.n)),
             net,
             counters: planned_fault_counters(&plan),
             plan,
@@ -254,6 +265,7 @@ impl<R: SimReplica> World<R> {
             perf_ctx: None,
             latencies: Vec::new(),
             last_accept_us: 0,
+            accepted_at: Vec::new(),
             events: 0,
             extra,
             rcc_obs: Default::default(),
@@ -397,6 +409,17 @@ impl<R: SimReplica> World<R> {
                 },
             );
             self.schedule(c.restart_us, Ev::Restart { node });
+        }
+        // Dispel §5.6: one replica killed for good (`--perf-crash`).
+        if let Some((replica, ms)) = self.opts.perf_crash {
+            let node = self.by_replica[replica.index()][0];
+            self.schedule(
+                ms * 1_000,
+                Ev::Crash {
+                    node,
+                    torn_after: None,
+                },
+            );
         }
     }
 
@@ -559,6 +582,20 @@ impl<R: SimReplica> World<R> {
                 }
             }
         }
+        // Under `--perf`: what the replicas re-sent on their own (lane
+        // catch-up, Dispel's status-tick retransmission), the load a
+        // lossless network should barely see.
+        if self.perf.is_some() {
+            let resent: u64 = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.live.as_ref())
+                .map(|l| l.replica.retransmissions())
+                .sum();
+            if resent > 0 {
+                *self.counters.notes.entry("replica-retransmission").or_insert(0) += resent;
+            }
+        }
         let delivered_positions = self.checker.delivered_positions();
         self.trace_words(&[delivered_positions, requests_committed]);
         if !cut_short && self.opts.check_wait_free {
@@ -587,10 +624,13 @@ impl<R: SimReplica> World<R> {
             replay: self.opts.replay_command(self.seed),
             trace: Digest(*self.trace.finalize().as_bytes()),
             rcc,
-            perf: self
-                .perf
-                .as_ref()
-                .map(|p| crate::perf::PerfReport::of(p, &self.latencies, self.last_accept_us)),
+            perf: self.perf.as_ref().map(|p| {
+                let crash = self
+                    .opts
+                    .perf_crash
+                    .map(|(_, ms)| (ms * 1_000, self.accepted_at.as_slice()));
+                crate::perf::PerfReport::of(p, &self.latencies, self.last_accept_us, crash)
+            }),
         }
     }
 

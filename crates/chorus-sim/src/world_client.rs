@@ -79,6 +79,9 @@ impl<R: SimReplica> World<R> {
                     if self.perf.is_some() {
                         self.latencies.push(latency_us);
                         self.last_accept_us = now;
+                        if self.opts.perf_crash.is_some() {
+                            self.accepted_at.push(now);
+                        }
                     }
                     self.trace_words(&[0xacc, c as u64, seq.0]);
                     self.checker.accepted(now, (id, seq), result);

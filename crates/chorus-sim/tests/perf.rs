@@ -156,3 +156,85 @@ fn a_saturated_model_stops_loudly_instead_of_dropping_events() {
         r.violations
     );
 }
+
+/// Dispel §5.6 in the model: the pbft leader's crash stops every request
+/// until the view change; a crashed Dispel replica costs only its own
+/// share (no leader, nothing to change). Both keep every request.
+#[test]
+fn a_leader_crash_pauses_pbft_and_not_dispel() {
+    let run = |mode: OrderingMode| {
+        let model = PerfModel {
+            link_latency_us: 5_000,
+            ..cores(4, false)
+        };
+        let mut o = pbft_null(16, 8, 600, model);
+        o.mode = mode;
+        o.pillars = 1;
+        o.perf_crash = Some((chorus_core::ReplicaId(0), 100));
+        o.validate().unwrap();
+        let s = run_many(&o);
+        assert!(s.ok(), "{mode:?}: {s}");
+        assert_eq!(s.requests_committed, s.requests_issued, "{mode:?}");
+        s.perf[0].after_crash.clone().expect("a crash was asked for")
+    };
+    let pbft = run(OrderingMode::Pbft);
+    let dispel = run(OrderingMode::Dispel);
+    // pbft waits for its request timer and the NEW-VIEW: far longer than
+    // a round trip; dispel keeps deciding epochs without r0.
+    assert!(pbft.longest_pause_us > 200_000, "pbft {pbft:?}");
+    assert!(
+        dispel.longest_pause_us < pbft.longest_pause_us / 4,
+        "dispel {dispel:?} pbft {pbft:?}"
+    );
+    assert!(pbft.throughput_before > 0.0 && dispel.throughput_after > 0.0);
+}
+
+#[test]
+fn perf_crash_needs_the_model_and_a_real_replica() {
+    let mut o = pbft_null(1, 1, 1, cores(1, false));
+    o.perf_crash = Some((chorus_core::ReplicaId(4), 10));
+    assert!(o.validate().is_err(), "replica 4 of n = 4");
+    o.perf_crash = Some((chorus_core::ReplicaId(3), 10));
+    assert!(o.validate().is_ok());
+    o.perf = None;
+    assert!(o.validate().is_err(), "without --perf");
+    assert!(chorus_sim::options::parse_perf_crash("2@750") == Ok((chorus_core::ReplicaId(2), 750)));
+    assert!(chorus_sim::options::parse_perf_crash("2").is_err());
+    assert!(chorus_sim::options::parse_perf_crash("x@1").is_err());
+}
+
+/// Dispel on a lossless WAN whose epochs outlast the status interval
+/// (100 ms one way: an epoch is several round trips, > 250 ms). Before
+/// 2026-11-26 every replica looked stalled to every other at each tick and
+/// got whole epochs again: the n = 96 storm (`dispel/resend.rs`). Nothing
+/// is lost here, so nearly nothing may be re-sent.
+#[test]
+fn slow_dispel_epochs_on_a_lossless_network_are_not_retransmitted() {
+    let model = PerfModel {
+        link_latency_us: 100_000,
+        client_link_us: Some(1_000),
+        ..cores(4, false)
+    };
+    let mut o = pbft_null(8, 4, 40, model);
+    o.mode = OrderingMode::Dispel;
+    o.n = 7;
+    // One epoch at a time (Dispel §5.3's setting): the first undelivered
+    // epoch stays put for a whole epoch.
+    o.epochs = Some(1);
+    o.validate().unwrap();
+    let s = run_many(&o);
+    assert!(s.ok(), "{s}");
+    assert_eq!(s.requests_committed, s.requests_issued);
+    let dbft = s.counters.by_kind.get("dbft").copied().unwrap_or(0);
+    let resent = s
+        .counters
+        .notes
+        .get("replica-retransmission")
+        .copied()
+        .unwrap_or(0);
+    assert!(dbft > 10_000, "{s}");
+    assert!(
+        resent * 100 < dbft,
+        "{resent} re-sent of {dbft} DBFT messages: {s}"
+    );
+}

@@ -345,6 +345,34 @@ regression!(
     dispel_n7_all_seed_1619_checkpoint_cert_not_shared: dispel_all(7), seed 1619, Expect::Pass(CHECKPOINT_CERT_NOT_SHARED)
 );
 
+/// `dispel`, 1 200 requests over 30 simulated seconds of faults (found
+/// 2026-11-26 by a 300-seed sweep of this shape: 8 liveness failures on
+/// 4000a05). A silent (or crashed, or cut off) proposer's clients kept
+/// landing in its lane, so every one of their requests waited the 2 s
+/// rescue timeout before another replica proposed it: the run could not
+/// finish its paced requests within the liveness bound. Now a lane whose
+/// requests had to be rescued hands its clients to stand-in lanes until its
+/// proposer is heard again (`pool/dispel_standin.rs`).
+const DISPEL_SILENT_PROPOSER_CLIENTS: &str =
+    "a silent dispel proposer's clients waited the rescue timeout per request";
+
+fn dispel_heavy(n: usize) -> SimOptions {
+    let mut o = dispel_all(n);
+    o.clients = 8;
+    o.requests_per_client = 150;
+    o.fault_window_ms = 30_000;
+    o
+}
+
+regression!(
+    /// dispel n=4: r0 silent, crashes, outages, partitions; 26 requests late.
+    dispel_n4_heavy_seed_31075_silent_proposer_clients: dispel_heavy(4), seed 31075, Expect::Pass(DISPEL_SILENT_PROPOSER_CLIENTS)
+);
+regression!(
+    /// dispel n=4: r2 twins re-split.
+    dispel_n4_heavy_seed_31103_silent_proposer_clients: dispel_heavy(4), seed 31103, Expect::Pass(DISPEL_SILENT_PROPOSER_CLIENTS)
+);
+
 /// Beyond the fault model on purpose: f+1 = 2 twins at n = 4 (no weakened
 /// quorum needed). Each twin pair talks to a different half, so the two
 /// correct replicas RB-deliver and decide different batches in epoch 0: the

@@ -14,6 +14,7 @@
 //! retransmission").
 
 pub mod pipeline;
+pub mod resend;
 
 use crate::counters::Cx;
 use crate::io::{PersistRecord, TimerId};
@@ -24,6 +25,7 @@ use chorus_core::{
     Status, View,
 };
 use chorus_dbft::{Action as DAction, Dbft, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer};
+use resend::{PeerView, Progress};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -43,6 +45,9 @@ pub struct DispelOutput {
     /// The join rule admitted these epochs as the ones this replica would have
     /// spawned: answer with a pool batch (Dispel Alg. 2 lines 13–15).
     pub joins: Vec<Epoch>,
+    /// Per decided epoch, in order, whether each proposer's bit decided 1
+    /// (its batch is in): `Pool::set_silent` follows the misses.
+    pub bits: Vec<Vec<bool>>,
 }
 
 /// One live epoch as `chorus status` shows it.
@@ -107,17 +112,22 @@ pub struct DispelCore {
     limits: Limits,
     verifier: RequestVerifier,
     armed: Option<Millis>,
-    /// Per peer: the first epoch it has not delivered, and whether that did
-    /// not move since its previous status (stalled).
-    peers: Vec<(Epoch, bool)>,
-    /// Per peer: when we last re-sent it the epochs it said it lacked (at
-    /// most once per status interval, whatever epoch it names).
-    caught_up: Vec<Option<Millis>>,
+    /// Per peer: its latest status (first epoch it has not delivered,
+    /// stalled there or not) and our last status-tick re-send to it
+    /// (`resend.rs`).
+    peers: Vec<PeerView>,
+    /// Per peer: when it last got what it lacked right after a jump (its own
+    /// floor: a re-send from the tick must not make us skip its
+    /// announcement, dispel seed 52301142).
+    asked: Vec<Option<Millis>>,
+    /// Whether our first undelivered epoch moved between status ticks.
+    progress: Progress,
+    /// A state transfer moved us since the last status tick: the next status
+    /// says we lack epochs too (in case the announcement was lost).
+    jumped: bool,
     /// While rebuilding from the log: nothing is persisted or sent again
     /// (the messages went out before the crash; retransmission resends).
     replaying: bool,
-    /// Our `next_epoch` at the previous status tick (unchanged = we are stalled).
-    last_tick_epoch: Option<Epoch>,
     /// Dispel §4.2: what we sent recently, for the pipeline's idle-link test.
     meter: pipeline::SendMeter,
 }
@@ -153,10 +163,11 @@ impl DispelCore {
             limits,
             verifier: RequestVerifier::new(cfg.clone(), me, identity),
             armed: None,
-            peers: vec![(0, false); n],
-            caught_up: vec![None; n],
+            peers: vec![PeerView::default(); n],
+            asked: vec![None; n],
+            progress: Progress::default(),
+            jumped: false,
             replaying: false,
-            last_tick_epoch: None,
             meter: pipeline::SendMeter::default(),
             cfg,
             me,
@@ -250,6 +261,7 @@ impl DispelCore {
             let o = self.absorb(cx, acts);
             all.decided.extend(o.decided);
             all.joins.extend(o.joins);
+            all.bits.extend(o.bits);
         }
         self.rearm(cx);
         all
@@ -270,6 +282,9 @@ impl DispelCore {
         let acts = self.st.engine.handle(cx.now, DEvent::Collect { below });
         self.st.sent = self.st.sent.split_off(&below);
         self.st.rounds = self.st.rounds.split_off(&below);
+        if below > self.st.next_epoch {
+            self.jumped = true;
+        }
         self.st.next_epoch = self.st.next_epoch.max(below);
         self.st.ready = self.st.ready.split_off(&self.st.next_epoch);
         while self.st.ready.remove(&self.st.next_epoch) {
@@ -287,42 +302,53 @@ impl DispelCore {
     }
 
     /// The status every replica broadcasts each interval: our first
-    /// undelivered epoch (peers retransmit to us when it stalls) and our
-    /// stable checkpoint (state transfer). Then retransmit (spec P14):
+    /// undelivered epoch, whether it made no progress since the previous
+    /// tick (peers retransmit to us then) and our stable checkpoint (state
+    /// transfer). Then retransmit (spec P14, aimed: `resend.rs`):
     ///
-    /// * to a stalled peer, our messages of the epochs it is stuck at;
-    /// * when WE are stalled, our messages of the epochs we are stuck at to
-    ///   every peer already past them. A peer that has delivered an epoch
-    ///   may still be running rounds d+1, d+2 of one of its instances
-    ///   (spec §3.6) and need our B_VAL/AUX there to send the AUX we wait
-    ///   for; its status no longer shows it stuck, so without this our lost
-    ///   messages to it are never re-sent and both sides wait for ever.
+    /// * to a peer whose latest status says it is stalled, our messages of
+    ///   its epochs (every epoch it lacks up to ours when it is behind);
+    /// * when we are stalled, our messages of our stuck epochs to every
+    ///   peer already past them. A peer that has delivered an epoch may
+    ///   still be running rounds d+1, d+2 of one of its instances (spec
+    ///   §3.6) and need our B_VAL/AUX there to send the AUX we wait for; its
+    ///   status no longer shows it stuck, so without this our lost messages
+    ///   to it are never re-sent and both sides wait for ever.
+    ///
+    /// A slow epoch that still progresses re-sends nothing (the n = 96
+    /// storm, `resend.rs`).
     pub fn on_status_tick(&mut self, cx: &mut Cx, stable_seq: Seq) {
         let mine = self.st.next_epoch;
-        let self_stalled = self.last_tick_epoch == Some(mine);
-        self.last_tick_epoch = Some(mine);
-        self.broadcast_status(cx, stable_seq, self_stalled);
+        let low = self.st.engine.low();
+        let interval = self.cfg.params.status_interval_ms;
+        let stalled = self.progress.stalled(&self.st.engine, mine);
+        let lacking = stalled || std::mem::take(&mut self.jumped);
+        self.broadcast_status(cx, stable_seq, lacking);
         for p in 0..self.peers.len() {
-            let (at, stalled) = self.peers[p];
             if p == self.me.index() {
                 continue;
             }
-            let mut ranges = Vec::with_capacity(2);
-            if stalled {
-                ranges.push(at..at.saturating_add(RETRANSMIT_EPOCHS));
-            }
-            if self_stalled && at > mine {
-                ranges.push(mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at));
-            }
-            for r in ranges {
-                self.resend(cx, ReplicaId(p as u32), r);
+            let Some(at) = self.peers[p].at() else {
+                continue;
+            };
+            let range = if self.peers[p].stalled(cx.now, interval) && at >= low {
+                // Behind us: every epoch it lacks that we still hold, at
+                // once (dispel seed 52301142, see `on_peer_status`).
+                at..at.max(mine).saturating_add(RETRANSMIT_EPOCHS)
+            } else if stalled && at > mine {
+                mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at)
+            } else {
+                continue;
+            };
+            if self.peers[p].may_resend(cx.now, interval) && self.resend(cx, ReplicaId(p as u32), range) > 0 {
+                self.peers[p].record(cx.now);
             }
         }
     }
 
     /// Our first undelivered epoch and stable checkpoint, to every peer.
-    /// `lacking`: we have not moved for a status interval, or just jumped
-    /// ahead by a state transfer, so we lack epochs peers may hold; it
+    /// `lacking`: our first undelivered epoch made no progress for a status
+    /// interval, or we just jumped ahead by a state transfer, so we lack what peers may hold; it
     /// travels in `Status::suspects`, which dispel has no other use for.
     pub fn broadcast_status(&self, cx: &mut Cx, stable_seq: Seq, lacking: bool) {
         cx.out.broadcast(ReplicaMsg::Status(Status {
@@ -334,44 +360,53 @@ impl DispelCore {
         }));
     }
 
-    /// Our messages of `epochs` (those we still hold) to `to`, again.
-    fn resend(&mut self, cx: &mut Cx, to: ReplicaId, epochs: std::ops::Range<Epoch>) {
+    /// Our messages of `epochs` (those we still hold) to `to`, again; how
+    /// many.
+    fn resend(&mut self, cx: &mut Cx, to: ReplicaId, epochs: std::ops::Range<Epoch>) -> usize {
+        let mut sent = 0;
         for (_, msgs) in self.st.sent.range(epochs) {
             for m in msgs {
                 let w = wire(m);
                 self.meter.record(cx.now, wire_bytes(&w));
                 cx.out.send(to, w);
                 cx.counters.retransmissions += 1;
+                sent += 1;
             }
         }
+        sent
     }
 
-    /// A peer's status. One that says it lacks epochs behind ours (it has
-    /// not moved for an interval, or just installed a checkpoint) gets every
-    /// epoch it lacks that we still hold, at once. Before, a peer was helped
-    /// only after two equal statuses, two epochs a tick: slower than the
-    /// others decide without it, and by then they had collected the epochs
-    /// between its new checkpoint and theirs. So a replica left behind
-    /// stayed behind, caught up only by one state transfer after another,
-    /// and with a Byzantine replica among the rest every epoch waited on
-    /// that one's instances (dispel seed 52301142). Bounded: `sent` holds at
-    /// most the window, and a peer gets this at most once per status
-    /// interval (a Byzantine one naming a new epoch in every status gains
-    /// nothing: the limit is per peer, not per epoch), and not while it is
-    /// below our low (nothing we hold helps it before its state transfer).
+    /// A peer's status. One that just moved (a state transfer installed)
+    /// and says it lacks epochs behind ours gets every epoch it lacks that
+    /// we still hold, at once; one that says it is stalled where it was is
+    /// the status tick's. Before
+    /// 2026-11-24 a peer was helped only after two equal statuses, two
+    /// epochs a tick: slower than the others decide without it, and by then
+    /// they had collected the epochs between its new checkpoint and theirs.
+    /// So a replica left behind stayed behind, caught up only by one state
+    /// transfer after another, and with a Byzantine replica among the rest
+    /// every epoch waited on that one's instances (dispel seed 52301142).
+    /// Bounded: `sent` holds at most the window, and a peer gets this at
+    /// most once per status interval (a Byzantine one naming a new epoch in
+    /// every status gains nothing: the floor is per peer, not per epoch),
+    /// and not while it is below our low (nothing we hold helps it before
+    /// its state transfer).
     pub fn on_peer_status(&mut self, cx: &mut Cx, from: ReplicaId, next_epoch: Epoch, lacking: bool) {
-        let Some(p) = self.peers.get_mut(from.index()) else {
-            return;
-        };
-        *p = (next_epoch, next_epoch == p.0);
-        let mine = self.st.next_epoch;
-        // Below our low we hold nothing it could use: it needs a state
-        // transfer first (and announces itself once that is installed).
-        if from == self.me || !lacking || mine <= next_epoch || next_epoch < self.st.engine.low() {
+        if from == self.me {
             return;
         }
         let interval = self.cfg.params.status_interval_ms;
-        let last = &mut self.caught_up[from.index()];
+        let Some(p) = self.peers.get_mut(from.index()) else {
+            return;
+        };
+        let mine = self.st.next_epoch;
+        let jumped = p.observe(next_epoch, lacking, cx.now);
+        // Below our low we hold nothing it could use: it needs a state
+        // transfer first (and announces itself once that is installed).
+        if !jumped || !lacking || mine <= next_epoch || next_epoch < self.st.engine.low() {
+            return;
+        }
+        let last = &mut self.asked[from.index()];
         if last.is_some_and(|t| cx.now.0.saturating_sub(t.0) < interval) {
             return;
         }
@@ -439,6 +474,7 @@ impl DispelCore {
             let more = self.absorb(cx, acts);
             o.decided.extend(more.decided);
             o.joins.extend(more.joins);
+            o.bits.extend(more.bits);
         }
         cx.now = real_now;
         self.replaying = false;
@@ -536,11 +572,16 @@ impl DispelCore {
     fn push_decided(&self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
         let noop = Arc::new(Batch::noop());
         let mut by_lane: Vec<Arc<Batch>> = vec![noop; self.cfg.n()];
+        let mut bits = vec![false; self.cfg.n()];
         for (p, b) in batches {
+            if let Some(bit) = bits.get_mut(p.index()) {
+                *bit = true;
+            }
             if let Some(at) = by_lane.get_mut(p.index()) {
                 *at = b;
             }
         }
+        o.bits.push(bits);
         for (l, b) in by_lane.into_iter().enumerate() {
             o.decided.push((
                 Cell {

@@ -35,7 +35,8 @@ impl Pool {
                     self.queues[lane.index()].pop_front();
                     continue;
                 };
-                if e.state != State::Pending {
+                // A key left behind by a move (`dispel_standin.rs`) is stale.
+                if e.state != State::Pending || e.lane != lane {
                     self.queues[lane.index()].pop_front();
                     continue;
                 }

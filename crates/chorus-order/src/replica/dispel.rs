@@ -93,11 +93,15 @@ impl Replica {
                 self.counters.decided += 1;
                 self.merger.insert(cell, batch);
             }
+            for bits in o.bits.drain(..) {
+                self.dispel_note_bits(&bits);
+            }
             let Some(e) = o.joins.pop() else { return };
             let batch = self.dispel_cut(now, e);
             let more = self.dispel_propose_batch(now, e, batch, out);
             o.decided.extend(more.decided);
             o.joins.extend(more.joins);
+            o.bits.extend(more.bits);
         }
         self.counters.reject("dbft-join-chain-cut");
     }
@@ -117,6 +121,26 @@ impl Replica {
         let mut batch = self.pool.cut_with_rescue(cell, &extra, before);
         batch.time_ms = self.batch_time(&batch);
         batch
+    }
+
+    /// One decided epoch's bits: a proposer whose bit decided 0 in
+    /// `SILENT_AFTER_EPOCHS` epochs in a row looks silent, and its clients
+    /// wait in stand-in lanes until its bit decides 1 again
+    /// (`pool/dispel_standin.rs`: not 2 s per request).
+    fn dispel_note_bits(&mut self, bits: &[bool]) {
+        self.dispel_misses.resize(bits.len(), 0);
+        for (l, &bit) in bits.iter().enumerate() {
+            let lane = LaneId(l as u32);
+            if bit {
+                self.dispel_misses[l] = 0;
+                self.pool.set_silent(lane, false);
+                continue;
+            }
+            self.dispel_misses[l] = self.dispel_misses[l].saturating_add(1);
+            if self.dispel_misses[l] >= crate::pool::SILENT_AFTER_EPOCHS && self.pool.set_silent(lane, true) {
+                self.counters.dispel_standins += 1;
+            }
+        }
     }
 
     fn dispel_propose_batch(&mut self, now: Millis, e: u64, batch: Batch, out: &mut Outbox) -> DispelOutput {

@@ -1,0 +1,168 @@
+//! Spec P14's retransmission, aimed. Dispel re-sends a live epoch's messages
+//! to a replica that looks stalled, because links may lose them (the DBFT
+//! engine assumes reliable links). "Stalled" used to mean "its status epoch
+//! did not change between two statuses", and every such peer got our
+//! messages of its epochs at every tick. Once an epoch takes longer than a
+//! status interval (n = 96 in the European WAN: ~0.5 s an epoch, 250 ms
+//! interval) every replica looked stalled to every other one on a network
+//! that loses nothing, and each tick re-sent a whole epoch's traffic to
+//! every peer: 1.9 M re-sent messages in the first 0.6 simulated seconds,
+//! which slowed the epochs further (the storm in `docs/known-issues.md`).
+//!
+//! Now the question is whether an *epoch* is stuck, not whether it is
+//! slow, and each replica answers it for itself:
+//!
+//! * A replica is stalled when its first undelivered epoch made no progress
+//!   over a whole status interval: no binary instance advanced a round or
+//!   decided, no reliable broadcast delivered (`Progress`). Those steps need
+//!   quorums, so Byzantine replicas alone cannot fake progress. Its status
+//!   says so (`lacking`), and every peer that heard it lately re-sends it
+//!   our messages of its epochs (all it lacks up to ours when it is behind).
+//! * When we are stalled ourselves, we also re-send our stuck epochs to the
+//!   peers already past them (a peer that delivered an epoch may still need
+//!   our votes in later rounds of one of its instances, spec §3.6, and its
+//!   status no longer shows it stuck).
+//!
+//! A slow epoch that still progresses re-sends nothing; a stuck one is
+//! helped within one to two intervals, as before. Whatever a peer claims,
+//! it gets at most one re-send per interval (`PeerView::may_resend`), and a
+//! peer whose statuses stopped (crashed, cut off) gets none.
+//!
+//! Tried first and dropped (2026-11-26): (1) a stall threshold of twice our
+//! usual epoch time with exponential back-off per peer: the back-off made
+//! recovery after a network heals wait for the longest back-off, and a pace
+//! learned from our own epochs cannot tell a slow epoch from one waiting
+//! for a lost message (dispel n = 4, 30 s of faults: 8 → 13 liveness
+//! failures in 300 seeds); (2) judging a peer lagging when it stayed behind
+//! us for two intervals: at n = 112 in the European WAN replicas drift
+//! that far apart while progressing, and 2.1 M messages (4.5 % of the
+//! run's DBFT traffic) were re-sent on a network that lost none.
+
+use chorus_core::Millis;
+use chorus_dbft::{Dbft, Epoch};
+
+/// A peer's status older than this many status intervals is no longer
+/// a reason to re-send (it crashed or is cut off; its next status, when it
+/// comes back, says where it stands).
+pub const STATUS_FRESH_INTERVALS: u64 = 2;
+
+/// Where one peer stands (its latest status) and when we last re-sent it ours.
+#[derive(Clone, Debug, Default)]
+pub struct PeerView {
+    /// `None` until we hear where it is (nothing to re-send before).
+    at: Option<Epoch>,
+    /// Its latest status said its first undelivered epoch did not progress.
+    stalled: bool,
+    /// When its latest status arrived.
+    heard: Option<Millis>,
+    /// Our last re-send to it, whatever epoch it was at.
+    last: Option<Millis>,
+}
+
+impl PeerView {
+    pub fn at(&self) -> Option<Epoch> {
+        self.at
+    }
+
+    /// Its status: at `epoch`, stalled there or not. Returns whether it moved.
+    pub fn observe(&mut self, epoch: Epoch, stalled: bool, now: Millis) -> bool {
+        let moved = self.at != Some(epoch);
+        self.at = Some(epoch);
+        self.stalled = stalled;
+        self.heard = Some(now);
+        moved
+    }
+
+    /// Its latest status, recent enough, said it is stalled.
+    pub fn stalled(&self, now: Millis, interval_ms: u64) -> bool {
+        self.stalled
+            && self.heard.is_some_and(|h| {
+                now.0.saturating_sub(h.0) <= interval_ms.saturating_mul(STATUS_FRESH_INTERVALS)
+            })
+    }
+
+    /// At most one re-send per interval, whatever it claims.
+    pub fn may_resend(&self, now: Millis, interval_ms: u64) -> bool {
+        self.last.is_none_or(|l| now.0.saturating_sub(l.0) >= interval_ms)
+    }
+
+    pub fn record(&mut self, now: Millis) {
+        self.last = Some(now);
+    }
+}
+
+/// Progress of our first undelivered epoch between status ticks.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    last: Option<(Epoch, u64)>,
+}
+
+impl Progress {
+    /// At a status tick: did epoch `mine` make no progress since the
+    /// previous tick (nor did we move)? The first tick never stalls.
+    pub fn stalled(&mut self, engine: &Dbft, mine: Epoch) -> bool {
+        let now = (mine, fingerprint(engine, mine));
+        let stalled = self.last == Some(now);
+        self.last = Some(now);
+        stalled
+    }
+}
+
+/// Steps of epoch `e` that need a quorum: rounds reached, binary values
+/// decided, reliable broadcasts delivered, over its n instances. Only grows
+/// while the epoch lives.
+pub fn fingerprint(engine: &Dbft, e: Epoch) -> u64 {
+    let Some(s) = engine.epoch(e) else {
+        return 0;
+    };
+    (0..engine.config().n)
+        .map(|k| {
+            let b = s.binary(k);
+            u64::from(b.round()) + u64::from(b.decided().is_some()) + u64::from(s.rb(k).delivered().is_some())
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const I: u64 = 250;
+
+    #[test]
+    fn nothing_is_known_of_a_peer_before_its_status() {
+        let p = PeerView::default();
+        assert!(!p.stalled(Millis(0), I));
+        assert_eq!(p.at(), None);
+    }
+
+    #[test]
+    fn a_peer_is_stalled_while_its_recent_statuses_say_so() {
+        let mut p = PeerView::default();
+        assert!(p.observe(5, false, Millis(0)));
+        assert!(!p.stalled(Millis(10), I), "progressing");
+        assert!(!p.observe(5, true, Millis(250)));
+        assert!(p.stalled(Millis(250 + 2 * I), I));
+        assert!(
+            !p.stalled(Millis(250 + 2 * I + 1), I),
+            "no status since: crashed or cut off"
+        );
+        assert!(p.observe(6, false, Millis(600)));
+        assert!(!p.stalled(Millis(600), I));
+    }
+
+    #[test]
+    fn one_resend_per_interval_whatever_the_peer_claims() {
+        let mut p = PeerView::default();
+        let mut sent = 0;
+        for t in 0..10_000u64 {
+            // A Byzantine peer naming another epoch in every status.
+            p.observe(t % 3, true, Millis(t));
+            if p.may_resend(Millis(t), I) {
+                p.record(Millis(t));
+                sent += 1;
+            }
+        }
+        assert_eq!(sent, 10_000 / I as usize);
+    }
+}
