@@ -912,7 +912,8 @@ mod tests {
         let stand_in = p.stand_in(ClientId(1), LaneId(1));
         assert_ne!(stand_in, LaneId(1));
         let other = (0..4u32).find(|l| *l != 1 && *l != stand_in.0).expect("4 lanes");
-        let rescued = p.cut_with_rescue(at(other, 0), &[LaneId(1)], Millis(10_000));
+        let (rescued, from) = p.cut_with_rescue(at(other, 0), &[LaneId(1)], Millis(10_000));
+        assert!(from.is_empty());
         assert!(
             rescued.requests.is_empty(),
             "stale key in lane 1's queue: {rescued:?}"

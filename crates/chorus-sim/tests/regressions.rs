@@ -372,6 +372,12 @@ regression!(
     /// dispel n=4: r2 twins re-split.
     dispel_n4_heavy_seed_31103_silent_proposer_clients: dispel_heavy(4), seed 31103, Expect::Pass(DISPEL_SILENT_PROPOSER_CLIENTS)
 );
+regression!(
+    /// dispel n=4: r0 twins re-split, its bit decides 1 but its batches leave
+    /// its clients out: only the rescue shows it (failed with the bit rule
+    /// alone too).
+    dispel_n4_heavy_seed_32192_censoring_proposer: dispel_heavy(4), seed 32192, Expect::Pass(DISPEL_SILENT_PROPOSER_CLIENTS)
+);
 
 /// Beyond the fault model on purpose: f+1 = 2 twins at n = 4 (no weakened
 /// quorum needed). Each twin pair talks to a different half, so the two

@@ -45,9 +45,19 @@ pub struct DispelOutput {
     /// The join rule admitted these epochs as the ones this replica would have
     /// spawned: answer with a pool batch (Dispel Alg. 2 lines 13–15).
     pub joins: Vec<Epoch>,
-    /// Per decided epoch, in order, whether each proposer's bit decided 1
-    /// (its batch is in): `Pool::set_silent` follows the misses.
-    pub bits: Vec<Vec<bool>>,
+    /// Per decided epoch, in order, each proposer's bit and batch:
+    /// `Pool::set_silent` follows them.
+    pub bits: Vec<Vec<ProposerBit>>,
+}
+
+/// One proposer in one decided epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProposerBit {
+    /// Its bit decided 1: its batch is in the epoch.
+    pub selected: bool,
+    /// That batch carries a request of one of its own clients (a proposer
+    /// that only carries others' requests may be censoring its own).
+    pub served_own_clients: bool,
 }
 
 /// One live epoch as `chorus status` shows it.
@@ -572,10 +582,11 @@ impl DispelCore {
     fn push_decided(&self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
         let noop = Arc::new(Batch::noop());
         let mut by_lane: Vec<Arc<Batch>> = vec![noop; self.cfg.n()];
-        let mut bits = vec![false; self.cfg.n()];
+        let mut bits = vec![ProposerBit::default(); self.cfg.n()];
         for (p, b) in batches {
             if let Some(bit) = bits.get_mut(p.index()) {
-                *bit = true;
+                bit.selected = true;
+                bit.served_own_clients = b.requests.iter().any(|r| self.cfg.owner_lane(r.client).0 == p.0);
             }
             if let Some(at) = by_lane.get_mut(p.index()) {
                 *at = b;

@@ -16,13 +16,15 @@ impl Pool {
 
     /// Cut our batch for `cell` (its lane is ours), then fill it up with
     /// requests of `extra` lanes that arrived at or before `before`, oldest
-    /// first. All of them become in flight at `cell`.
-    pub fn cut_with_rescue(&mut self, cell: Cell, extra: &[LaneId], before: Millis) -> Batch {
+    /// first. All of them become in flight at `cell`. Also returns the lanes
+    /// it rescued requests from.
+    pub fn cut_with_rescue(&mut self, cell: Cell, extra: &[LaneId], before: Millis) -> (Batch, Vec<LaneId>) {
         let mut batch = self.cut(cell);
         let max_requests = self.cfg.params.batch_max_requests as usize;
         let max_bytes = self.cfg.params.batch_max_bytes as usize;
         let mut bytes: usize = batch.requests.iter().map(|r| r.op.len()).sum();
         let mut keys = Vec::new();
+        let mut rescued_from = Vec::new();
         for &lane in extra {
             if lane == cell.lane || lane.index() >= self.queues.len() {
                 continue;
@@ -50,6 +52,9 @@ impl Pool {
                 batch.requests.push(e.req.clone());
                 keys.push(k);
                 self.sub_load(lane, len);
+                if rescued_from.last() != Some(&lane) {
+                    rescued_from.push(lane);
+                }
             }
         }
         if !keys.is_empty() {
@@ -57,6 +62,6 @@ impl Pool {
             self.own.insert(cell);
         }
         debug_assert!(batch.requests.len() <= max_requests);
-        batch
+        (batch, rescued_from)
     }
 }

@@ -118,22 +118,32 @@ impl Replica {
             .filter(|l| *l != me)
             .filter(|l| self.pool.rescue_due(*l, before))
             .collect();
-        let mut batch = self.pool.cut_with_rescue(cell, &extra, before);
+        let (mut batch, rescued_from) = self.pool.cut_with_rescue(cell, &extra, before);
+        // Their proposers left their clients' requests to the rescue: they
+        // look silent (or censoring) until they serve their own clients
+        // again (`pool/dispel_standin.rs`).
+        for l in rescued_from {
+            if self.pool.set_silent(l, true) {
+                self.counters.dispel_standins += 1;
+            }
+        }
         batch.time_ms = self.batch_time(&batch);
         batch
     }
 
     /// One decided epoch's bits: a proposer whose bit decided 0 in
     /// `SILENT_AFTER_EPOCHS` epochs in a row looks silent, and its clients
-    /// wait in stand-in lanes until its bit decides 1 again
-    /// (`pool/dispel_standin.rs`: not 2 s per request).
-    fn dispel_note_bits(&mut self, bits: &[bool]) {
+    /// wait in stand-in lanes (`pool/dispel_standin.rs`: not 2 s per
+    /// request) until a batch of it that serves its own clients is decided.
+    fn dispel_note_bits(&mut self, bits: &[crate::dispel::ProposerBit]) {
         self.dispel_misses.resize(bits.len(), 0);
-        for (l, &bit) in bits.iter().enumerate() {
+        for (l, bit) in bits.iter().enumerate() {
             let lane = LaneId(l as u32);
-            if bit {
+            if bit.selected {
                 self.dispel_misses[l] = 0;
-                self.pool.set_silent(lane, false);
+                if bit.served_own_clients {
+                    self.pool.set_silent(lane, false);
+                }
                 continue;
             }
             self.dispel_misses[l] = self.dispel_misses[l].saturating_add(1);

@@ -255,30 +255,31 @@ fn dispel_a_peer_below_our_low_gets_no_resend() {
         .replica(0)
         .dispel_status()
         .is_some_and(|d| d.low > 1)));
-    let d = c.replica(0).dispel_status().expect("dispel");
-    let mut resent_for = |epoch: u64, from: u32| {
-        let before = c.replica(0).counters().retransmissions;
-        let st = chorus_core::Status {
-            lane: chorus_core::LaneId(0),
-            view: chorus_core::View(0),
-            next_undecided: chorus_core::Slot(epoch),
-            stable_seq: Seq(0),
-            suspects: true,
+    // The peer's status moves to `low + offset` (our low when it arrives)
+    // and says it lacks epochs there, as right after a state transfer:
+    // answered at once, unless below our low.
+    let mut resent_for = |offset: i64, from: u32| {
+        let status = |epoch: u64, suspects: bool| crate::io::Event::Message {
+            from: chorus_core::ReplicaId(from),
+            msg: chorus_core::ReplicaMsg::Status(chorus_core::Status {
+                lane: chorus_core::LaneId(0),
+                view: chorus_core::View(0),
+                next_undecided: chorus_core::Slot(epoch),
+                stable_seq: Seq(0),
+                suspects,
+            }),
         };
-        c.push_event(
-            0,
-            crate::io::Event::Message {
-                from: chorus_core::ReplicaId(from),
-                msg: chorus_core::ReplicaMsg::Status(st),
-            },
+        let d = c.replica(0).dispel_status().expect("dispel");
+        assert!(
+            offset < 0 || d.next_epoch > d.low,
+            "we hold epochs above our low: {d:?}"
         );
+        let before = c.replica(0).counters().retransmissions;
+        c.push_event(0, status(1_000_000, false));
+        c.push_event(0, status(d.low.saturating_add_signed(offset), true));
         c.run_for(1);
         c.replica(0).counters().retransmissions - before
     };
-    assert_eq!(
-        resent_for(d.low - 1, 3),
-        0,
-        "below our low: nothing we hold helps"
-    );
-    assert!(resent_for(d.low, 2) > 0, "at our low: the epochs it lacks");
+    assert!(resent_for(0, 2) > 0, "at our low: the epochs it lacks");
+    assert_eq!(resent_for(-1, 3), 0, "below our low: nothing we hold helps");
 }
