@@ -163,6 +163,17 @@ impl Binary {
     pub fn rounds_held(&self) -> usize {
         self.rounds.len()
     }
+    /// Distinct votes counted so far (BVAL, AUX per held round, DECIDED): a
+    /// measure of progress inside a round (the wrapper's stall test). Each
+    /// sender counts once per kind and value, so one replica adds little.
+    pub fn votes_seen(&self) -> u64 {
+        let rounds: usize = self
+            .rounds
+            .values()
+            .map(|r| r.bval_count[0] + r.bval_count[1] + r.aux_count)
+            .sum();
+        (rounds + self.decided_count[0] + self.decided_count[1]) as u64
+    }
 
     fn rs(&mut self, cfg: &DbftConfig, r: Round) -> &mut RoundState {
         self.rounds.entry(r).or_insert_with(|| RoundState::new(cfg.n))

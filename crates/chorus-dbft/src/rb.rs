@@ -49,6 +49,14 @@ impl Rb {
         self.first_init
     }
 
+    /// INIT, ECHOes and READYs counted so far (one per sender and kind): a
+    /// measure of progress before delivery (the wrapper's stall test).
+    pub fn votes_seen(&self) -> u64 {
+        let echoes: usize = self.echo_count.values().sum();
+        let readies: usize = self.ready_count.values().sum();
+        (usize::from(self.first_init.is_some()) + echoes + readies) as u64
+    }
+
     /// Anything of this broadcast seen here (INIT, ECHO or READY): its
     /// proposer did send it, so its delivery is probably on the way.
     pub fn under_way(&self) -> bool {

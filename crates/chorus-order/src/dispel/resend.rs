@@ -12,12 +12,11 @@
 //! Now the question is whether an *epoch* is stuck, not whether it is
 //! slow, and each replica answers it for itself:
 //!
-//! * A replica is stalled when its first undelivered epoch made no progress
-//!   over a whole status interval: no binary instance advanced a round or
-//!   decided, no reliable broadcast delivered (`Progress`). Those steps need
-//!   quorums, so Byzantine replicas alone cannot fake progress. Its status
-//!   says so (`lacking`), and every peer that heard it lately re-sends it
-//!   our messages of its epochs (all it lacks up to ours when it is behind).
+//! * A replica is stalled when its first undelivered epoch saw nothing new
+//!   over a whole status interval: no vote, no round, no decision, no
+//!   delivery (`Progress`, `fingerprint`). Its status says so (`lacking`),
+//!   and every peer that heard it lately re-sends it our messages of its
+//!   epochs (all it lacks up to ours when it is behind).
 //! * When we are stalled ourselves, we also re-send our stuck epochs to the
 //!   peers already past them (a peer that delivered an epoch may still need
 //!   our votes in later rounds of one of its instances, spec §3.6, and its
@@ -33,10 +32,12 @@
 //! recovery after a network heals wait for the longest back-off, and a pace
 //! learned from our own epochs cannot tell a slow epoch from one waiting
 //! for a lost message (dispel n = 4, 30 s of faults: 8 → 13 liveness
-//! failures in 300 seeds); (2) judging a peer lagging when it stayed behind
-//! us for two intervals: at n = 112 in the European WAN replicas drift
-//! that far apart while progressing, and 2.1 M messages (4.5 % of the
-//! run's DBFT traffic) were re-sent on a network that lost none.
+//! failures in 300 seeds); (2) a fingerprint of quorum steps only (rounds,
+//! decisions, deliveries), with a peer judged lagging after two intervals
+//! behind us: at n = 112 in the European WAN 2.1 M messages were re-sent on
+//! a network that lost none (4.5 % of the DBFT traffic), and 6.7 M once
+//! each replica's own verdict decided it; an epoch's broadcast phase there
+//! outlasts an interval with no quorum step (see `fingerprint`).
 
 use chorus_core::Millis;
 use chorus_dbft::{Dbft, Epoch};
@@ -108,17 +109,24 @@ impl Progress {
     }
 }
 
-/// Steps of epoch `e` that need a quorum: rounds reached, binary values
-/// decided, reliable broadcasts delivered, over its n instances. Only grows
-/// while the epoch lives.
+/// What epoch `e` has seen so far, over its n instances: reliable-broadcast
+/// INIT/ECHO/READY votes and deliveries, binary votes, rounds and
+/// decisions. Any change is progress (counting only the steps that need a
+/// quorum was tried first, see the module comment). Every vote
+/// counts once per sender, so a Byzantine replica can postpone our stall
+/// verdict only by its few distinct votes of the epoch, an interval each.
 pub fn fingerprint(engine: &Dbft, e: Epoch) -> u64 {
     let Some(s) = engine.epoch(e) else {
         return 0;
     };
     (0..engine.config().n)
         .map(|k| {
-            let b = s.binary(k);
-            u64::from(b.round()) + u64::from(b.decided().is_some()) + u64::from(s.rb(k).delivered().is_some())
+            let (b, rb) = (s.binary(k), s.rb(k));
+            u64::from(b.round())
+                + u64::from(b.decided().is_some())
+                + b.votes_seen()
+                + rb.votes_seen()
+                + u64::from(rb.delivered().is_some())
         })
         .sum()
 }
