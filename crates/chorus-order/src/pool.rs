@@ -25,7 +25,6 @@ use std::sync::Arc;
 mod client_penalty;
 mod dispel_cut;
 mod dispel_standin;
-pub use dispel_standin::SILENT_AFTER_EPOCHS;
 
 type Key = (ClientId, RequestSeq);
 

@@ -117,9 +117,6 @@ pub struct Replica {
     pub(crate) handing_over: Vec<(chorus_core::ClientId, LaneId, u64)>,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
     pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
-    /// `dispel`: per proposer, decided epochs in a row its bit decided 0
-    /// (`Pool::set_silent`).
-    pub(crate) dispel_misses: Vec<u32>,
     /// `sarek`: one pool per partition lane (then `pool` stays empty).
     pub(crate) sarek: Option<SarekPools>,
     /// The driver's wall clock (ms since the Unix epoch), `set_wall_clock`:
@@ -143,7 +140,6 @@ impl Replica {
                 .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
                 .collect(),
             dispel,
-            dispel_misses: Vec::new(),
             pool: Pool::new(cfg.clone(), me, identity.clone()),
             merger: Merger::new(cfg.clone()),
             votes_sent: vec![None; cfg.n()],

@@ -341,10 +341,14 @@ impl DispelCore {
             let Some(at) = self.peers[p].at() else {
                 continue;
             };
-            let range = if self.peers[p].stalled(cx.now, interval) && at >= low {
-                // Behind us: every epoch it lacks that we still hold, at
-                // once (dispel seed 52301142, see `on_peer_status`).
-                at..at.max(mine).saturating_add(RETRANSMIT_EPOCHS)
+            let peer_stalled = self.peers[p].stalled(cx.now, interval) && at >= low;
+            let range = if peer_stalled {
+                // Its epochs, and ours up to them when it is past us (both
+                // rules at once: it may be stalled at a later epoch while
+                // waiting for our votes of our stuck one, a review of
+                // 2026-11-26); every epoch it lacks when it is behind us
+                // (dispel seed 52301142, see `on_peer_status`).
+                at.min(mine)..at.max(mine).saturating_add(RETRANSMIT_EPOCHS)
             } else if stalled && at > mine {
                 mine..mine.saturating_add(RETRANSMIT_EPOCHS).min(at)
             } else {
@@ -582,7 +586,14 @@ impl DispelCore {
     fn push_decided(&self, epoch: Epoch, batches: Vec<(ReplicaId, Arc<Batch>)>, o: &mut DispelOutput) {
         let noop = Arc::new(Batch::noop());
         let mut by_lane: Vec<Arc<Batch>> = vec![noop; self.cfg.n()];
+        // The engine's bits, not the batches: identical proposals (every
+        // empty one) are kept once.
         let mut bits = vec![ProposerBit::default(); self.cfg.n()];
+        if let Some(mask) = self.st.engine.epoch(epoch).and_then(|s| s.bitmask()) {
+            for (bit, m) in bits.iter_mut().zip(mask) {
+                bit.selected = m;
+            }
+        }
         for (p, b) in batches {
             if let Some(bit) = bits.get_mut(p.index()) {
                 bit.selected = true;

@@ -92,43 +92,59 @@ impl PeerView {
     }
 }
 
+/// Without a quorum step (round, decision, delivery) of our first
+/// undelivered epoch for this many status ticks we are stalled, however
+/// many new votes arrived: a Byzantine replica can drip its distinct votes
+/// (about 30 per instance: ECHO, READY, DECIDED and three per round up to
+/// the rounds it may run ahead) one per interval to postpone the verdict
+/// otherwise (review of 2026-11-26).
+pub const QUORUM_STEP_TICKS: u32 = 4;
+
 /// Progress of our first undelivered epoch between status ticks.
 #[derive(Clone, Debug, Default)]
 pub struct Progress {
-    last: Option<(Epoch, u64)>,
+    /// At the previous tick: our first undelivered epoch, its fingerprint
+    /// and its quorum steps.
+    last: Option<(Epoch, u64, u64)>,
+    /// Ticks in a row without a quorum step there.
+    quiet_ticks: u32,
 }
 
 impl Progress {
-    /// At a status tick: did epoch `mine` make no progress since the
-    /// previous tick (nor did we move)? The first tick never stalls.
+    /// At a status tick: did epoch `mine` see nothing new since the
+    /// previous tick (nor did we move), or no quorum step for
+    /// `QUORUM_STEP_TICKS` ticks? The first tick never stalls.
     pub fn stalled(&mut self, engine: &Dbft, mine: Epoch) -> bool {
-        let now = (mine, fingerprint(engine, mine));
-        let stalled = self.last == Some(now);
-        self.last = Some(now);
-        stalled
+        let (all, steps) = fingerprint(engine, mine);
+        let prev = self.last.replace((mine, all, steps));
+        let same_epoch = prev.is_some_and(|(e, _, _)| e == mine);
+        let nothing_new = same_epoch && prev.is_some_and(|(_, a, _)| a == all);
+        if same_epoch && prev.is_some_and(|(_, _, s)| s == steps) {
+            self.quiet_ticks = self.quiet_ticks.saturating_add(1);
+        } else {
+            self.quiet_ticks = 0;
+        }
+        nothing_new || self.quiet_ticks >= QUORUM_STEP_TICKS
     }
 }
 
 /// What epoch `e` has seen so far, over its n instances: reliable-broadcast
 /// INIT/ECHO/READY votes and deliveries, binary votes, rounds and
-/// decisions. Any change is progress (counting only the steps that need a
-/// quorum was tried first, see the module comment). Every vote
-/// counts once per sender, so a Byzantine replica can postpone our stall
-/// verdict only by its few distinct votes of the epoch, an interval each.
-pub fn fingerprint(engine: &Dbft, e: Epoch) -> u64 {
+/// decisions (any change is progress; counting only the steps that need a
+/// quorum was tried first, see the module comment), and of these the
+/// quorum steps alone (rounds, decisions, deliveries).
+pub fn fingerprint(engine: &Dbft, e: Epoch) -> (u64, u64) {
     let Some(s) = engine.epoch(e) else {
-        return 0;
+        return (0, 0);
     };
     (0..engine.config().n)
         .map(|k| {
             let (b, rb) = (s.binary(k), s.rb(k));
-            u64::from(b.round())
-                + u64::from(b.decided().is_some())
-                + b.votes_seen()
-                + rb.votes_seen()
-                + u64::from(rb.delivered().is_some())
+            let steps =
+                u64::from(b.round()) + u64::from(b.decided().is_some()) + u64::from(rb.delivered().is_some());
+            (steps + b.votes_seen() + rb.votes_seen(), steps)
         })
-        .sum()
+        .fold((0, 0), |(a, q), (x, y)| (a + x, q + y))
 }
 
 #[cfg(test)]

@@ -9,31 +9,29 @@
 //! good, 65 req/s afterwards against 38 k without the crash). Dispel §5.6
 //! shows a crash costing one replica's share, not the clients' progress.
 //!
-//! So a lane counts as silent when its proposer's bit decided 0 in
-//! `SILENT_AFTER_EPOCHS` decided epochs in a row (crashed, cut off), or
-//! when our pool had to rescue its requests (it proposes, but not its
-//! clients' requests: censoring, or it never got them), and its clients'
+//! So a lane counts as silent once our pool had to rescue its requests
+//! (crashed, cut off, censoring, or it never got them), and its clients'
 //! requests then wait in a stand-in lane chosen per client among the lanes
 //! that do not look silent (rendezvous hashing: a change in one lane moves
 //! only that lane's clients), until a decided batch of it carries a request
-//! of its own clients again (`replica/dispel.rs`). A correct proposer
-//! wrongly judged silent (a Byzantine client withheld requests from it, or
-//! saturation) costs a load shift until its next batch, not a request. A
-//! move keeps a request's arrival time, so the rescue timeout
-//! (`dispel_cut.rs`) still bounds its wait at every correct replica,
-//! however often Byzantine proposers flip between silent and heard (a
-//! review found that resetting it on a move let colluding proposers
-//! postpone a client's rescue for ever). Replicas that see different silent
-//! sets for a while may hold one request in different lanes: proposed twice
-//! (the executor's client table drops the copy) or by nobody until the
-//! rescue timeout, never lost.
+//! of its own clients again (`replica/dispel.rs`). Our own lane never
+//! counts as silent here. Missed bits are no evidence: a late joiner's bit
+//! often decides 0 at light load, and a replica joins only the epochs it
+//! would have spawned (a version that also counted two missed bits in a
+//! row marked proposers of a healthy, lightly loaded cluster silent). A
+//! correct proposer wrongly judged silent (a Byzantine client withheld
+//! requests from it, or saturation) costs a load shift until its next batch
+//! that serves its own clients, not a request. A move keeps a request's
+//! arrival time, so the rescue timeout (`dispel_cut.rs`) still bounds its
+//! wait at every correct replica, however often Byzantine proposers flip
+//! between silent and heard (a review found that resetting it on a move
+//! let colluding proposers postpone a client's rescue for ever). Replicas
+//! that see different silent sets for a while may hold one request in
+//! different lanes: proposed twice (the executor's client table drops the
+//! copy) or by nobody until the rescue timeout, never lost.
 
 use super::{Pool, State};
 use chorus_core::{ClientId, LaneId, OrderingMode};
-
-/// Decided epochs in a row without a batch from a proposer (its bit
-/// decided 0) before its lane counts as silent.
-pub const SILENT_AFTER_EPOCHS: u32 = 2;
 
 impl Pool {
     /// Proposer `lane` looks silent (`true`) or was heard again (`false`).

@@ -88,14 +88,7 @@ impl Replica {
     /// Decisions to the pool and the merger; join answers with our pool batch.
     fn dispel_absorb(&mut self, now: Millis, mut o: DispelOutput, out: &mut Outbox) {
         for _ in 0..MAX_JOINS_PER_CALL {
-            for (cell, batch) in o.decided.drain(..) {
-                self.pool.on_decided(now, cell, &batch);
-                self.counters.decided += 1;
-                self.merger.insert(cell, batch);
-            }
-            for bits in o.bits.drain(..) {
-                self.dispel_note_bits(&bits);
-            }
+            self.dispel_take_decided(now, &mut o);
             let Some(e) = o.joins.pop() else { return };
             let batch = self.dispel_cut(now, e);
             let more = self.dispel_propose_batch(now, e, batch, out);
@@ -103,7 +96,21 @@ impl Replica {
             o.joins.extend(more.joins);
             o.bits.extend(more.bits);
         }
+        // The joins left are cut, not what the last proposal decided (a
+        // decided epoch dropped here would stall the merger for ever).
+        self.dispel_take_decided(now, &mut o);
         self.counters.reject("dbft-join-chain-cut");
+    }
+
+    fn dispel_take_decided(&mut self, now: Millis, o: &mut DispelOutput) {
+        for (cell, batch) in o.decided.drain(..) {
+            self.pool.on_decided(now, cell, &batch);
+            self.counters.decided += 1;
+            self.merger.insert(cell, batch);
+        }
+        for bits in std::mem::take(&mut o.bits) {
+            self.dispel_note_bits(&bits);
+        }
     }
 
     fn dispel_cut(&mut self, now: Millis, e: u64) -> Batch {
@@ -112,17 +119,19 @@ impl Replica {
             lane: me,
             slot: Slot(e),
         };
-        let before = Millis(now.0.saturating_sub(self.rescue_ms()));
+        let before = self.rescue_before(now);
         let extra: Vec<LaneId> = (0..self.cfg.lanes())
             .map(LaneId)
             .filter(|l| *l != me)
-            .filter(|l| self.pool.rescue_due(*l, before))
+            .filter(|l| before.is_some_and(|b| self.pool.rescue_due(*l, b)))
             .collect();
-        let (mut batch, rescued_from) = self.pool.cut_with_rescue(cell, &extra, before);
+        let (mut batch, rescued_from) = self
+            .pool
+            .cut_with_rescue(cell, &extra, before.unwrap_or(Millis(0)));
         // Their proposers left their clients' requests to the rescue: they
         // look silent (or censoring) until they serve their own clients
         // again (`pool/dispel_standin.rs`).
-        for l in rescued_from {
+        for l in rescued_from.into_iter().filter(|l| l.0 != self.me.0) {
             if self.pool.set_silent(l, true) {
                 self.counters.dispel_standins += 1;
             }
@@ -131,24 +140,17 @@ impl Replica {
         batch
     }
 
-    /// One decided epoch's bits: a proposer whose bit decided 0 in
-    /// `SILENT_AFTER_EPOCHS` epochs in a row looks silent, and its clients
-    /// wait in stand-in lanes (`pool/dispel_standin.rs`: not 2 s per
-    /// request) until a batch of it that serves its own clients is decided.
+    /// One decided epoch's bits: a proposer that looks silent (its
+    /// requests had to be rescued, `dispel_cut`) is heard again once a
+    /// decided batch of it serves its own clients (`pool/dispel_standin.rs`).
+    /// Bits of 0 are no sign of silence: a late joiner's bit often decides
+    /// 0 at light load, and a replica joins only the epochs it would have
+    /// spawned (a review of 2026-11-26 found a healthy lightly loaded
+    /// cluster marking proposers silent by missed bits).
     fn dispel_note_bits(&mut self, bits: &[crate::dispel::ProposerBit]) {
-        self.dispel_misses.resize(bits.len(), 0);
         for (l, bit) in bits.iter().enumerate() {
-            let lane = LaneId(l as u32);
-            if bit.selected {
-                self.dispel_misses[l] = 0;
-                if bit.served_own_clients {
-                    self.pool.set_silent(lane, false);
-                }
-                continue;
-            }
-            self.dispel_misses[l] = self.dispel_misses[l].saturating_add(1);
-            if self.dispel_misses[l] >= crate::pool::SILENT_AFTER_EPOCHS && self.pool.set_silent(lane, true) {
-                self.counters.dispel_standins += 1;
+            if bit.selected && bit.served_own_clients {
+                self.pool.set_silent(LaneId(l as u32), false);
             }
         }
     }
@@ -171,6 +173,14 @@ impl Replica {
         self.cfg.params.view_change_timeout_ms
     }
 
+    /// Requests that arrived at or before this waited the rescue timeout;
+    /// `None` in the first `rescue_ms` of our clock (before, the bound
+    /// saturated to 0 and requests arriving at time 0 were rescued at once,
+    /// by every replica: a review of 2026-11-26).
+    fn rescue_before(&self, now: Millis) -> Option<Millis> {
+        now.0.checked_sub(self.rescue_ms()).map(Millis)
+    }
+
     /// The pipeline (Dispel §4.1–4.3, `dispel::pipeline`): spawn our next
     /// epoch when a batch is due, the link is idle and the budget allows.
     pub(crate) fn dispel_propose(&mut self, now: Millis, out: &mut Outbox) -> bool {
@@ -180,11 +190,11 @@ impl Replica {
         let me = LaneId(self.me.0);
         let (next_spawn, next_epoch) = (d.spawnable(), d.next_epoch());
         let idle = d.link_idle(now);
-        let before = Millis(now.0.saturating_sub(self.rescue_ms()));
+        let before = self.rescue_before(now);
         let rescue = (0..self.cfg.lanes())
             .map(LaneId)
             .filter(|l| *l != me)
-            .any(|l| self.pool.rescue_due(l, before));
+            .any(|l| before.is_some_and(|b| self.pool.rescue_due(l, b)));
         let due = match self.pool.readiness(me, now) {
             Readiness::Ready => true,
             Readiness::WaitUntil(at) => {

@@ -283,3 +283,26 @@ fn dispel_a_peer_below_our_low_gets_no_resend() {
     assert!(resent_for(0, 2) > 0, "at our low: the epochs it lacks");
     assert_eq!(resent_for(-1, 3), 0, "below our low: nothing we hold helps");
 }
+
+/// A healthy cluster with light load: most proposers propose empty
+/// batches, which the engine keeps once (identical digests), and joiners'
+/// bits often decide 0. None of that may make a proposer look silent (a
+/// version that counted missed bits marked lanes silent here, a review of
+/// 2026-11-26); only requests that had to be rescued do.
+#[test]
+fn dispel_light_load_marks_no_proposer_silent() {
+    let mut c = Cluster::new(4, 4, dispel());
+    let mut reqs = Vec::new();
+    for s in 1..=10 {
+        for cl in 0..4 {
+            c.submit(cl, s);
+            reqs.push((cl, s));
+        }
+        c.run_for(60);
+    }
+    assert!(c.run_until(20_000, |c| c.all_executed(&reqs)));
+    c.run_for(2_000);
+    for i in 0..4 {
+        assert_eq!(c.replica(i).counters().dispel_standins, 0, "replica {i}");
+    }
+}
