@@ -86,6 +86,11 @@ pub struct Args {
     /// (drawn per seed, a quarter sign).
     #[arg(long, default_value = "random")]
     pub client_auth: String,
+    /// How replicas authenticate PBFT prepares: signature (prepared
+    /// certificates in view changes) | mac (channel MACs; Castro & Liskov's
+    /// view change without signed prepares).
+    #[arg(long, default_value = "signature")]
+    pub prepare_auth: String,
     /// One-way latency of every replica-to-replica link in ms (a WAN
     /// profile; default: drawn per link between 0.5 and 5 ms).
     #[arg(long)]
@@ -207,6 +212,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.program = crate::program_name();
     opts.rotation = chorus_sim::options::parse_rotation(&a.rotation).map_err(anyhow::Error::msg)?;
     opts.client_auth = chorus_sim::options::parse_client_auth(&a.client_auth).map_err(anyhow::Error::msg)?;
+    opts.prepare_auth =
+        chorus_sim::options::parse_prepare_auth(&a.prepare_auth).map_err(anyhow::Error::msg)?;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
     opts.batch_max = a.batch_max;

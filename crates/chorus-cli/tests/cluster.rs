@@ -4,7 +4,7 @@ mod common;
 
 use bytes::Bytes;
 use chorus_apps::kv_op::KvOp;
-use chorus_core::{ClientId, Identity, OrderingMode};
+use chorus_core::{ClientId, Identity, OrderingMode, PrepareAuth};
 use common::{rt, TestCluster};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -73,7 +73,11 @@ fn four_replicas_serve_thousands_of_operations_and_agree() {
 }
 
 fn kill_restart(victim: usize) {
-    let mut c = TestCluster::new(OrderingMode::Cop, 2, 4, |_| {});
+    kill_restart_with(victim, PrepareAuth::Signature);
+}
+
+fn kill_restart_with(victim: usize, prepare_auth: PrepareAuth) {
+    let mut c = TestCluster::new(OrderingMode::Cop, 2, 4, |p| p.prepare_auth = prepare_auth);
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
     let rt = rt();
     let mut acked = rt.block_on(write_keys(&c, 2, 400, "before"));
@@ -100,6 +104,14 @@ fn sigkill_of_a_backup_then_restart_converges_and_loses_nothing() {
 fn sigkill_of_the_primary_then_restart_converges_and_loses_nothing() {
     // Replica 0 leads view 0 of every lane's first slot.
     kill_restart(0);
+}
+
+/// MAC-only prepares (docs/decisions.md): the primary's SIGKILL forces view
+/// changes decided from unproven claims; nothing acknowledged is lost and
+/// the replicas converge.
+#[test]
+fn with_mac_prepares_sigkill_of_the_primary_then_restart_converges_and_loses_nothing() {
+    kill_restart_with(0, PrepareAuth::Mac);
 }
 
 #[test]

@@ -203,6 +203,10 @@ impl Validate for ViewChange {
             self.prepared.len() <= l.window_slots,
             "too many prepared certificates",
         )?;
+        check(
+            self.pre_prepared.len() <= l.window_slots.saturating_mul(crate::MAX_PRE_PREPARED_PER_SLOT),
+            "too many pre-prepared claims",
+        )?;
         if let Some(c) = &self.stable {
             c.validate(l)?;
         }

@@ -81,6 +81,25 @@ pub enum ClientAuthKind {
     Signature,
 }
 
+/// How replicas authenticate PBFT prepares (DESIGN §6, issue 13 item 3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrepareAuth {
+    /// Signed prepares (PBFT §4.4 with signatures): a VIEW-CHANGE carries
+    /// prepared certificates of 2f signed prepares each, which every receiver
+    /// can check. Costs every replica a signature per prepare it sends and
+    /// 2f verifications per slot.
+    #[default]
+    Signature,
+    /// Prepares authenticated by the channel's MAC only (Castro & Liskov,
+    /// TOCS 2002 §3.2.4 / §4: the view change without certificates of
+    /// prepares). A VIEW-CHANGE then carries unproven claims, "prepared"
+    /// (P) and "pre-prepared" (Q), and the new-view primary re-proposes a
+    /// digest only when 2f+1 view changes do not contradict it and f+1 say
+    /// they pre-prepared it (`chorus_order::lane::plan`).
+    Mac,
+}
+
 /// The most pillars (COP) or partitions (SAREK) a cluster may have.
 pub const MAX_PILLARS: u32 = 64;
 
@@ -98,6 +117,8 @@ pub struct ProtocolParams {
     pub pillars: u32,
     pub leader_rotation: LeaderRotation,
     pub client_auth: ClientAuthKind,
+    /// Signed or MAC-only prepares (`PrepareAuth`).
+    pub prepare_auth: PrepareAuth,
     /// A batch is cut when it holds this many requests…
     pub batch_max_requests: u32,
     /// …or this many bytes of operations…
@@ -154,6 +175,7 @@ impl Default for ProtocolParams {
             pillars: 2,
             leader_rotation: LeaderRotation::Fixed,
             client_auth: ClientAuthKind::MacVector,
+            prepare_auth: PrepareAuth::Signature,
             batch_max_requests: 256,
             batch_max_bytes: 1 << 20,
             batch_delay_ms: 2,

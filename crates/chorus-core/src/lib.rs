@@ -16,8 +16,8 @@ pub mod wire_bounds;
 
 pub use codec::{decode, encode, encode_within, encoded_len, CodecError, Limits, Validate};
 pub use config::{
-    ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, ProtocolParams,
-    ReplicaInfo, MAX_PILLARS,
+    ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, PrepareAuth,
+    ProtocolParams, ReplicaInfo, MAX_PILLARS,
 };
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use domain::{ClusterTag, SigKind};

@@ -124,6 +124,22 @@ pub struct PreparedCert {
     pub prepares: Vec<Prepare>,
 }
 
+/// A VIEW-CHANGE's claim "I pre-prepared `digest` at `slot` in `view`"
+/// (the Q set of Castro & Liskov's view change without signed prepares):
+/// the highest view per digest, used only under `PrepareAuth::Mac`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrePrepared {
+    pub slot: Slot,
+    pub digest: Digest,
+    pub view: View,
+}
+
+/// Q entries a VIEW-CHANGE may carry per slot (the highest views of the
+/// last digests a replica pre-prepared there). Bounded so a VIEW-CHANGE
+/// stays bounded; dropping an old entry can only delay a NEW-VIEW, never
+/// make it unsafe (a Q entry only ever supports a digest).
+pub const MAX_PRE_PREPARED_PER_SLOT: usize = 4;
+
 /// PBFT view change for one lane.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ViewChange {
@@ -131,8 +147,12 @@ pub struct ViewChange {
     pub new_view: View,
     /// The sender's latest stable checkpoint; `None` = genesis.
     pub stable: Option<CheckpointCert>,
-    /// One certificate per slot above the checkpoint that the sender prepared.
+    /// One certificate per slot above the checkpoint that the sender prepared
+    /// (under `PrepareAuth::Mac` without prepares: a claim, the P set).
     pub prepared: Vec<PreparedCert>,
+    /// Under `PrepareAuth::Mac` only: what the sender pre-prepared above the
+    /// checkpoint (the Q set), ascending by (slot, digest).
+    pub pre_prepared: Vec<PrePrepared>,
     pub replica: ReplicaId,
     pub sig: Signature,
 }
@@ -145,6 +165,7 @@ impl ViewChange {
             self.new_view,
             &self.stable,
             &self.prepared,
+            &self.pre_prepared,
             self.replica,
         );
         let bytes = postcard::to_allocvec(&body).unwrap_or_default();

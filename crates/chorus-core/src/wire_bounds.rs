@@ -123,16 +123,26 @@ impl WireBounds {
             prepares: vec![],
         }) - 1)
             .saturating_add(vec_of(n, prepare));
+        let pre_prepared = len(&PrePrepared {
+            slot: SLOT,
+            digest: DIGEST,
+            view: VIEW,
+        });
         let view_change_body = (len(&ViewChange {
             lane: LANE,
             new_view: VIEW,
             stable: None,
             prepared: vec![],
+            pre_prepared: vec![],
             replica: REPLICA,
             sig: SIG,
-        }) - 2)
+        }) - 3)
             .saturating_add(1 + checkpoint_cert) // `Some` tag + certificate
-            .saturating_add(vec_of(window, prepared_cert));
+            .saturating_add(vec_of(window, prepared_cert))
+            .saturating_add(vec_of(
+                window.saturating_mul(crate::MAX_PRE_PREPARED_PER_SLOT as u64),
+                pre_prepared,
+            ));
         let reproposal = len(&Reproposal {
             slot: SLOT,
             digest: DIGEST,

@@ -88,6 +88,16 @@ fn view_change(c: &ClusterConfig, prepares: usize, votes: usize) -> ViewChange {
         prepared: (0..c.params.window_slots)
             .map(|i| prepared_cert(lane, Slot(SLOT + i), prepares))
             .collect(),
+        // The most Q claims `Validate` admits (`PrepareAuth::Mac`).
+        pre_prepared: (0..c.params.window_slots)
+            .flat_map(|i| {
+                (0..chorus_core::MAX_PRE_PREPARED_PER_SLOT).map(move |k| chorus_core::PrePrepared {
+                    slot: Slot(SLOT + i),
+                    digest: Digest([0xff - k as u8; 32]),
+                    view: View(u64::MAX),
+                })
+            })
+            .collect(),
         replica: ReplicaId(u32::MAX),
         sig: SIG,
     }

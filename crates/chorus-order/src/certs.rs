@@ -5,7 +5,8 @@
 use crate::roles::{new_view_primary, prepares_needed, slot_leader};
 use chorus_core::{
     CheckpointCert, CheckpointVote, ClusterConfig, ClusterTag, Digest, LaneId, LeaderRotation, PrePrepare,
-    Prepare, PreparedCert, PublicIdentity, ReplicaId, SigKind, Signature, Slot, View, ViewChange,
+    Prepare, PrepareAuth, PreparedCert, PublicIdentity, ReplicaId, SigKind, Signature, Slot, View,
+    ViewChange, MAX_PRE_PREPARED_PER_SLOT,
 };
 use std::collections::BTreeSet;
 
@@ -61,9 +62,22 @@ pub fn pre_prepare_signer(
 
 /// PBFT §4.4: a prepared certificate is a pre-prepare plus 2f matching
 /// prepares from distinct replicas other than its signer.
+///
+/// Under `PrepareAuth::Mac` prepares are not signed, so a certificate is the
+/// sender's claim (Castro & Liskov's P set) and carries no prepares; only the
+/// pre-prepare's signature is checked (the digest was proposed in that view
+/// by a replica allowed to); `plan::plan_new_view` decides what a claim is worth.
 pub fn verify_prepared_cert(cfg: &ClusterConfig, c: &PreparedCert) -> CertResult {
     if c.lane.0 >= cfg.lanes() {
         return Err("cert-bad-lane");
+    }
+    if cfg.params.prepare_auth == PrepareAuth::Mac {
+        if !c.prepares.is_empty() {
+            return Err("cert-unsigned-prepares");
+        }
+        return pre_prepare_signer(cfg, c.lane, c.view, c.slot, &c.digest, &c.pre_prepare_sig)
+            .map(|_| ())
+            .ok_or("cert-bad-pre-prepare-sig");
     }
     if c.prepares.len() > cfg.n() {
         return Err("cert-too-many-prepares");
@@ -180,6 +194,44 @@ pub fn verify_view_change(cfg: &ClusterConfig, vc: &ViewChange) -> CertResult {
             return Err("vc-cert-out-of-window");
         }
         verify_prepared_cert(cfg, c)?;
+    }
+    verify_pre_prepared_claims(cfg, vc, low)
+}
+
+/// The Q set of a `PrepareAuth::Mac` VIEW-CHANGE: ascending by (slot,
+/// digest) without repeats, inside the sender's window, from views before
+/// the one asked for, at most `MAX_PRE_PREPARED_PER_SLOT` per slot. Under
+/// `PrepareAuth::Signature` there is none.
+fn verify_pre_prepared_claims(cfg: &ClusterConfig, vc: &ViewChange, low: Slot) -> CertResult {
+    if cfg.params.prepare_auth == PrepareAuth::Signature {
+        return if vc.pre_prepared.is_empty() {
+            Ok(())
+        } else {
+            Err("vc-unexpected-pre-prepared")
+        };
+    }
+    let window = cfg.params.window_slots;
+    let mut last: Option<(Slot, Digest)> = None;
+    let mut per_slot = 0usize;
+    for q in &vc.pre_prepared {
+        if last.is_some_and(|l| (q.slot, q.digest) <= l) {
+            return Err("vc-pre-prepared-unordered");
+        }
+        per_slot = if last.is_some_and(|(s, _)| s == q.slot) {
+            per_slot + 1
+        } else {
+            1
+        };
+        if per_slot > MAX_PRE_PREPARED_PER_SLOT {
+            return Err("vc-too-many-pre-prepared");
+        }
+        last = Some((q.slot, q.digest));
+        if q.view >= vc.new_view {
+            return Err("vc-pre-prepared-future-view");
+        }
+        if q.slot < low || q.slot.0 >= low.0.saturating_add(window) {
+            return Err("vc-pre-prepared-out-of-window");
+        }
     }
     Ok(())
 }

@@ -626,6 +626,7 @@ impl Adversary {
                     new_view: view,
                     stable: None,
                     prepared: vec![],
+                    pre_prepared: vec![],
                     replica: self.me,
                     sig: Signature([0; 64]),
                 };

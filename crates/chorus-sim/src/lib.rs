@@ -22,6 +22,7 @@ pub mod client;
 pub mod clock;
 pub mod dispel_adversary;
 mod executed_set;
+pub mod false_claims;
 pub mod faults;
 pub mod net;
 pub mod node;

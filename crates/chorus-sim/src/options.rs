@@ -3,7 +3,7 @@
 
 use crate::faults::{FaultKind, FaultSet};
 use chorus_apps::ServiceRegistry;
-use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, ProtocolParams, ReplicaId};
+use chorus_core::{ClientAuthKind, LeaderRotation, OrderingMode, PrepareAuth, ProtocolParams, ReplicaId};
 use chorus_exec::{Executor, Service};
 use std::fmt;
 use std::sync::Arc;
@@ -108,6 +108,9 @@ pub struct SimOptions {
     /// sign). Paper-scale runs set it: at n = 100 a MAC vector is 1.6 KB per
     /// request, a signature 64 bytes.
     pub client_auth: Option<ClientAuthKind>,
+    /// Signed or MAC-only PBFT prepares (`--prepare-auth`); the default
+    /// signs, as the runtime's default does.
+    pub prepare_auth: PrepareAuth,
     /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
     /// the serial-order checker can be shown to catch it.
@@ -158,6 +161,7 @@ impl Default for SimOptions {
             check_wait_free: false,
             rotation: None,
             client_auth: None,
+            prepare_auth: PrepareAuth::Signature,
             skip_sync_wait: false,
             latency_ms: None,
             perf: None,
@@ -381,6 +385,11 @@ impl SimOptions {
             client_auth_name(self.client_auth).into(),
             "random".into(),
         );
+        flag(
+            "prepare-auth",
+            prepare_auth_name(self.prepare_auth).into(),
+            prepare_auth_name(d.prepare_auth).into(),
+        );
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -433,6 +442,7 @@ impl SimOptions {
             }
             "rotation" => self.rotation = parse_rotation(value)?,
             "client-auth" => self.client_auth = parse_client_auth(value)?,
+            "prepare-auth" => self.prepare_auth = parse_prepare_auth(value)?,
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
             "wait-free-check" => self.check_wait_free = true,
@@ -489,6 +499,7 @@ impl SimOptions {
             pillars: self.pillars,
             leader_rotation,
             client_auth,
+            prepare_auth: self.prepare_auth,
             batch_max_requests: 4,
             batch_max_bytes: 4 * 1024,
             batch_delay_ms: 2,
@@ -541,6 +552,7 @@ impl SimOptions {
             pillars: self.pillars,
             leader_rotation,
             client_auth,
+            prepare_auth: self.prepare_auth,
             checkpoint_interval: (d.checkpoint_interval / lanes).max(4) * lanes,
             window_slots: d
                 .window_slots
@@ -577,6 +589,22 @@ pub fn parse_client_auth(value: &str) -> Result<Option<ClientAuthKind>, String> 
         other => Err(format!(
             "--client-auth {other:?}: mac-vector, signature or random"
         )),
+    }
+}
+
+/// `--prepare-auth`: `signature` or `mac` (`PrepareAuth`).
+pub fn parse_prepare_auth(value: &str) -> Result<PrepareAuth, String> {
+    match value {
+        "signature" => Ok(PrepareAuth::Signature),
+        "mac" => Ok(PrepareAuth::Mac),
+        other => Err(format!("--prepare-auth {other:?}: signature or mac")),
+    }
+}
+
+pub fn prepare_auth_name(a: PrepareAuth) -> &'static str {
+    match a {
+        PrepareAuth::Signature => "signature",
+        PrepareAuth::Mac => "mac",
     }
 }
 

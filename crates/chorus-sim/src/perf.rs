@@ -475,9 +475,14 @@ fn consensus_cores(cores: usize) -> usize {
     }
 }
 
+/// What an unsigned prepare carries in its signature field (`PrepareAuth::Mac`).
+const UNSIGNED: chorus_core::Signature = chorus_core::Signature([0; 64]);
+
 /// Signatures a message makes its receiver verify.
 fn verifies(msg: &ReplicaMsg) -> u64 {
     match msg {
+        // `PrepareAuth::Mac`: the channel's MAC (in `recv_ns`) is all.
+        ReplicaMsg::Prepare(p) if p.sig == UNSIGNED => 0,
         ReplicaMsg::PrePrepare(_)
         | ReplicaMsg::Prepare(_)
         | ReplicaMsg::Checkpoint(_)
@@ -499,6 +504,7 @@ fn verifies(msg: &ReplicaMsg) -> u64 {
 /// Signatures a replica makes to send `msg` (once per broadcast).
 pub fn signs(msg: &ReplicaMsg) -> u64 {
     match msg {
+        ReplicaMsg::Prepare(p) if p.sig == UNSIGNED => 0,
         ReplicaMsg::PrePrepare(_)
         | ReplicaMsg::Prepare(_)
         | ReplicaMsg::Checkpoint(_)

@@ -478,6 +478,7 @@ impl RccAdversary {
                 new_view: View(view.0 + 1),
                 stable: None,
                 prepared: vec![],
+                pre_prepared: vec![],
                 replica: self.me,
                 sig: Signature([0; 64]),
             };

@@ -32,8 +32,8 @@ use crate::queue::Micros;
 use crate::stats::Counters;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, ClusterConfig, ClusterTag, Digest, Identity, LaneId, NewView, PrePrepare, ReplicaId, ReplicaMsg,
-    Signature, Slot, View, ViewChange,
+    Batch, ClusterConfig, ClusterTag, Digest, Identity, LaneId, NewView, PrePrepare, PrepareAuth, ReplicaId,
+    ReplicaMsg, Signature, Slot, View, ViewChange,
 };
 use chorus_order::certs::verify_view_change;
 use chorus_order::lane::plan_new_view;
@@ -255,11 +255,30 @@ impl SmartAdversary {
             new_view: view,
             stable: None,
             prepared: vec![],
+            pre_prepared: vec![],
             replica: who,
             sig: Signature([0; 64]),
         };
         resign_view_change(&self.colluders[&who], &self.tag, &mut vc);
         vc
+    }
+
+    /// A colluder's lying VIEW-CHANGE (`false_claims.rs`) over the window of
+    /// the highest checkpoint any view change for this view carries.
+    fn lie_over_known_window(&self, empty: ViewChange) -> ViewChange {
+        let stable = self
+            .view_changes
+            .get(&(empty.lane, empty.new_view))
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter_map(|vc| vc.stable.clone())
+            .max_by_key(|c| c.seq);
+        let template = ViewChange {
+            stable,
+            ..empty.clone()
+        };
+        crate::false_claims::lying_view_change(&self.config, &self.tag, &self.colluders, &template)
+            .unwrap_or(empty)
     }
 
     fn nv_forge(
@@ -269,6 +288,16 @@ impl SmartAdversary {
         counters: &mut Counters,
     ) -> Vec<(Micros, ReplicaMsg)> {
         match msg {
+            // `PrepareAuth::Mac`: our own view changes lie about what
+            // prepared, to whichever primary collects them.
+            ReplicaMsg::ViewChange(vc)
+                if vc.replica == self.me && self.config.params.prepare_auth == PrepareAuth::Mac =>
+            {
+                counters.fault("byz-false-claims");
+                let lie =
+                    crate::false_claims::lying_view_change(&self.config, &self.tag, &self.colluders, &vc);
+                vec![(0, ReplicaMsg::ViewChange(lie.unwrap_or(vc)))]
+            }
             ReplicaMsg::NewView(nv) if nv.replica == self.me => {
                 let key = (nv.lane, nv.view);
                 if !self.forged.contains_key(&key) {
@@ -308,10 +337,19 @@ impl SmartAdversary {
     fn forge_new_view(&self, honest: &NewView) -> Option<(Vec<ReplicaMsg>, BTreeSet<Slot>)> {
         let cfg = &*self.config;
         let quorum = cfg.quorum();
+        let mac = cfg.params.prepare_auth == PrepareAuth::Mac;
         let mut chosen: Vec<ViewChange> = self
             .colluders
             .keys()
-            .map(|c| self.empty_view_change(*c, honest.lane, honest.view))
+            .map(|c| {
+                let empty = self.empty_view_change(*c, honest.lane, honest.view);
+                if mac {
+                    // Unprovable claims over the highest known window.
+                    self.lie_over_known_window(empty)
+                } else {
+                    empty
+                }
+            })
             .take(quorum)
             .collect();
         let mut others: Vec<&ViewChange> = self
@@ -330,18 +368,28 @@ impl SmartAdversary {
             )
         });
         let mut seen = BTreeSet::new();
+        let mut spare = Vec::new();
         for vc in others {
-            if chosen.len() == quorum {
-                break;
-            }
             if seen.insert(vc.replica) && verify_view_change(cfg, vc).is_ok() {
-                chosen.push(vc.clone());
+                if chosen.len() < quorum {
+                    chosen.push(vc.clone());
+                } else {
+                    spare.push(vc.clone());
+                }
             }
         }
         if chosen.len() < quorum {
             return None;
         }
-        let plan = plan_new_view(cfg, &chosen);
+        // `PrepareAuth::Mac`: as few more honest view changes as make every
+        // slot decidable (a correct backup refuses an undecidable NEW-VIEW).
+        let mut spare = spare.into_iter();
+        let plan = loop {
+            if let Some(p) = plan_new_view(cfg, &chosen) {
+                break p;
+            }
+            chosen.push(spare.next()?);
+        };
         let mut nv = NewView {
             lane: honest.lane,
             view: honest.view,
@@ -611,6 +659,7 @@ mod tests {
                 new_view: View(1),
                 stable: None,
                 prepared: vec![],
+                pre_prepared: vec![],
                 replica: ReplicaId(r),
                 sig: Signature([0; 64]),
             };
@@ -641,7 +690,12 @@ mod tests {
         for vc in &nv.view_changes {
             assert_eq!(verify_view_change(&cfg, vc), Ok(()));
         }
-        assert_eq!(nv.reproposals, plan_new_view(&cfg, &nv.view_changes).reproposals);
+        assert_eq!(
+            nv.reproposals,
+            plan_new_view(&cfg, &nv.view_changes)
+                .expect("decidable")
+                .reproposals
+        );
         assert!(keys[1].public().verify_bound(
             &ClusterTag::of(&cfg),
             chorus_core::SigKind::NewView,

@@ -7,8 +7,8 @@ use crate::io::{PersistRecord, RejectReason};
 use crate::rcc_switch::Ownership;
 use crate::roles::{lane_quorum, new_view_primary, prepares_needed, slot_leader_in};
 use chorus_core::{
-    Authenticator, Batch, ClientId, Commit, Digest, OrderingMode, PrePrepare, Prepare, PreparedCert,
-    ReplicaId, ReplicaMsg, RequestSeq, SigKind, Signature, Slot, UnverifiableRequest,
+    Authenticator, Batch, ClientId, Commit, Digest, OrderingMode, PrePrepare, Prepare, PrepareAuth,
+    PreparedCert, ReplicaId, ReplicaMsg, RequestSeq, SigKind, Signature, Slot, UnverifiableRequest,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -188,6 +188,7 @@ impl Lane {
             "second pre-prepare for {slot:?} in {view:?}"
         );
         st.store_batch(digest, batch.clone());
+        st.note_pre_prepared(digest, view);
         st.pp = Some(Accepted {
             view,
             digest,
@@ -227,14 +228,22 @@ impl Lane {
     }
 
     pub(crate) fn sign_prepare(&self, slot: Slot, digest: Digest) -> Prepare {
-        let sd = Prepare::signing_digest(self.id, self.view, slot, &digest, self.me);
+        // Under `PrepareAuth::Mac` the channel's MAC authenticates the
+        // prepare and no VIEW-CHANGE carries it, so it is not signed.
+        let sig = match self.cfg.params.prepare_auth {
+            PrepareAuth::Signature => {
+                let sd = Prepare::signing_digest(self.id, self.view, slot, &digest, self.me);
+                self.identity.sign_bound(&self.tag, SigKind::Prepare, &sd)
+            }
+            PrepareAuth::Mac => Signature([0; 64]),
+        };
         Prepare {
             lane: self.id,
             view: self.view,
             slot,
             digest,
             replica: self.me,
-            sig: self.identity.sign_bound(&self.tag, SigKind::Prepare, &sd),
+            sig,
         }
     }
 
@@ -483,6 +492,7 @@ impl Lane {
         let me = self.me;
         let st = self.slot_mut(slot);
         st.store_batch(digest, batch.clone());
+        st.note_pre_prepared(digest, view);
         st.pp = Some(Accepted {
             view,
             digest,
@@ -528,11 +538,15 @@ impl Lane {
         if !self.keys.knows(from) {
             return cx.reject("bad-signature");
         }
-        // The signature is checked lazily in `check_prepared`.
+        // The signature is checked lazily in `check_prepared`; under
+        // `PrepareAuth::Mac` there is none, the channel proved `from`.
+        let signed = self.cfg.params.prepare_auth == PrepareAuth::Signature;
         let slot = p.slot;
         let st = self.slot_mut(slot);
         st.prepares.insert(from, p);
-        st.unverified.insert(from);
+        if signed {
+            st.unverified.insert(from);
+        }
         self.release_held(cx, slot, lo);
         self.check_prepared(cx, slot, lo);
     }
@@ -624,13 +638,20 @@ impl Lane {
         if valid < needed {
             return;
         }
-        let prepares: Vec<Prepare> = st
-            .prepares
-            .values()
-            .filter(|p| p.digest == digest && p.replica != proposer && !st.unverified.contains(&p.replica))
-            .cloned()
-            .collect();
-        debug_assert!(prepares.len() >= needed);
+        // Under `PrepareAuth::Mac` the certificate is our claim alone (the
+        // P set): unsigned prepares would prove nothing to anyone else.
+        let prepares: Vec<Prepare> = match self.cfg.params.prepare_auth {
+            PrepareAuth::Signature => st
+                .prepares
+                .values()
+                .filter(|p| {
+                    p.digest == digest && p.replica != proposer && !st.unverified.contains(&p.replica)
+                })
+                .cloned()
+                .collect(),
+            PrepareAuth::Mac => Vec::new(),
+        };
+        debug_assert!(prepares.len() >= needed || self.cfg.params.prepare_auth == PrepareAuth::Mac);
         let cert = PreparedCert {
             lane,
             view,

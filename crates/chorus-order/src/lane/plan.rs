@@ -2,7 +2,9 @@
 //! the primary computes it and every backup recomputes it to check.
 
 use crate::certs::low_slot_of;
-use chorus_core::{Batch, CheckpointCert, ClusterConfig, Digest, Reproposal, Slot, View, ViewChange};
+use chorus_core::{
+    Batch, CheckpointCert, ClusterConfig, Digest, PrepareAuth, Reproposal, Slot, View, ViewChange,
+};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +22,12 @@ pub struct NewViewPlan {
 /// prepared slot; for every slot between them re-propose the digest prepared
 /// in the highest view, else a null request (our no-op batch). Assumes the
 /// view changes were validated (certificates inside each sender's window).
-pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> NewViewPlan {
+///
+/// Under `PrepareAuth::Mac` the certificates are unproven claims, and a slot
+/// is decided by Castro & Liskov's rule instead (`decide_slot_mac`); `None`
+/// when some slot cannot be decided from these view changes yet (the
+/// primary waits for more of them; a backup refuses such a NEW-VIEW).
+pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewPlan> {
     // The highest certificate; ties (impossible with at most f faults) by digest.
     let mut stable: Option<&CheckpointCert> = None;
     for c in vcs.iter().filter_map(|vc| vc.stable.as_ref()) {
@@ -30,9 +37,10 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> NewViewPlan {
     }
     let low = low_slot_of(cfg, stable);
     let window_end = low.0.saturating_add(cfg.params.window_slots);
+    let in_window = |s: Slot| s >= low && s.0 < window_end;
     let mut best: BTreeMap<Slot, (View, Digest)> = BTreeMap::new();
     for c in vcs.iter().flat_map(|vc| vc.prepared.iter()) {
-        if c.slot < low || c.slot.0 >= window_end {
+        if !in_window(c.slot) {
             continue;
         }
         let better = match best.get(&c.slot) {
@@ -47,16 +55,81 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> NewViewPlan {
     }
     let reproposals = match best.keys().next_back() {
         None => Vec::new(),
-        Some(high) => (low.0..=high.0)
-            .map(|s| Reproposal {
-                slot: Slot(s),
-                digest: best.get(&Slot(s)).map_or_else(Batch::noop_digest, |(_, d)| *d),
-            })
-            .collect(),
+        Some(high) => {
+            let mut out = Vec::with_capacity((high.0 - low.0 + 1) as usize);
+            for s in low.0..=high.0 {
+                let slot = Slot(s);
+                let digest = match cfg.params.prepare_auth {
+                    PrepareAuth::Signature => best.get(&slot).map_or_else(Batch::noop_digest, |(_, d)| *d),
+                    PrepareAuth::Mac => decide_slot_mac(cfg, vcs, slot)?,
+                };
+                out.push(Reproposal { slot, digest });
+            }
+            out
+        }
     };
-    NewViewPlan {
+    Some(NewViewPlan {
         low,
         reproposals,
         stable: stable.cloned(),
+    })
+}
+
+/// Castro & Liskov (TOCS 2002, §4.5; Castro's thesis §3.2.4), for one slot
+/// `n` at or above min-s, with view changes whose P entries are claims:
+///
+/// - re-propose `d` if some P entry claims `(n, d, v)` and
+///   **A1**: 2f+1 view changes claim nothing at `n` that contradicts it (no P
+///   entry at `n`, or one from a view below `v`, or `(v, d)` itself), and
+///   **A2**: f+1 view changes say they pre-prepared `d` at `n` in view `v`
+///   or later (a Q entry, or a P entry, which implies one);
+/// - else re-propose null if **B**: 2f+1 view changes claim nothing at `n`;
+/// - else `None`: undecidable from these view changes.
+///
+/// Safety: if `d` committed at `n` in view `v`, f+1 correct replicas
+/// prepared it and claim `(n, d, w ≥ v)` (every later NEW-VIEW re-proposed
+/// `d`, by induction); any 2f+1 view changes include one of them, so B
+/// fails, and A1 for another digest `d'` needs a view `v' > w ≥ v`, for
+/// which A2 needs a correct replica that pre-prepared `d'` at `n` in a view
+/// above `v`: none did. Liveness: with every correct replica's view change
+/// the highest view a correct replica prepared in passes A1 and A2 (the f+1
+/// correct replicas that pre-prepared it keep its Q entry), or B holds.
+/// Among several digests that pass, the one with the highest view (then the
+/// smallest digest) is taken, so the choice is a function of the set.
+fn decide_slot_mac(cfg: &ClusterConfig, vcs: &[ViewChange], n: Slot) -> Option<Digest> {
+    let quorum = cfg.quorum();
+    let weak = cfg.f() + 1;
+    let claim = |vc: &ViewChange| {
+        vc.prepared
+            .iter()
+            .find(|c| c.slot == n)
+            .map(|c| (c.view, c.digest))
+    };
+    let mut candidates: Vec<(View, Digest)> = vcs.iter().filter_map(claim).collect();
+    candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    candidates.dedup();
+    for (v, d) in candidates {
+        let a1 = vcs
+            .iter()
+            .filter(|vc| claim(vc).is_none_or(|(cv, cd)| cv < v || (cv == v && cd == d)))
+            .count();
+        if a1 < quorum {
+            continue;
+        }
+        let a2 = vcs
+            .iter()
+            .filter(|vc| {
+                claim(vc).is_some_and(|(cv, cd)| cd == d && cv >= v)
+                    || vc
+                        .pre_prepared
+                        .iter()
+                        .any(|q| q.slot == n && q.digest == d && q.view >= v)
+            })
+            .count();
+        if a2 >= weak {
+            return Some(d);
+        }
     }
+    let b = vcs.iter().filter(|vc| claim(vc).is_none()).count();
+    (b >= quorum).then(Batch::noop_digest)
 }

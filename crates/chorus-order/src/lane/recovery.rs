@@ -116,6 +116,7 @@ impl Lane {
         }
         self.restore_view(view);
         let st = self.slot_mut(slot);
+        st.note_pre_prepared(digest, view);
         if st.pp.as_ref().is_some_and(|p| p.view > view) {
             return;
         }

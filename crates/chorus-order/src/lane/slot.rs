@@ -1,6 +1,9 @@
 //! Per-slot PBFT state of one lane.
 
-use chorus_core::{Batch, Digest, Millis, PrePrepare, Prepare, PreparedCert, ReplicaId, Signature, View};
+use chorus_core::{
+    Batch, Digest, Millis, PrePrepare, Prepare, PreparedCert, ReplicaId, Signature, View,
+    MAX_PRE_PREPARED_PER_SLOT,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -39,6 +42,10 @@ pub(crate) struct SlotState {
     pub commits: BTreeMap<ReplicaId, Digest>,
     /// Our prepared certificate with the highest view.
     pub cert: Option<PreparedCert>,
+    /// The digests we pre-prepared here, each with the highest view we did
+    /// (the Q set of `PrepareAuth::Mac` view changes), at most
+    /// `MAX_PRE_PREPARED_PER_SLOT`, the lowest view evicted first.
+    pub pre_prepared: Vec<(Digest, View)>,
     pub decided: Option<Digest>,
     /// A pre-prepare of the current view that is valid except that some of
     /// its MAC-vector requests do not verify here; it waits for f+1
@@ -76,6 +83,27 @@ impl SlotState {
         self.prepares.clear();
         self.unverified.clear();
         self.commits.clear();
+    }
+
+    /// Castro & Liskov's Q set: we pre-prepared (or, as its proposer,
+    /// proposed) `digest` in `view`.
+    pub fn note_pre_prepared(&mut self, digest: Digest, view: View) {
+        if let Some(e) = self.pre_prepared.iter_mut().find(|(d, _)| *d == digest) {
+            e.1 = e.1.max(view);
+            return;
+        }
+        if self.pre_prepared.len() >= MAX_PRE_PREPARED_PER_SLOT {
+            // Losing a low view's claim can only delay a NEW-VIEW that needs
+            // it (another view change follows), never make one unsafe.
+            let lowest = (0..self.pre_prepared.len()).min_by_key(|i| self.pre_prepared[*i].1);
+            match lowest {
+                Some(i) if self.pre_prepared[i].1 < view => {
+                    self.pre_prepared.swap_remove(i);
+                }
+                _ => return,
+            }
+        }
+        self.pre_prepared.push((digest, view));
     }
 
     pub fn accepted_in(&self, view: View) -> Option<&Accepted> {

@@ -18,8 +18,8 @@ use crate::counters::{Cx, ViewChangeCause};
 use crate::io::PersistRecord;
 use crate::roles::new_view_primary;
 use chorus_core::{
-    Batch, Digest, Exclusion, NewView, OrderingMode, ReplicaId, ReplicaMsg, SigKind, Signature, Slot, View,
-    ViewChange,
+    Batch, Digest, Exclusion, NewView, OrderingMode, PrePrepared, PrepareAuth, ReplicaId, ReplicaMsg,
+    SigKind, Signature, Slot, View, ViewChange,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -112,11 +112,16 @@ impl Lane {
         } else {
             Vec::new()
         };
+        let pre_prepared = match self.cfg.params.prepare_auth {
+            PrepareAuth::Mac if from < vc_high => self.pre_prepared_claims(from, vc_high),
+            _ => Vec::new(),
+        };
         let mut vc = ViewChange {
             lane: self.id,
             new_view: self.view,
             stable: stable.cloned(),
             prepared,
+            pre_prepared,
             replica: self.me,
             sig: Signature([0; 64]),
         };
@@ -124,6 +129,28 @@ impl Lane {
             .identity
             .sign_bound(&self.tag, SigKind::ViewChange, &vc.signing_digest());
         vc
+    }
+
+    /// Castro & Liskov's Q set over `[from, to)`: per slot the digests we
+    /// pre-prepared in views below the one we ask for, each with the highest
+    /// such view, ascending by (slot, digest) as `certs.rs` wants them.
+    fn pre_prepared_claims(&self, from: Slot, to: Slot) -> Vec<PrePrepared> {
+        let mut out = Vec::new();
+        for (slot, st) in self.slots.range(from..to) {
+            let mut here: Vec<PrePrepared> = st
+                .pre_prepared
+                .iter()
+                .filter(|(_, v)| *v < self.view)
+                .map(|(digest, view)| PrePrepared {
+                    slot: *slot,
+                    digest: *digest,
+                    view: *view,
+                })
+                .collect();
+            here.sort_unstable_by_key(|q| q.digest);
+            out.extend(here);
+        }
+        out
     }
 
     pub(crate) fn on_view_change(
@@ -215,25 +242,35 @@ impl Lane {
             }
         }
         // Ours first, then the others by replica id: deterministic.
-        let mut chosen: Vec<ViewChange> = Vec::with_capacity(quorum);
         let me = self.me;
-        let ordered = self
+        let valid: Vec<&ViewChange> = self
             .vcs
             .get(&me)
             .into_iter()
-            .chain(self.vcs.values().filter(|s| s.vc.replica != me));
-        for s in ordered {
-            if chosen.len() == quorum {
-                break;
-            }
-            if s.vc.new_view == view && s.valid == Some(true) {
-                chosen.push(s.vc.clone());
-            }
-        }
-        if chosen.len() < quorum {
+            .chain(self.vcs.values().filter(|s| s.vc.replica != me))
+            .filter(|s| s.vc.new_view == view && s.valid == Some(true))
+            .map(|s| &s.vc)
+            .collect();
+        if valid.len() < quorum {
             return;
         }
-        let plan = plan_new_view(&self.cfg, &chosen);
+        // The first 2f+1; under `PrepareAuth::Mac` a slot may be undecidable
+        // from them (claims contradict, `plan.rs`), and then every further
+        // view change may settle it: with all correct replicas' it is
+        // decidable (Castro & Liskov), so we wait for more.
+        let mut chosen: Vec<ViewChange> = valid[..quorum].iter().map(|vc| (*vc).clone()).collect();
+        let plan = loop {
+            if let Some(p) = plan_new_view(&self.cfg, &chosen) {
+                break p;
+            }
+            match valid.get(chosen.len()) {
+                Some(vc) => chosen.push((*vc).clone()),
+                None => {
+                    tracing::debug!(lane = ?self.id, ?view, have = valid.len(), "new view undecidable yet: waiting for more view changes");
+                    return;
+                }
+            }
+        };
         let fresh = Slot(plan.low.0 + plan.reproposals.len() as u64);
         let mut nv = NewView {
             lane: self.id,
@@ -315,7 +352,7 @@ impl Lane {
                 }
             }
         }
-        let plan = plan_new_view(&self.cfg, &nv.view_changes);
+        let plan = plan_new_view(&self.cfg, &nv.view_changes).ok_or("nv-undecided")?;
         if plan.reproposals != nv.reproposals {
             return Err("nv-reproposal-mismatch");
         }

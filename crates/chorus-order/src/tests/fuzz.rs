@@ -174,7 +174,7 @@ fn new_view_base() -> Base {
         signed_vc(s, 2, 1, 1, None, vec![cert]),
         signed_vc(s, 3, 1, 1, None, vec![]),
     ];
-    let plan = plan_new_view(&s.cfg, &vcs);
+    let plan = plan_new_view(&s.cfg, &vcs).expect("signed prepares: always decidable");
     assert_eq!(plan.reproposals.len(), 1);
     let nv = signed_nv(s, 2, 1, 1, vcs, plan.reproposals, vec![]);
     let mut out = Outbox::new();
@@ -595,6 +595,7 @@ fn signed_vc(
         new_view: View(new_view),
         stable,
         prepared,
+        pre_prepared: vec![],
         replica: ReplicaId(signer),
         sig: Signature([0; 64]),
     };

@@ -44,4 +44,6 @@ mod steps_status_bundle;
 mod steps_transfer;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_view_change;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_view_change_mac;
 mod util;

@@ -114,7 +114,7 @@ fn a_reproposal_in_a_new_view_is_accepted_whatever_its_time() {
         .iter()
         .map(|&r| s.view_change(r, 1, None, vec![cert.clone()]))
         .collect();
-    let plan = plan_new_view(&s.cfg, &vcs);
+    let plan = plan_new_view(&s.cfg, &vcs).expect("decidable");
     assert!(plan
         .reproposals
         .iter()

@@ -212,7 +212,7 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
     // The Byzantine primary 1 picks the VIEW-CHANGEs of 1, 0, 2, 5, 6; the
     // re-proposals are whatever they imply (backups recompute them).
     let chosen = vec![vc1, vc0, vc2, vc5, vc6];
-    let plan = plan_new_view(&s.cfg, &chosen);
+    let plan = plan_new_view(&s.cfg, &chosen).expect("decidable");
     let slot0 = plan
         .reproposals
         .iter()

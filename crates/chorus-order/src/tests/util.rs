@@ -75,7 +75,7 @@ impl Setup {
             .iter()
             .map(|&i| self.view_change(i, view, Some(stable.clone()), vec![]))
             .collect();
-        let plan = crate::lane::plan_new_view(&self.cfg, &vcs);
+        let plan = crate::lane::plan_new_view(&self.cfg, &vcs).expect("decidable");
         let mut nv = chorus_core::NewView {
             lane: LaneId(0),
             view: View(view),
@@ -119,6 +119,7 @@ impl Setup {
             new_view: View(view),
             stable,
             prepared,
+            pre_prepared: vec![],
             replica: ReplicaId(replica),
             sig: Signature([0; 64]),
         };
