@@ -6,7 +6,7 @@
 use crate::bench_run::{run_one, RunResult};
 use crate::workload::{KeyDist, Ycsb};
 use anyhow::{bail, Context, Result};
-use chorus_core::OrderingMode;
+use chorus_core::{OrderingMode, PrepareAuth};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -84,6 +84,10 @@ pub struct Args {
     /// Batch delay in milliseconds.
     #[arg(long, default_value_t = 1)]
     pub batch_delay_ms: u64,
+    /// How the local replicas authenticate PBFT prepares: signature | mac
+    /// (channel MACs; Castro & Liskov's view change over claims).
+    #[arg(long, default_value = "signature", value_parser = |v: &str| v.parse::<PrepareAuth>())]
+    pub prepare_auth: PrepareAuth,
     /// fsync policy of the local replicas: always | batch | off.
     #[arg(long, default_value = "off")]
     pub fsync: String,
@@ -101,7 +105,8 @@ pub struct Args {
     pub warmup: u64,
     /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
     /// Parameters: pillars, workers, buckets, clients, in-flight, batch, rate, value-bytes,
-    /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload.
+    /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload,
+    /// prepare-auth.
     #[arg(long)]
     pub sweep: Option<String>,
     /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
@@ -150,6 +155,7 @@ impl Args {
             "executor" => self.executor = v.into(),
             "service" => self.service = v.into(),
             "mode" => self.mode = v.parse().map_err(anyhow::Error::msg)?,
+            "prepare-auth" => self.prepare_auth = v.parse().map_err(anyhow::Error::msg)?,
             "workload" => {
                 self.workload = <Ycsb as clap::ValueEnum>::from_str(v, true).map_err(anyhow::Error::msg)?
             }

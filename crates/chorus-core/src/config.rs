@@ -100,6 +100,28 @@ pub enum PrepareAuth {
     Mac,
 }
 
+impl PrepareAuth {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrepareAuth::Signature => "signature",
+            PrepareAuth::Mac => "mac",
+        }
+    }
+}
+
+impl std::str::FromStr for PrepareAuth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "signature" => Ok(PrepareAuth::Signature),
+            "mac" => Ok(PrepareAuth::Mac),
+            other => Err(format!(
+                "unknown prepare authentication {other:?} (expected signature or mac)"
+            )),
+        }
+    }
+}
+
 /// The most pillars (COP) or partitions (SAREK) a cluster may have.
 pub const MAX_PILLARS: u32 = 64;
 

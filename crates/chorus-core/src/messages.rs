@@ -134,10 +134,12 @@ pub struct PrePrepared {
     pub view: View,
 }
 
-/// Q entries a VIEW-CHANGE may carry per slot (the highest views of the
-/// last digests a replica pre-prepared there). Bounded so a VIEW-CHANGE
-/// stays bounded; dropping an old entry can only delay a NEW-VIEW, never
-/// make it unsafe (a Q entry only ever supports a digest).
+/// Q entries a VIEW-CHANGE may carry per slot: the digests a replica
+/// pre-prepared there with the highest views. Bounded so a VIEW-CHANGE stays
+/// bounded; a full set whose views are all above `v` counts as support for
+/// any digest of view `v` (it may have evicted it), which keeps every slot
+/// decidable with all correct replicas' view changes and stays safe for any
+/// bound of at least 2 (`chorus_order::lane::plan`).
 pub const MAX_PRE_PREPARED_PER_SLOT: usize = 4;
 
 /// PBFT view change for one lane.

@@ -387,8 +387,8 @@ impl SimOptions {
         );
         flag(
             "prepare-auth",
-            prepare_auth_name(self.prepare_auth).into(),
-            prepare_auth_name(d.prepare_auth).into(),
+            self.prepare_auth.name().into(),
+            d.prepare_auth.name().into(),
         );
         if !self.swarm {
             cmd.push_str(" --no-swarm");
@@ -594,18 +594,7 @@ pub fn parse_client_auth(value: &str) -> Result<Option<ClientAuthKind>, String> 
 
 /// `--prepare-auth`: `signature` or `mac` (`PrepareAuth`).
 pub fn parse_prepare_auth(value: &str) -> Result<PrepareAuth, String> {
-    match value {
-        "signature" => Ok(PrepareAuth::Signature),
-        "mac" => Ok(PrepareAuth::Mac),
-        other => Err(format!("--prepare-auth {other:?}: signature or mac")),
-    }
-}
-
-pub fn prepare_auth_name(a: PrepareAuth) -> &'static str {
-    match a {
-        PrepareAuth::Signature => "signature",
-        PrepareAuth::Mac => "mac",
-    }
+    value.parse().map_err(|e| format!("--prepare-auth: {e}"))
 }
 
 /// `--perf-crash R@T`: replica R crashes at T virtual ms.

@@ -24,6 +24,13 @@ impl Lane {
             if let Some(vc) = &self.own_vc {
                 cx.counters.retransmissions += 1;
                 cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+            } else if self.vc_withheld {
+                // Withheld until the window reached recovered records
+                // (`send_own_view_change`).
+                self.send_own_view_change(cx, env);
+                if self.own_vc.is_some() {
+                    self.try_new_view(cx, env, &mut lo);
+                }
             }
         }
         // Our signed timeout, while it may still be missing from a
@@ -274,14 +281,17 @@ impl Lane {
         }
     }
 
-    /// Round-robin over the replicas known to hold the batch, else over all.
+    /// Round-robin over the replicas said to hold the batch, then over all:
+    /// those named may all be Byzantine (under `PrepareAuth::Mac` a
+    /// re-proposal can rest on one Byzantine claim and correct replicas' Q
+    /// entries), and every correct replica that pre-prepared it keeps it.
     fn fetch_target(&self, w: &Want) -> Option<ReplicaId> {
-        let others: Vec<ReplicaId> = self.cfg.replica_ids().filter(|r| *r != self.me).collect();
-        let pool = if w.candidates.is_empty() {
-            &others
-        } else {
-            &w.candidates
-        };
+        let pool: Vec<ReplicaId> = w
+            .candidates
+            .iter()
+            .copied()
+            .chain(self.cfg.replica_ids().filter(|r| *r != self.me))
+            .collect();
         (!pool.is_empty()).then(|| pool[w.tries as usize % pool.len()])
     }
 

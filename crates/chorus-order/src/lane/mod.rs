@@ -26,7 +26,7 @@ mod plan;
 mod preferred;
 mod recovery;
 mod restart_probe;
-mod slot;
+pub(crate) mod slot;
 mod throttle;
 mod timeout_cert;
 mod timer;
@@ -197,6 +197,9 @@ pub struct Lane {
     pub(crate) needs_replay: bool,
     pub(crate) vcs: BTreeMap<ReplicaId, StoredVc>,
     pub(crate) own_vc: Option<ViewChange>,
+    /// Our VIEW-CHANGE for the current view waits for the window to reach
+    /// recovered records (`view_change.rs`, `send_own_view_change`).
+    pub(crate) vc_withheld: bool,
     pub(crate) timer: ProgressTimer,
     /// When the current view became active: a waiting request gets a full
     /// timeout in each view before it counts as censored.
@@ -260,6 +263,7 @@ impl Lane {
             needs_replay: false,
             vcs: BTreeMap::new(),
             own_vc: None,
+            vc_withheld: false,
             timer: ProgressTimer::default(),
             view_started: Millis(0),
             progressed: false,

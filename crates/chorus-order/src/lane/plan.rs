@@ -4,6 +4,7 @@
 use crate::certs::low_slot_of;
 use chorus_core::{
     Batch, CheckpointCert, ClusterConfig, Digest, PrepareAuth, Reproposal, Slot, View, ViewChange,
+    MAX_PRE_PREPARED_PER_SLOT,
 };
 use std::collections::BTreeMap;
 
@@ -86,6 +87,11 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewP
 /// - else re-propose null if **B**: 2f+1 view changes claim nothing at `n`;
 /// - else `None`: undecidable from these view changes.
 ///
+/// A replica keeps at most `MAX_PRE_PREPARED_PER_SLOT` Q entries per slot,
+/// the highest views (`SlotState::note_pre_prepared`), so A2 also counts a
+/// view change whose Q set at `n` is full with views all above `v`: that
+/// replica may have evicted `(d, v)` (see `supports`).
+///
 /// Safety: if `d` committed at `n` in view `v`, f+1 correct replicas
 /// prepared it and claim `(n, d, w ≥ v)` (every later NEW-VIEW re-proposed
 /// `d`, by induction); any 2f+1 view changes include one of them, so B
@@ -96,15 +102,13 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewP
 /// correct replicas that pre-prepared it keep its Q entry), or B holds.
 /// Among several digests that pass, the one with the highest view (then the
 /// smallest digest) is taken, so the choice is a function of the set.
+/// (Liveness with the bound: a correct replica that pre-prepared `d` in `v`
+/// and lost that entry pre-prepared `MAX_PRE_PREPARED_PER_SLOT` other
+/// digests in views above it, so it still counts for A2.)
 fn decide_slot_mac(cfg: &ClusterConfig, vcs: &[ViewChange], n: Slot) -> Option<Digest> {
     let quorum = cfg.quorum();
     let weak = cfg.f() + 1;
-    let claim = |vc: &ViewChange| {
-        vc.prepared
-            .iter()
-            .find(|c| c.slot == n)
-            .map(|c| (c.view, c.digest))
-    };
+    let claim = |vc: &ViewChange| claim_at(vc, n);
     let mut candidates: Vec<(View, Digest)> = vcs.iter().filter_map(claim).collect();
     candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     candidates.dedup();
@@ -116,20 +120,46 @@ fn decide_slot_mac(cfg: &ClusterConfig, vcs: &[ViewChange], n: Slot) -> Option<D
         if a1 < quorum {
             continue;
         }
-        let a2 = vcs
-            .iter()
-            .filter(|vc| {
-                claim(vc).is_some_and(|(cv, cd)| cd == d && cv >= v)
-                    || vc
-                        .pre_prepared
-                        .iter()
-                        .any(|q| q.slot == n && q.digest == d && q.view >= v)
-            })
-            .count();
+        let a2 = vcs.iter().filter(|vc| supports(vc, n, d, v)).count();
         if a2 >= weak {
             return Some(d);
         }
     }
     let b = vcs.iter().filter(|vc| claim(vc).is_none()).count();
     (b >= quorum).then(Batch::noop_digest)
+}
+
+/// Does `vc` count for A2 of `(d, v)` at `n`: it says it pre-prepared `d` at
+/// `n` in `v` or later (a Q entry, or a P claim, which implies one), or its
+/// Q set at `n` is full with views all above `v`, so it may have evicted
+/// such an entry. Sound for the safety argument above because a correct
+/// replica pre-prepares only the committed digest at `n` in views after the
+/// commit, so it never holds two entries above a committed view (needs
+/// `MAX_PRE_PREPARED_PER_SLOT >= 2`).
+fn supports(vc: &ViewChange, n: Slot, d: Digest, v: View) -> bool {
+    const _: () = assert!(MAX_PRE_PREPARED_PER_SLOT >= 2);
+    if claim_at(vc, n).is_some_and(|(cv, cd)| cd == d && cv >= v) {
+        return true;
+    }
+    let mut count = 0;
+    let mut all_above = true;
+    let from = vc.pre_prepared.partition_point(|q| q.slot < n);
+    for q in vc.pre_prepared[from..].iter().take_while(|q| q.slot == n) {
+        if q.digest == d && q.view >= v {
+            return true;
+        }
+        count += 1;
+        all_above &= q.view > v;
+    }
+    count >= MAX_PRE_PREPARED_PER_SLOT && all_above
+}
+
+/// `vc`'s P claim at `n`, by binary search: a verified VIEW-CHANGE lists its
+/// claims by ascending slot and its Q entries by (slot, digest) (`certs.rs`),
+/// so a NEW-VIEW over n view changes and a window of W slots costs
+/// O(W · n · log W) per candidate, not O(W² · n).
+fn claim_at(vc: &ViewChange, n: Slot) -> Option<(View, Digest)> {
+    let i = vc.prepared.binary_search_by_key(&n, |c| c.slot).ok()?;
+    let c = &vc.prepared[i];
+    Some((c.view, c.digest))
 }

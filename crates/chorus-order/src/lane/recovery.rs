@@ -15,10 +15,10 @@
 //! NEW-VIEW for `v` itself: it may have sent one before the crash.
 
 use super::slot::Accepted;
-use super::{Decision, Lane, LaneEnv, LaneOutput, StoredVc};
+use super::{Decision, Lane, LaneEnv, LaneOutput};
 use crate::counters::Cx;
 use crate::io::PersistRecord;
-use chorus_core::{Batch, Digest, Millis, PreparedCert, ReplicaMsg, Slot, View};
+use chorus_core::{Batch, Digest, Millis, PreparedCert, Slot, View};
 use std::sync::Arc;
 
 /// A persisted record of a slot above the window recovery replayed into.
@@ -181,23 +181,15 @@ impl Lane {
         }
         self.active = false;
         self.nv_forbidden = Some(self.view);
-        let vc = self.build_view_change(env);
         cx.out.persist(PersistRecord::View {
             lane: self.id,
             view: self.view,
         });
-        cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+        self.own_vc = None;
+        self.send_own_view_change(cx, env);
         // We left the view below before the crash; our signed statement of
         // it was not persisted, so sign it again (`timeout_cert.rs`).
         self.give_up(cx, View(self.view.0 - 1));
-        self.vcs.insert(
-            self.me,
-            StoredVc {
-                vc: vc.clone(),
-                valid: Some(true),
-            },
-        );
-        self.own_vc = Some(vc);
         lo
     }
 }

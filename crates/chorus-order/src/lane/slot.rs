@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Batches kept per slot: the accepted one, the decided one and a few from
-/// earlier views (needed to re-propose a prepared digest after a view change).
-const BATCHES_PER_SLOT: usize = 4;
+/// earlier views (needed to re-propose a prepared digest after a view
+/// change). Room for every digest of the Q set, the prepared and the decided
+/// one, which are never evicted, and the one being stored.
+const BATCHES_PER_SLOT: usize = MAX_PRE_PREPARED_PER_SLOT + 3;
 
 /// The pre-prepare accepted for a slot in its latest view.
 #[derive(Clone, Debug)]
@@ -63,11 +65,15 @@ impl SlotState {
             return;
         }
         if self.batches.len() >= BATCHES_PER_SLOT {
-            // Evict the oldest batch that is neither accepted, prepared nor decided.
+            // Evict the oldest batch that is neither accepted, prepared,
+            // decided nor in the Q set (`PrepareAuth::Mac`: a NEW-VIEW may
+            // re-propose a digest on the strength of our Q entry, and then
+            // we must be able to hand out its batch).
             let keep = |d: &Digest| {
                 self.pp.as_ref().is_some_and(|p| p.digest == *d)
                     || self.cert.as_ref().is_some_and(|c| c.digest == *d)
                     || self.decided == Some(*d)
+                    || self.pre_prepared.iter().any(|(q, _)| q == d)
             };
             if let Some(i) = self.batches.iter().position(|(d, _)| !keep(d)) {
                 self.batches.remove(i);
@@ -93,8 +99,8 @@ impl SlotState {
             return;
         }
         if self.pre_prepared.len() >= MAX_PRE_PREPARED_PER_SLOT {
-            // Losing a low view's claim can only delay a NEW-VIEW that needs
-            // it (another view change follows), never make one unsafe.
+            // The lowest view goes: a full set of higher views still counts
+            // for it in a NEW-VIEW (`plan.rs`, `supports`).
             let lowest = (0..self.pre_prepared.len()).min_by_key(|i| self.pre_prepared[*i].1);
             match lowest {
                 Some(i) if self.pre_prepared[i].1 < view => {

@@ -53,19 +53,45 @@ impl Lane {
         for st in self.slots.values_mut() {
             st.clear_votes();
         }
-        let vc = self.build_view_change(env);
         cx.out.persist(PersistRecord::View {
             lane: self.id,
             view: target,
         });
-        cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
+        self.own_vc = None;
+        self.vcs.retain(|_, s| s.vc.new_view >= target);
+        self.send_own_view_change(cx, env);
         // We never act in a view below `target` again: say so, signed, so
         // that our departure counts towards a timeout certificate for the
         // view we left (`timeout_cert.rs`).
         if let Some(left) = target.0.checked_sub(1) {
             self.give_up(cx, View(left));
         }
-        self.vcs.retain(|_, s| s.vc.new_view >= target);
+        cx.counters.view_changes += 1;
+        *cx.counters.view_change_causes.entry(cause.as_str()).or_insert(0) += 1;
+        cx.counters.lane_mut(self.id.0).view_changes += 1;
+        self.timer.failures = self.timer.failures.saturating_add(1);
+        self.stop_timer(cx);
+        self.try_new_view(cx, env, lo);
+    }
+
+    /// Build, keep and broadcast our VIEW-CHANGE for the current (target)
+    /// view — unless records restored after a crash still wait above our
+    /// window (`recovery.rs`): a NEW-VIEW had moved our low to a checkpoint
+    /// we learnt (it is not persisted), and a VIEW-CHANGE from the older
+    /// window would say nothing about the slots we prepared up there, which
+    /// a NEW-VIEW reads as "nothing prepared" (PBFT §4.4 needs every slot
+    /// above the checkpoint we send). Then we send none until the window
+    /// reaches them (a re-learnt NEW-VIEW or a state transfer), from the
+    /// status tick; being silent is safe, the others' 2f+1 suffice.
+    pub(crate) fn send_own_view_change(&mut self, cx: &mut Cx, env: &LaneEnv) {
+        debug_assert!(!self.active && self.own_vc.is_none());
+        self.vc_withheld = !self.recovered_above.is_empty();
+        if self.vc_withheld {
+            tracing::debug!(lane = ?self.id, view = ?self.view, "view change withheld: recovered records above the window");
+            return;
+        }
+        let vc = self.build_view_change(env);
+        cx.out.broadcast(ReplicaMsg::ViewChange(vc.clone()));
         self.vcs.insert(
             self.me,
             StoredVc {
@@ -74,12 +100,6 @@ impl Lane {
             },
         );
         self.own_vc = Some(vc);
-        cx.counters.view_changes += 1;
-        *cx.counters.view_change_causes.entry(cause.as_str()).or_insert(0) += 1;
-        cx.counters.lane_mut(self.id.0).view_changes += 1;
-        self.timer.failures = self.timer.failures.saturating_add(1);
-        self.stop_timer(cx);
-        self.try_new_view(cx, env, lo);
     }
 
     /// Our VIEW-CHANGE for the current (target) view: the stable checkpoint
@@ -218,7 +238,7 @@ impl Lane {
 
     /// As the new-view primary with 2f+1 valid view changes for our view:
     /// assemble, persist, broadcast and install NEW-VIEW.
-    fn try_new_view(&mut self, cx: &mut Cx, env: &LaneEnv, lo: &mut LaneOutput) {
+    pub(crate) fn try_new_view(&mut self, cx: &mut Cx, env: &LaneEnv, lo: &mut LaneOutput) {
         let view = self.view;
         if self.active
             || new_view_primary(&self.cfg, self.id, view) != self.me
@@ -422,6 +442,7 @@ impl Lane {
             digests: nv.reproposals.iter().map(|r| r.digest).collect(),
         });
         self.own_vc = None;
+        self.vc_withheld = false;
         let view = self.view;
         self.vcs.retain(|_, s| s.vc.new_view > view);
         cx.counters.new_views += 1;
@@ -469,7 +490,13 @@ impl Lane {
                     .view_changes
                     .iter()
                     .filter(|vc| vc.replica != self.me)
-                    .filter(|vc| vc.prepared.iter().any(|c| c.slot == slot && c.digest == digest))
+                    .filter(|vc| {
+                        vc.prepared.iter().any(|c| c.slot == slot && c.digest == digest)
+                            || vc
+                                .pre_prepared
+                                .iter()
+                                .any(|q| q.slot == slot && q.digest == digest)
+                    })
                     .map(|vc| vc.replica)
                     .collect();
                 self.want(cx, slot, digest, WantReason::Reproposal, holders);

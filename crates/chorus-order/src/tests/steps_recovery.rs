@@ -313,3 +313,69 @@ fn decisions_above_the_recovered_window_wait_for_the_new_view_that_reaches_them(
     // The merger holds them until state transfer brings the state at w.
     assert_eq!(n2.r.merger.waiting(), 3);
 }
+
+/// Review of 2026-11-26 (MAC prepares, an older bug of both modes): a
+/// NEW-VIEW moved the low to a checkpoint we learnt (not persisted) and we
+/// prepared a slot above our old window; after a crash we recover with the
+/// old window and that slot's records wait above it. A VIEW-CHANGE built
+/// then says nothing about the slot, which the next NEW-VIEW reads as
+/// "nothing prepared there" (a no-op over a batch that may have committed).
+/// So no VIEW-CHANGE leaves until the window reaches those records; then it
+/// carries the learnt checkpoint and the slot's certificate.
+#[test]
+fn no_view_change_omits_a_slot_prepared_above_the_recovered_window() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let w = s.cfg.params.window_slots;
+    let batch = s.batch(0, 1..2);
+    let cert = s.prepared_cert(0, 0, 1, w, &batch, &[2, 3]);
+    let records = vec![
+        PersistRecord::View {
+            lane: L0,
+            view: View(1),
+        },
+        PersistRecord::Accepted {
+            lane: L0,
+            view: View(1),
+            slot: Slot(w),
+            digest: batch.digest(),
+            batch: batch.clone(),
+        },
+        PersistRecord::Prepared { cert: cert.clone() },
+    ];
+    let (mut n1, e) = Node::recover(&s, 1, records, 100);
+    assert!(
+        !broadcasts(&e)
+            .iter()
+            .any(|m| matches!(m, ReplicaMsg::ViewChange(_))),
+        "a VIEW-CHANGE from the old window would omit slot {w}: {:?}",
+        kinds(&e)
+    );
+    // Status ticks do not send it either while the records still wait.
+    let tick = n1.handle(400, Event::Timer(TimerId::Status));
+    assert!(!broadcasts(&tick)
+        .iter()
+        .any(|m| matches!(m, ReplicaMsg::ViewChange(_))));
+
+    // The NEW-VIEW of view 1 from checkpoint w reaches us: the window
+    // covers slot w again.
+    let stable = s.checkpoint_cert(w, chorus_core::Digest::of(b"state"), &[0, 2, 3]);
+    let nv = s.new_view_from_checkpoint(1, 1, &[0, 2, 3], &stable);
+    n1.msg(500, 0, ReplicaMsg::NewView(nv));
+    assert_eq!(n1.r.lane(L0).map(|l| l.low()), Some(Slot(w)));
+    // Peers move to view 2; our VIEW-CHANGE now carries the learnt
+    // checkpoint and the certificate of slot w.
+    let mut sent = Vec::new();
+    for peer in [0, 2] {
+        let vc = s.view_change(peer, 2, Some(stable.clone()), vec![]);
+        sent.extend(n1.msg(600, peer, ReplicaMsg::ViewChange(vc)));
+    }
+    let vc = broadcasts(&sent)
+        .into_iter()
+        .find_map(|m| match m {
+            ReplicaMsg::ViewChange(vc) => Some(vc),
+            _ => None,
+        })
+        .expect("view change to view 2 sent");
+    assert_eq!(vc.stable.as_ref().map(|c| c.seq), Some(stable.seq));
+    assert_eq!(vc.prepared, vec![cert]);
+}
