@@ -4,7 +4,7 @@
 //! NEW-VIEW that re-proposes a digest only when 2f+1 view changes do not
 //! contradict it (A1) and f+1 say they pre-prepared it (A2).
 
-use super::util::{broadcasts, effects, params, replica, setup, Setup};
+use super::util::{broadcasts, effects, msg, params, replica, setup, Setup};
 use crate::certs::verify_view_change;
 use crate::io::{Action, Event, Outbox, TimerId};
 use crate::lane::plan_new_view;
@@ -20,19 +20,6 @@ fn mac_setup() -> Setup {
     let mut p = params(OrderingMode::Pbft, 1);
     p.prepare_auth = PrepareAuth::Mac;
     setup(4, 2, p)
-}
-
-fn msg(r: &mut Replica, now: u64, from: u32, m: ReplicaMsg) -> Vec<Action> {
-    let mut out = Outbox::new();
-    r.handle(
-        Millis(now),
-        Event::Message {
-            from: ReplicaId(from),
-            msg: m,
-        },
-        &mut out,
-    );
-    effects(&mut out)
 }
 
 /// A P claim: `signer`'s pre-prepare of `batch` at (`view`, `slot`), no prepares.
