@@ -136,10 +136,8 @@ pub struct PrePrepared {
 
 /// Q entries a VIEW-CHANGE may carry per slot: the digests a replica
 /// pre-prepared there with the highest views. Bounded so a VIEW-CHANGE stays
-/// bounded; a full set whose views are all above `v` counts as support for
-/// any digest of view `v` (it may have evicted it), which keeps every slot
-/// decidable with all correct replicas' view changes and stays safe for any
-/// bound of at least 2 (`chorus_order::lane::plan`).
+/// bounded. An evicted entry is never unsafe (a Q entry only backs a
+/// digest), but can leave a slot undecidable (`docs/known-issues.md`).
 pub const MAX_PRE_PREPARED_PER_SLOT: usize = 4;
 
 /// PBFT view change for one lane.

@@ -182,13 +182,16 @@ impl Lane {
         debug_assert!(self.active, "pre-prepare while changing view");
         let sd = PrePrepare::signing_digest(lane, view, slot, &digest);
         let sig = self.identity.sign_bound(&self.tag, SigKind::PrePrepare, &sd);
+        let mac = self.cfg.params.prepare_auth == PrepareAuth::Mac;
         let st = self.slot_mut(slot);
         debug_assert!(
             st.accepted_in(view).is_none(),
             "second pre-prepare for {slot:?} in {view:?}"
         );
         st.store_batch(digest, batch.clone());
-        st.note_pre_prepared(digest, view);
+        if mac {
+            st.note_pre_prepared(digest, view);
+        }
         st.pp = Some(Accepted {
             view,
             digest,
@@ -300,15 +303,12 @@ impl Lane {
                 return;
             }
         }
-        // Under signed prepares a re-proposed digest was prepared by 2f+1
-        // replicas, f+1 of them correct, who verified its requests. Under
-        // `PrepareAuth::Mac` a NEW-VIEW may re-propose a digest that only a
-        // full Q set backed (`plan.rs`, `supports`), which no correct
-        // replica need have verified: its requests are checked here too
-        // (not its time or lane ownership, which were the proposer's then).
-        let fresh = reproposal.is_none();
-        if fresh || self.cfg.params.prepare_auth == PrepareAuth::Mac {
-            match self.verify_batch(pp.slot, &pp.batch, env, fresh) {
+        // A re-proposed digest was prepared by 2f+1 replicas, f+1 of them
+        // correct, who verified its requests (under `PrepareAuth::Mac`: f+1
+        // say they pre-prepared it, one of them correct, `plan.rs`); fresh
+        // batches are verified here.
+        if reproposal.is_none() {
+            match self.verify_batch(pp.slot, &pp.batch, env) {
                 Err(reason) => return cx.reject(reason),
                 Ok(Verified::Locally) => {}
                 Ok(Verified::NeedsVouchers(failed)) => {
@@ -397,16 +397,7 @@ impl Lane {
     /// request is proposed by two lanes), the batch within limits, and no
     /// request twice. A MAC vector whose entry for this replica is wrong is
     /// not held against the proposer: see `hold_pre_prepare`.
-    ///
-    /// A re-proposed batch (`fresh` false) is checked for authenticity only:
-    /// its time and owners were judged when it was first proposed.
-    fn verify_batch(
-        &mut self,
-        slot: Slot,
-        batch: &Batch,
-        env: &LaneEnv,
-        fresh: bool,
-    ) -> Result<Verified, &'static str> {
+    fn verify_batch(&mut self, slot: Slot, batch: &Batch, env: &LaneEnv) -> Result<Verified, &'static str> {
         let hint = env.hint;
         let p = &self.cfg.params;
         if batch.requests.len() > p.batch_max_requests as usize
@@ -418,7 +409,7 @@ impl Lane {
         // leader from the future is refused (and so replaced by a view
         // change). Only fresh batches come here: re-proposals, catch-up and
         // state transfer carry batches prepared by a quorum already.
-        if fresh && crate::batch_time::from_future(batch, env.wall_ms, p) {
+        if crate::batch_time::from_future(batch, env.wall_ms, p) {
             return Err("batch-time-future");
         }
         let mut seen = BTreeSet::new();
@@ -452,7 +443,6 @@ impl Lane {
             // SAREK: the lanes PREDICT() names (the pool's hint); otherwise
             // the owner instance, RCC §III-E switches included.
             match hint.lane_owns(self.id, r) {
-                _ if !fresh => {}
                 Some(true) => {}
                 Some(false) => return Err("wrong-lane-request"),
                 None => match env.owners.ownership(self.id, slot, r) {
@@ -505,9 +495,12 @@ impl Lane {
         let batch = Arc::new(pp.batch);
         let prepare = self.sign_prepare(slot, digest);
         let me = self.me;
+        let mac = self.cfg.params.prepare_auth == PrepareAuth::Mac;
         let st = self.slot_mut(slot);
         st.store_batch(digest, batch.clone());
-        st.note_pre_prepared(digest, view);
+        if mac {
+            st.note_pre_prepared(digest, view);
+        }
         st.pp = Some(Accepted {
             view,
             digest,

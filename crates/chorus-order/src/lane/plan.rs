@@ -4,7 +4,6 @@
 use crate::certs::low_slot_of;
 use chorus_core::{
     Batch, CheckpointCert, ClusterConfig, Digest, PrepareAuth, Reproposal, Slot, View, ViewChange,
-    MAX_PRE_PREPARED_PER_SLOT,
 };
 use std::collections::BTreeMap;
 
@@ -87,10 +86,10 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewP
 /// - else re-propose null if **B**: 2f+1 view changes claim nothing at `n`;
 /// - else `None`: undecidable from these view changes.
 ///
-/// A replica keeps at most `MAX_PRE_PREPARED_PER_SLOT` Q entries per slot,
-/// the highest views (`SlotState::note_pre_prepared`), so A2 also counts a
-/// view change whose Q set at `n` is full with views all above `v`: that
-/// replica may have evicted `(d, v)` (see `supports`).
+/// A2's f+1 include a correct replica that pre-prepared `d` (so checked its
+/// requests, or accepted it as a re-proposal in turn) and keeps its batch
+/// (`SlotState::store_batch`): the new primary can fetch it, and backups
+/// accept the re-proposal without checking its requests again.
 ///
 /// Safety: if `d` committed at `n` in view `v`, f+1 correct replicas
 /// prepared it and claim `(n, d, w ≥ v)` (every later NEW-VIEW re-proposed
@@ -99,12 +98,13 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewP
 /// which A2 needs a correct replica that pre-prepared `d'` at `n` in a view
 /// above `v`: none did. Liveness: with every correct replica's view change
 /// the highest view a correct replica prepared in passes A1 and A2 (the f+1
-/// correct replicas that pre-prepared it keep its Q entry), or B holds.
+/// correct replicas that pre-prepared it keep its Q entry), or B holds —
+/// as long as they kept it: a replica keeps `MAX_PRE_PREPARED_PER_SLOT`
+/// entries per slot, so one that pre-prepared more digests at one slot in
+/// later views (each in a view where the slot was fresh) may have evicted
+/// it, and the slot can stay undecidable (`docs/known-issues.md`).
 /// Among several digests that pass, the one with the highest view (then the
 /// smallest digest) is taken, so the choice is a function of the set.
-/// (Liveness with the bound: a correct replica that pre-prepared `d` in `v`
-/// and lost that entry pre-prepared `MAX_PRE_PREPARED_PER_SLOT` other
-/// digests in views above it, so it still counts for A2.)
 fn decide_slot_mac(cfg: &ClusterConfig, vcs: &[ViewChange], n: Slot) -> Option<Digest> {
     let quorum = cfg.quorum();
     let weak = cfg.f() + 1;
@@ -130,28 +130,22 @@ fn decide_slot_mac(cfg: &ClusterConfig, vcs: &[ViewChange], n: Slot) -> Option<D
 }
 
 /// Does `vc` count for A2 of `(d, v)` at `n`: it says it pre-prepared `d` at
-/// `n` in `v` or later (a Q entry, or a P claim, which implies one), or its
-/// Q set at `n` is full with views all above `v`, so it may have evicted
-/// such an entry. Sound for the safety argument above because a correct
-/// replica pre-prepares only the committed digest at `n` in views after the
-/// commit, so it never holds two entries above a committed view (needs
-/// `MAX_PRE_PREPARED_PER_SLOT >= 2`).
+/// `n` in `v` or later (a Q entry, or a P claim, which implies one).
+///
+/// Not counted: a Q set full of higher views (which may have evicted `(d,
+/// v)`). Tried on 2026-11-26 to keep slots decidable under the bound, and
+/// dropped: such a supporter need not have pre-prepared `d`, so one
+/// Byzantine claim of a batch nobody holds passed A2 and the lane stalled on
+/// fetching it in every view (review of 2026-11-26).
 fn supports(vc: &ViewChange, n: Slot, d: Digest, v: View) -> bool {
-    const _: () = assert!(MAX_PRE_PREPARED_PER_SLOT >= 2);
     if claim_at(vc, n).is_some_and(|(cv, cd)| cd == d && cv >= v) {
         return true;
     }
-    let mut count = 0;
-    let mut all_above = true;
     let from = vc.pre_prepared.partition_point(|q| q.slot < n);
-    for q in vc.pre_prepared[from..].iter().take_while(|q| q.slot == n) {
-        if q.digest == d && q.view >= v {
-            return true;
-        }
-        count += 1;
-        all_above &= q.view > v;
-    }
-    count >= MAX_PRE_PREPARED_PER_SLOT && all_above
+    vc.pre_prepared[from..]
+        .iter()
+        .take_while(|q| q.slot == n)
+        .any(|q| q.digest == d && q.view >= v)
 }
 
 /// `vc`'s P claim at `n`, by binary search: a verified VIEW-CHANGE lists its

@@ -115,8 +115,11 @@ impl Lane {
             return self.defer(slot, Deferred::Accepted { view, digest, batch });
         }
         self.restore_view(view);
+        let mac = self.cfg.params.prepare_auth == chorus_core::PrepareAuth::Mac;
         let st = self.slot_mut(slot);
-        st.note_pre_prepared(digest, view);
+        if mac {
+            st.note_pre_prepared(digest, view);
+        }
         if st.pp.as_ref().is_some_and(|p| p.view > view) {
             return;
         }

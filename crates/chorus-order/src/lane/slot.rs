@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 /// Batches kept per slot: the accepted one, the decided one and a few from
 /// earlier views (needed to re-propose a prepared digest after a view
-/// change). Room for every digest of the Q set, the prepared and the decided
-/// one, which are never evicted, and the one being stored.
-const BATCHES_PER_SLOT: usize = MAX_PRE_PREPARED_PER_SLOT + 3;
+/// change), plus one per Q entry (`PrepareAuth::Mac` only), whose batches
+/// are never evicted: the accepted, prepared and decided ones and up to
+/// `MAX_PRE_PREPARED_PER_SLOT` Q digests (one of them the accepted one)
+/// always leave room for the one being stored.
+const BATCHES_PER_SLOT: usize = 4;
 
 /// The pre-prepare accepted for a slot in its latest view.
 #[derive(Clone, Debug)]
@@ -64,7 +66,7 @@ impl SlotState {
         if self.batch(&digest).is_some() {
             return;
         }
-        if self.batches.len() >= BATCHES_PER_SLOT {
+        if self.batches.len() >= BATCHES_PER_SLOT + self.pre_prepared.len() {
             // Evict the oldest batch that is neither accepted, prepared,
             // decided nor in the Q set (`PrepareAuth::Mac`: a NEW-VIEW may
             // re-propose a digest on the strength of our Q entry, and then
@@ -99,8 +101,7 @@ impl SlotState {
             return;
         }
         if self.pre_prepared.len() >= MAX_PRE_PREPARED_PER_SLOT {
-            // The lowest view goes: a full set of higher views still counts
-            // for it in a NEW-VIEW (`plan.rs`, `supports`).
+            // The lowest view goes (a known liveness gap: `plan.rs`).
             let lowest = (0..self.pre_prepared.len()).min_by_key(|i| self.pre_prepared[*i].1);
             match lowest {
                 Some(i) if self.pre_prepared[i].1 < view => {
