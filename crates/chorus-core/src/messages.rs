@@ -235,6 +235,11 @@ pub struct Status {
     /// it leaves `view`. Informational (unsigned): what counts is the signed
     /// [`Timeout`] (chorus-order `lane/timeout_cert.rs`).
     pub suspects: bool,
+    /// The sender is in the view change to `view` but cannot send its
+    /// VIEW-CHANGE yet (recovered records wait above its window: chorus-order
+    /// `send_own_view_change`): a peer already in `view` re-sends its NEW-VIEW,
+    /// as it does for a VIEW-CHANGE of its view.
+    pub awaits_new_view: bool,
 }
 
 /// One lane's entry of a [`StatusBundle`]: a [`Status`] without the
@@ -245,6 +250,7 @@ pub struct LaneProgress {
     pub view: View,
     pub next_undecided: Slot,
     pub suspects: bool,
+    pub awaits_new_view: bool,
 }
 
 /// The periodic [`Status`] of every lane of one pillar (lanes `l` with
@@ -268,6 +274,7 @@ impl StatusBundle {
             next_undecided: e.next_undecided,
             stable_seq: self.stable_seq,
             suspects: e.suspects,
+            awaits_new_view: e.awaits_new_view,
         })
     }
 }

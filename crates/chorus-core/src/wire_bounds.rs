@@ -241,6 +241,7 @@ impl WireBounds {
                 next_undecided: SLOT,
                 stable_seq: SEQ,
                 suspects: true,
+                awaits_new_view: false,
             })),
             len(&ReplicaMsg::Decided(Decided {
                 lane: LANE,
@@ -280,6 +281,7 @@ impl WireBounds {
             view: VIEW,
             next_undecided: SLOT,
             suspects: true,
+            awaits_new_view: false,
         });
         let status_bundle = (len(&ReplicaMsg::Statuses(StatusBundle {
             stable_seq: SEQ,

@@ -206,6 +206,7 @@ fn check_config(c: &ClusterConfig) {
             view: VIEW,
             next_undecided: Slot(SLOT),
             suspects: true,
+            awaits_new_view: false,
         })
         .collect();
     let bundle = ReplicaMsg::Statuses(StatusBundle {

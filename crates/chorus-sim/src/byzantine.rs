@@ -650,6 +650,7 @@ impl Adversary {
                     view,
                     next_undecided: slot,
                     suspects: slot.0 % 2 == 0,
+                    awaits_new_view: false,
                 }],
             }),
             5 => ReplicaMsg::Status(Status {
@@ -658,6 +659,7 @@ impl Adversary {
                 next_undecided: slot,
                 stable_seq: Seq(slot.0),
                 suspects: slot.0 % 2 == 0,
+                awaits_new_view: false,
             }),
             6 => ReplicaMsg::Decided(Decided { lane, slot, digest }),
             7 => ReplicaMsg::FetchBatch(FetchBatch { lane, slot, digest }),
@@ -854,6 +856,7 @@ mod tests {
                 next_undecided: Slot(300 + i),
                 stable_seq: Seq(128),
                 suspects: false,
+                awaits_new_view: false,
             };
             let mut rng = ChaCha8Rng::seed_from_u64(i);
             let out = adv.outgoing(&mut rng, 0, ReplicaId(1), ReplicaMsg::Status(st.clone()), &mut c);

@@ -221,6 +221,7 @@ impl<const SEND_BEFORE_PERSIST: bool> SimReplica for Sequencer<SEND_BEFORE_PERSI
                             next_undecided: Slot(self.next_delivery),
                             stable_seq: Seq(0),
                             suspects: false,
+                            awaits_new_view: false,
                         }),
                     );
                 }

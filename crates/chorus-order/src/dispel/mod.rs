@@ -371,6 +371,7 @@ impl DispelCore {
             next_undecided: Slot(self.st.next_epoch),
             stable_seq,
             suspects: lacking,
+            awaits_new_view: false,
         }));
     }
 

@@ -57,6 +57,7 @@ impl Lane {
             view: self.view,
             next_undecided: self.next_undecided,
             suspects: self.suspecting,
+            awaits_new_view: self.vc_withheld,
         }
     }
 
@@ -67,6 +68,7 @@ impl Lane {
             next_undecided: self.next_undecided,
             stable_seq,
             suspects: self.suspecting,
+            awaits_new_view: self.vc_withheld,
         }));
     }
 
@@ -107,6 +109,7 @@ impl Lane {
             next_undecided: self.next_undecided,
             stable_seq,
             suspects: self.suspecting,
+            awaits_new_view: self.vc_withheld,
         };
         for r in committers {
             cx.out.send(r, ReplicaMsg::Status(status.clone()));
@@ -115,7 +118,9 @@ impl Lane {
 
     pub(crate) fn on_status(&mut self, cx: &mut Cx, from: ReplicaId, st: Status) {
         self.note_peer_progress(cx, from, st.view, st.next_undecided);
-        if st.view < self.view && self.active {
+        // Behind us, or in our view without its NEW-VIEW and unable to ask
+        // for it with a VIEW-CHANGE (`send_own_view_change`).
+        if self.active && (st.view < self.view || (st.view == self.view && st.awaits_new_view)) {
             self.resend_new_view(cx, from);
         }
         // A peer still in a view that 2f+1 gave up on (it lost the

@@ -226,6 +226,7 @@ fn dispel_a_peer_naming_a_new_epoch_in_every_status_gets_one_resend_per_interval
                 next_undecided: chorus_core::Slot(d.low + k),
                 stable_seq: Seq(0),
                 suspects: true,
+                awaits_new_view: false,
             };
             c.push_event(
                 0,
@@ -267,6 +268,7 @@ fn dispel_a_peer_below_our_low_gets_no_resend() {
                 next_undecided: chorus_core::Slot(epoch),
                 stable_seq: Seq(0),
                 suspects,
+                awaits_new_view: false,
             }),
         };
         let d = c.replica(0).dispel_status().expect("dispel");

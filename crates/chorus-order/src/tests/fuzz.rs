@@ -554,6 +554,7 @@ fn seeds() -> &'static [ReplicaMsg] {
                 next_undecided: Slot(0),
                 stable_seq: Seq(0),
                 suspects: false,
+                awaits_new_view: false,
             }),
             ReplicaMsg::Decided(Decided {
                 lane: LaneId(0),
@@ -884,6 +885,7 @@ fn forge(s: &Setup, k: &Knobs) -> (u32, ReplicaMsg) {
             next_undecided: Slot(slot),
             stable_seq: Seq(k.seq),
             suspects: k.variant.is_multiple_of(2),
+            awaits_new_view: false,
         }),
         7 => ReplicaMsg::Decided(Decided {
             lane: LaneId(lane),

@@ -161,6 +161,7 @@ fn lagging_replica_fetches_state_in_chunks_and_resumes_at_the_checkpoint() {
             next_undecided: Slot(2),
             stable_seq: Seq(2),
             suspects: false,
+            awaits_new_view: false,
         };
         msg(&mut r, 1, peer, ReplicaMsg::Status(status));
     }
@@ -211,6 +212,7 @@ fn lagging_replica_fetches_state_in_chunks_and_resumes_at_the_checkpoint() {
             view: chorus_core::View(0),
             next_undecided: Slot(2),
             suspects: false,
+            awaits_new_view: false,
         }],
     });
     assert_eq!(
@@ -238,6 +240,7 @@ fn a_snapshot_that_does_not_match_its_certificate_is_discarded_and_fetched_again
             next_undecided: Slot(2),
             stable_seq: Seq(2),
             suspects: false,
+            awaits_new_view: false,
         };
         msg(&mut r, 1, peer, ReplicaMsg::Status(status));
     }
@@ -479,5 +482,6 @@ fn lane0_status_at_genesis() -> ReplicaMsg {
         next_undecided: Slot(2),
         stable_seq: Seq(0),
         suspects: false,
+        awaits_new_view: false,
     })
 }

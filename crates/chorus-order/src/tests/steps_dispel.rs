@@ -214,6 +214,7 @@ fn status_from(r: &mut Replica, now: u64, from: u32, next_epoch: u64) {
         next_undecided: chorus_core::Slot(next_epoch),
         stable_seq: chorus_core::Seq(0),
         suspects: false,
+        awaits_new_view: false,
     };
     super::util::msg(r, now, from, ReplicaMsg::Status(st));
 }

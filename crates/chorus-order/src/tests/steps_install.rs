@@ -151,6 +151,7 @@ fn a_failed_install_keeps_prepared_certificates_and_a_byzantine_new_view_cannot_
             next_undecided: Slot(2),
             stable_seq: Seq(2),
             suspects: false,
+            awaits_new_view: false,
         };
         msg(&mut r2, 10, peer, ReplicaMsg::Status(status));
     }
@@ -299,6 +300,7 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
             next_undecided: Slot(2),
             stable_seq: Seq(2),
             suspects: false,
+            awaits_new_view: false,
         };
         msg(&mut r2, 10, peer, ReplicaMsg::Status(status));
     }

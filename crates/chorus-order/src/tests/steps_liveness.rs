@@ -162,6 +162,7 @@ fn status(stable: u64) -> ReplicaMsg {
         next_undecided: Slot(0),
         stable_seq: Seq(stable),
         suspects: false,
+        awaits_new_view: false,
     })
 }
 
@@ -578,6 +579,7 @@ fn a_timeout_certificate_moves_a_replica_that_saw_progress() {
             next_undecided: Slot(1),
             stable_seq: Seq(0),
             suspects: false,
+            awaits_new_view: false,
         }),
     );
     let relayed: Vec<u32> = sends(&e)

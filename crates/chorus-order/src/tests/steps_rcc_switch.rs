@@ -384,6 +384,7 @@ fn an_installed_snapshot_brings_the_assignment_table_with_it() {
             next_undecided: Slot(4),
             stable_seq: Seq(16),
             suspects: false,
+            awaits_new_view: false,
         };
         msg(&mut r2, 10, peer, ReplicaMsg::Status(status));
     }

@@ -72,6 +72,7 @@ fn status(view: u64, next: u64) -> ReplicaMsg {
         next_undecided: Slot(next),
         stable_seq: chorus_core::Seq(0),
         suspects: false,
+        awaits_new_view: false,
     })
 }
 
@@ -350,16 +351,42 @@ fn no_view_change_omits_a_slot_prepared_above_the_recovered_window() {
         "a VIEW-CHANGE from the old window would omit slot {w}: {:?}",
         kinds(&e)
     );
-    // Status ticks do not send it either while the records still wait.
+    // Status ticks do not send it either while the records still wait; our
+    // status asks peers already in view 1 for its NEW-VIEW instead.
     let tick = n1.handle(400, Event::Timer(TimerId::Status));
     assert!(!broadcasts(&tick)
         .iter()
         .any(|m| matches!(m, ReplicaMsg::ViewChange(_))));
+    let asks = broadcasts(&tick).into_iter().any(|m| match m {
+        ReplicaMsg::Statuses(b) => b.lanes.iter().any(|l| l.view == View(1) && l.awaits_new_view),
+        ReplicaMsg::Status(st) => st.view == View(1) && st.awaits_new_view,
+        _ => false,
+    });
+    assert!(asks, "{:?}", kinds(&tick));
 
-    // The NEW-VIEW of view 1 from checkpoint w reaches us: the window
+    // A peer in view 1 answers such a status with its NEW-VIEW, which
     // covers slot w again.
     let stable = s.checkpoint_cert(w, chorus_core::Digest::of(b"state"), &[0, 2, 3]);
     let nv = s.new_view_from_checkpoint(1, 1, &[0, 2, 3], &stable);
+    let mut n0 = Node::new(&s, 0);
+    n0.msg(450, 1, ReplicaMsg::NewView(nv));
+    let answer = n0.msg(
+        460,
+        1,
+        ReplicaMsg::Status(Status {
+            lane: L0,
+            view: View(1),
+            next_undecided: Slot(0),
+            stable_seq: chorus_core::Seq(0),
+            suspects: false,
+            awaits_new_view: true,
+        }),
+    );
+    let resent = sends(&answer).into_iter().find_map(|(to, m)| match m {
+        ReplicaMsg::NewView(nv) if to == ReplicaId(1) => Some(nv),
+        _ => None,
+    });
+    let nv = resent.expect("the NEW-VIEW re-sent to the replica that asked");
     n1.msg(500, 0, ReplicaMsg::NewView(nv));
     assert_eq!(n1.r.lane(L0).map(|l| l.low()), Some(Slot(w)));
     // Peers move to view 2; our VIEW-CHANGE now carries the learnt

@@ -20,6 +20,7 @@ fn entry(lane: u32, next_undecided: u64) -> LaneProgress {
         view: View(0),
         next_undecided: Slot(next_undecided),
         suspects: false,
+        awaits_new_view: false,
     }
 }
 

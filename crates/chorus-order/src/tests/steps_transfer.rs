@@ -41,6 +41,7 @@ fn status(r: &mut Replica, now: u64, from: u32, stable: u64) {
         next_undecided: Slot(stable),
         stable_seq: Seq(stable),
         suspects: false,
+        awaits_new_view: false,
     };
     handle(
         r,
@@ -216,6 +217,7 @@ fn a_replica_that_installed_a_checkpoint_votes_for_it() {
             next_undecided: Slot(2),
             stable_seq: Seq(0),
             suspects: false,
+            awaits_new_view: false,
         };
         handle(
             &mut r4,

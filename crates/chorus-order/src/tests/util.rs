@@ -363,6 +363,7 @@ pub fn peer_gave_up(
             next_undecided: chorus_core::Slot(next_undecided),
             stable_seq: chorus_core::Seq(0),
             suspects: true,
+            awaits_new_view: false,
         }),
     );
     let others = (0..cfg.n() as u32).filter(|i| *i != me && *i != from);
