@@ -298,6 +298,41 @@ fn a_claim_backed_only_by_a_full_q_set_is_not_reproposed() {
     }
 }
 
+/// The first review's stall: c1 prepared `d` in view 1; c2 and c3
+/// pre-prepared it too, then four fresh batches in views 2–5, evicting `d`
+/// from their Q sets; z claims another batch. A2 for `d` fails, and c1's
+/// claim used to block B for ever. c2 and c3 (f+1) moved on past view 1,
+/// so `d` did not commit there: both old claims read as none, B holds.
+#[test]
+fn a_claim_that_f_plus_1_moved_on_from_is_read_as_none() {
+    let s = mac_setup();
+    let d = s.batch(0, 1..2);
+    let y = s.batch(1, 1..2);
+    let mut full: Vec<PrePrepared> = (2..6).map(|v| q(0, &s.batch(0, v * 10..v * 10 + 1), v)).collect();
+    full.sort_by_key(|e| e.digest);
+    let c1 = vc(&s, 1, 6, vec![claim(&s, 0, 1, 0, &d)], vec![q(0, &d, 1)]);
+    let c2 = vc(&s, 2, 6, vec![], full.clone());
+    let c3 = vc(&s, 3, 6, vec![], full);
+    let z = vc(&s, 0, 6, vec![claim(&s, 0, 1, 0, &y)], vec![q(0, &y, 1)]);
+    let plan = plan_new_view(&s.cfg, &[c1, c2, c3, z]).expect("decidable with every view change");
+    assert_eq!(plan.reproposals[0].digest, Batch::noop_digest());
+}
+
+/// f view changes that say they moved on (the Byzantine ones, say) refute
+/// nothing: `d`, prepared by c1 and backed by c2, is kept.
+#[test]
+fn f_later_pre_prepares_do_not_refute_a_claim() {
+    let s = mac_setup();
+    let d = s.batch(0, 1..2);
+    let x = s.batch(1, 1..2);
+    let c1 = vc(&s, 1, 6, vec![claim(&s, 0, 1, 0, &d)], vec![q(0, &d, 1)]);
+    let c2 = vc(&s, 2, 6, vec![], vec![q(0, &d, 1)]);
+    let z = vc(&s, 3, 6, vec![claim(&s, 3, 5, 0, &x)], vec![q(0, &x, 5)]);
+    let c0 = vc(&s, 0, 6, vec![], vec![]);
+    let plan = plan_new_view(&s.cfg, &[c1, c2, z, c0]).expect("decidable");
+    assert_eq!(plan.reproposals[0].digest, d.digest());
+}
+
 #[test]
 fn the_q_set_keeps_the_highest_views_and_their_batches() {
     use crate::lane::slot::SlotState;
