@@ -96,7 +96,9 @@ pub fn plan_new_view(cfg: &ClusterConfig, vcs: &[ViewChange]) -> Option<NewViewP
 /// `d`, by induction); any 2f+1 view changes include one of them, so B
 /// fails, and A1 for another digest `d'` needs a view `v' > w ≥ v`, for
 /// which A2 needs a correct replica that pre-prepared `d'` at `n` in a view
-/// above `v`: none did. Liveness: with every correct replica's view change
+/// above `v`: none did. (The claims of `d`'s preparers are never `refuted`:
+/// that needs a correct replica that pre-prepared another digest at `n`
+/// above their view, which the same induction rules out.) Liveness: with every correct replica's view change
 /// the highest view a correct replica prepared in passes A1 and A2 (the f+1
 /// correct replicas that pre-prepared it keep its Q entry), or B holds —
 /// as long as they kept it: a replica keeps `MAX_PRE_PREPARED_PER_SLOT`
