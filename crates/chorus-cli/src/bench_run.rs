@@ -28,6 +28,8 @@ pub struct RunResult {
     pub cores: usize,
     /// Threads of the load generator (0 in simulated rows).
     pub client_threads: usize,
+    /// How the replicas authenticated prepares (`signature` or `mac`).
+    pub prepare_auth: String,
     pub n: usize,
     pub mode: String,
     pub pillars: u32,
@@ -341,6 +343,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
             .unwrap_or(0),
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         client_threads: a.load_threads(),
+        prepare_auth: config.params.prepare_auth.name().into(),
         n: config.n(),
         mode: format!("{:?}", config.params.mode).to_lowercase(),
         pillars: config.params.pillars,

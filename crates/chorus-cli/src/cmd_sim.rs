@@ -349,6 +349,7 @@ fn write_perf(
                 .map_or(0, |d| d.as_secs()),
             cores: model.shared_cores.unwrap_or(model.cores) as usize,
             client_threads: 0,
+            prepare_auth: a.prepare_auth.clone(),
             n: a.n,
             mode: format!("{:?}", a.mode).to_lowercase(),
             pillars: a.partitions.unwrap_or(a.pillars),
