@@ -42,4 +42,6 @@ pub use config::{DbftConfig, Variant};
 pub use counters::{Counters, DropReason};
 pub use engine::{Action, Dbft, Event, SlotDecision, TimerId};
 pub use epoch::EpochState;
-pub use msg::{BinMsg, BinSet, DbftMsg, Epoch, InstanceId, Round};
+pub use msg::{
+    BinMsg, BinSet, DbftBundle, DbftMsg, Epoch, InstanceId, Round, MAX_BUNDLE_MSGS, SMALL_MSG_MAX_BYTES,
+};

@@ -145,6 +145,12 @@ impl DbftMsg {
         }
     }
 
+    /// Every message but the two that carry a batch: what senders coalesce
+    /// into bundles (a batch goes alone and at once).
+    pub fn is_small(&self) -> bool {
+        !matches!(self, DbftMsg::RbInit { .. } | DbftMsg::BatchResponse { .. })
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             DbftMsg::RbInit { .. } => "rb-init",
@@ -207,6 +213,56 @@ impl DbftMsg {
                 }
             }
         }
+    }
+}
+
+/// Most messages one bundle carries (P14: bounded).
+pub const MAX_BUNDLE_MSGS: usize = 4_096;
+
+/// Upper bound on the encoding of one small message ([`DbftMsg::is_small`]):
+/// tag bytes, an epoch (≤ 10-byte varint), a proposer or slot (≤ 5), a
+/// digest (32) and a round or value: under 60 bytes. A bundle of k small
+/// messages is at most `5 + 64 k` bytes, which is how senders keep bundles
+/// inside the frame limit (`DbftBundle::max_small_for`).
+pub const SMALL_MSG_MAX_BYTES: usize = 64;
+
+/// Several DBFT messages in one frame: one MAC, one decode, one event for
+/// the receiver, instead of one each. DBFT sends O(n) small votes per
+/// instance and n instances per epoch, so an epoch is O(n³) messages; a
+/// replica that coalesces what it sends per peer pays per frame O(n²) per
+/// epoch (issue 15: Dispel at n ≥ 64). The messages are handled in order,
+/// exactly as if they had arrived one by one (the engine assumes reliable,
+/// not FIFO, links; coalescing only delays).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DbftBundle(pub Vec<DbftMsg>);
+
+/// The encoding of a `DbftBundle` from a borrowed slice (same bytes).
+#[derive(Serialize)]
+struct BundleRef<'a>(&'a [DbftMsg]);
+
+impl DbftBundle {
+    pub fn encode(msgs: &[DbftMsg]) -> Vec<u8> {
+        debug_assert!(!msgs.is_empty() && msgs.len() <= MAX_BUNDLE_MSGS);
+        chorus_core::encode(&BundleRef(msgs))
+    }
+
+    /// Small messages a bundle may carry inside `max_frame_bytes`.
+    pub fn max_small_for(max_frame_bytes: usize) -> usize {
+        (max_frame_bytes.saturating_sub(16) / SMALL_MSG_MAX_BYTES).clamp(1, MAX_BUNDLE_MSGS)
+    }
+}
+
+/// Decoding support: empty or oversized bundles are refused, and every
+/// message is checked as alone.
+impl Validate for DbftBundle {
+    fn validate(&self, l: &Limits) -> Result<(), CodecError> {
+        if self.0.is_empty() {
+            return Err(CodecError::Invalid("empty dbft bundle"));
+        }
+        if self.0.len() > MAX_BUNDLE_MSGS {
+            return Err(CodecError::Invalid("dbft bundle too long"));
+        }
+        self.0.iter().try_for_each(|m| m.validate(l))
     }
 }
 
@@ -318,5 +374,102 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] = 3;
         assert!(chorus_core::decode::<DbftMsg>(&bytes, &l).is_err());
+    }
+
+    /// The bound senders size bundles by holds for the largest small message
+    /// of every kind, and a full bundle fits its frame.
+    #[test]
+    fn small_messages_stay_under_the_bundle_bound() {
+        let big = |_| -> Vec<DbftMsg> {
+            let (epoch, p, d) = (u64::MAX, ReplicaId(u32::MAX), Digest::of(b"x"));
+            let inst = InstanceId { epoch, slot: p };
+            vec![
+                DbftMsg::RbEcho {
+                    epoch,
+                    proposer: p,
+                    digest: d,
+                },
+                DbftMsg::RbReady {
+                    epoch,
+                    proposer: p,
+                    digest: d,
+                },
+                DbftMsg::BatchRequest {
+                    epoch,
+                    proposer: p,
+                    digest: d,
+                },
+                DbftMsg::Bin {
+                    inst,
+                    msg: BinMsg::BVal {
+                        round: u32::MAX,
+                        value: true,
+                    },
+                },
+                DbftMsg::Bin {
+                    inst,
+                    msg: BinMsg::Coord {
+                        round: u32::MAX,
+                        value: true,
+                    },
+                },
+                DbftMsg::Bin {
+                    inst,
+                    msg: BinMsg::Aux {
+                        round: u32::MAX,
+                        values: BinSet::Both,
+                    },
+                },
+                DbftMsg::Bin {
+                    inst,
+                    msg: BinMsg::Decided { value: true },
+                },
+            ]
+        };
+        for m in big(()) {
+            assert!(m.is_small());
+            assert!(chorus_core::encode(&m).len() <= SMALL_MSG_MAX_BYTES, "{m:?}");
+        }
+        for frame in [64 * 1024, 16 << 20, 100] {
+            let k = DbftBundle::max_small_for(frame);
+            let msgs: Vec<DbftMsg> = big(()).into_iter().cycle().take(k).collect();
+            let bytes = DbftBundle::encode(&msgs);
+            assert!(
+                bytes.len() <= frame.max(SMALL_MSG_MAX_BYTES + 16),
+                "{frame}: {}",
+                bytes.len()
+            );
+        }
+    }
+
+    #[test]
+    fn bundles_round_trip_and_refuse_empty_and_bad_members() {
+        let l = DbftConfig::new(4).limits();
+        let inst = InstanceId {
+            epoch: 3,
+            slot: ReplicaId(1),
+        };
+        let ok = DbftMsg::Bin {
+            inst,
+            msg: BinMsg::BVal {
+                round: 1,
+                value: true,
+            },
+        };
+        let bytes = DbftBundle::encode(&[ok.clone(), ok.clone()]);
+        assert_eq!(
+            chorus_core::decode::<DbftBundle>(&bytes, &l).unwrap(),
+            DbftBundle(vec![ok.clone(), ok.clone()])
+        );
+        assert!(chorus_core::decode::<DbftBundle>(&chorus_core::encode(&DbftBundle(vec![])), &l).is_err());
+        let bad = DbftMsg::Bin {
+            inst: InstanceId {
+                epoch: 3,
+                slot: ReplicaId(4),
+            },
+            msg: BinMsg::Decided { value: true },
+        };
+        let bytes = chorus_core::encode(&DbftBundle(vec![ok, bad]));
+        assert!(chorus_core::decode::<DbftBundle>(&bytes, &l).is_err());
     }
 }

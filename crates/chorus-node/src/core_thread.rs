@@ -78,6 +78,9 @@ impl CoreThread {
         if let Some(p) = self.predictor {
             replica.set_predictor(p);
         }
+        // This loop handles what its inbox holds, then writes: the replica
+        // may hold small messages until then (`Replica::end_of_burst`).
+        replica.set_burst_mode(true);
         driver.perform(&mut out)?;
         let mut last_status = Instant::now();
         // Status and metrics are published on this tick even without
@@ -93,6 +96,7 @@ impl CoreThread {
                 _ = status_tick.tick() => {}
                 Some(msg) = self.from_exec.recv() => {
                     feed(&mut replica, driver.now(), msg, &mut out);
+                    replica.end_of_burst(driver.now(), &mut out);
                     driver.perform(&mut out)?;
                 }
                 msg = self.input.recv() => {
@@ -110,6 +114,7 @@ impl CoreThread {
                             Err(_) => break,
                         }
                     }
+                    replica.end_of_burst(driver.now(), &mut out);
                     driver.perform(&mut out)?;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
@@ -120,6 +125,7 @@ impl CoreThread {
                         driver.timers.remove(&id);
                         replica.handle(now, Event::Timer(id), &mut out);
                     }
+                    replica.end_of_burst(now, &mut out);
                     driver.perform(&mut out)?;
                 }
             }

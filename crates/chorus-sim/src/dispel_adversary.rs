@@ -11,15 +11,41 @@
 //! DBFT is signature-free, so nothing is re-signed: the channel authenticates.
 
 use chorus_core::{Batch, DbftWire, Digest, ReplicaId};
-use chorus_dbft::{BinMsg, BinSet, DbftConfig, DbftMsg};
+use chorus_dbft::{BinMsg, BinSet, DbftBundle, DbftConfig, DbftMsg};
 
-fn decode(w: &DbftWire, n: usize) -> Option<DbftMsg> {
-    chorus_core::decode::<DbftMsg>(&w.bytes, &DbftConfig::new(n).limits()).ok()
+fn decode(w: &DbftWire, n: usize) -> Option<Vec<DbftMsg>> {
+    chorus_core::decode::<DbftBundle>(&w.bytes, &DbftConfig::new(n).limits())
+        .ok()
+        .map(|b| b.0)
 }
 
-fn wire(m: &DbftMsg) -> DbftWire {
+fn wire(msgs: &[DbftMsg]) -> DbftWire {
     DbftWire {
-        bytes: bytes::Bytes::from(chorus_core::encode(m)),
+        bytes: bytes::Bytes::from(DbftBundle::encode(msgs)),
+    }
+}
+
+/// Every message of the bundle through `lie` (None: sent as it was).
+/// Whether any changed.
+fn map_bundle(w: DbftWire, n: usize, mut lie: impl FnMut(&DbftMsg) -> Option<DbftMsg>) -> (DbftWire, bool) {
+    let Some(msgs) = decode(&w, n) else {
+        return (w, false);
+    };
+    let mut changed = false;
+    let out: Vec<DbftMsg> = msgs
+        .into_iter()
+        .map(|m| match lie(&m) {
+            Some(other) => {
+                changed = true;
+                other
+            }
+            None => m,
+        })
+        .collect();
+    if changed {
+        (wire(&out), true)
+    } else {
+        (w, false)
     }
 }
 
@@ -36,29 +62,29 @@ pub fn equivocate(
     to: ReplicaId,
     alt: impl Fn(&Batch) -> Option<Batch>,
 ) -> (DbftWire, bool) {
-    let Some(m) = decode(&w, n) else { return (w, false) };
-    let changed = match m {
-        DbftMsg::RbInit { epoch, batch } if in_group(epoch, to) => match alt(&batch) {
-            Some(b) => DbftMsg::RbInit { epoch, batch: b },
-            None => return (w, false),
-        },
+    map_bundle(w, n, |m| match *m {
+        DbftMsg::RbInit { epoch, ref batch } if in_group(epoch, to) => {
+            alt(batch).map(|b| DbftMsg::RbInit { epoch, batch: b })
+        }
         DbftMsg::Bin {
             inst,
             msg: BinMsg::Coord { round, value },
-        } if in_group(inst.epoch, to) => DbftMsg::Bin {
+        } if in_group(inst.epoch, to) => Some(DbftMsg::Bin {
             inst,
             msg: BinMsg::Coord { round, value: !value },
-        },
-        _ => return (w, false),
-    };
-    (wire(&changed), true)
+        }),
+        _ => None,
+    })
 }
 
 /// Echo/ready for a hash never broadcast; BV/AUX for the other value.
 pub fn conflicting(w: DbftWire, n: usize, to: ReplicaId) -> (DbftWire, bool) {
-    let Some(m) = decode(&w, n) else { return (w, false) };
+    map_bundle(w, n, |m| conflicting_one(m.clone(), to))
+}
+
+fn conflicting_one(m: DbftMsg, to: ReplicaId) -> Option<DbftMsg> {
     if !in_group(m.epoch(), to) {
-        return (w, false);
+        return None;
     }
     let fake = |d: Digest| Digest::of_parts("byzantine dbft digest", &[d.as_bytes()]);
     let changed = match m {
@@ -101,9 +127,9 @@ pub fn conflicting(w: DbftWire, n: usize, to: ReplicaId) -> (DbftWire, bool) {
                 },
             },
         },
-        _ => return (w, false),
+        _ => return None,
     };
-    (wire(&changed), true)
+    Some(changed)
 }
 
 #[cfg(test)]
@@ -123,17 +149,47 @@ mod tests {
                 values: BinSet::One,
             },
         };
-        let outs: Vec<(DbftWire, bool)> = (0..4).map(|r| conflicting(wire(&m), 4, ReplicaId(r))).collect();
+        let outs: Vec<(DbftWire, bool)> = (0..4)
+            .map(|r| conflicting(wire(std::slice::from_ref(&m)), 4, ReplicaId(r)))
+            .collect();
         assert!(outs.iter().any(|o| o.1) && outs.iter().any(|o| !o.1));
         assert_eq!(
-            conflicting(wire(&m), 4, ReplicaId(0)),
-            conflicting(wire(&m), 4, ReplicaId(0))
+            conflicting(wire(std::slice::from_ref(&m)), 4, ReplicaId(0)),
+            conflicting(wire(std::slice::from_ref(&m)), 4, ReplicaId(0))
         );
         let init = DbftMsg::RbInit {
             epoch: 2,
             batch: Batch::noop(),
         };
-        let (w, changed) = equivocate(wire(&init), 4, ReplicaId(0), |_| None);
-        assert!(!changed && w == wire(&init), "no alternative batch: sent as is");
+        let (w, changed) = equivocate(wire(std::slice::from_ref(&init)), 4, ReplicaId(0), |_| None);
+        assert!(
+            !changed && w == wire(std::slice::from_ref(&init)),
+            "no alternative batch: sent as is"
+        );
+    }
+
+    /// Bundles are attacked message by message: the lie reaches every
+    /// vote a bundle carries, the rest travel unchanged.
+    #[test]
+    fn every_message_of_a_bundle_is_attacked() {
+        let aux = |epoch, slot| DbftMsg::Bin {
+            inst: InstanceId {
+                epoch,
+                slot: ReplicaId(slot),
+            },
+            msg: BinMsg::Aux {
+                round: 1,
+                values: BinSet::One,
+            },
+        };
+        // Epoch 4 to replica 0 is in the lied-to half, epoch 5 is not.
+        let msgs = vec![aux(4, 0), aux(5, 1), aux(4, 2)];
+        let (w, changed) = conflicting(wire(&msgs), 4, ReplicaId(0));
+        assert!(changed);
+        let got = decode(&w, 4).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_ne!(got[0], msgs[0]);
+        assert_eq!(got[1], msgs[1]);
+        assert_ne!(got[2], msgs[2]);
     }
 }

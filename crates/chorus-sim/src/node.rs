@@ -77,6 +77,14 @@ pub trait SimReplica: Sized {
 
     /// sarek: PREDICT() for routing requests to partition lanes.
     fn set_predictor(&mut self, _p: chorus_order::sarek::Predictor) {}
+
+    /// The simulator ends every burst (`Replica::set_burst_mode`): a
+    /// replica may hold messages until `end_of_burst`.
+    fn set_burst_mode(&mut self, _on: bool) {}
+    fn holds_messages(&self) -> bool {
+        false
+    }
+    fn end_of_burst(&mut self, _now: Millis, _out: &mut Outbox) {}
 }
 
 /// The volatile part of a replica.
@@ -91,6 +99,11 @@ pub struct Live<R> {
     /// Batches a custom executor received since its last barrier (their
     /// results are not handed out yet: `world_replica::deliver`).
     pub exec_unflushed: u32,
+    /// An `Ev::BurstEnd` is scheduled for the messages the replica holds.
+    pub burst_scheduled: bool,
+    /// Events handled since the replica began holding messages (the
+    /// runtime ends a burst after at most `BURST_MAX_EVENTS`).
+    pub burst_events: u32,
 }
 
 impl<R> Live<R> {
@@ -101,6 +114,8 @@ impl<R> Live<R> {
             timers: BTreeMap::new(),
             pending_checkpoints: BTreeSet::new(),
             exec_unflushed: 0,
+            burst_scheduled: false,
+            burst_events: 0,
         }
     }
 }

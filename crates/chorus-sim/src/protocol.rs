@@ -51,6 +51,18 @@ impl SimReplica for Replica {
         Replica::set_predictor(self, p)
     }
 
+    fn set_burst_mode(&mut self, on: bool) {
+        Replica::set_burst_mode(self, on)
+    }
+
+    fn holds_messages(&self) -> bool {
+        Replica::holds_messages(self)
+    }
+
+    fn end_of_burst(&mut self, now: Millis, out: &mut Outbox) {
+        Replica::end_of_burst(self, now, out)
+    }
+
     fn lane_views(&self) -> Vec<(u64, bool)> {
         let s = self.status();
         s.views

@@ -3,26 +3,32 @@
 //! shortened to their request count.
 
 use chorus_core::{DbftWire, Limits, ReplicaMsg};
-use chorus_dbft::DbftMsg;
+use chorus_dbft::{DbftBundle, DbftMsg};
 use chorus_order::{Action, Event};
 
 fn dbft(w: &DbftWire, l: &Limits) -> String {
-    match chorus_core::decode::<DbftMsg>(&w.bytes, l) {
-        Ok(DbftMsg::RbInit { epoch, batch }) => {
+    match chorus_core::decode::<DbftBundle>(&w.bytes, l) {
+        Ok(b) => b.0.iter().map(dbft_one).collect::<Vec<_>>().join("; "),
+        Err(e) => format!("dbft undecodable ({e})"),
+    }
+}
+
+fn dbft_one(m: &DbftMsg) -> String {
+    match m {
+        DbftMsg::RbInit { epoch, batch } => {
             format!("dbft rb-init e{epoch} {} requests", batch.requests.len())
         }
-        Ok(DbftMsg::BatchResponse {
+        DbftMsg::BatchResponse {
             epoch,
             proposer,
             batch,
-        }) => {
+        } => {
             format!(
                 "dbft batch-response e{epoch} of {proposer:?} {} requests",
                 batch.requests.len()
             )
         }
-        Ok(m) => format!("dbft {m:?}"),
-        Err(e) => format!("dbft undecodable ({e})"),
+        m => format!("dbft {m:?}"),
     }
 }
 

@@ -127,6 +127,12 @@ pub(crate) enum Ev {
         node: usize,
         incarnation: u64,
     },
+    /// `node`'s core has handled everything that arrived before now: its
+    /// burst is over, it sends the messages it held (`world_replica::on_burst_end`).
+    BurstEnd {
+        node: usize,
+        incarnation: u64,
+    },
 }
 
 impl Ev {
@@ -146,6 +152,7 @@ impl Ev {
             Ev::ExecFlush { node, .. } => (11, *node as u64),
             Ev::RequestBundle { to, .. } => (12, *to as u64),
             Ev::ReplyBundle { client, .. } => (13, *client as u64),
+            Ev::BurstEnd { node, .. } => (14, *node as u64),
         }
     }
 }
@@ -189,6 +196,8 @@ pub struct World<R: SimReplica> {
     pub(crate) extra: crate::checker_extra::Extra,
     /// The rcc checkers' measurements (`rcc_stats.rs`).
     pub(crate) rcc_obs: crate::rcc_stats::RccObserver,
+    /// Nodes that began holding messages in the event being dispatched.
+    pub(crate) burst_dirty: Vec<usize>,
     /// Each node's current service instance (for the service invariant).
     services: Vec<Option<Arc<dyn Service>>>,
     /// Checked mode: the access-set violations of every instance any node ran.
@@ -269,6 +278,7 @@ impl<R: SimReplica> World<R> {
             events: 0,
             extra,
             rcc_obs: Default::default(),
+            burst_dirty: Vec::new(),
             services: Vec::new(),
             access_logs: Vec::new(),
             streams: Default::default(),
@@ -503,9 +513,11 @@ impl<R: SimReplica> World<R> {
             });
             self.dispatch_now(ev);
             self.perf_finish(start);
+            self.schedule_burst_ends();
             return;
         }
         self.dispatch_now(ev);
+        self.schedule_burst_ends();
     }
 
     fn dispatch_now(&mut self, ev: Ev) {
@@ -537,6 +549,7 @@ impl<R: SimReplica> World<R> {
             Ev::Delayed { node, to, msg } => self.on_delayed(node, to, msg),
             Ev::RccWake { node } => self.on_rcc_wake(node),
             Ev::ExecFlush { node, incarnation } => self.on_exec_flush(node, incarnation),
+            Ev::BurstEnd { node, incarnation } => self.on_burst_end(node, incarnation),
         }
     }
 
@@ -1053,6 +1066,7 @@ impl<R: SimReplica> World<R> {
                     _ => None,
                 },
             ),
+            Ev::BurstEnd { node, .. } => (*node, None),
             // On shared cores the client runs on the same machine.
             Ev::Reply { .. } | Ev::ReplyBundle { .. } if perf.model.shared_cores.is_some() => (0, None),
             _ => return None,
@@ -1068,6 +1082,8 @@ impl<R: SimReplica> World<R> {
             Ev::Reply { .. } => c.client_reply_ns,
             Ev::RequestBundle { requests, .. } => (c.recv_ns + c.admit_ns) * requests.len() as u64,
             Ev::ReplyBundle { replies, .. } => c.client_reply_ns * replies.len() as u64,
+            // Only its sends cost (charged as they are made).
+            Ev::BurstEnd { .. } => 0,
             _ => c.timer_ns,
         }
     }

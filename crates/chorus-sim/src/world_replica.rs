@@ -28,6 +28,9 @@ const FOLLOW_UPS_MAX: usize = 10_000;
 const EXEC_OVERLAP: u32 = 4;
 /// …and how long after the first of them it waits at the latest.
 const EXEC_FLUSH_US: crate::queue::Micros = 500;
+/// The runtime's core loop handles at most this many queued inputs before
+/// it writes (`chorus-node` `core_thread.rs`: the first plus 256).
+const BURST_MAX_EVENTS: u32 = 257;
 
 impl<R: SimReplica> World<R> {
     /// Boot a replica at the start of the run.
@@ -45,7 +48,81 @@ impl<R: SimReplica> World<R> {
         let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
+        self.set_burst_mode(i);
         self.perform(i, out);
+        self.note_held(i);
+    }
+
+    /// The simulator ends every burst (`schedule_burst_ends`), as the
+    /// runtime's core loop does.
+    fn set_burst_mode(&mut self, i: usize) {
+        if let Some(live) = self.nodes[i].live.as_mut() {
+            live.replica.set_burst_mode(true);
+        }
+    }
+
+    /// After a step: if the replica holds messages, its burst needs an end.
+    fn note_held(&mut self, i: usize) {
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        if !live.replica.holds_messages() {
+            return;
+        }
+        live.burst_events += 1;
+        if !live.burst_scheduled {
+            live.burst_scheduled = true;
+            self.burst_dirty.push(i);
+        }
+    }
+
+    /// Schedule the end of every burst the dispatched event began: at once
+    /// without the resource model (after the events already due now), else
+    /// when the node's core has done the work queued so far (the runtime
+    /// handles what its inbox holds, then writes).
+    pub(crate) fn schedule_burst_ends(&mut self) {
+        for i in std::mem::take(&mut self.burst_dirty) {
+            let incarnation = self.nodes[i].incarnation;
+            let at = self.burst_end_at(i);
+            self.schedule(at, Ev::BurstEnd { node: i, incarnation });
+        }
+    }
+
+    fn burst_end_at(&self, i: usize) -> crate::queue::Micros {
+        let now = self.now_us();
+        match self.perf.as_ref() {
+            Some(p) => {
+                let core = p.core_for(i, None, self.config.lanes());
+                p.start_at(i, core, now)
+            }
+            None => now,
+        }
+    }
+
+    pub(crate) fn on_burst_end(&mut self, i: usize, incarnation: u64) {
+        if self.nodes[i].incarnation != incarnation {
+            return;
+        }
+        let at = self.burst_end_at(i);
+        let now = self.now_us();
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        if at > now && live.burst_events < BURST_MAX_EVENTS {
+            // Events that arrived meanwhile still wait for the core.
+            self.schedule(at, Ev::BurstEnd { node: i, incarnation });
+            return;
+        }
+        live.burst_scheduled = false;
+        live.burst_events = 0;
+        let ms = self.nodes[i].clock.local_ms(now);
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        let mut out = Outbox::new();
+        live.replica.end_of_burst(ms, &mut out);
+        self.perform(i, out);
+        self.note_held(i);
     }
 
     /// sarek: the replica routes requests by the service's PREDICT().
@@ -102,11 +179,13 @@ impl<R: SimReplica> World<R> {
         let executor = self.make_executor(i);
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
+        self.set_burst_mode(i);
         self.checker.restarted(self.nodes[i].replica_id);
         self.streams.reset(self.nodes[i].replica_id);
         self.extra.executor_reset(self.nodes[i].replica_id);
         self.counters.note("restart");
         self.perform(i, out);
+        self.note_held(i);
     }
 
     pub(crate) fn on_message(&mut self, i: usize, from: ReplicaId, msg: ReplicaMsg) {
@@ -208,6 +287,7 @@ impl<R: SimReplica> World<R> {
         live.replica.set_wall_clock(crate::clock::wall_ms(now));
         live.replica.handle(now, event, &mut out);
         self.perform(i, out);
+        self.note_held(i);
     }
 
     /// Perform the actions in order, then feed the follow-up events they

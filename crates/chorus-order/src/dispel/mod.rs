@@ -12,6 +12,15 @@
 //! every broadcast of a live epoch is kept and re-sent to a peer whose status
 //! shows it stalled at that epoch (spec P14: "pair the windows with
 //! retransmission").
+//!
+//! Every `ReplicaMsg::Dbft` frame is a `DbftBundle`. The small messages
+//! (votes, echoes, readies, fetch requests) one step broadcasts leave as one
+//! bundle per peer at the end of the step; a driver in burst mode
+//! (`set_burst_mode`: the runtime, which handles whatever its inbox holds
+//! before it writes) holds them until the end of the burst, so a busy
+//! replica sends one bundle per peer per burst and an idle one at once. A
+//! batch (INIT, fetch answer) leaves at once, alone. Received bundles are
+//! handled message by message, in order.
 
 pub mod pipeline;
 pub mod resend;
@@ -24,7 +33,9 @@ use chorus_core::{
     Batch, Cell, ClusterConfig, DbftWire, Identity, LaneId, Limits, Millis, ReplicaId, ReplicaMsg, Seq, Slot,
     Status, View,
 };
-use chorus_dbft::{Action as DAction, Dbft, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer};
+use chorus_dbft::{
+    Action as DAction, Dbft, DbftBundle, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer,
+};
 use resend::{PeerView, Progress};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -109,9 +120,31 @@ pub struct DispelState {
 /// One engine input as logged (the engine's `Event`, serialisable).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 enum Input {
-    Message { from: ReplicaId, msg: DbftMsg },
+    Message {
+        from: ReplicaId,
+        msg: DbftMsg,
+    },
     Timer(DTimer),
-    Propose { epoch: Epoch, batch: Batch },
+    Propose {
+        epoch: Epoch,
+        batch: Batch,
+    },
+    /// A received bundle's messages (those that passed the INIT checks),
+    /// handled in order: one log record per bundle. Appended last: logged
+    /// inputs of earlier variants keep their tags.
+    Messages {
+        from: ReplicaId,
+        msgs: Vec<DbftMsg>,
+    },
+}
+
+/// Our small broadcasts not yet sent. Not persisted: what a crash loses
+/// here is kept in `DispelState::sent` and re-sent like a lost message.
+#[derive(Clone, Debug, Default)]
+struct Coalescer {
+    pending: Vec<DbftMsg>,
+    /// Hold `pending` until `end_of_burst` (the driver promised to call it).
+    burst: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -140,11 +173,15 @@ pub struct DispelCore {
     replaying: bool,
     /// Dispel §4.2: what we sent recently, for the pipeline's idle-link test.
     meter: pipeline::SendMeter,
+    coalescer: Coalescer,
+    /// Small messages per bundle at most (fits `max_frame_bytes`).
+    bundle_cap: usize,
 }
 
-fn wire(msg: &DbftMsg) -> ReplicaMsg {
+/// A bundle of `msgs` (one or more) as a frame.
+fn wire(msgs: &[DbftMsg]) -> ReplicaMsg {
     ReplicaMsg::Dbft(DbftWire {
-        bytes: Bytes::from(chorus_core::encode(msg)),
+        bytes: Bytes::from(DbftBundle::encode(msgs)),
     })
 }
 
@@ -179,6 +216,8 @@ impl DispelCore {
             jumped: false,
             replaying: false,
             meter: pipeline::SendMeter::default(),
+            coalescer: Coalescer::default(),
+            bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
             cfg,
             me,
         }
@@ -229,32 +268,46 @@ impl DispelCore {
         hint: &dyn VerifiedHint,
         wall_ms: u64,
     ) -> DispelOutput {
-        let msg = match chorus_core::decode::<DbftMsg>(&w.bytes, &self.limits) {
-            Ok(m) => m,
+        let mut msgs = match chorus_core::decode::<DbftBundle>(&w.bytes, &self.limits) {
+            Ok(b) => b.0,
             Err(_) => {
                 cx.reject("dbft-undecodable");
                 return DispelOutput::default();
             }
         };
-        // A correct replica echoes only batches whose requests it verified
-        // (as a PBFT backup checks a pre-prepare): a delivered batch then had
-        // an echo quorum, so some correct replica vouched for every request.
-        if let DbftMsg::RbInit { batch, .. } = &msg {
-            // Nor does it echo a batch from the future: the agreed time
-            // (`ExecContext::time_ms`) stays within correct clocks + skew.
-            if crate::batch_time::from_future(batch, wall_ms, &self.cfg.params) {
-                cx.reject("batch-time-future");
-                return DispelOutput::default();
-            }
-            for r in &batch.requests {
-                if !hint.already_verified(r) && self.verifier.check(r).is_err() {
-                    cx.reject("dbft-init-bad-request");
-                    return DispelOutput::default();
-                }
+        msgs.retain(|m| self.init_acceptable(cx, m, hint, wall_ms));
+        if msgs.is_empty() {
+            return DispelOutput::default();
+        }
+        let input = match <[DbftMsg; 1]>::try_from(msgs) {
+            Ok([msg]) => Input::Message { from, msg },
+            Err(msgs) => Input::Messages { from, msgs },
+        };
+        let acts = self.feed(cx, input);
+        self.absorb(cx, acts)
+    }
+
+    /// A correct replica echoes only batches whose requests it verified
+    /// (as a PBFT backup checks a pre-prepare): a delivered batch then had
+    /// an echo quorum, so some correct replica vouched for every request.
+    /// Other messages pass.
+    fn init_acceptable(&mut self, cx: &mut Cx, m: &DbftMsg, hint: &dyn VerifiedHint, wall_ms: u64) -> bool {
+        let DbftMsg::RbInit { batch, .. } = m else {
+            return true;
+        };
+        // Nor does it echo a batch from the future: the agreed time
+        // (`ExecContext::time_ms`) stays within correct clocks + skew.
+        if crate::batch_time::from_future(batch, wall_ms, &self.cfg.params) {
+            cx.reject("batch-time-future");
+            return false;
+        }
+        for r in &batch.requests {
+            if !hint.already_verified(r) && self.verifier.check(r).is_err() {
+                cx.reject("dbft-init-bad-request");
+                return false;
             }
         }
-        let acts = self.feed(cx, Input::Message { from, msg });
-        self.absorb(cx, acts)
+        true
     }
 
     pub fn on_timer(&mut self, cx: &mut Cx) -> DispelOutput {
@@ -379,14 +432,30 @@ impl DispelCore {
     /// many.
     fn resend(&mut self, cx: &mut Cx, to: ReplicaId, epochs: std::ops::Range<Epoch>) -> usize {
         let mut sent = 0;
+        let mut small: Vec<DbftMsg> = Vec::new();
         for (_, msgs) in self.st.sent.range(epochs) {
             for m in msgs {
-                let w = wire(m);
-                self.meter.record(cx.now, wire_bytes(&w));
-                cx.out.send(to, w);
                 cx.counters.retransmissions += 1;
                 sent += 1;
+                if m.is_small() {
+                    small.push(m.clone());
+                    if small.len() < self.bundle_cap {
+                        continue;
+                    }
+                }
+                let w = if m.is_small() {
+                    wire(&std::mem::take(&mut small))
+                } else {
+                    wire(std::slice::from_ref(m))
+                };
+                self.meter.record(cx.now, wire_bytes(&w));
+                cx.out.send(to, w);
             }
+        }
+        if !small.is_empty() {
+            let w = wire(&small);
+            self.meter.record(cx.now, wire_bytes(&w));
+            cx.out.send(to, w);
         }
         sent
     }
@@ -442,6 +511,13 @@ impl DispelCore {
             Input::Message { from, msg } => DEvent::Message { from, msg },
             Input::Timer(id) => DEvent::Timer(id),
             Input::Propose { epoch, batch } => DEvent::Propose { epoch, batch },
+            Input::Messages { from, msgs } => {
+                let mut acts = Vec::new();
+                for msg in msgs {
+                    acts.extend(self.st.engine.handle(cx.now, DEvent::Message { from, msg }));
+                }
+                return acts;
+            }
         };
         self.st.engine.handle(cx.now, ev)
     }
@@ -493,6 +569,7 @@ impl DispelCore {
         }
         cx.now = real_now;
         self.replaying = false;
+        self.coalescer.pending.clear();
         o.joins
             .retain(|e| self.st.engine.epoch(*e).is_some_and(|s| !s.proposed()));
         o.joins.sort_unstable();
@@ -533,16 +610,23 @@ impl DispelCore {
             match a {
                 DAction::Send { .. } if self.replaying => {}
                 DAction::Send { to, msg } => {
-                    let w = wire(&msg);
+                    // A fetch or its answer: wanted now, by one peer.
+                    let w = wire(std::slice::from_ref(&msg));
                     self.meter.record(cx.now, wire_bytes(&w));
                     cx.out.send(to, w);
                 }
                 DAction::Broadcast { msg } => {
-                    if !self.replaying {
-                        let w = wire(&msg);
-                        let peers = self.cfg.n().saturating_sub(1) as u64;
-                        self.meter.record(cx.now, wire_bytes(&w).saturating_mul(peers));
-                        cx.out.broadcast(w);
+                    if self.replaying {
+                    } else if msg.is_small() {
+                        self.coalescer.pending.push(msg.clone());
+                        if self.coalescer.pending.len() >= self.bundle_cap {
+                            self.flush(cx);
+                        }
+                    } else {
+                        // A batch goes at once, after what waited (so peers
+                        // see our messages in the order we sent them).
+                        self.flush(cx);
+                        self.send_bundle(cx, std::slice::from_ref(&msg));
                     }
                     let kept = self.st.sent.entry(msg.epoch()).or_default();
                     if kept.len() < MAX_KEPT_PER_EPOCH {
@@ -568,8 +652,45 @@ impl DispelCore {
                 DAction::EpochReady { epoch, batches } => self.on_ready(epoch, batches, &mut o),
             }
         }
+        if !self.coalescer.burst {
+            self.flush(cx);
+        }
         self.rearm(cx);
         o
+    }
+
+    /// The driver handles events in bursts and calls `end_of_burst` after
+    /// each (`Replica::set_burst_mode`); until then small messages wait.
+    pub fn set_burst_mode(&mut self, on: bool) {
+        self.coalescer.burst = on;
+    }
+
+    /// Small messages wait for `end_of_burst`.
+    pub fn holds_messages(&self) -> bool {
+        !self.coalescer.pending.is_empty()
+    }
+
+    /// The driver's burst is over: send what waits.
+    pub fn end_of_burst(&mut self, cx: &mut Cx) {
+        self.flush(cx);
+    }
+
+    /// Every waiting small message to every peer, in bundles.
+    fn flush(&mut self, cx: &mut Cx) {
+        if self.coalescer.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.coalescer.pending);
+        for chunk in pending.chunks(self.bundle_cap) {
+            self.send_bundle(cx, chunk);
+        }
+    }
+
+    fn send_bundle(&mut self, cx: &mut Cx, msgs: &[DbftMsg]) {
+        let w = wire(msgs);
+        let peers = self.cfg.n().saturating_sub(1) as u64;
+        self.meter.record(cx.now, wire_bytes(&w).saturating_mul(peers));
+        cx.out.broadcast(w);
     }
 
     /// Every selected batch is here: every lane's slot `epoch` is decided.

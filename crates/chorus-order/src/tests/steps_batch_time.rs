@@ -149,15 +149,19 @@ fn dbft_does_not_echo_an_init_from_the_future() {
     r.set_wall_clock(WALL);
     let init = |epoch, batch| {
         ReplicaMsg::Dbft(DbftWire {
-            bytes: bytes::Bytes::from(chorus_core::encode(&DbftMsg::RbInit { epoch, batch })),
+            bytes: bytes::Bytes::from(chorus_dbft::DbftBundle::encode(&[DbftMsg::RbInit {
+                epoch,
+                batch,
+            }])),
         })
     };
     let echoed = |e: &[Action]| {
         broadcasts(e).iter().any(|m| match m {
-            ReplicaMsg::Dbft(w) => matches!(
-                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits()),
-                Ok(DbftMsg::RbEcho { .. })
-            ),
+            ReplicaMsg::Dbft(w) => chorus_core::decode::<chorus_dbft::DbftBundle>(
+                &w.bytes,
+                &chorus_dbft::DbftConfig::new(4).limits(),
+            )
+            .is_ok_and(|b| b.0.iter().any(|m| matches!(m, DbftMsg::RbEcho { .. }))),
             _ => false,
         })
     };

@@ -1,11 +1,11 @@
 //! `dispel` replica steps: what a replica sends for exact DBFT inputs, and
 //! that a restart from its records never contradicts what it sent.
 
-use super::util::{broadcasts, params, persists, replica, setup, Setup};
+use super::util::{broadcasts, handle, params, persists, replica, setup, Setup};
 use crate::io::{Action, Event, Outbox, PersistRecord};
 use crate::replica::Replica;
 use chorus_core::{DbftWire, Digest, Millis, OrderingMode, ReplicaId, ReplicaMsg};
-use chorus_dbft::DbftMsg;
+use chorus_dbft::{DbftBundle, DbftMsg};
 
 fn dispel() -> Setup {
     setup(4, 4, params(OrderingMode::Dispel, 1))
@@ -13,20 +13,24 @@ fn dispel() -> Setup {
 
 fn wire(m: &DbftMsg) -> ReplicaMsg {
     ReplicaMsg::Dbft(DbftWire {
-        bytes: bytes::Bytes::from(chorus_core::encode(m)),
+        bytes: bytes::Bytes::from(DbftBundle::encode(std::slice::from_ref(m))),
     })
 }
 
+/// The DBFT messages of a frame (a bundle).
+fn unbundle(m: &ReplicaMsg) -> Vec<DbftMsg> {
+    match m {
+        ReplicaMsg::Dbft(w) => {
+            chorus_core::decode::<DbftBundle>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits())
+                .map(|b| b.0)
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn dbft_broadcasts(actions: &[Action]) -> Vec<DbftMsg> {
-    broadcasts(actions)
-        .into_iter()
-        .filter_map(|m| match m {
-            ReplicaMsg::Dbft(w) => {
-                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits()).ok()
-            }
-            _ => None,
-        })
-        .collect()
+    broadcasts(actions).iter().flat_map(unbundle).collect()
 }
 
 fn deliver(
@@ -223,14 +227,7 @@ fn status_tick(r: &mut Replica, now: u64) -> Vec<(ReplicaId, DbftMsg)> {
     let acts = super::util::handle(r, now, Event::Timer(crate::io::TimerId::Status));
     super::util::sends(&acts)
         .into_iter()
-        .filter_map(|(to, m)| match m {
-            ReplicaMsg::Dbft(w) => {
-                chorus_core::decode::<DbftMsg>(&w.bytes, &chorus_dbft::DbftConfig::new(4).limits())
-                    .ok()
-                    .map(|m| (to, m))
-            }
-            _ => None,
-        })
+        .flat_map(|(to, m)| unbundle(&m).into_iter().map(move |m| (to, m)))
         .collect()
 }
 
@@ -277,4 +274,50 @@ fn stalled_replica_resends_its_epoch_to_a_peer_past_it() {
         vec![a.digest()],
         "stalled epoch not re-sent to the peer past it"
     );
+}
+
+/// Our bit in an epoch can be decided (0) before we propose in it: the
+/// others decided without our INIT, and the join that makes us propose
+/// comes in the same call. A request cut into that INIT would stay in
+/// flight at a decided cell for ever (nothing releases it) and its client
+/// waited for the 2 s rescue (dispel n = 32 perf run, 2026-11-26: the INIT
+/// of epoch 0 carried the request before). It must wait for our next epoch.
+#[test]
+fn a_request_is_not_cut_into_an_epoch_our_bit_already_lost() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let req = s.request(1, 1, b"x");
+    let _ = handle(&mut r, 1, Event::Request(req.clone()));
+    let decided_zero = DbftMsg::Bin {
+        inst: chorus_dbft::InstanceId {
+            epoch: 0,
+            slot: ReplicaId(1),
+        },
+        msg: chorus_dbft::BinMsg::Decided { value: false },
+    };
+    let mut acts = deliver(&mut r, &mut recs, 1, 0, &decided_zero);
+    acts.extend(deliver(&mut r, &mut recs, 1, 2, &decided_zero));
+    let inits: Vec<(u64, usize)> = dbft_broadcasts(&acts)
+        .into_iter()
+        .filter_map(|m| match m {
+            DbftMsg::RbInit { epoch, batch } => Some((epoch, batch.requests.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inits, vec![(0, 0)], "joined epoch 0 with an empty INIT");
+    // The request is still ours to propose: in the next epoch we spawn.
+    let acts = handle(
+        &mut r,
+        10,
+        Event::Timer(crate::io::TimerId::Batch(chorus_core::LaneId(1))),
+    );
+    let carried: Vec<u64> = dbft_broadcasts(&acts)
+        .into_iter()
+        .filter_map(|m| match m {
+            DbftMsg::RbInit { epoch, batch } if batch.requests.contains(&req) => Some(epoch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(carried, vec![1], "the request was proposed in epoch 1");
 }
