@@ -20,7 +20,10 @@ pub mod token_op;
 pub use kv::KvService;
 pub use kv_op::{KvOp, KvReply};
 pub use null::NullService;
-pub use options::{kv_multi_key_workload, kv_workload, service_by_name, ServiceOptions, SERVICE_NAMES};
+pub use options::{
+    kv_cross_partition_workload, kv_multi_key_workload, kv_workload, service_by_name, ServiceOptions,
+    SERVICE_NAMES,
+};
 pub use registry::{InvariantFn, ServiceEntry, ServiceFactory, ServiceRegistry, WorkloadFn};
 pub use sleep::SleepService;
 pub use token::{Genesis, TokenService};

@@ -124,6 +124,39 @@ pub fn kv_multi_key_workload(rng: &mut dyn RngCore, client: ClientId, seq: u64) 
     kv_single_key_op(rng, key, value)
 }
 
+/// Keys of `kv_cross_partition_workload`: enough that every partition gets
+/// a fair share (`partition_of_key` hashes them).
+const KV_CROSS_WORKLOAD_KEYS: u32 = 1_024;
+
+/// SAREK §V's workload for `share` of cross-border requests (the
+/// simulator's `--cross-partition`, as `chorus bench`'s): that fraction
+/// are a two-key `PutAll` whose keys lie in different partitions of
+/// `partitions`, the rest a single-key put, get or read-modify-write. The
+/// same requests whatever the mode, so pbft and sarek see one workload.
+pub fn kv_cross_partition_workload(share: f64, partitions: u16) -> crate::registry::WorkloadFn {
+    use chorus_exec::partitioned::partition_of_key;
+    let share = share.clamp(0.0, 1.0);
+    let partitions = partitions.max(2);
+    Arc::new(move |rng: &mut dyn RngCore, client: ClientId, seq: u64| {
+        let value = format!("c{}-q{seq}", client.0);
+        let key = format!("k{}", rng.gen_range(0..KV_CROSS_WORKLOAD_KEYS));
+        if !rng.gen_bool(share) {
+            return kv_single_key_op(rng, key, value);
+        }
+        let home = partition_of_key(key.as_bytes(), partitions);
+        // A uniform key lands elsewhere with probability ≥ 1/2: 64 misses
+        // in a row are 2^-64.
+        let other = (0..64)
+            .map(|_| format!("k{}", rng.gen_range(0..KV_CROSS_WORKLOAD_KEYS)))
+            .find(|k| partition_of_key(k.as_bytes(), partitions) != home)
+            .unwrap_or_else(|| format!("k{KV_CROSS_WORKLOAD_KEYS}"));
+        KvOp::put_all(vec![
+            (key.into(), value.clone().into()),
+            (other.into(), value.into()),
+        ])
+    })
+}
+
 /// A put, get or read-modify-write of `key`, one in three each.
 fn kv_single_key_op(rng: &mut dyn RngCore, key: String, value: String) -> Bytes {
     match rng.gen_range(0..3) {

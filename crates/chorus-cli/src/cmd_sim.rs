@@ -98,6 +98,11 @@ pub struct Args {
     /// dispel: concurrent epochs allowed (Dispel §4.3; default 8).
     #[arg(long)]
     pub epochs: Option<u64>,
+    /// kv: fraction of two-key `PutAll`s across SAREK partitions (SAREK
+    /// §V's cross-border requests; sarek's partitions, else 4), in every
+    /// mode, the rest single-key operations.
+    #[arg(long)]
+    pub cross_partition: Option<f64>,
     /// --perf: requests per batch at most (default: the runtime's 256).
     #[arg(long)]
     pub batch_max: Option<u32>,
@@ -216,6 +221,7 @@ pub fn run(a: Args) -> Result<()> {
         chorus_sim::options::parse_prepare_auth(&a.prepare_auth).map_err(anyhow::Error::msg)?;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
+    opts.cross_partition = a.cross_partition;
     opts.batch_max = a.batch_max;
     opts.perf_crash = a
         .perf_crash

@@ -235,7 +235,7 @@ impl Validate for ReplicaMsg {
                 check(m.count > 0 && m.index < m.count, "bad chunk index")?;
                 m.cert.validate(l)
             }
-            // The inner `DbftMsg` is decoded and bounded by the receiver.
+            // The inner `DbftBundle` is decoded and bounded by the receiver.
             ReplicaMsg::Dbft(m) => check(m.bytes.len() <= l.max_frame_bytes, "dbft message too large"),
             // At most one entry per lane (lanes are n under RCC, at most
             // MAX_PILLARS otherwise), in ascending lane order.

@@ -340,8 +340,9 @@ pub struct StateChunk {
     pub data: Bytes,
 }
 
-/// One DBFT message of the `dispel` mode: `chorus-dbft`'s `DbftMsg`, encoded
-/// (that crate builds on this one, so the type cannot appear here). DBFT is
+/// DBFT messages of the `dispel` mode: `chorus-dbft`'s `DbftBundle` (one or
+/// more `DbftMsg`), encoded (that crate builds on this one, so the type
+/// cannot appear here). DBFT is
 /// signature-free: like COMMIT it relies on the authenticated channel, whose
 /// peer id is the only sender the protocol believes (spec §1, pitfall P11).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

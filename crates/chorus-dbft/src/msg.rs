@@ -241,6 +241,37 @@ pub struct DbftBundle(pub Vec<DbftMsg>);
 struct BundleRef<'a>(&'a [DbftMsg]);
 
 impl DbftBundle {
+    /// The largest encoding of a bundle of more than one message: only
+    /// small messages travel together.
+    pub const MAX_MULTI_BYTES: usize = 5 + MAX_BUNDLE_MSGS * SMALL_MSG_MAX_BYTES;
+
+    /// The message count a bundle's bytes announce (its postcard length
+    /// prefix), read without decoding the rest; None if it is malformed.
+    pub fn peek_len(bytes: &[u8]) -> Option<usize> {
+        let mut len: u64 = 0;
+        for (i, b) in bytes.iter().take(5).enumerate() {
+            len |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return usize::try_from(len).ok();
+            }
+        }
+        None
+    }
+
+    /// What a receiver refuses before decoding: more messages than any
+    /// sender bundles, or a multi-message bundle longer than small messages
+    /// can make (decoding it first would cost the receiver for nothing).
+    pub fn precheck(bytes: &[u8]) -> Result<(), CodecError> {
+        match Self::peek_len(bytes) {
+            None => Err(CodecError::Invalid("dbft bundle length")),
+            Some(k) if k > MAX_BUNDLE_MSGS => Err(CodecError::Invalid("dbft bundle too long")),
+            Some(k) if k > 1 && bytes.len() > Self::MAX_MULTI_BYTES => {
+                Err(CodecError::Invalid("dbft bundle too large"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     pub fn encode(msgs: &[DbftMsg]) -> Vec<u8> {
         debug_assert!(!msgs.is_empty() && msgs.len() <= MAX_BUNDLE_MSGS);
         chorus_core::encode(&BundleRef(msgs))
@@ -252,8 +283,10 @@ impl DbftBundle {
     }
 }
 
-/// Decoding support: empty or oversized bundles are refused, and every
-/// message is checked as alone.
+/// Decoding support: empty or oversized bundles are refused, a batch
+/// (INIT, fetch answer) travels alone, as senders send it, so one frame
+/// costs a receiver at most one batch's verification, and every message is
+/// checked as alone.
 impl Validate for DbftBundle {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
         if self.0.is_empty() {
@@ -261,6 +294,9 @@ impl Validate for DbftBundle {
         }
         if self.0.len() > MAX_BUNDLE_MSGS {
             return Err(CodecError::Invalid("dbft bundle too long"));
+        }
+        if self.0.len() > 1 && !self.0.iter().all(DbftMsg::is_small) {
+            return Err(CodecError::Invalid("dbft batch bundled with other messages"));
         }
         self.0.iter().try_for_each(|m| m.validate(l))
     }
@@ -471,5 +507,42 @@ mod tests {
         };
         let bytes = chorus_core::encode(&DbftBundle(vec![ok, bad]));
         assert!(chorus_core::decode::<DbftBundle>(&bytes, &l).is_err());
+    }
+
+    /// No correct sender bundles a batch with anything, nor more than
+    /// `MAX_BUNDLE_MSGS` messages: a receiver refuses both, the count and
+    /// the size before decoding.
+    #[test]
+    fn bundles_no_sender_makes_are_refused() {
+        let l = DbftConfig::new(4).limits();
+        let init = DbftMsg::RbInit {
+            epoch: 1,
+            batch: chorus_core::Batch::noop(),
+        };
+        let echo = DbftMsg::RbEcho {
+            epoch: 1,
+            proposer: ReplicaId(2),
+            digest: Digest::of(b"x"),
+        };
+        assert!(
+            chorus_core::decode::<DbftBundle>(&DbftBundle::encode(std::slice::from_ref(&init)), &l).is_ok()
+        );
+        let two_inits = chorus_core::encode(&DbftBundle(vec![init.clone(), init.clone()]));
+        assert!(chorus_core::decode::<DbftBundle>(&two_inits, &l).is_err());
+        let mixed = chorus_core::encode(&DbftBundle(vec![echo.clone(), init]));
+        assert!(chorus_core::decode::<DbftBundle>(&mixed, &l).is_err());
+        // The announced count alone refuses an oversized bundle.
+        let many = chorus_core::encode(&DbftBundle(vec![echo.clone(); MAX_BUNDLE_MSGS + 1]));
+        assert_eq!(DbftBundle::peek_len(&many), Some(MAX_BUNDLE_MSGS + 1));
+        assert!(DbftBundle::precheck(&many).is_err());
+        assert!(DbftBundle::precheck(&DbftBundle::encode(&vec![echo; MAX_BUNDLE_MSGS])).is_ok());
+        // Two messages announced, but far more bytes than two small ones.
+        let mut padded = vec![2u8];
+        padded.resize(DbftBundle::MAX_MULTI_BYTES + 1, 0);
+        assert!(DbftBundle::precheck(&padded).is_err());
+        assert!(
+            DbftBundle::precheck(&[0xff; 6]).is_err(),
+            "a length that never ends"
+        );
     }
 }

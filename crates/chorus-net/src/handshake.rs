@@ -54,9 +54,11 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 
-/// Version of this handshake and frame format.
-pub const PROTOCOL_VERSION: u16 = 2;
-const MAGIC: [u8; 8] = *b"CHORUSv2";
+/// Version of this handshake and frame format. 3: `dispel` frames carry
+/// DBFT bundles (docs/decisions.md, "Dispel sends its small DBFT messages
+/// in bundles"); a v2 replica would misread them.
+pub const PROTOCOL_VERSION: u16 = 3;
+const MAGIC: [u8; 8] = *b"CHORUSv3";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
 /// Read buffer of a connection still in its handshake (grown after it).

@@ -125,6 +125,11 @@ pub struct SimOptions {
     /// dispel: concurrent epochs allowed (Dispel §4.3's memory bound,
     /// `max_lane_drift_slots`); `None`: the simulator's default (8).
     pub epochs: Option<u64>,
+    /// kv: this fraction of the requests are two-key `PutAll`s across
+    /// SAREK partitions (SAREK §V; `partitions` of sarek, else 4), the rest
+    /// single-key operations, in every mode; `None`: the service's workload
+    /// (sarek: a third two-key).
+    pub cross_partition: Option<f64>,
     /// `--perf`: requests per batch at most (`batch_max_requests`; the
     /// byte bound grows with it); `None`: the runtime's default (256).
     pub batch_max: Option<u32>,
@@ -166,6 +171,7 @@ impl Default for SimOptions {
             latency_ms: None,
             perf: None,
             epochs: None,
+            cross_partition: None,
             batch_max: None,
             perf_crash: None,
         }
@@ -245,6 +251,14 @@ impl SimOptions {
             }
             if e == 0 || e > 64 {
                 return Err(format!("epochs must be 1..=64, got {e}"));
+            }
+        }
+        if let Some(c) = self.cross_partition {
+            if !(0.0..=1.0).contains(&c) {
+                return Err(format!("--cross-partition must be between 0 and 1, got {c}"));
+            }
+            if self.service != "kv" {
+                return Err("--cross-partition is for --service kv".into());
             }
         }
         if let Some(b) = self.batch_max {

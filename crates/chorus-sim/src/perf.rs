@@ -544,14 +544,11 @@ fn batch_of(msg: &ReplicaMsg) -> Option<&Batch> {
 /// postcard varint), without decoding the rest.
 fn dbft_msgs_of(msg: &ReplicaMsg) -> u64 {
     let ReplicaMsg::Dbft(w) = msg else { return 0 };
-    let mut len = 0u64;
-    for (i, b) in w.bytes.iter().take(5).enumerate() {
-        len |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return len;
-        }
+    // A corrupted prefix costs what the receiver's precheck costs.
+    match chorus_dbft::DbftBundle::peek_len(&w.bytes) {
+        Some(k) if k <= chorus_dbft::MAX_BUNDLE_MSGS => k as u64,
+        _ => 0,
     }
-    1
 }
 
 impl CpuCosts {

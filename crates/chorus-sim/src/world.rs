@@ -220,6 +220,8 @@ impl<R: SimReplica> World<R> {
         );
         config.validate().expect("simulator parameters are valid");
         let config = Arc::new(config);
+        let sarek_partitions =
+            (config.params.mode == chorus_core::OrderingMode::Sarek).then(|| config.lanes());
         let mut nodes = build_nodes(&config, &plan, &replica_keys, opts.clients, &mut rng);
         // Resource-model runs without crashes never replay a store: keep
         // none (a whole dispel log, every DBFT input of every replica,
@@ -267,10 +269,13 @@ impl<R: SimReplica> World<R> {
             next_timer_generation: 0,
             log_replica: log_replica_from_env(),
             sent_new_views: Vec::new(),
-            perf: opts
-                .perf
-                .clone()
-                .map(|m| crate::perf::PerfState::new(m, node_count)),
+            perf: opts.perf.clone().map(|mut m| {
+                // SAREK §IV: partitions execute in parallel, one thread each.
+                if let Some(k) = sarek_partitions {
+                    m.exec_workers = m.exec_workers.max(k);
+                }
+                crate::perf::PerfState::new(m, node_count)
+            }),
             perf_ctx: None,
             latencies: Vec::new(),
             last_accept_us: 0,
@@ -289,7 +294,8 @@ impl<R: SimReplica> World<R> {
         self.queue.now_us()
     }
 
-    pub(crate) fn schedule(&mut self, at_us: Micros, ev: Ev) {
+    /// Returns false when the queue was full and the event was dropped.
+    pub(crate) fn schedule(&mut self, at_us: Micros, ev: Ev) -> bool {
         if !self.queue.schedule(at_us, ev) {
             self.counters.fault("queue-full-drop");
             if self.perf.is_some() && self.counters.faults.get("queue-full-drop") == Some(&1) {
@@ -306,7 +312,9 @@ impl<R: SimReplica> World<R> {
                     ),
                 );
             }
+            return false;
         }
+        true
     }
 
     /// A smaller event queue (tests of what a full one does).
@@ -971,7 +979,14 @@ fn build_clients(
     let clients = (0..opts.clients as usize)
         .map(|i| {
             let (total, window) = (opts.requests_per_client, opts.client_window);
-            let workload = if opts.mode == chorus_core::OrderingMode::Sarek && opts.service == "kv" {
+            let workload = if let Some(share) = opts.cross_partition {
+                let partitions = if opts.mode == chorus_core::OrderingMode::Sarek {
+                    config.lanes() as u16
+                } else {
+                    4
+                };
+                chorus_apps::kv_cross_partition_workload(share, partitions)
+            } else if opts.mode == chorus_core::OrderingMode::Sarek && opts.service == "kv" {
                 // sarek: a third of the requests are (mostly) cross-partition.
                 std::sync::Arc::new(chorus_apps::kv_multi_key_workload) as chorus_apps::WorkloadFn
             } else {
@@ -1103,6 +1118,11 @@ impl<R: SimReplica> World<R> {
         let parallel = perf.model.exec_workers > 1;
         let waits = perf.model.service_wait_us > 0;
         let service = self.services.get(i).cloned().flatten();
+        // SAREK §IV: one execution thread per partition; an operation holds
+        // every partition it touches (a cross-border one waits for all of
+        // them, its SYNCs), so it conflicts by partition, not by key.
+        let partitions =
+            (self.config.params.mode == chorus_core::OrderingMode::Sarek).then(|| self.config.lanes() as u16);
         let Some(ctx) = self.perf_ctx.as_mut() else { return };
         ctx.exec_ns += ns;
         if parallel || waits {
@@ -1110,7 +1130,21 @@ impl<R: SimReplica> World<R> {
                 ctx.op_ids.push((r.client, r.seq));
                 ctx.ops.push(match service.as_ref().map(|s| s.access(&r.op)) {
                     Some(chorus_exec::Access::Keys { reads, writes }) => {
-                        crate::perf::Conflicts::Keys(reads.into_iter().chain(writes).collect())
+                        let keys = reads.into_iter().chain(writes);
+                        match partitions {
+                            Some(k) => {
+                                let mut parts: Vec<bytes::Bytes> = keys
+                                    .map(|key| {
+                                        let p = chorus_exec::partitioned::partition_of_key(&key, k);
+                                        bytes::Bytes::copy_from_slice(&p.0.to_le_bytes())
+                                    })
+                                    .collect();
+                                parts.sort();
+                                parts.dedup();
+                                crate::perf::Conflicts::Keys(parts)
+                            }
+                            None => crate::perf::Conflicts::Keys(keys.collect()),
+                        }
                     }
                     _ => crate::perf::Conflicts::Everything,
                 });

@@ -60,16 +60,18 @@ impl<R: SimReplica> World<R> {
                     seq,
                     attempt,
                     after_us,
-                } => self.schedule(
-                    now + after_us,
-                    Ev::ClientRetry {
-                        client: c,
-                        seq,
-                        attempt,
-                    },
-                ),
+                } => {
+                    self.schedule(
+                        now + after_us,
+                        Ev::ClientRetry {
+                            client: c,
+                            seq,
+                            attempt,
+                        },
+                    );
+                }
                 ClientAction::IssueTimer { after_us } => {
-                    self.schedule(now + after_us, Ev::ClientIssue { client: c })
+                    self.schedule(now + after_us, Ev::ClientIssue { client: c });
                 }
                 ClientAction::Accepted {
                     seq,

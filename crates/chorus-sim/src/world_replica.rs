@@ -84,7 +84,12 @@ impl<R: SimReplica> World<R> {
         for i in std::mem::take(&mut self.burst_dirty) {
             let incarnation = self.nodes[i].incarnation;
             let at = self.burst_end_at(i);
-            self.schedule(at, Ev::BurstEnd { node: i, incarnation });
+            if !self.schedule(at, Ev::BurstEnd { node: i, incarnation }) {
+                // Dropped: the next step that holds messages tries again.
+                if let Some(live) = self.nodes[i].live.as_mut() {
+                    live.burst_scheduled = false;
+                }
+            }
         }
     }
 
@@ -105,14 +110,17 @@ impl<R: SimReplica> World<R> {
         }
         let at = self.burst_end_at(i);
         let now = self.now_us();
+        let Some(events) = self.nodes[i].live.as_ref().map(|l| l.burst_events) else {
+            return;
+        };
+        // Events that arrived meanwhile still wait for the core (if the
+        // queue is full, the burst ends now rather than never).
+        if at > now && events < BURST_MAX_EVENTS && self.schedule(at, Ev::BurstEnd { node: i, incarnation }) {
+            return;
+        }
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
-        if at > now && live.burst_events < BURST_MAX_EVENTS {
-            // Events that arrived meanwhile still wait for the core.
-            self.schedule(at, Ev::BurstEnd { node: i, incarnation });
-            return;
-        }
         live.burst_scheduled = false;
         live.burst_events = 0;
         let ms = self.nodes[i].clock.local_ms(now);

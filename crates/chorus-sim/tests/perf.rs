@@ -238,3 +238,40 @@ fn slow_dispel_epochs_on_a_lossless_network_are_not_retransmitted() {
         "{resent} re-sent of {dbft} DBFT messages: {s}"
     );
 }
+
+/// Dispel on a LAN at n = 16 with many concurrent epochs (issue 15): a busy
+/// replica sends the small DBFT messages of a burst as one bundle per peer,
+/// so an epoch costs O(n²) frames, not O(n³) messages, and the thin
+/// epochs stay fast.
+#[test]
+fn dispel_bundles_votes_per_burst() {
+    let mut o = SimOptions::new(OrderingMode::Dispel, 1, 16)
+        .with_faults(FaultSet::none())
+        .with_seeds(1, 1);
+    o.service = "null".into();
+    o.clients = 64;
+    o.client_window = 16;
+    o.requests_per_client = 40;
+    o.fault_window_ms = 1;
+    o.liveness_timeout_ms = 600_000;
+    o.epochs = Some(8);
+    o.perf = Some(PerfModel {
+        cores: 8,
+        consensus_on_pillars: true,
+        nic_mbit: 1_000,
+        costs: CpuCosts::for_service("null"),
+        ..PerfModel::default()
+    });
+    let s = run_many(&o);
+    assert!(s.ok(), "{s}");
+    assert_eq!(s.requests_committed, s.requests_issued);
+    let frames = s.counters.by_kind.get("dbft").copied().unwrap_or(0);
+    // Measured on d66449d: 20 frames per request with bundles, 102 with
+    // one frame per step's messages, more than 400 with one per message.
+    assert!(
+        frames > 0 && frames < 50 * s.requests_committed,
+        "{frames} DBFT frames for {} requests: not bundled",
+        s.requests_committed
+    );
+    assert!(s.perf[0].p50_us < 20_000, "{:?}", s.perf[0]);
+}

@@ -268,6 +268,10 @@ impl DispelCore {
         hint: &dyn VerifiedHint,
         wall_ms: u64,
     ) -> DispelOutput {
+        if DbftBundle::precheck(&w.bytes).is_err() {
+            cx.reject("dbft-undecodable");
+            return DispelOutput::default();
+        }
         let mut msgs = match chorus_core::decode::<DbftBundle>(&w.bytes, &self.limits) {
             Ok(b) => b.0,
             Err(_) => {
@@ -618,6 +622,11 @@ impl DispelCore {
                 DAction::Broadcast { msg } => {
                     if self.replaying {
                     } else if msg.is_small() {
+                        // Counted when held: the idle-link test (Dispel
+                        // §4.2) must see a burst's bytes within the burst.
+                        let peers = self.cfg.n().saturating_sub(1) as u64;
+                        let bytes = chorus_core::encoded_len(&msg) as u64;
+                        self.meter.record(cx.now, bytes.saturating_mul(peers));
                         self.coalescer.pending.push(msg.clone());
                         if self.coalescer.pending.len() >= self.bundle_cap {
                             self.flush(cx);
@@ -662,6 +671,10 @@ impl DispelCore {
     /// The driver handles events in bursts and calls `end_of_burst` after
     /// each (`Replica::set_burst_mode`); until then small messages wait.
     pub fn set_burst_mode(&mut self, on: bool) {
+        debug_assert!(
+            on || self.coalescer.pending.is_empty(),
+            "end the burst before leaving burst mode"
+        );
         self.coalescer.burst = on;
     }
 
@@ -682,7 +695,8 @@ impl DispelCore {
         }
         let pending = std::mem::take(&mut self.coalescer.pending);
         for chunk in pending.chunks(self.bundle_cap) {
-            self.send_bundle(cx, chunk);
+            // Metered when held (`absorb`).
+            cx.out.broadcast(wire(chunk));
         }
     }
 

@@ -10,10 +10,6 @@ use crate::io::Outbox;
 use crate::pool::Readiness;
 use chorus_core::{Batch, Cell, DbftWire, LaneId, Millis, ReplicaId, ReplicaMsg, Slot};
 
-/// Bound on join answers chained in one call (each join is a distinct epoch
-/// inside the engine window, so the window bounds it too).
-const MAX_JOINS_PER_CALL: usize = 64;
-
 impl Replica {
     pub(crate) fn dispel_on_message(&mut self, now: Millis, from: ReplicaId, w: DbftWire, out: &mut Outbox) {
         let Some(d) = self.dispel.as_mut() else {
@@ -36,7 +32,8 @@ impl Replica {
         }
     }
 
-    /// Messages wait for `end_of_burst`.
+    /// Messages wait for `end_of_burst`. Leave burst mode only after an
+    /// `end_of_burst`: turning it off sends nothing held.
     pub fn holds_messages(&self) -> bool {
         self.dispel.as_ref().is_some_and(|d| d.holds_messages())
     }
@@ -112,7 +109,11 @@ impl Replica {
 
     /// Decisions to the pool and the merger; join answers with our pool batch.
     fn dispel_absorb(&mut self, now: Millis, mut o: DispelOutput, out: &mut Outbox) {
-        for _ in 0..MAX_JOINS_PER_CALL {
+        // Each join is a distinct epoch inside the engine window, so the
+        // window bounds the chain; one bundle can join many epochs at once
+        // (a cap of 64 dropped the oldest joins: a review of 2026-11-26).
+        let max_joins = usize::try_from(self.cfg.params.window_slots).unwrap_or(usize::MAX);
+        for _ in 0..max_joins {
             self.dispel_take_decided(now, &mut o);
             let Some(e) = o.joins.pop() else { return };
             let batch = self.dispel_cut(now, e);

@@ -321,3 +321,89 @@ fn a_request_is_not_cut_into_an_epoch_our_bit_already_lost() {
         .collect();
     assert_eq!(carried, vec![1], "the request was proposed in epoch 1");
 }
+
+/// Burst mode (the runtime's core loop): the small messages of every step
+/// in a burst wait, and leave as one bundle per peer at its end; a batch
+/// leaves at once. Without burst mode each step sends its own.
+#[test]
+fn a_burst_sends_one_bundle_of_its_small_messages() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    r.set_burst_mode(true);
+    let mut recs = Vec::new();
+    let (a, b) = (s.batch(2, 1..3), s.batch(3, 1..3));
+    let mut acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    acts.extend(deliver(
+        &mut r,
+        &mut recs,
+        1,
+        3,
+        &DbftMsg::RbInit {
+            epoch: 1,
+            batch: b.clone(),
+        },
+    ));
+    // (One sender per epoch: no join, so no INIT of ours flushes them.)
+    assert!(
+        echoes(&dbft_broadcasts(&acts)).is_empty(),
+        "echoes held during the burst"
+    );
+    assert!(r.holds_messages());
+    let mut out = Outbox::new();
+    r.end_of_burst(Millis(1), &mut out);
+    let acts: Vec<Action> = out.drain().collect();
+    let frames: Vec<Vec<DbftMsg>> = broadcasts(&acts).iter().map(unbundle).collect();
+    assert_eq!(frames.len(), 1, "one bundle for the whole burst");
+    let mut got = echoes(&frames[0]);
+    got.sort();
+    let mut want = vec![a.digest(), b.digest()];
+    want.sort();
+    assert_eq!(got, want);
+    assert!(!r.holds_messages());
+    // Out of burst mode, each step sends its own.
+    let mut r = replica(&s, 1);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+}
+
+/// A frame no correct sender makes (two batches in one bundle) is refused
+/// whole: a Byzantine peer cannot make one frame cost many batches'
+/// verification.
+#[test]
+fn a_bundle_of_two_batches_is_refused() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let w = ReplicaMsg::Dbft(DbftWire {
+        bytes: bytes::Bytes::from(chorus_core::encode(&DbftBundle(vec![
+            DbftMsg::RbInit {
+                epoch: 0,
+                batch: s.batch(2, 1..3),
+            },
+            DbftMsg::RbInit {
+                epoch: 1,
+                batch: s.batch(2, 3..5),
+            },
+        ]))),
+    });
+    let acts = super::util::msg(&mut r, 1, 2, w);
+    assert!(echoes(&dbft_broadcasts(&acts)).is_empty());
+    assert_eq!(r.counters().rejected("dbft-undecodable"), 1);
+}
