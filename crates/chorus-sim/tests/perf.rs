@@ -232,10 +232,13 @@ fn slow_dispel_epochs_on_a_lossless_network_are_not_retransmitted() {
         .get("replica-retransmission")
         .copied()
         .unwrap_or(0);
-    assert!(dbft > 10_000, "{s}");
+    // Frames: since 2026-11-26 a frame is a bundle of the messages of one
+    // burst (2 688 frames here, about 11 000 messages before bundles), and
+    // `resent` still counts messages, so the bound is only stricter.
+    assert!(dbft > 1_000, "{s}");
     assert!(
         resent * 100 < dbft,
-        "{resent} re-sent of {dbft} DBFT messages: {s}"
+        "{resent} re-sent messages against {dbft} DBFT frames: {s}"
     );
 }
 
