@@ -179,6 +179,12 @@ pub struct ProtocolParams {
     /// dispel: the outgoing link's capacity; the pipeline spawns an epoch
     /// only while we send below 5 % of it (Dispel §4.2).
     pub link_capacity_mib_s: u64,
+    /// dispel: the first non-zero DBFT round timeout (round 3; it doubles
+    /// every round after, DBFT P10). Rounds past 2 happen when replicas'
+    /// inputs split (a late INIT); the wait must cover a few message
+    /// delays, not more: 50 ms made a 4-replica LAN cluster 4.6× slower
+    /// than 5 ms (docs/decisions.md, "Dispel's round timeout").
+    pub dispel_round_timeout_ms: u64,
     /// A backup rejects a fresh batch whose proposer time (`Batch::time_ms`)
     /// is more than this ahead of its own wall clock (`batch-time-future`),
     /// so a leader cannot push the agreed time (`ExecContext::time_ms`) far
@@ -215,6 +221,7 @@ impl Default for ProtocolParams {
             preferred_return_slots: 1_024,
             // Dispel §4.2: the paper's c5.xlarge measured 600 MiB/s.
             link_capacity_mib_s: 600,
+            dispel_round_timeout_ms: 10,
             max_clock_skew_ms: 5_000,
             cluster_id: String::new(),
         }
@@ -476,6 +483,7 @@ impl ClusterConfig {
             ("future_msgs_per_peer", p.future_msgs_per_peer as u64),
             ("state_chunk_bytes", p.state_chunk_bytes as u64),
             ("link_capacity_mib_s", p.link_capacity_mib_s),
+            ("dispel_round_timeout_ms", p.dispel_round_timeout_ms),
             ("max_clock_skew_ms", p.max_clock_skew_ms),
         ] {
             if v == 0 {

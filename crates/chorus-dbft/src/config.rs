@@ -105,6 +105,7 @@ impl DbftConfig {
         d.max_batch_bytes = p.batch_max_bytes as usize + p.max_op_bytes as usize;
         d.max_op_bytes = p.max_op_bytes as usize;
         d.window_epochs = p.window_slots.max(1);
+        d.timeout_base_ms = p.dispel_round_timeout_ms.max(1);
         d
     }
 
@@ -205,5 +206,21 @@ mod tests {
         }
         assert!(c.timeout(3) > c.timeout(2));
         assert_eq!(c.timeout(1000), c.timeout_cap_ms);
+    }
+
+    /// The cluster's `dispel_round_timeout_ms` starts the round timers
+    /// (10 ms by default; rounds 1 and 2 still wait for nothing).
+    #[test]
+    fn the_round_timeout_comes_from_the_cluster() {
+        let mut p = chorus_core::ProtocolParams {
+            mode: chorus_core::OrderingMode::Dispel,
+            ..Default::default()
+        };
+        let (c, _, _) = ClusterConfig::for_testing(4, 1, p.clone(), 1);
+        let d = DbftConfig::from_cluster(&c);
+        assert_eq!((d.timeout(2), d.timeout(3), d.timeout(4)), (0, 10, 20));
+        p.dispel_round_timeout_ms = 50;
+        let (c, _, _) = ClusterConfig::for_testing(4, 1, p, 1);
+        assert_eq!(DbftConfig::from_cluster(&c).timeout(3), 50);
     }
 }

@@ -536,6 +536,7 @@ impl SimOptions {
             future_msgs_per_peer: 64,
             state_chunk_bytes: 1024,
             link_capacity_mib_s: 600,
+            dispel_round_timeout_ms: ProtocolParams::default().dispel_round_timeout_ms,
             // Short, so simulated runs cross returns (and failed ones).
             preferred_return_slots: 16,
             max_clock_skew_ms: 5_000,
