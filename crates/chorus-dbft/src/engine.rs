@@ -152,6 +152,10 @@ impl Dbft {
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
+    /// The latest time an event brought (the engine's clock).
+    pub fn now(&self) -> Millis {
+        self.now
+    }
     pub fn low(&self) -> Epoch {
         self.low
     }

@@ -174,6 +174,12 @@ pub struct DispelCore {
     /// Dispel §4.2: what we sent recently, for the pipeline's idle-link test.
     meter: pipeline::SendMeter,
     coalescer: Coalescer,
+    /// Engine time minus our clock. The runtime's clock starts at 0 with
+    /// the process, but a recovered engine's clock is the previous
+    /// process's (its inputs replay at their logged times), so its timers
+    /// would fall due an old uptime late: the engine runs on our clock plus
+    /// this, set at recovery (docs/known-issues.md, fixed 2026-11-26).
+    clock_offset: u64,
     /// Small messages per bundle at most (fits `max_frame_bytes`).
     bundle_cap: usize,
 }
@@ -217,6 +223,7 @@ impl DispelCore {
             replaying: false,
             meter: pipeline::SendMeter::default(),
             coalescer: Coalescer::default(),
+            clock_offset: 0,
             bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
             cfg,
             me,
@@ -314,13 +321,19 @@ impl DispelCore {
         true
     }
 
+    /// The engine's time at our time `now`.
+    fn engine_now(&self, now: Millis) -> Millis {
+        Millis(now.0.saturating_add(self.clock_offset))
+    }
+
     pub fn on_timer(&mut self, cx: &mut Cx) -> DispelOutput {
-        if self.armed.is_some_and(|a| a <= cx.now) {
+        let now = self.engine_now(cx.now);
+        if self.armed.is_some_and(|a| a <= now) {
             self.armed = None;
         }
         let mut all = DispelOutput::default();
         while let Some(&(at, id)) = self.st.timers.first() {
-            if at > cx.now {
+            if at > now {
                 break;
             }
             self.st.timers.pop_first();
@@ -346,7 +359,10 @@ impl DispelCore {
         if below <= self.st.engine.low() {
             return DispelOutput::default();
         }
-        let acts = self.st.engine.handle(cx.now, DEvent::Collect { below });
+        let acts = self
+            .st
+            .engine
+            .handle(self.engine_now(cx.now), DEvent::Collect { below });
         self.st.sent = self.st.sent.split_off(&below);
         self.st.rounds = self.st.rounds.split_off(&below);
         if below > self.st.next_epoch {
@@ -505,9 +521,10 @@ impl DispelCore {
     /// Log an input (before the engine acts on it: persist before send),
     /// then hand it to the engine.
     fn feed(&mut self, cx: &mut Cx, input: Input) -> Vec<DAction> {
+        let now = self.engine_now(cx.now);
         if !self.replaying {
             cx.out.persist(PersistRecord::DispelInput {
-                now: cx.now,
+                now,
                 input: Bytes::from(chorus_core::encode(&input)),
             });
         }
@@ -518,12 +535,12 @@ impl DispelCore {
             Input::Messages { from, msgs } => {
                 let mut acts = Vec::new();
                 for msg in msgs {
-                    acts.extend(self.st.engine.handle(cx.now, DEvent::Message { from, msg }));
+                    acts.extend(self.st.engine.handle(now, DEvent::Message { from, msg }));
                 }
                 return acts;
             }
         };
-        self.st.engine.handle(cx.now, ev)
+        self.st.engine.handle(now, ev)
     }
 
     /// Recovery: the latest snapshot (if any), then every input logged after
@@ -558,6 +575,7 @@ impl DispelCore {
             }
         }
         self.replaying = true;
+        self.clock_offset = 0;
         let real_now = cx.now;
         for (at, bytes) in inputs {
             let Ok(input) = postcard::from_bytes::<Input>(&bytes) else {
@@ -573,6 +591,8 @@ impl DispelCore {
         }
         cx.now = real_now;
         self.replaying = false;
+        // Logged times are engine times: continue the engine's clock.
+        self.clock_offset = self.st.engine.now().0.saturating_sub(real_now.0);
         self.coalescer.pending.clear();
         o.joins
             .retain(|e| self.st.engine.epoch(*e).is_some_and(|s| !s.proposed()));
@@ -599,12 +619,17 @@ impl DispelCore {
     }
 
     fn rearm(&mut self, cx: &mut Cx) {
+        // Replay runs on the old clock; `recover` arms once it is done.
+        if self.replaying {
+            return;
+        }
         let Some(&(at, _)) = self.st.timers.first() else {
             return;
         };
         if self.armed.is_none_or(|a| at < a) {
             self.armed = Some(at);
-            cx.out.set_timer(TimerId::Dispel, at);
+            cx.out
+                .set_timer(TimerId::Dispel, Millis(at.0.saturating_sub(self.clock_offset)));
         }
     }
 

@@ -407,3 +407,70 @@ fn a_bundle_of_two_batches_is_refused() {
     assert!(echoes(&dbft_broadcasts(&acts)).is_empty());
     assert_eq!(r.counters().rejected("dbft-undecodable"), 1);
 }
+
+/// The runtime's clock starts at 0 with each process, while a recovered
+/// engine replays its inputs at their logged times: its clock is the old
+/// process's. Its timers must still fall due on the new clock, soon, not an
+/// old uptime later (a real n = 4 cluster restarted after load sat at its
+/// first round-3 epoch for as long as it had run before, 2026-11-26).
+#[test]
+fn a_restarted_replica_arms_its_dbft_timers_on_the_new_clock() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let old = 100_000;
+    // Proposer 3's broadcast is under way here when slot 2 of epoch 0
+    // decides 1 (t+1 DECIDED): the zero phase gives it a grace timer.
+    let mut acts = deliver(
+        &mut r,
+        &mut recs,
+        old,
+        3,
+        &DbftMsg::RbInit {
+            epoch: 0,
+            batch: s.batch(3, 1..3),
+        },
+    );
+    let decided_one = DbftMsg::Bin {
+        inst: chorus_dbft::InstanceId {
+            epoch: 0,
+            slot: ReplicaId(2),
+        },
+        msg: chorus_dbft::BinMsg::Decided { value: true },
+    };
+    acts.extend(deliver(&mut r, &mut recs, old, 0, &decided_one));
+    acts.extend(deliver(&mut r, &mut recs, old, 2, &decided_one));
+    let dispel_timers = |acts: &[Action]| -> Vec<u64> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Action::SetTimer {
+                    id: crate::io::TimerId::Dispel,
+                    at,
+                } => Some(at.0),
+                _ => None,
+            })
+            .collect()
+    };
+    let before = dispel_timers(&acts);
+    assert!(
+        !before.is_empty() && before.iter().all(|&at| at > old && at < old + 1_000),
+        "{before:?}"
+    );
+    // A new process: its clock starts again near 0.
+    drop(r);
+    let mut out = Outbox::new();
+    let _r = Replica::recover(
+        s.cfg.clone(),
+        ReplicaId(1),
+        s.keys[1].clone(),
+        recs,
+        Millis(5),
+        &mut out,
+    );
+    let acts: Vec<Action> = out.drain().collect();
+    let after = dispel_timers(&acts);
+    assert!(
+        !after.is_empty() && after.iter().all(|&at| at < 1_000),
+        "timers armed on the old clock after the restart: {after:?}"
+    );
+}
