@@ -75,6 +75,10 @@ pub struct Args {
     /// every lane.
     #[arg(long)]
     pub no_view_check: bool,
+    /// Do not require every live correct replica to end having executed as
+    /// far as the furthest one.
+    #[arg(long)]
+    pub no_catch_up_check: bool,
     /// RCC: require every other instance to keep deciding at ≥ 80 % of its
     /// earlier rate while one instance is halted (noisy on random seeds).
     #[arg(long)]
@@ -200,6 +204,7 @@ pub fn run(a: Args) -> Result<()> {
         .with_seeds(first_seed, a.seeds);
     opts.swarm = !a.no_swarm;
     opts.check_views = !a.no_view_check;
+    opts.check_catch_up = !a.no_catch_up_check;
     opts.check_wait_free = a.wait_free_check;
     opts.clients = a.clients;
     opts.requests_per_client = a.requests;

@@ -59,6 +59,7 @@ impl Round {
                     PersistRecord::Stable { snapshot, .. } => snapshot.len(),
                     PersistRecord::DispelSnapshot { state, .. } => state.len(),
                     PersistRecord::DispelInput { input, .. } => input.len(),
+                    PersistRecord::TimeoutCert { statements, .. } => statements.len() * 112,
                     PersistRecord::View { .. } | PersistRecord::Prepared { .. } => 0,
                 }
             })

@@ -101,6 +101,16 @@ pub enum PersistRecord {
     /// state that sent our messages, so a restarted replica never contradicts
     /// a vote it sent (docs/decisions.md, "Dispel integration").
     DispelInput { now: Millis, input: Bytes },
+    /// The lane left a view on a timeout certificate (`timeout_cert.rs`):
+    /// its signed statements (at most one per replica). A restarted replica
+    /// still holds the certificate and passes it on to peers that lost
+    /// theirs; without it, after a whole cluster restarted, the one that
+    /// had left sat alone in the view change for good (cluster-restart,
+    /// pbft n = 4 seed 89). Only the latest per lane matters on replay.
+    TimeoutCert {
+        lane: LaneId,
+        statements: Vec<chorus_core::Timeout>,
+    },
 }
 
 /// What the replica state machine asks its driver to do.

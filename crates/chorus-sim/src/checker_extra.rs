@@ -118,6 +118,24 @@ impl Extra {
     }
 }
 
+/// `None` when every replica listed executed as far as the furthest one
+/// (`(replica, next position to execute)` of the live correct replicas);
+/// otherwise who is behind, e.g. `… up to 40: r2 at 31`.
+pub fn left_behind(at: &[(ReplicaId, u64)]) -> Option<String> {
+    let top = at.iter().map(|(_, s)| *s).max()?;
+    let behind: Vec<String> = at
+        .iter()
+        .filter(|(_, s)| *s < top)
+        .map(|(r, s)| format!("{r:?} at {s}"))
+        .collect();
+    (!behind.is_empty()).then(|| {
+        format!(
+            "correct replicas left behind after the run (others executed up to {top}): {}",
+            behind.join(", ")
+        )
+    })
+}
+
 /// `None` when every replica listed is active in the same view of every
 /// lane; otherwise what differs, e.g. `lane 0: r3 changing to v5, r0 r1 r2 in v4`.
 pub fn view_split(views: &[(ReplicaId, Vec<(u64, bool)>)]) -> Option<String> {
@@ -179,6 +197,7 @@ pub fn active_kinds(plan: &Plan, c: &Counters) -> FaultSet {
                     || (!plan.smart.outages.is_empty() && has("crash"))
             }
             FaultKind::Skew => has("clock-skew"),
+            FaultKind::ClusterRestart => !plan.restarts.is_empty() && has("crash"),
             FaultKind::Silent => assigned(k) && has("byz-silent-drop"),
             FaultKind::Equivocate => assigned(k) && has("byz-equivocate"),
             FaultKind::ConflictingVotes => {
@@ -220,6 +239,17 @@ mod tests {
         let opts = SimOptions::new(OrderingMode::Pbft, 1, 4);
         let plan = Plan::draw(&opts, &mut rand::SeedableRng::seed_from_u64(1));
         Extra::new(&opts, &plan)
+    }
+
+    #[test]
+    fn a_replica_behind_the_others_at_the_end_is_named() {
+        assert_eq!(left_behind(&[]), None);
+        let even = [(ReplicaId(0), 40), (ReplicaId(1), 40), (ReplicaId(3), 40)];
+        assert_eq!(left_behind(&even), None);
+        let one_behind = [(ReplicaId(0), 40), (ReplicaId(2), 31), (ReplicaId(3), 40)];
+        let d = left_behind(&one_behind).expect("r2 is behind");
+        assert!(d.contains("up to 40") && d.contains("r2 at 31"), "{d}");
+        assert!(!d.contains("r0") && !d.contains("r3"), "{d}");
     }
 
     #[test]

@@ -87,10 +87,16 @@ pub enum FaultKind {
     /// (RCC §III-E SWITCHINSTANCE), to valid, current and absent instances,
     /// replays old switches and reuses seqs, between ordinary requests.
     SwitchSpam,
+    // Drawn from a stream of its own (`restart_plan.rs`), so seeds that draw
+    // none of these run exactly as before they existed.
+    /// Every correct replica's process stops, all at one moment (a power
+    /// loss) or one after the other (a rolling upgrade), and starts again
+    /// from its store with a fresh process clock.
+    ClusterRestart,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 29] = [
+    pub const ALL: [FaultKind; 30] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -120,12 +126,15 @@ impl FaultKind {
         FaultKind::OrderAttack,
         FaultKind::FailureSpam,
         FaultKind::SwitchSpam,
+        FaultKind::ClusterRestart,
     ];
 
     /// The kinds that existed before the smart adversaries (`--faults classic`).
     pub const CLASSIC: usize = 18;
     /// The first rcc kind; the smart kinds are `CLASSIC..RCC`.
     pub const RCC: usize = 23;
+    /// The first operations kind; the rcc kinds are `RCC..OPS`.
+    pub const OPS: usize = 29;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -158,6 +167,7 @@ impl FaultKind {
             FaultKind::OrderAttack => "order-attack",
             FaultKind::FailureSpam => "failure-spam",
             FaultKind::SwitchSpam => "switch-spam",
+            FaultKind::ClusterRestart => "cluster-restart",
         }
     }
 
@@ -196,7 +206,7 @@ impl FaultKind {
 
     /// Drawn only in rcc mode, from the plan's third RNG stream (`rcc_plan.rs`).
     pub fn is_rcc(self) -> bool {
-        (self as usize) >= FaultKind::RCC
+        (FaultKind::RCC..FaultKind::OPS).contains(&(self as usize))
     }
 
     pub fn is_byzantine_client(self) -> bool {
@@ -285,7 +295,12 @@ impl FaultSet {
 
     /// The RCC-specific Byzantine primaries (drawn only in rcc mode).
     pub fn rcc() -> FaultSet {
-        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::RCC..])
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::RCC..FaultKind::OPS])
+    }
+
+    /// What operators do to the whole cluster (`cluster-restart`).
+    pub fn ops() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::OPS..])
     }
 
     pub fn byzantine_clients() -> FaultSet {
@@ -432,7 +447,8 @@ mod tests {
         assert_eq!(
             FaultSet::classic()
                 .union(FaultSet::smart())
-                .union(FaultSet::rcc()),
+                .union(FaultSet::rcc())
+                .union(FaultSet::ops()),
             FaultSet::all()
         );
         assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());

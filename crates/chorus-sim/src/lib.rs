@@ -35,6 +35,7 @@ pub mod rcc_adversary;
 pub mod rcc_plan;
 pub mod rcc_stats;
 pub mod report;
+pub mod restart_plan;
 pub mod run;
 pub mod sarek_sim;
 mod sim_log;

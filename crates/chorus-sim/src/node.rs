@@ -137,6 +137,12 @@ pub struct SimNode<R> {
     /// When the rcc adversary's next wake-up is scheduled, if one is.
     pub rcc_wake: Option<crate::queue::Micros>,
     pub clock: Clock,
+    /// The local clock's reading when this process (life) started. A
+    /// replica's `now` counts from it, as the runtime's does (its clock is
+    /// `Instant::elapsed` since the process started): a restarted replica's
+    /// time starts again near 0 while its wall clock runs on. 0 in the
+    /// first life, so runs without restarts see exactly the local clock.
+    pub boot: Millis,
     pub store: Store,
     pub live: Option<Live<R>>,
     /// Bumped on every crash, so timers of an earlier life never fire.
@@ -148,5 +154,20 @@ pub struct SimNode<R> {
 impl<R> SimNode<R> {
     pub fn is_live(&self) -> bool {
         self.live.is_some()
+    }
+
+    /// What the replica process reads as `now` at global time `global_us`.
+    pub fn process_ms(&self, global_us: crate::queue::Micros) -> Millis {
+        Millis(self.clock.local_ms(global_us).0.saturating_sub(self.boot.0))
+    }
+
+    /// Its wall clock then (ms since the Unix epoch): not reset by restarts.
+    pub fn wall_ms(&self, global_us: crate::queue::Micros) -> u64 {
+        crate::clock::wall_ms(self.clock.local_ms(global_us))
+    }
+
+    /// The earliest global time at which the process reads at least `at`.
+    pub fn global_us_at(&self, at: Millis) -> crate::queue::Micros {
+        self.clock.global_us_at(Millis(at.0.saturating_add(self.boot.0)))
     }
 }

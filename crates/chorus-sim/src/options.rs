@@ -98,6 +98,10 @@ pub struct SimOptions {
     /// At the end of a run every correct replica must be active in the same
     /// view of every lane (`checker_extra::view_split`).
     pub check_views: bool,
+    /// At the end of a run every live correct replica must have executed as
+    /// far as the furthest one (`World::lagging`): a replica left behind
+    /// after the faults healed is one fault away from a stalled cluster.
+    pub check_catch_up: bool,
     /// rcc: while a lane is stopped, the other lanes must keep deciding at
     /// `rcc_stats::WAIT_FREE_MIN_RATIO` of their earlier rate (off by
     /// default: with random faults the rate is too noisy to judge).
@@ -163,6 +167,7 @@ impl Default for SimOptions {
             program: "chorus".into(),
             executor: ExecutorChoice::Sequential,
             check_views: true,
+            check_catch_up: true,
             check_wait_free: false,
             rotation: None,
             client_auth: None,
@@ -410,6 +415,9 @@ impl SimOptions {
         if !self.check_views {
             cmd.push_str(" --no-view-check");
         }
+        if !self.check_catch_up {
+            cmd.push_str(" --no-catch-up-check");
+        }
         if self.check_wait_free {
             cmd.push_str(" --wait-free-check");
         }
@@ -459,6 +467,7 @@ impl SimOptions {
             "prepare-auth" => self.prepare_auth = parse_prepare_auth(value)?,
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
+            "no-catch-up-check" => self.check_catch_up = false,
             "wait-free-check" => self.check_wait_free = true,
             other => return Err(format!("unknown option --{other}")),
         }

@@ -46,6 +46,11 @@ pub struct Plan {
     pub smart: SmartPlan,
     /// The rcc draws (`rcc_plan.rs`): empty unless the mode is rcc and an rcc kind is allowed.
     pub rcc: crate::rcc_plan::RccPlan,
+    /// `cluster-restart` (`restart_plan.rs`): every correct replica's
+    /// crash and restart, empty unless drawn.
+    pub restarts: Vec<CrashPlan>,
+    /// …one after the other (a rolling upgrade) rather than all at once.
+    pub rolling_restart: bool,
 }
 
 /// Crashes start no earlier than this and restart at least this long before heal.
@@ -68,6 +73,9 @@ impl Plan {
         let mut rcc_rng = rng.clone();
         rcc_rng.set_stream(crate::rcc_plan::RCC_STREAM);
         crate::rcc_plan::draw_rcc(opts, &mut plan, &mut rcc_rng);
+        let mut restart_rng = rng.clone();
+        restart_rng.set_stream(crate::restart_plan::RESTART_STREAM);
+        crate::restart_plan::draw_cluster_restart(opts, &mut plan, &mut restart_rng);
         plan
     }
 
@@ -152,6 +160,8 @@ impl Plan {
             byz_clients,
             smart: SmartPlan::default(),
             rcc: Default::default(),
+            restarts: Vec::new(),
+            rolling_restart: false,
         }
     }
 
@@ -161,7 +171,7 @@ impl Plan {
 
     /// The drawn setup that is not a fault, e.g. `auth=mac-vector rotation=fixed storage=compacting`.
     pub fn setup(&self) -> String {
-        let smart = self.smart.describe() + &self.rcc.describe();
+        let smart = self.smart.describe() + &self.rcc.describe() + &crate::restart_plan::describe(self);
         let auth = match self.client_auth {
             ClientAuthKind::MacVector => "mac-vector",
             ClientAuthKind::Signature => "signature",
@@ -365,7 +375,12 @@ mod tests {
         all.swarm = false;
         let p = Plan::draw(&all, &mut ChaCha8Rng::seed_from_u64(1));
         // The rcc kinds are drawn in rcc mode only.
-        assert_eq!(p.drawn, FaultSet::classic().union(FaultSet::smart()));
+        assert_eq!(
+            p.drawn,
+            FaultSet::classic()
+                .union(FaultSet::smart())
+                .union(FaultSet::ops())
+        );
         assert_eq!(p.byzantine.len(), 1);
         assert_eq!(p.byz_clients.len(), 2);
     }

@@ -70,6 +70,9 @@ impl Store {
             match &record {
                 PersistRecord::Stable { cert, .. } => self.discard_below(cert.seq, config),
                 PersistRecord::View { lane, .. } => self.discard_older_view(*lane),
+                PersistRecord::TimeoutCert { lane, .. } => self
+                    .records
+                    .retain(|r| !matches!(r, PersistRecord::TimeoutCert { lane: l, .. } if l == lane)),
                 // A DBFT snapshot covers every earlier DBFT record.
                 PersistRecord::DispelSnapshot { .. } => self.records.retain(|r| {
                     !matches!(
@@ -89,7 +92,8 @@ impl Store {
         self.records.retain(|r| match r {
             PersistRecord::View { .. }
             | PersistRecord::DispelSnapshot { .. }
-            | PersistRecord::DispelInput { .. } => true,
+            | PersistRecord::DispelInput { .. }
+            | PersistRecord::TimeoutCert { .. } => true,
             PersistRecord::Accepted { lane, slot, .. } => seq_of(*lane, *slot) >= stable,
             PersistRecord::Prepared { cert } => seq_of(cert.lane, cert.slot) >= stable,
             PersistRecord::Decided { cell, .. } => config.seq_of(*cell) >= stable,

@@ -417,7 +417,15 @@ impl<R: SimReplica> World<R> {
             );
             self.schedule(c.restart_us, Ev::Restart { node });
         }
-        for c in self.plan.smart.outages.clone() {
+        for c in self
+            .plan
+            .smart
+            .outages
+            .iter()
+            .chain(&self.plan.restarts)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
             let node = self.by_replica[c.replica.index()][0];
             self.schedule(
                 c.at_us,
@@ -454,7 +462,9 @@ impl<R: SimReplica> World<R> {
         self.schedule_plan();
         let heal = self.plan.heal_at_us;
         // Quiet: the network healed and every outage is over.
-        let quiet = heal.max(self.plan.smart.last_restart_us());
+        let quiet = heal
+            .max(self.plan.smart.last_restart_us())
+            .max(self.plan.restarts.iter().map(|c| c.restart_us).max().unwrap_or(0));
         let mut cut_short = false;
         let mut done_at: Option<Micros> = None;
         while let Some((t, ev)) = self.queue.pop() {
@@ -491,10 +501,9 @@ impl<R: SimReplica> World<R> {
                 // Keep going until the views agree, or the grace period ends
                 // (the view check in `finish` then reports the split).
                 let since = *done_at.get_or_insert(t);
-                if !self.opts.check_views
-                    || self.views_agree()
-                    || t >= since + crate::checker_extra::VIEW_GRACE_US
-                {
+                let settled = (!self.opts.check_views || self.views_agree())
+                    && (!self.opts.check_catch_up || self.lagging().is_none());
+                if settled || t >= since + crate::checker_extra::VIEW_GRACE_US {
                     break;
                 }
             }
@@ -567,6 +576,11 @@ impl<R: SimReplica> World<R> {
             self.check_liveness(now);
             if self.all_clients_done() && self.opts.check_views {
                 self.check_views(now);
+            }
+            if self.all_clients_done() && self.opts.check_catch_up {
+                if let Some(detail) = self.lagging() {
+                    self.extra.violate(ViolationKind::Liveness, now, detail);
+                }
             }
         }
         // Equal positions, equal state (end-of-run check of every live correct replica).
@@ -827,6 +841,20 @@ impl<R: SimReplica> World<R> {
             .collect()
     }
 
+    /// Live correct replicas that executed less than the furthest one, if
+    /// any (the run's end, after the faults healed and the clients are
+    /// done: status exchange, fetches and state transfer had the grace
+    /// period to bring them up).
+    fn lagging(&self) -> Option<String> {
+        let at: Vec<(ReplicaId, u64)> = self
+            .nodes
+            .iter()
+            .filter(|nd| nd.correct)
+            .filter_map(|nd| nd.live.as_ref().map(|l| (nd.replica_id, l.executor.next_seq().0)))
+            .collect();
+        crate::checker_extra::left_behind(&at)
+    }
+
     fn views_agree(&self) -> bool {
         crate::checker_extra::view_split(&self.lane_views()).is_none()
     }
@@ -940,6 +968,7 @@ fn build_nodes<R: SimReplica>(
             rcc: rcc(r, kind),
             rcc_wake: None,
             clock: plan.clocks[r as usize],
+            boot: chorus_core::Millis(0),
             store: Store::new(plan.compact_store),
             live: None,
             incarnation: 0,

@@ -35,7 +35,7 @@ const BURST_MAX_EVENTS: u32 = 257;
 impl<R: SimReplica> World<R> {
     /// Boot a replica at the start of the run.
     pub(crate) fn start_node(&mut self, i: usize) {
-        let now = self.nodes[i].clock.local_ms(self.now_us());
+        let now = self.nodes[i].process_ms(self.now_us());
         let node = &self.nodes[i];
         let mut out = Outbox::new();
         let replica = R::start(
@@ -123,7 +123,7 @@ impl<R: SimReplica> World<R> {
         };
         live.burst_scheduled = false;
         live.burst_events = 0;
-        let ms = self.nodes[i].clock.local_ms(now);
+        let ms = self.nodes[i].process_ms(now);
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
@@ -172,7 +172,11 @@ impl<R: SimReplica> World<R> {
         if self.nodes[i].is_live() {
             return;
         }
-        let now = self.nodes[i].clock.local_ms(self.now_us());
+        // A new process: its clock starts again (the runtime's `now` is
+        // the time since the process started), its wall clock runs on.
+        let local = self.nodes[i].clock.local_ms(self.now_us());
+        self.nodes[i].boot = local;
+        let now = self.nodes[i].process_ms(self.now_us());
         let node = &self.nodes[i];
         let records = node.store.records();
         let mut out = Outbox::new();
@@ -280,7 +284,8 @@ impl<R: SimReplica> World<R> {
     }
 
     fn handle(&mut self, i: usize, event: Event) {
-        let now = self.nodes[i].clock.local_ms(self.now_us());
+        let now = self.nodes[i].process_ms(self.now_us());
+        let wall = self.nodes[i].wall_ms(self.now_us());
         if self.log_replica == Some(self.nodes[i].replica_id) {
             eprintln!(
                 "{:>10}us node{i} <- {}",
@@ -292,7 +297,7 @@ impl<R: SimReplica> World<R> {
             return;
         };
         let mut out = Outbox::new();
-        live.replica.set_wall_clock(crate::clock::wall_ms(now));
+        live.replica.set_wall_clock(wall);
         live.replica.handle(now, event, &mut out);
         self.perform(i, out);
         self.note_held(i);
@@ -381,12 +386,13 @@ impl<R: SimReplica> World<R> {
                 );
                 return;
             }
-            let now = self.nodes[i].clock.local_ms(self.now_us());
+            let now = self.nodes[i].process_ms(self.now_us());
+            let wall = self.nodes[i].wall_ms(self.now_us());
             let Some(live) = self.nodes[i].live.as_mut() else {
                 return;
             };
             let mut out = Outbox::new();
-            live.replica.set_wall_clock(crate::clock::wall_ms(now));
+            live.replica.set_wall_clock(wall);
             live.replica.handle(now, event, &mut out);
             actions.extend(out.actions);
         }
@@ -428,7 +434,7 @@ impl<R: SimReplica> World<R> {
                 self.next_timer_generation += 1;
                 let generation = self.next_timer_generation;
                 live.timers.insert(id, generation);
-                let at_us = node.clock.global_us_at(at);
+                let at_us = node.global_us_at(at);
                 let incarnation = node.incarnation;
                 self.schedule(
                     at_us,

@@ -30,7 +30,8 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
                 | PersistRecord::Accepted { .. }
                 | PersistRecord::Prepared { .. }
                 | PersistRecord::DispelSnapshot { .. }
-                | PersistRecord::DispelInput { .. }),
+                | PersistRecord::DispelInput { .. }
+                | PersistRecord::TimeoutCert { .. }),
             ) => out.push(r),
             LogEntry::Record(_) => return Err(corrupt("log", key, "record kind never stored in the log")),
             LogEntry::Decided { cell, digest } => {

@@ -355,7 +355,8 @@ impl Store {
                 PersistRecord::View { .. }
                 | PersistRecord::Stable { .. }
                 | PersistRecord::DispelSnapshot { .. }
-                | PersistRecord::DispelInput { .. } => {}
+                | PersistRecord::DispelInput { .. }
+                | PersistRecord::TimeoutCert { .. } => {}
             }
         }
         Ok(decided)

@@ -95,7 +95,8 @@ impl<'txn> Writer<'txn> {
         match r {
             PersistRecord::View { .. }
             | PersistRecord::DispelSnapshot { .. }
-            | PersistRecord::DispelInput { .. } => self.push_log(&LogEntryRef::Record(r)),
+            | PersistRecord::DispelInput { .. }
+            | PersistRecord::TimeoutCert { .. } => self.push_log(&LogEntryRef::Record(r)),
             PersistRecord::Accepted { lane, slot, .. } => {
                 let seq = self.layout.seq_of(*lane, *slot)?;
                 self.push_log_unless_obsolete(seq, r)
@@ -207,11 +208,13 @@ impl<'txn> Writer<'txn> {
         Ok(())
     }
 
-    /// Drop log entries for cells below `stable`, and every `View` record but
-    /// the highest per lane (a lane's view only grows; the highest is its state).
+    /// Drop log entries for cells below `stable`, every `View` record but
+    /// the highest per lane (a lane's view only grows; the highest is its
+    /// state), and every `TimeoutCert` but the latest per lane.
     fn truncate_log(&mut self, stable: u64) -> Result<()> {
         let mut drop_keys = Vec::new();
         let mut latest_view: BTreeMap<LaneId, (View, u64)> = BTreeMap::new();
+        let mut latest_cert: BTreeMap<LaneId, u64> = BTreeMap::new();
         // `dispel`: the latest DBFT snapshot covers every earlier DBFT record.
         let mut dispel_keys: Vec<u64> = Vec::new();
         let mut latest_snapshot: Option<u64> = None;
@@ -227,6 +230,14 @@ impl<'txn> Writer<'txn> {
                         }
                         Some((_, old_key)) => drop_keys.push(old_key),
                         None => {}
+                    }
+                    continue;
+                }
+                // Statements only grow: the latest certificate of a lane
+                // covers the earlier ones.
+                LogEntry::Record(PersistRecord::TimeoutCert { lane, .. }) => {
+                    if let Some(old_key) = latest_cert.insert(lane, key) {
+                        drop_keys.push(old_key);
                     }
                     continue;
                 }

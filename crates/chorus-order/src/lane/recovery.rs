@@ -100,6 +100,22 @@ impl Lane {
         }
     }
 
+    /// The statements of a timeout certificate we left a view on (our own
+    /// store wrote them after checking each signature: not checked again).
+    pub(crate) fn restore_timeouts(&mut self, statements: Vec<chorus_core::Timeout>) {
+        for t in statements {
+            if t.lane != self.id || t.view.0 >= super::MAX_VIEW {
+                continue;
+            }
+            let Some(held) = self.timeouts.get_mut(t.replica.index()) else {
+                continue;
+            };
+            if held.as_ref().is_none_or(|h| h.view < t.view) {
+                *held = Some(t);
+            }
+        }
+    }
+
     pub(crate) fn restore_accepted(
         &mut self,
         now: Millis,

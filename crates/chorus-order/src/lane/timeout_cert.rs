@@ -176,6 +176,12 @@ impl Lane {
         let backoff = self.timer.failures;
         // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
         self.start_view_change(cx, w.next(), cause, env, lo);
+        // Kept across a restart: after a whole cluster restarted, nobody
+        // else may hold these statements any more (`PersistRecord::TimeoutCert`).
+        cx.out.persist(crate::io::PersistRecord::TimeoutCert {
+            lane: self.id,
+            statements: cert.clone(),
+        });
         if planned {
             // Nobody failed: the back-off stays where it was.
             self.timer.failures = backoff;
@@ -209,7 +215,10 @@ impl Lane {
             .timeouts
             .iter()
             .flatten()
-            .filter(|t| t.view >= peer_view && t.replica != to)
+            // The peer's own statement too: one it signed before a restart
+            // it no longer holds (statements are persisted only by a
+            // replica that left on them).
+            .filter(|t| t.view >= peer_view)
             .cloned()
             .collect();
         cx.counters.retransmissions += 1;

@@ -61,6 +61,9 @@ impl Replica {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
                     r.lanes[lane.index()].restore_view(view)
                 }
+                PersistRecord::TimeoutCert { lane, statements } if lane.0 < lanes => {
+                    r.lanes[lane.index()].restore_timeouts(statements)
+                }
                 PersistRecord::Accepted {
                     lane,
                     view,

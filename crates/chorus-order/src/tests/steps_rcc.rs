@@ -61,6 +61,7 @@ fn stopped() -> (Setup, Batch, Replica, NewView) {
             "broadcast timeout",
             "persist view",
             "broadcast view-change",
+            "persist timeout-cert",
             "broadcast timeout",
             "broadcast timeout"
         ]

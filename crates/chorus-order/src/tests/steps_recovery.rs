@@ -406,3 +406,42 @@ fn no_view_change_omits_a_slot_prepared_above_the_recovered_window() {
     assert_eq!(vc.stable.as_ref().map(|c| c.seq), Some(stable.seq));
     assert_eq!(vc.prepared, vec![cert]);
 }
+
+/// cluster-restart, pbft n = 4 seed 89: replica 1 left view 0 on a timeout
+/// certificate, then every replica restarted (a power loss) and with it
+/// every statement they held. Replica 1 still holds the certificate (it is
+/// persisted) and relays it, the peer's own statement included, to a peer
+/// it sees in view 0: that peer leaves view 0 too instead of leaving
+/// replica 1 alone in the view change. Before, nothing was relayed.
+#[test]
+fn a_restarted_replica_still_relays_the_timeout_certificate_it_left_on() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut n1 = Node::new(&s, 1);
+    let mut left = Vec::new();
+    for signer in [0, 2, 3] {
+        let t = super::util::timeout_for(&s.cfg, signer, 0, 0);
+        left = n1.msg(10 + u64::from(signer), signer, ReplicaMsg::Timeout(t));
+    }
+    assert!(
+        kinds(&left).contains(&"persist timeout-cert".to_string()),
+        "{:?}",
+        kinds(&left)
+    );
+    assert_eq!(n1.r.status().view_changing, vec![true]);
+
+    let (mut n1, _) = Node::recover(&s, 1, n1.records, 5000);
+    assert_eq!(n1.r.status().view_changing, vec![true]);
+    let e = n1.msg(5001, 2, status(0, 0));
+    let relayed: Vec<u32> = sends(&e)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            ReplicaMsg::Timeout(t) if to == ReplicaId(2) && t.view == View(0) => Some(t.replica.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        relayed,
+        vec![0, 1, 2, 3],
+        "the certificate, replica 2's own statement included"
+    );
+}

@@ -104,6 +104,7 @@ fn view_change_carries_the_prepared_certificate_and_is_persisted_first() {
             "broadcast timeout",
             "persist view",
             "broadcast view-change",
+            "persist timeout-cert",
             "broadcast timeout",
             "broadcast timeout"
         ]

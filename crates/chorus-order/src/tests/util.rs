@@ -299,6 +299,7 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
                 PersistRecord::Stable { .. } => "persist stable".into(),
                 PersistRecord::DispelSnapshot { low, .. } => format!("persist dispel-snapshot {low}"),
                 PersistRecord::DispelInput { .. } => "persist dispel-input".into(),
+                PersistRecord::TimeoutCert { .. } => "persist timeout-cert".into(),
             },
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
