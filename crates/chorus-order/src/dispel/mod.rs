@@ -571,16 +571,36 @@ impl DispelCore {
                         }
                     }
                 }
-                _ => cx.reject("dbft-bad-snapshot"),
+                // Fail-stop: without the snapshot, replaying the inputs
+                // logged after it rebuilds a different engine, which may
+                // vote against what this replica sent before the crash
+                // (a second equivocating replica). Only a store written by
+                // another version or replica gets here (chorus-store
+                // checksums every record); the runtime turns this panic
+                // into a fatal exit with its cause (`chorus-node` fatal.rs).
+                Ok(st) => panic!(
+                    "dispel recovery: the stored DBFT snapshot belongs to replica {:?} of an n = {} cluster, not {:?} of n = {}; refusing to replay without it",
+                    st.engine.me(),
+                    st.engine.config().n,
+                    self.me,
+                    self.cfg.n()
+                ),
+                Err(e) => panic!(
+                    "dispel recovery: the stored DBFT snapshot does not decode ({e}): written by another version? Refusing to replay the logged inputs without it"
+                ),
             }
         }
         self.replaying = true;
         self.clock_offset = 0;
         let real_now = cx.now;
         for (at, bytes) in inputs {
-            let Ok(input) = postcard::from_bytes::<Input>(&bytes) else {
-                cx.reject("dbft-bad-logged-input");
-                continue;
+            // Fail-stop, as for the snapshot: skipping an input would
+            // rebuild an engine that never sent what we sent.
+            let input = match postcard::from_bytes::<Input>(&bytes) {
+                Ok(input) => input,
+                Err(e) => panic!(
+                    "dispel recovery: a logged DBFT input does not decode ({e}): written by another version? Refusing to replay around it"
+                ),
             };
             cx.now = at;
             let acts = self.feed(cx, input);
