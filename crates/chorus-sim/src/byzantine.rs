@@ -490,6 +490,14 @@ impl Adversary {
             }
             // DBFT is signature-free: a flipped byte is a message with other
             // content (another digest, value, round or epoch) or undecodable.
+            // Half the time a well-formed bundle no correct sender makes
+            // (`dispel_adversary::craft_bundle`): refused whole, before
+            // its messages are decoded or acted on.
+            ReplicaMsg::Dbft(m) if rng.gen_bool(0.5) => {
+                let (m, how) = crate::dispel_adversary::craft_bundle(m, self.n, rng.gen_range(0..3));
+                counters.fault(how);
+                ReplicaMsg::Dbft(m)
+            }
             ReplicaMsg::Dbft(mut m) => {
                 let mut bytes = m.bytes.to_vec();
                 if !bytes.is_empty() {

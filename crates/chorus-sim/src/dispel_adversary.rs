@@ -49,6 +49,51 @@ fn map_bundle(w: DbftWire, n: usize, mut lie: impl FnMut(&DbftMsg) -> Option<Dbf
     }
 }
 
+/// A bundle no correct sender makes, from the messages of `w` (`corrupt`):
+/// 0 — a batch (INIT) travelling with small messages (a sender sends a batch
+/// alone); 1 — the small messages repeated past `MAX_BUNDLE_MSGS` (one
+/// frame, thousands of decodes); 2 — no message at all. Returns the frame
+/// and the fault counter's name.
+pub fn craft_bundle(w: DbftWire, n: usize, how: u32) -> (DbftWire, &'static str) {
+    // Not `DbftBundle::encode`, which asserts what a correct sender makes.
+    let wire = |msgs: &[DbftMsg]| DbftWire {
+        bytes: bytes::Bytes::from(chorus_core::encode(&DbftBundle(msgs.to_vec()))),
+    };
+    let Some(msgs) = decode(&w, n) else {
+        return (w, "byz-dbft-bundle-undecodable");
+    };
+    match how {
+        0 => {
+            let init = msgs
+                .iter()
+                .find(|m| !m.is_small())
+                .cloned()
+                .unwrap_or(DbftMsg::RbInit {
+                    epoch: msgs.first().map_or(0, DbftMsg::epoch),
+                    batch: Batch::noop(),
+                });
+            let mut out: Vec<DbftMsg> = msgs.into_iter().filter(DbftMsg::is_small).collect();
+            out.push(init.clone());
+            out.push(init);
+            (wire(&out), "byz-dbft-bundle-batch-with-votes")
+        }
+        1 => {
+            let small: Vec<DbftMsg> = msgs.into_iter().filter(DbftMsg::is_small).collect();
+            if small.is_empty() {
+                return (wire(&[]), "byz-dbft-bundle-empty");
+            }
+            let out: Vec<DbftMsg> = small
+                .iter()
+                .cycle()
+                .take(chorus_dbft::MAX_BUNDLE_MSGS + 1)
+                .cloned()
+                .collect();
+            (wire(&out), "byz-dbft-bundle-oversized")
+        }
+        _ => (wire(&[]), "byz-dbft-bundle-empty"),
+    }
+}
+
 /// The receivers that get the other story in `epoch`: about half, never all.
 fn in_group(epoch: u64, to: ReplicaId) -> bool {
     (epoch.wrapping_add(u64::from(to.0))) % 2 == 0
@@ -166,6 +211,37 @@ mod tests {
             !changed && w == wire(std::slice::from_ref(&init)),
             "no alternative batch: sent as is"
         );
+    }
+
+    /// Each crafted bundle breaks one rule a correct sender keeps, and
+    /// the receiver's checks see it: too many messages before decoding, a
+    /// batch not alone, no message.
+    #[test]
+    fn crafted_bundles_break_the_rules_correct_senders_keep() {
+        let echo = DbftMsg::RbEcho {
+            epoch: 5,
+            proposer: ReplicaId(2),
+            digest: Digest([3; 32]),
+        };
+        let init = DbftMsg::RbInit {
+            epoch: 5,
+            batch: Batch::noop(),
+        };
+        let decodes =
+            |w: &DbftWire| chorus_core::decode::<DbftBundle>(&w.bytes, &DbftConfig::new(4).limits());
+        let (w, how) = craft_bundle(wire(&[echo.clone(), echo.clone()]), 4, 0);
+        assert_eq!(how, "byz-dbft-bundle-batch-with-votes");
+        assert!(decodes(&w).is_err(), "a batch with votes is refused");
+        assert!(
+            DbftBundle::precheck(&w.bytes).is_ok(),
+            "…by the decoder, not the precheck"
+        );
+        let (w, how) = craft_bundle(wire(std::slice::from_ref(&echo)), 4, 1);
+        assert_eq!(how, "byz-dbft-bundle-oversized");
+        assert!(DbftBundle::precheck(&w.bytes).is_err(), "refused before decoding");
+        let (w, how) = craft_bundle(wire(&[init]), 4, 2);
+        assert_eq!(how, "byz-dbft-bundle-empty");
+        assert_eq!(DbftBundle::peek_len(&w.bytes), Some(0));
     }
 
     /// Bundles are attacked message by message: the lie reaches every

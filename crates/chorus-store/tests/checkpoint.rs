@@ -200,3 +200,49 @@ fn the_chain_follows_global_order_not_decision_order() {
     assert_eq!(c.ledger_head().unwrap().0, 5);
     assert_ne!(c.ledger_head().unwrap().1, a.ledger_head().unwrap().1);
 }
+
+fn timeout_cert(lane: u32, view: u64) -> PersistRecord {
+    PersistRecord::TimeoutCert {
+        lane: chorus_core::LaneId(lane),
+        statements: (0..3)
+            .map(|r| chorus_core::Timeout {
+                lane: chorus_core::LaneId(lane),
+                view: chorus_core::View(view),
+                replica: chorus_core::ReplicaId(r),
+                sig: chorus_core::Signature([r as u8; 64]),
+            })
+            .collect(),
+    }
+}
+
+/// Timeout certificates (`PersistRecord::TimeoutCert`) load back as
+/// written, across a reopen, and a stable checkpoint's truncation keeps the
+/// latest per lane only (statements only grow).
+#[test]
+fn timeout_certificates_reload_and_truncation_keeps_the_latest_per_lane() {
+    let d = dir();
+    let mut s = open_keeping(d.path(), 2);
+    let h = history();
+    for r in &h {
+        s.append(std::slice::from_ref(r)).unwrap();
+    }
+    let certs = [timeout_cert(0, 0), timeout_cert(1, 3), timeout_cert(0, 1)];
+    s.append(&certs).unwrap();
+    drop(s);
+    let mut s = open_keeping(d.path(), 2);
+    let loaded = s.load().unwrap();
+    for c in &certs {
+        assert!(loaded.contains(c), "{c:?} lost");
+    }
+    s.append(&[stable(4)]).unwrap();
+    let loaded = s.load().unwrap();
+    let kept: Vec<&PersistRecord> = loaded
+        .iter()
+        .filter(|r| matches!(r, PersistRecord::TimeoutCert { .. }))
+        .collect();
+    assert_eq!(
+        kept,
+        vec![&certs[1], &certs[2]],
+        "the latest per lane, in write order"
+    );
+}

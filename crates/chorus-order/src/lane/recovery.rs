@@ -100,11 +100,25 @@ impl Lane {
         }
     }
 
-    /// The statements of a timeout certificate we left a view on (our own
-    /// store wrote them after checking each signature: not checked again).
+    /// The statements of a timeout certificate we left a view on. Checked
+    /// again: a data directory kept across a key or cluster-id change holds
+    /// statements no peer accepts, and our own stale one would stop us from
+    /// signing a valid one (`give_up`).
     pub(crate) fn restore_timeouts(&mut self, statements: Vec<chorus_core::Timeout>) {
         for t in statements {
             if t.lane != self.id || t.view.0 >= super::MAX_VIEW {
+                continue;
+            }
+            let valid = self.key(t.replica).is_some_and(|k| {
+                k.verify_bound(
+                    &self.tag,
+                    chorus_core::SigKind::Timeout,
+                    &t.signing_digest(),
+                    &t.sig,
+                )
+            });
+            if !valid {
+                tracing::warn!(lane = ?self.id, replica = ?t.replica, "stored timeout statement does not verify; dropped");
                 continue;
             }
             let Some(held) = self.timeouts.get_mut(t.replica.index()) else {
@@ -196,6 +210,7 @@ impl Lane {
         if self.view.0 == 0 {
             self.active = true;
             self.resolve_roles();
+            self.leave_on_restored_certificate(cx, env, &mut lo);
             return lo;
         }
         self.active = false;
@@ -209,6 +224,16 @@ impl Lane {
         // We left the view below before the crash; our signed statement of
         // it was not persisted, so sign it again (`timeout_cert.rs`).
         self.give_up(cx, View(self.view.0 - 1));
+        self.leave_on_restored_certificate(cx, env, &mut lo);
         lo
+    }
+
+    /// A crash between persisting a timeout certificate and the view record
+    /// it led to (`leave_on_certificate` writes them in that order): we hold
+    /// a certificate for our restored view, so leave it, as we were about to.
+    fn leave_on_restored_certificate(&mut self, cx: &mut Cx, env: &LaneEnv, lo: &mut LaneOutput) {
+        if self.certified_timeout().is_some_and(|w| w >= self.view) {
+            self.leave_on_certificate(cx, env, lo);
+        }
     }
 }

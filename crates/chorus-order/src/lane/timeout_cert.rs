@@ -174,14 +174,19 @@ impl Lane {
             (false, _) => ViewChangeCause::NewViewTimeout,
         };
         let backoff = self.timer.failures;
-        // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
-        self.start_view_change(cx, w.next(), cause, env, lo);
         // Kept across a restart: after a whole cluster restarted, nobody
         // else may hold these statements any more (`PersistRecord::TimeoutCert`).
-        cx.out.persist(crate::io::PersistRecord::TimeoutCert {
-            lane: self.id,
-            statements: cert.clone(),
-        });
+        // Before the view record, so a crash between the two (torn) leaves
+        // a replica that can still leave (`finish_recovery`), never one in
+        // the new view without the certificate that took it there.
+        if w.next().0 < MAX_VIEW {
+            cx.out.persist(crate::io::PersistRecord::TimeoutCert {
+                lane: self.id,
+                statements: cert.clone(),
+            });
+        }
+        // PBFT §4.5.2: if NEW-VIEW for v+1 does not come in time, go to v+2.
+        self.start_view_change(cx, w.next(), cause, env, lo);
         if planned {
             // Nobody failed: the back-off stays where it was.
             self.timer.failures = backoff;

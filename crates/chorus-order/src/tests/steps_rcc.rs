@@ -59,9 +59,9 @@ fn stopped() -> (Setup, Batch, Replica, NewView) {
         kinds(&sent),
         vec![
             "broadcast timeout",
+            "persist timeout-cert",
             "persist view",
             "broadcast view-change",
-            "persist timeout-cert",
             "broadcast timeout",
             "broadcast timeout"
         ]

@@ -445,3 +445,66 @@ fn a_restarted_replica_still_relays_the_timeout_certificate_it_left_on() {
         "the certificate, replica 2's own statement included"
     );
 }
+
+/// Replica 1 left view 0 on a certificate; records as written: the
+/// certificate, then the view record.
+fn left_view_0_on_a_certificate(s: &Setup) -> Vec<PersistRecord> {
+    let mut n1 = Node::new(s, 1);
+    for signer in [0, 2, 3] {
+        let t = super::util::timeout_for(&s.cfg, signer, 0, 0);
+        n1.msg(10 + u64::from(signer), signer, ReplicaMsg::Timeout(t));
+    }
+    n1.records
+}
+
+/// A crash between the certificate and the view record it led to (a torn
+/// write): the recovered replica holds a certificate for the view it is
+/// in, and leaves it at once, as it was about to.
+#[test]
+fn a_replica_torn_between_certificate_and_view_record_leaves_at_recovery() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut records = left_view_0_on_a_certificate(&s);
+    let at = records
+        .iter()
+        .position(|r| matches!(r, PersistRecord::View { .. }))
+        .expect("the view record");
+    assert!(
+        matches!(records[at - 1], PersistRecord::TimeoutCert { .. }),
+        "certificate first"
+    );
+    records.truncate(at);
+    let (n1, e) = Node::recover(&s, 1, records, 5000);
+    assert_eq!(n1.r.status().view_changing, vec![true]);
+    assert_eq!(n1.r.status().views, vec![View(1)]);
+    assert!(
+        kinds(&e).contains(&"broadcast view-change".to_string()),
+        "{:?}",
+        kinds(&e)
+    );
+}
+
+/// Stored statements are checked again at recovery: one that no longer
+/// verifies (a key changed under a kept data directory) is dropped, not
+/// relayed.
+#[test]
+fn a_stored_statement_that_does_not_verify_is_not_restored() {
+    let s = setup(4, 2, params(OrderingMode::Pbft, 1));
+    let mut records = left_view_0_on_a_certificate(&s);
+    for r in &mut records {
+        if let PersistRecord::TimeoutCert { statements, .. } = r {
+            for t in statements.iter_mut().filter(|t| t.replica == ReplicaId(3)) {
+                t.sig = chorus_core::Signature([7; 64]);
+            }
+        }
+    }
+    let (mut n1, _) = Node::recover(&s, 1, records, 5000);
+    let e = n1.msg(5001, 2, status(0, 0));
+    let relayed: Vec<u32> = sends(&e)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ReplicaMsg::Timeout(t) => Some(t.replica.0),
+            _ => None,
+        })
+        .collect();
+    assert!(!relayed.contains(&3), "{relayed:?}");
+}

@@ -102,15 +102,15 @@ fn view_change_carries_the_prepared_certificate_and_is_persisted_first() {
         kinds(&vc_effects),
         vec![
             "broadcast timeout",
+            "persist timeout-cert",
             "persist view",
             "broadcast view-change",
-            "persist timeout-cert",
             "broadcast timeout",
             "broadcast timeout"
         ]
     );
     assert_eq!(
-        vc_effects[1],
+        vc_effects[2],
         Action::Persist(PersistRecord::View {
             lane: L0,
             view: View(1)
