@@ -10,7 +10,8 @@
 //!
 //! Drawn from a ChaCha stream of its own (`RESTART_STREAM`), after the
 //! classic, smart and rcc draws, so seeds that draw no `cluster-restart`
-//! run exactly as before it existed.
+//! draw the same faults as before it existed. (Seeds with any restart run
+//! differently since the same change: restarted clocks start near 0.)
 
 use crate::faults::FaultKind;
 use crate::options::SimOptions;
