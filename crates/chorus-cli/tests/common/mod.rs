@@ -163,21 +163,14 @@ impl TestCluster {
     }
 
     pub fn start(&mut self, i: usize) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path().join(format!("replica-{i}.log")))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_chorus"))
-            .arg("replica")
-            .arg("--config")
-            .arg(self.path().join(format!("replica-{i}.toml")))
-            .env("CHORUS_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = spawn_replica(self.path(), i);
+        self.children[i] = Some(child);
+    }
+
+    /// Take over replica `i`'s process started elsewhere (`spawn_replica`
+    /// from another thread), reaping the one it replaces.
+    pub fn adopt(&mut self, i: usize, child: Child) {
+        self.kill(i);
         self.children[i] = Some(child);
     }
 
@@ -332,6 +325,25 @@ impl TestCluster {
     pub fn dir_path(&self) -> PathBuf {
         self.path().to_path_buf()
     }
+}
+
+/// Start replica `i` of the cluster in `dir`, logging to its log file.
+pub fn spawn_replica(dir: &Path, i: usize) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("replica-{i}.log")))
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_chorus"))
+        .arg("replica")
+        .arg("--config")
+        .arg(dir.join(format!("replica-{i}.toml")))
+        .env("CHORUS_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 pub fn tail(s: &str, n: usize) -> String {
