@@ -20,10 +20,15 @@ use std::fmt::Display;
 
 /// Bumped whenever the meaning of a stored byte changes. 2: the write-ahead
 /// segment log (`wal.rs`) holds what the tables do not yet; a version-1
-/// store (no segments) opens and is upgraded in place.
-pub const FORMAT_VERSION: u32 = 2;
+/// store (no segments) opens and is upgraded in place. 3: records an older
+/// binary cannot decode may appear (`PersistRecord::TimeoutCert`); a
+/// version-2 store opens and is marked 3, so an older binary refuses it by
+/// its version instead of failing on the first such record as corrupt.
+pub const FORMAT_VERSION: u32 = 3;
 /// The version before the segment log, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_WAL: u32 = 1;
+/// The version before `TimeoutCert` records, upgraded on open.
+pub(crate) const FORMAT_VERSION_PRE_TIMEOUT_CERT: u32 = 2;
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");

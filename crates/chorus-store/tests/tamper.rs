@@ -6,7 +6,7 @@ mod common;
 use chorus_core::Digest;
 use chorus_store::{FsyncPolicy, Store, StoreError, DB_FILE_NAME, FORMAT_VERSION};
 use common::*;
-use redb::{Database, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition};
 use std::path::Path;
 
 // The store's table layout, spelled out independently of its private schema.
@@ -136,6 +136,35 @@ fn a_store_of_another_format_version_is_refused() {
     assert!(
         matches!(err, StoreError::FormatVersion { found, expected } if found == FORMAT_VERSION + 1 && expected == FORMAT_VERSION)
     );
+}
+
+/// A version-2 store (before `TimeoutCert` records) opens, keeps its
+/// records, and is marked version 3, so an older binary refuses it cleanly.
+#[test]
+fn a_version_2_store_opens_and_is_marked_version_3() {
+    let d = dir();
+    ledger_of_five(d.path());
+    let before = Store::open(d.path(), FsyncPolicy::Always, 1)
+        .unwrap()
+        .load()
+        .unwrap();
+    raw(d.path(), |t| {
+        t.open_table(META)
+            .unwrap()
+            .insert("format_version", 2u32.to_le_bytes().as_slice())
+            .unwrap();
+    });
+    let mut s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
+    assert_eq!(s.load().unwrap(), before);
+    drop(s);
+    let mut version = 0;
+    raw(d.path(), |t| {
+        let meta = t.open_table(META).unwrap();
+        let v = meta.get("format_version").unwrap().unwrap();
+        version = u32::from_le_bytes(v.value().try_into().unwrap());
+    });
+    assert_eq!(version, FORMAT_VERSION);
+    assert_eq!(FORMAT_VERSION, 3);
 }
 
 /// Issue 14 item 1: a truncated database file tripped an assertion inside
