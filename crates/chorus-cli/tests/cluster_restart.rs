@@ -8,7 +8,7 @@
 //! timers on the previous process's clock; a PBFT timeout certificate lost
 //! by every replica at once). With the first of them put back, this test
 //! still passes: the replicas' first life is a few seconds, and timers late
-//! by that much hide in the 5 s measured; `chorus-sim`'s
+//! by that much hide in the 6 s measured; `chorus-sim`'s
 //! `tests/cluster_restart.rs` (8 s bound on every request) fails then.
 
 mod common;
@@ -40,22 +40,30 @@ fn whole_cluster_restart(mode: OrderingMode, pillars: u32) {
         std::thread::sleep(Duration::from_secs(1));
         (0..4).map(|i| spawn_replica(&dir, i)).collect::<Vec<_>>()
     });
-    let stop = kill_at + Duration::from_secs(8);
-    rt.block_on(drive_writes(&c, "restart", 4, stop, load.clone()));
+    let stop = kill_at + Duration::from_secs(10);
+    // The restarted processes are adopted (and reaped by the cluster's
+    // drop) even if the load panics.
+    let driven = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(drive_writes(&c, "restart", 4, stop, load.clone()))
+    }));
     for (i, child) in killer.join().unwrap().into_iter().enumerate() {
         c.adopt(i, child);
+    }
+    if let Err(p) = driven {
+        std::panic::resume_unwind(p);
     }
     let (before, after) = {
         let l = load.lock().unwrap();
         let before = l.done.iter().filter(|t| **t < kill_at).count();
-        // From 3 s after the kill (1 s down, 2 s to start and recover).
-        let resumed = kill_at + Duration::from_secs(3);
+        // From 4 s after the kill (1 s down; start, recovery and the
+        // clients' reconnection back-off, up to 2 s, on a loaded machine).
+        let resumed = kill_at + Duration::from_secs(4);
         (before, l.done.iter().filter(|t| **t >= resumed).count())
     };
     assert!(before > 50, "only {before} writes before the kill");
     assert!(
         after > 100,
-        "the restarted cluster served only {after} writes in the last 5 s of the load"
+        "the restarted cluster served only {after} writes in the last 6 s of the load"
     );
     c.wait_converged(Duration::from_secs(60));
     let acked = std::mem::take(&mut load.lock().unwrap().acked);

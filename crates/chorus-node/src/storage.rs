@@ -38,7 +38,14 @@ pub fn open(data_dir: &Path, fsync: FsyncPolicy, lanes: u32) -> anyhow::Result<(
 /// The error with the advice that fits it.
 pub fn explain(e: StoreError, data_dir: &Path) -> anyhow::Error {
     let file = data_dir.join(chorus_store::DB_FILE_NAME);
-    let advice = if e.is_disk_full() {
+    let advice = if let StoreError::FormatVersion { found, expected } = &e {
+        // Not damage: a newer binary wrote it (a downgrade). Deleting it
+        // on every replica of a downgraded cluster would lose the state.
+        format!(
+            "the store in {} has format version {found}, this binary reads {expected}: it was written by a newer              chorus; run that version (or newer) on this replica rather than deleting the data directory",
+            data_dir.display()
+        )
+    } else if e.is_disk_full() {
         format!(
             "the file system holding {} is full: free space (or move the data directory), then restart the replica",
             data_dir.display()
@@ -57,4 +64,26 @@ pub fn explain(e: StoreError, data_dir: &Path) -> anyhow::Error {
         )
     };
     anyhow::anyhow!("storage error on {}: {e}\n  hint: {advice}", file.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store from a newer binary is a downgrade, not damage: the hint
+    /// must not tell the operator to delete the data directory.
+    #[test]
+    fn a_newer_format_is_explained_as_a_downgrade_not_as_damage() {
+        let e = explain(
+            StoreError::FormatVersion {
+                found: 4,
+                expected: 3,
+            },
+            Path::new("/var/lib/chorus/r0"),
+        )
+        .to_string();
+        assert!(e.contains("format version 4") && e.contains("newer"), "{e}");
+        assert!(!e.contains("delete its data directory"), "{e}");
+        assert!(e.contains("rather than deleting"), "{e}");
+    }
 }

@@ -396,9 +396,8 @@ impl Replica {
             ReplicaMsg::Statuses(b) => self.on_status_bundle(now, from, b, out),
             ReplicaMsg::RePredict(vote) => self.on_reprediction_vote(now, vote, out),
             ReplicaMsg::Unverifiable(hint) => {
-                if self.dispel.is_some() {
-                    return cx.reject("not-in-dispel");
-                }
+                // In dispel, `lane` is the proposer whose INIT carried the
+                // request (`DispelCore::init_acceptable`); the pool is one.
                 if hint.lane.0 >= self.cfg.lanes() {
                     return cx.reject("bad-lane");
                 }

@@ -1,7 +1,9 @@
 //! The fault plan of one seed, drawn from the seed's RNG before the run
 //! starts: which kinds are active (swarm testing), which replicas are
 //! Byzantine and how, when replicas crash and restart, which partitions form
-//! and heal, how clocks drift. Everything ends by `heal_at_us`.
+//! and heal, how clocks drift. Everything ends by `heal_at_us`, except a
+//! `cluster-restart` (`restart_plan.rs`), whose last replica may come back
+//! after it (liveness deadlines start then).
 
 use crate::clock::Clock;
 use crate::faults::{FaultKind, FaultSet};
@@ -186,6 +188,11 @@ impl Plan {
             "full-log"
         };
         format!("auth={auth} rotation={rotation} storage={storage}{smart}")
+    }
+
+    /// When the last replica of a `cluster-restart` is back (0 without one).
+    pub fn last_cluster_restart_us(&self) -> Micros {
+        self.restarts.iter().map(|c| c.restart_us).max().unwrap_or(0)
     }
 
     /// `r1=equivocate` strings for reports.

@@ -464,7 +464,7 @@ impl<R: SimReplica> World<R> {
         // Quiet: the network healed and every outage is over.
         let quiet = heal
             .max(self.plan.smart.last_restart_us())
-            .max(self.plan.restarts.iter().map(|c| c.restart_us).max().unwrap_or(0));
+            .max(self.plan.last_cluster_restart_us());
         let mut cut_short = false;
         let mut done_at: Option<Micros> = None;
         while let Some((t, ev)) = self.queue.pop() {
@@ -761,7 +761,11 @@ impl<R: SimReplica> World<R> {
     /// back: otherwise a closed-loop client hides a throughput collapse
     /// (coordinated omission), each request being quick once it is sent.
     fn overdue_request(&self, now: Micros) -> Option<(Micros, ClientId, RequestSeq)> {
+        // A cluster restart may end after the network healed (a rolling
+        // one takes a few seconds per replica): deadlines start when the
+        // last replica is back, as with the network.
         let heal = self.plan.heal_at_us;
+        let back = heal.max(self.plan.last_cluster_restart_us());
         let bound = self.opts.liveness_timeout_ms * 1_000;
         let pacing = heal / self.opts.requests_per_client as u64;
         self.clients
@@ -775,7 +779,7 @@ impl<R: SimReplica> World<R> {
                     (None, None) => return None,
                 };
                 let intended = (seq.0 - 1).saturating_mul(pacing);
-                let start = at.min(intended).max(heal);
+                let start = at.min(intended).max(back);
                 (start + bound < now).then_some((start, c.id(), seq))
             })
             .min()

@@ -26,12 +26,13 @@ pub mod pipeline;
 pub mod resend;
 
 use crate::counters::Cx;
+use crate::io::RejectReason;
 use crate::io::{PersistRecord, TimerId};
 use crate::verify::{RequestVerifier, VerifiedHint};
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, ClusterConfig, DbftWire, Identity, LaneId, Limits, Millis, ReplicaId, ReplicaMsg, Seq, Slot,
-    Status, View,
+    Authenticator, Batch, Cell, ClusterConfig, DbftWire, Identity, LaneId, Limits, Millis, ReplicaId,
+    ReplicaMsg, Seq, Slot, Status, UnverifiableRequest, View,
 };
 use chorus_dbft::{
     Action as DAction, Dbft, DbftBundle, DbftConfig, DbftMsg, Epoch, Event as DEvent, TimerId as DTimer,
@@ -286,7 +287,7 @@ impl DispelCore {
                 return DispelOutput::default();
             }
         };
-        msgs.retain(|m| self.init_acceptable(cx, m, hint, wall_ms));
+        msgs.retain(|m| self.init_acceptable(cx, from, m, hint, wall_ms));
         if msgs.is_empty() {
             return DispelOutput::default();
         }
@@ -302,8 +303,25 @@ impl DispelCore {
     /// (as a PBFT backup checks a pre-prepare): a delivered batch then had
     /// an echo quorum, so some correct replica vouched for every request.
     /// Other messages pass.
-    fn init_acceptable(&mut self, cx: &mut Cx, m: &DbftMsg, hint: &dyn VerifiedHint, wall_ms: u64) -> bool {
-        let DbftMsg::RbInit { batch, .. } = m else {
+    ///
+    /// A request whose MAC for us fails (the rest of its vector may verify
+    /// elsewhere: a partial authenticator) is reported to every replica
+    /// (`ReplicaMsg::Unverifiable`, as a PBFT backup does): a replica that
+    /// verified it learns from f+1 reports that the client is partial and
+    /// stops proposing it (`pool/client_penalty.rs`). Without the reports
+    /// the proposer's bit decided 0, the request went back to its pending
+    /// requests and into its next INIT, and the cluster ran epochs for it
+    /// forever (a `bad-auth` client at n = 16: 16 epochs a second with
+    /// every correct client done; found 2026-11-26).
+    fn init_acceptable(
+        &mut self,
+        cx: &mut Cx,
+        from: ReplicaId,
+        m: &DbftMsg,
+        hint: &dyn VerifiedHint,
+        wall_ms: u64,
+    ) -> bool {
+        let DbftMsg::RbInit { epoch, batch } = m else {
             return true;
         };
         // Nor does it echo a batch from the future: the agreed time
@@ -313,9 +331,30 @@ impl DispelCore {
             return false;
         }
         for r in &batch.requests {
-            if !hint.already_verified(r) && self.verifier.check(r).is_err() {
-                cx.reject("dbft-init-bad-request");
-                return false;
+            if hint.already_verified(r) {
+                continue;
+            }
+            match self.verifier.check(r) {
+                Ok(()) => {}
+                Err(RejectReason::BadAuthenticator)
+                    if matches!(r.auth, Authenticator::Macs(_)) && self.verifier.check_shape(r).is_ok() =>
+                {
+                    cx.reject("dbft-init-bad-request");
+                    cx.out.broadcast(ReplicaMsg::Unverifiable(UnverifiableRequest {
+                        lane: LaneId(from.0),
+                        view: View(0),
+                        slot: Slot(*epoch),
+                        client: r.client,
+                        seq: r.seq,
+                        content: r.digest(),
+                        auth: r.auth_digest(),
+                    }));
+                    return false;
+                }
+                Err(_) => {
+                    cx.reject("dbft-init-bad-request");
+                    return false;
+                }
             }
         }
         true

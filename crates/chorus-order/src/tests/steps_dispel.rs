@@ -511,3 +511,83 @@ fn a_logged_dispel_input_that_does_not_decode_stops_recovery() {
         input: bytes::Bytes::from_static(&[0xff; 40]),
     }]);
 }
+
+/// `req` with the MAC for replica `bad` broken (a partial authenticator:
+/// the other entries still verify).
+fn partial(mut req: chorus_core::Request, bad: usize) -> chorus_core::Request {
+    if let chorus_core::Authenticator::Macs(m) = &mut req.auth {
+        let mut v = (**m).clone();
+        v[bad] = chorus_core::Mac([0; 16]);
+        *m = std::sync::Arc::new(v);
+    }
+    req
+}
+
+/// A request in a peer's INIT whose MAC for us fails is reported to every
+/// replica, naming the proposer (the INIT is refused as before).
+#[test]
+fn a_request_unverifiable_here_is_reported_to_every_replica() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let req = partial(s.request(0, 1, b"x"), 1);
+    let init = DbftMsg::RbInit {
+        epoch: 0,
+        batch: chorus_core::Batch::new(vec![req.clone()], 0),
+    };
+    let acts = handle(
+        &mut r,
+        10,
+        Event::Message {
+            from: ReplicaId(2),
+            msg: wire(&init),
+        },
+    );
+    let reports: Vec<chorus_core::UnverifiableRequest> = broadcasts(&acts)
+        .into_iter()
+        .filter_map(|m| match m {
+            ReplicaMsg::Unverifiable(u) => Some(u),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reports.len(), 1, "{acts:?}");
+    let u = &reports[0];
+    assert_eq!(
+        (u.client, u.seq, u.lane),
+        (req.client, req.seq, chorus_core::LaneId(2))
+    );
+    assert_eq!((u.content, u.auth), (req.digest(), req.auth_digest()));
+}
+
+/// The proposer that verified such a request drops it on f+1 reports and
+/// stops proposing it: before, its bit decided 0, the request went back to
+/// its pending ones and into every later INIT, and the cluster ran epochs
+/// for it forever (16 a second at n = 16 with every correct client done).
+#[test]
+fn a_proposer_drops_a_request_f_plus_1_replicas_could_not_verify() {
+    let s = dispel();
+    let mut r = replica(&s, 2);
+    let req = partial(s.request(0, 1, b"x"), 1);
+    let _ = handle(&mut r, 1, Event::Request(req.clone()));
+    assert_eq!(r.status().pool_len, 1);
+    let report = chorus_core::UnverifiableRequest {
+        lane: chorus_core::LaneId(2),
+        view: chorus_core::View(0),
+        slot: chorus_core::Slot(0),
+        client: req.client,
+        seq: req.seq,
+        content: req.digest(),
+        auth: req.auth_digest(),
+    };
+    for from in [1, 3] {
+        let _ = handle(
+            &mut r,
+            2,
+            Event::Message {
+                from: ReplicaId(from),
+                msg: ReplicaMsg::Unverifiable(report.clone()),
+            },
+        );
+    }
+    assert_eq!(r.status().pool_len, 0, "dropped after f + 1 = 2 reports");
+    assert_eq!(r.counters().clients_proven_partial, 1);
+}
