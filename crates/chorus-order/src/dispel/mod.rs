@@ -183,6 +183,11 @@ pub struct DispelCore {
     clock_offset: u64,
     /// Small messages per bundle at most (fits `max_frame_bytes`).
     bundle_cap: usize,
+    /// Per proposer: the latest epoch we reported an unverifiable request
+    /// of its INIT for (`init_acceptable`): at most one report per
+    /// proposer and epoch, inside the engine's window, however often a
+    /// Byzantine proposer sends INITs. Not protocol state (hints only).
+    reported: Vec<Option<Epoch>>,
 }
 
 /// A bundle of `msgs` (one or more) as a frame.
@@ -226,6 +231,7 @@ impl DispelCore {
             coalescer: Coalescer::default(),
             clock_offset: 0,
             bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
+            reported: vec![None; n],
             cfg,
             me,
         }
@@ -340,6 +346,9 @@ impl DispelCore {
                     if matches!(r.auth, Authenticator::Macs(_)) && self.verifier.check_shape(r).is_ok() =>
                 {
                     cx.reject("dbft-init-bad-request");
+                    if !self.may_report(from, *epoch) {
+                        return false;
+                    }
                     cx.out.broadcast(ReplicaMsg::Unverifiable(UnverifiableRequest {
                         lane: LaneId(from.0),
                         view: View(0),
@@ -357,6 +366,20 @@ impl DispelCore {
                 }
             }
         }
+        true
+    }
+
+    /// One report per proposer and epoch, for epochs in the engine's window.
+    fn may_report(&mut self, proposer: ReplicaId, epoch: Epoch) -> bool {
+        let low = self.st.engine.low();
+        let in_window = epoch >= low && epoch - low < self.st.engine.config().window_epochs;
+        let Some(last) = self.reported.get_mut(proposer.index()) else {
+            return false;
+        };
+        if !in_window || last.is_some_and(|l| l >= epoch) {
+            return false;
+        }
+        *last = Some(epoch);
         true
     }
 

@@ -591,3 +591,35 @@ fn a_proposer_drops_a_request_f_plus_1_replicas_could_not_verify() {
     assert_eq!(r.status().pool_len, 0, "dropped after f + 1 = 2 reports");
     assert_eq!(r.counters().clients_proven_partial, 1);
 }
+
+/// A Byzantine proposer cannot make us broadcast reports at will: one per
+/// proposer and epoch (a repeated INIT is not reported again), and none for
+/// an epoch outside the engine's window.
+#[test]
+fn unverifiable_reports_are_one_per_proposer_and_epoch_inside_the_window() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let req = partial(s.request(0, 1, b"x"), 1);
+    let init = |epoch| DbftMsg::RbInit {
+        epoch,
+        batch: chorus_core::Batch::new(vec![req.clone()], 0),
+    };
+    let reports = |r: &mut Replica, epoch, now| {
+        let acts = handle(
+            r,
+            now,
+            Event::Message {
+                from: ReplicaId(2),
+                msg: wire(&init(epoch)),
+            },
+        );
+        broadcasts(&acts)
+            .iter()
+            .filter(|m| matches!(m, ReplicaMsg::Unverifiable(_)))
+            .count()
+    };
+    assert_eq!(reports(&mut r, 0, 10), 1);
+    assert_eq!(reports(&mut r, 0, 11), 0, "the same INIT again");
+    assert_eq!(reports(&mut r, 1, 12), 1, "the next epoch");
+    assert_eq!(reports(&mut r, 1_000_000, 13), 0, "far outside the window");
+}
