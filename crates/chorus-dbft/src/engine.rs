@@ -146,6 +146,27 @@ impl Dbft {
     pub fn config(&self) -> &DbftConfig {
         &self.cfg
     }
+
+    /// Take new policy parameters (timers, batch bounds, window) from a
+    /// changed cluster configuration. Membership, thresholds and the
+    /// variant cannot change under a running engine: false, nothing taken.
+    /// The window shrinks no further than the newest epoch held (its
+    /// messages would be refused as too far while we still need them);
+    /// deterministic, so a replay that applies it at the same input gets
+    /// the same engine.
+    pub fn reconfigure(&mut self, mut cfg: DbftConfig) -> bool {
+        if cfg.n != self.cfg.n || cfg.t != self.cfg.t || cfg.variant != self.cfg.variant {
+            return false;
+        }
+        let held = self
+            .epochs
+            .keys()
+            .next_back()
+            .map_or(0, |e| e.saturating_sub(self.low) + 1);
+        cfg.window_epochs = cfg.window_epochs.max(held).max(1);
+        self.cfg = cfg;
+        true
+    }
     pub fn me(&self) -> ReplicaId {
         self.me
     }

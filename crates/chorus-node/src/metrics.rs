@@ -96,6 +96,7 @@ pub struct Metrics {
     pub dispel_standins: Counter,
     pub held_for_vouchers: Counter,
     pub clients_proven_partial: Counter,
+    pub voided_requests_dropped: Counter,
     pub peer_messages_rejected: Family<ReasonLabel, Counter>,
     pub pool_requests: Gauge,
     pub busy_replies: Counter,
@@ -142,6 +143,7 @@ impl Default for Metrics {
             dispel_standins: Counter::default(),
             held_for_vouchers: Counter::default(),
             clients_proven_partial: Counter::default(),
+            voided_requests_dropped: Counter::default(),
             peer_messages_rejected: Family::default(),
             pool_requests: Gauge::default(),
             busy_replies: Counter::default(),
@@ -278,6 +280,11 @@ impl Metrics {
             "clients_proven_partial",
             "clients refused after f+1 replicas reported their MAC vectors partial",
             clients_proven_partial
+        );
+        reg!(
+            "voided_requests_dropped",
+            "dispel: MAC-vector requests reported unverifiable that we stopped proposing after our proposals of them kept being decided without them",
+            voided_requests_dropped
         );
         reg!(
             "peer_messages_rejected",

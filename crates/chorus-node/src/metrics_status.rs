@@ -50,6 +50,7 @@ pub fn publish(m: &Metrics, s: &ReplicaStatus) {
     advance(&m.dispel_standins, c.dispel_standins);
     advance(&m.held_for_vouchers, c.held_for_vouchers);
     advance(&m.clients_proven_partial, c.clients_proven_partial);
+    advance(&m.voided_requests_dropped, c.voided_requests_dropped);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -53,6 +53,10 @@ pub struct Counters {
     /// Clients shown to send partial MAC vectors: f+1 replicas reported a
     /// request we verified from the client as unverifiable at them.
     pub clients_proven_partial: u64,
+    /// `dispel`: reported MAC-vector requests we stopped proposing after
+    /// our proposals of them were decided without them
+    /// `OWN_VOIDS_BEFORE_DROP` times (`Pool::voided_for_good`).
+    pub voided_requests_dropped: u64,
     /// RCC §III-E SWITCHINSTANCE: delivered switches by outcome, and
     /// pre-prepares held until the owner of their requests was known.
     pub switches: BTreeMap<&'static str, u64>,

@@ -28,6 +28,13 @@ mod dispel_standin;
 
 type Key = (ClientId, RequestSeq);
 
+/// `dispel`: our proposals of one reported MAC-vector request that may be
+/// decided without it before we stop proposing it (`voided_for_good`).
+/// Two, not one: a report may come from a Byzantine replica, and a bit of
+/// 0 from a late INIT; a partial request costs at most two epochs of ours
+/// per retransmission.
+pub const OWN_VOIDS_BEFORE_DROP: u8 = 2;
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum State {
     Pending,
@@ -44,6 +51,9 @@ struct Entry {
     /// Admitted from the client with its authenticator checked here (not
     /// learnt from a pre-prepare or another lane).
     verified_here: bool,
+    /// `dispel`: our own proposals of it that were decided without it after
+    /// a replica reported it unverifiable (`voided_for_good`).
+    voided: u8,
 }
 
 #[derive(Default, Clone, Copy, Debug)]
@@ -499,6 +509,7 @@ impl Pool {
                 arrived: now,
                 state,
                 verified_here,
+                voided: 0,
             },
         );
     }
@@ -707,19 +718,65 @@ impl Pool {
         });
     }
 
-    /// `cell` was decided to `batch`: its requests are ordered and leave the
-    /// pool; other requests that were in flight there are proposable again.
-    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
-        self.own.remove(&cell);
+    /// `cell` decided `batch`: its requests are ordered and leave the pool;
+    /// what was in flight there and is not in it becomes proposable again,
+    /// except (`dispel`) a request `voided_for_good` says to drop. Returns
+    /// how many were dropped.
+    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) -> usize {
+        let ours = self.own.remove(&cell);
         for r in &batch.requests {
             let key = (r.client, r.seq);
             self.remove_entry(key);
             self.clear_busy_wait(key);
             self.remember_ordered(key);
         }
+        let mut dropped = 0;
         for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
-            self.release_key(k, cell, now);
+            if ours && self.voided_for_good(k, cell) {
+                self.remove_entry(k);
+                dropped += 1;
+            } else {
+                self.release_key(k, cell, now);
+            }
         }
+        dropped
+    }
+
+    /// `dispel`: our proposal at `cell` was decided without `key` (our bit
+    /// decided 0). True when it should not be proposed again: a MAC-vector
+    /// request that a replica reported unverifiable at it
+    /// (`ReplicaMsg::Unverifiable`), voided so the `OWN_VOIDS_BEFORE_DROP`th
+    /// time.
+    ///
+    /// A dispel proposer learns nothing from a bit of 0: its INIT may
+    /// simply have come late (routine for a late joiner), or it carries a
+    /// MAC vector that verifies at k <= f correct replicas only while the
+    /// f + 1 reports that would prove the client partial cannot come (the
+    /// replicas that could send them are Byzantine or down). Then every
+    /// later INIT of ours carrying it fails the same way, with every other
+    /// request in it, for as long as that lasts (a `silent` replica and a
+    /// `bad-auth` client kept an n = 4 cluster spawning epochs for ever,
+    /// 2026-11-27). The refusing replicas' reports single the request out,
+    /// so the other requests of the batch are put back as before (a
+    /// review: counting every MAC-vector request of the batch let one
+    /// partial request drop a whole batch of correct ones). A dropped
+    /// request is still held where it verified (those replicas rescue it)
+    /// and is admitted here again when its client retransmits: the cure of
+    /// `release_from` for PBFT lanes, which void our proposals through it
+    /// (their catch-up can decide our cell without it, so this stays
+    /// dispel-only).
+    fn voided_for_good(&mut self, key: Key, cell: Cell) -> bool {
+        if self.cfg.params.mode != OrderingMode::Dispel
+            || !self.mac_vector_in_flight_at(key, cell)
+            || !self.unverifiable.contains_key(&key)
+        {
+            return false;
+        }
+        let Some(e) = self.entries.get_mut(&key) else {
+            return false;
+        };
+        e.voided = e.voided.saturating_add(1);
+        e.voided >= OWN_VOIDS_BEFORE_DROP
     }
 
     fn remove_entry(&mut self, key: Key) {
@@ -1070,6 +1127,64 @@ mod tests {
         assert_eq!(p.cut(cell(2)), theirs);
         assert_eq!(p.admit(Millis(2), req(&s, 0, 1, b"a")), Ok(Admitted::New));
         assert_eq!(p.orphaned_in_flight(), 0);
+    }
+
+    /// `dispel`: our own proposal decided without its requests (our bit 0)
+    /// puts them back, except a MAC-vector request a replica reported
+    /// unverifiable, which goes on the `OWN_VOIDS_BEFORE_DROP`th void. The
+    /// batch's other requests (an unreported MAC vector, a signed request)
+    /// stay, and a PBFT-lane pool drops nothing this way. A retransmission
+    /// admits the dropped one again.
+    #[test]
+    fn a_reported_request_our_epochs_keep_losing_is_dropped_alone() {
+        for mode in [OrderingMode::Dispel, OrderingMode::Pbft] {
+            let s = setup(ProtocolParams {
+                mode,
+                batch_max_requests: 3,
+                ..params()
+            });
+            let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+            let partial = req(&s, 0, 1, b"a");
+            p.admit(Millis(0), partial.clone()).unwrap();
+            p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
+            let signed = Request::with_signature(
+                &chorus_core::ClusterTag::of(&s.cfg),
+                ClientId(0),
+                RequestSeq(3),
+                0,
+                Bytes::from_static(b"c"),
+                &s.clients[0],
+            );
+            assert_eq!(p.admit(Millis(0), signed), Ok(Admitted::New));
+            let report = UnverifiableRequest {
+                lane: LaneId(0),
+                view: chorus_core::View(0),
+                slot: Slot(0),
+                client: partial.client,
+                seq: partial.seq,
+                content: partial.digest(),
+                auth: partial.auth_digest(),
+            };
+            assert!(
+                !p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1),
+                "one report proves nothing"
+            );
+            let mut dropped = 0;
+            for epoch in 0..u64::from(OWN_VOIDS_BEFORE_DROP) {
+                assert_eq!(
+                    p.cut(cell(epoch)).requests.len(),
+                    3 - dropped,
+                    "{mode:?} epoch {epoch}"
+                );
+                dropped += p.on_decided(Millis(epoch + 1), cell(epoch), &Batch::noop());
+            }
+            let expect = usize::from(mode == OrderingMode::Dispel);
+            assert_eq!((dropped, p.len()), (expect, 3 - expect), "{mode:?}");
+            assert_eq!(p.orphaned_in_flight(), 0);
+            if expect == 1 {
+                assert_eq!(p.admit(Millis(10), partial.clone()), Ok(Admitted::New));
+            }
+        }
     }
 
     /// Seeds 9300041 and 10800016 (Aardvark §4.1): f+1 distinct reports

@@ -137,6 +137,11 @@ enum Input {
         from: ReplicaId,
         msgs: Vec<DbftMsg>,
     },
+    /// The engine's parameters from here on: logged before the first
+    /// input of every process (the replay must run under the parameters
+    /// the inputs were handled with, not the ones the next process starts
+    /// with) and when a restart takes changed ones (`recover`).
+    Configure(DbftConfig),
 }
 
 /// Our small broadcasts not yet sent. Not persisted: what a crash loses
@@ -188,6 +193,8 @@ pub struct DispelCore {
     /// proposer and epoch, inside the engine's window, however often a
     /// Byzantine proposer sends INITs. Not protocol state (hints only).
     reported: Vec<Option<Epoch>>,
+    /// This process logged the engine's parameters (`Input::Configure`).
+    config_logged: bool,
 }
 
 /// A bundle of `msgs` (one or more) as a frame.
@@ -232,6 +239,7 @@ impl DispelCore {
             clock_offset: 0,
             bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
             reported: vec![None; n],
+            config_logged: false,
             cfg,
             me,
         }
@@ -584,6 +592,14 @@ impl DispelCore {
     /// then hand it to the engine.
     fn feed(&mut self, cx: &mut Cx, input: Input) -> Vec<DAction> {
         let now = self.engine_now(cx.now);
+        if !self.replaying && !self.config_logged {
+            self.config_logged = true;
+            let cfg = Input::Configure(self.st.engine.config().clone());
+            cx.out.persist(PersistRecord::DispelInput {
+                now,
+                input: Bytes::from(chorus_core::encode(&cfg)),
+            });
+        }
         if !self.replaying {
             cx.out.persist(PersistRecord::DispelInput {
                 now,
@@ -594,6 +610,16 @@ impl DispelCore {
             Input::Message { from, msg } => DEvent::Message { from, msg },
             Input::Timer(id) => DEvent::Timer(id),
             Input::Propose { epoch, batch } => DEvent::Propose { epoch, batch },
+            Input::Configure(c) => {
+                // Only a store of another cluster size gets here with a
+                // configuration the engine refuses (`recover` checks n).
+                assert!(
+                    self.st.engine.reconfigure(c),
+                    "dispel: a logged DBFT configuration does not fit this engine (n = {})",
+                    self.cfg.n()
+                );
+                return Vec::new();
+            }
             Input::Messages { from, msgs } => {
                 let mut acts = Vec::new();
                 for msg in msgs {
@@ -673,6 +699,31 @@ impl DispelCore {
         }
         cx.now = real_now;
         self.replaying = false;
+        // Parameters changed since the inputs were logged (the operator
+        // edited the cluster file): take them now, after the replay. The
+        // parameters in effect are logged either way, so a later restart
+        // under other ones replays this process's inputs under these
+        // (a log of an older version carries none).
+        let want = DbftConfig::from_cluster(&self.cfg);
+        if *self.st.engine.config() != want {
+            tracing::info!(
+                old = ?self.st.engine.config(),
+                new = ?want,
+                "dispel: taking changed DBFT parameters after recovery"
+            );
+            assert!(
+                self.st.engine.reconfigure(want),
+                "dispel: the recovered DBFT engine does not fit this cluster (n = {})",
+                self.cfg.n()
+            );
+        }
+        cx.out.persist(PersistRecord::DispelInput {
+            now: self.st.engine.now(),
+            input: Bytes::from(chorus_core::encode(&Input::Configure(
+                self.st.engine.config().clone(),
+            ))),
+        });
+        self.config_logged = true;
         // Logged times are engine times: continue the engine's clock.
         self.clock_offset = self.st.engine.now().0.saturating_sub(real_now.0);
         self.coalescer.pending.clear();

@@ -130,7 +130,8 @@ impl Replica {
 
     fn dispel_take_decided(&mut self, now: Millis, o: &mut DispelOutput) {
         for (cell, batch) in o.decided.drain(..) {
-            self.pool.on_decided(now, cell, &batch);
+            let dropped = self.pool.on_decided(now, cell, &batch);
+            self.counters.voided_requests_dropped += dropped as u64;
             self.counters.decided += 1;
             self.merger.insert(cell, batch);
         }

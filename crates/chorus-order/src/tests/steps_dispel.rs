@@ -623,3 +623,74 @@ fn unverifiable_reports_are_one_per_proposer_and_epoch_inside_the_window() {
     assert_eq!(reports(&mut r, 1, 12), 1, "the next epoch");
     assert_eq!(reports(&mut r, 1_000_000, 13), 0, "far outside the window");
 }
+
+fn recover_with(
+    cfg: chorus_core::ClusterConfig,
+    s: &Setup,
+    records: Vec<PersistRecord>,
+) -> (Replica, Vec<PersistRecord>) {
+    let mut out = Outbox::new();
+    let r = Replica::recover(
+        std::sync::Arc::new(cfg),
+        ReplicaId(1),
+        s.keys[1].clone(),
+        records,
+        Millis(5),
+        &mut out,
+    );
+    let acts: Vec<Action> = out.drain().collect();
+    (r, persists(&acts))
+}
+
+fn engine(r: &Replica) -> &chorus_dbft::Dbft {
+    r.dispel.as_ref().expect("dispel").engine()
+}
+
+/// A restart under changed DBFT parameters (the operator edited the
+/// cluster file) replays the logged inputs under the parameters they were
+/// handled with, then takes the new ones and logs them, so the next
+/// restart replays the same again. Before, a restored snapshot kept its
+/// old parameters for ever, and a replay without one ran the old inputs
+/// under the new parameters: here an INIT for epoch 5 that a window of 16
+/// took, and echoed, is refused by a window of 4 (the restarted replica
+/// would no longer hold what it echoed).
+#[test]
+fn a_restart_replays_under_the_logged_dbft_parameters_then_takes_the_new_ones() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    let acts = deliver(
+        &mut r,
+        &mut recs,
+        1,
+        2,
+        &DbftMsg::RbInit {
+            epoch: 5,
+            batch: a.clone(),
+        },
+    );
+    assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
+    assert_eq!(engine(&r).config().window_epochs, 16);
+
+    let mut changed = (*s.cfg).clone();
+    changed.params.window_slots = 4;
+    changed.params.dispel_round_timeout_ms = 777;
+    let (r2, more) = recover_with(changed.clone(), &s, recs.clone());
+    assert!(engine(&r2).epoch(5).is_some(), "the echoed epoch is held again");
+    assert_eq!(engine(&r2).config().timeout_base_ms, 777);
+    // Shrunk no further than the newest epoch held (0..=5).
+    assert_eq!(engine(&r2).config().window_epochs, 6);
+    assert_eq!(more.len(), 1, "the parameters taken are logged: {more:?}");
+
+    // A third process under the same changed file replays all of it.
+    let all: Vec<PersistRecord> = recs.iter().cloned().chain(more).collect();
+    let (r3, _) = recover_with(changed, &s, all);
+    assert!(engine(&r3).epoch(5).is_some());
+    assert_eq!(engine(&r3).config().timeout_base_ms, 777);
+    assert_eq!(
+        format!("{:?}", engine(&r3)),
+        format!("{:?}", engine(&r2)),
+        "the same engine after the second restart"
+    );
+}
