@@ -54,6 +54,39 @@ struct Entry {
     /// `dispel`: our own proposals of it that were decided without it after
     /// a replica reported it unverifiable (`voided_for_good`).
     voided: u8,
+    /// Its content and authenticator digests, computed at the first
+    /// `Unverifiable` report about it (`note_unverifiable`).
+    report_digests: DigestCache,
+}
+
+/// Digests computed on demand and kept. Not protocol state: `Debug` (which
+/// the fuzz tests compare before and after a rejected message) omits it.
+#[derive(Default)]
+#[cfg_attr(test, derive(Clone))]
+struct DigestCache {
+    digests: Option<(chorus_core::Digest, chorus_core::Digest)>,
+    /// How often `get` hashed (tests).
+    #[cfg(test)]
+    hashed: u32,
+}
+
+impl DigestCache {
+    fn get(&mut self, req: &Request) -> (chorus_core::Digest, chorus_core::Digest) {
+        if let Some(d) = self.digests {
+            return d;
+        }
+        #[cfg(test)]
+        {
+            self.hashed += 1;
+        }
+        *self.digests.insert((req.digest(), req.auth_digest()))
+    }
+}
+
+impl std::fmt::Debug for DigestCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("_")
+    }
 }
 
 #[derive(Default, Clone, Copy, Debug)]
@@ -510,6 +543,7 @@ impl Pool {
                 state,
                 verified_here,
                 voided: 0,
+                report_digests: DigestCache::default(),
             },
         );
     }
@@ -1185,6 +1219,35 @@ mod tests {
                 assert_eq!(p.admit(Millis(10), partial.clone()), Ok(Admitted::New));
             }
         }
+    }
+
+    /// A Byzantine replica's reports naming a request we hold with other
+    /// digests are never stored; each used to hash the whole operation and
+    /// encode the MAC vector again (~100 bytes of report for up to
+    /// `max_op_bytes` of hashing). Now the request is hashed once.
+    #[test]
+    fn reports_with_other_digests_hash_the_request_once() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+        let big: &'static [u8] = Box::leak(vec![7u8; 60_000].into_boxed_slice());
+        let r = req(&s, 0, 1, big);
+        p.admit(Millis(0), r.clone()).unwrap();
+        let mut bogus = UnverifiableRequest {
+            lane: LaneId(0),
+            view: chorus_core::View(0),
+            slot: Slot(0),
+            client: r.client,
+            seq: r.seq,
+            content: chorus_core::Digest::of(b"other"),
+            auth: r.auth_digest(),
+        };
+        for i in 0..1_000u64 {
+            bogus.slot = Slot(i);
+            assert!(!p.note_unverifiable(Millis(i), ReplicaId(1), &bogus, 1));
+        }
+        let e = p.entries.get(&(r.client, r.seq)).expect("still held");
+        assert_eq!(e.report_digests.hashed, 1);
+        assert!(p.unverifiable.is_empty(), "nothing stored for other digests");
     }
 
     /// Seeds 9300041 and 10800016 (Aardvark §4.1): f+1 distinct reports
