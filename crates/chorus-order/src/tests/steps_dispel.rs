@@ -694,3 +694,45 @@ fn a_restart_replays_under_the_logged_dbft_parameters_then_takes_the_new_ones() 
         "the same engine after the second restart"
     );
 }
+
+/// What a dispel replica stores (its logged DBFT inputs and its DBFT
+/// snapshot) has no version of its own: postcard encodings of
+/// `dispel::Input` and `DispelState`, which hold the engine's whole state.
+/// A replica restarted by a binary that encodes them differently stops at
+/// recovery (fail-stop: it cannot rebuild what it sent). If this test
+/// fails, a change altered that format: a store written before it no
+/// longer loads. Either keep the format (new enum variants go last, no
+/// field changes) or add a migration, then update the digests here.
+#[test]
+fn the_stored_dispel_format_is_unchanged() {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let a = s.batch(2, 1..3);
+    deliver(&mut r, &mut recs, 1, 2, &DbftMsg::RbInit { epoch: 0, batch: a });
+    let mut out = Outbox::new();
+    let mut counters = crate::counters::Counters::default();
+    let mut cx = crate::counters::Cx::new(Millis(2), &mut out, &mut counters);
+    let _ = r.dispel.as_mut().expect("dispel").collect(&mut cx, 1);
+    let acts: Vec<Action> = out.drain().collect();
+    recs.extend(persists(&acts));
+    let digests: Vec<String> = recs
+        .iter()
+        .filter_map(|rec| match rec {
+            PersistRecord::DispelInput { input, .. } => Some(format!("input {}", Digest::of(input).short())),
+            PersistRecord::DispelSnapshot { state, .. } => {
+                Some(format!("snapshot {}", Digest::of(state).short()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        digests,
+        [
+            "input fc1e1cca225f",
+            "input 7f23d06c5309",
+            "snapshot a8d7586c008f"
+        ],
+        "the stored dispel format changed"
+    );
+}
