@@ -99,14 +99,20 @@ impl DbftConfig {
     /// `Limits` (a batch may exceed the soft cut size by one request), the
     /// epoch window as the lane window.
     pub fn from_cluster(c: &ClusterConfig) -> DbftConfig {
+        DbftConfig::new(c.n()).with_cluster_params(c)
+    }
+
+    /// These parameters with those the cluster file sets (window, round
+    /// timeout, batch bounds) taken from `c`; the rest (round caps, the
+    /// variant, membership) kept.
+    pub fn with_cluster_params(mut self, c: &ClusterConfig) -> DbftConfig {
         let p = &c.params;
-        let mut d = DbftConfig::new(c.n());
-        d.max_batch_requests = p.batch_max_requests as usize;
-        d.max_batch_bytes = p.batch_max_bytes as usize + p.max_op_bytes as usize;
-        d.max_op_bytes = p.max_op_bytes as usize;
-        d.window_epochs = p.window_slots.max(1);
-        d.timeout_base_ms = p.dispel_round_timeout_ms.max(1);
-        d
+        self.max_batch_requests = p.batch_max_requests as usize;
+        self.max_batch_bytes = p.batch_max_bytes as usize + p.max_op_bytes as usize;
+        self.max_op_bytes = p.max_op_bytes as usize;
+        self.window_epochs = p.window_slots.max(1);
+        self.timeout_base_ms = p.dispel_round_timeout_ms.max(1);
+        self
     }
 
     /// B_VAL echo and READY amplification: one correct sender among them.

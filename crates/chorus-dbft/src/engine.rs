@@ -147,13 +147,12 @@ impl Dbft {
         &self.cfg
     }
 
-    /// Take new policy parameters (timers, batch bounds, window) from a
-    /// changed cluster configuration. Membership, thresholds and the
+    /// Take new parameters from a changed cluster file (see
+    /// `DbftConfig::with_cluster_params`). Membership, thresholds and the
     /// variant cannot change under a running engine: false, nothing taken.
     /// The window shrinks no further than the newest epoch held (its
-    /// messages would be refused as too far while we still need them);
-    /// deterministic, so a replay that applies it at the same input gets
-    /// the same engine.
+    /// messages would be refused as too far while we still need them); a
+    /// later call, once the held epochs fit, shrinks it the rest of the way.
     pub fn reconfigure(&mut self, mut cfg: DbftConfig) -> bool {
         if cfg.n != self.cfg.n || cfg.t != self.cfg.t || cfg.variant != self.cfg.variant {
             return false;

@@ -168,6 +168,12 @@ impl Replica {
     ) -> Replica {
         let mut r = Replica::build(config, me, identity);
         r.arm_status(now, out);
+        // `dispel`: the DBFT parameters the first inputs are handled under
+        // are those of this snapshot, whatever the cluster file says when
+        // the log is replayed (`DispelCore::recover`).
+        if let Some(d) = r.dispel.as_ref() {
+            out.persist(d.snapshot_record());
+        }
         r
     }
 

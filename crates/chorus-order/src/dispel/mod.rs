@@ -137,11 +137,6 @@ enum Input {
         from: ReplicaId,
         msgs: Vec<DbftMsg>,
     },
-    /// The engine's parameters from here on: logged before the first
-    /// input of every process (the replay must run under the parameters
-    /// the inputs were handled with, not the ones the next process starts
-    /// with) and when a restart takes changed ones (`recover`).
-    Configure(DbftConfig),
 }
 
 /// Our small broadcasts not yet sent. Not persisted: what a crash loses
@@ -193,8 +188,6 @@ pub struct DispelCore {
     /// proposer and epoch, inside the engine's window, however often a
     /// Byzantine proposer sends INITs. Not protocol state (hints only).
     reported: Vec<Option<Epoch>>,
-    /// This process logged the engine's parameters (`Input::Configure`).
-    config_logged: bool,
 }
 
 /// A bundle of `msgs` (one or more) as a frame.
@@ -239,7 +232,6 @@ impl DispelCore {
             clock_offset: 0,
             bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
             reported: vec![None; n],
-            config_logged: false,
             cfg,
             me,
         }
@@ -445,13 +437,41 @@ impl DispelCore {
         }
         let o = self.absorb(cx, acts);
         if !self.replaying {
+            // A window shrunk by the cluster file but held wide by epochs
+            // held at recovery (`Dbft::reconfigure`) may narrow now: the
+            // snapshot below carries it.
+            self.retune();
             // Everything logged so far is in this snapshot.
-            cx.out.persist(PersistRecord::DispelSnapshot {
-                low: below,
-                state: Bytes::from(chorus_core::encode(&self.st)),
-            });
+            cx.out.persist(self.snapshot_record());
         }
         o
+    }
+
+    /// The record that stands in for every input logged so far.
+    pub fn snapshot_record(&self) -> PersistRecord {
+        PersistRecord::DispelSnapshot {
+            low: self.st.engine.low(),
+            state: Bytes::from(chorus_core::encode(&self.st)),
+        }
+    }
+
+    /// Take the cluster file's DBFT parameters (they may differ from those
+    /// of a restored engine). Only at points followed by a snapshot: the
+    /// parameters are not an input, so a replay from an older snapshot
+    /// must not meet inputs handled under others.
+    fn retune(&mut self) {
+        let want = self.st.engine.config().clone().with_cluster_params(&self.cfg);
+        if *self.st.engine.config() == want {
+            return;
+        }
+        tracing::info!(
+            old = ?self.st.engine.config(),
+            new = ?want,
+            "dispel: taking the cluster file's DBFT parameters"
+        );
+        // `recover` checked membership; nothing else is refused.
+        let taken = self.st.engine.reconfigure(want);
+        debug_assert!(taken, "the DBFT engine refused the cluster's parameters");
     }
 
     /// The status every replica broadcasts each interval: our first
@@ -592,14 +612,6 @@ impl DispelCore {
     /// then hand it to the engine.
     fn feed(&mut self, cx: &mut Cx, input: Input) -> Vec<DAction> {
         let now = self.engine_now(cx.now);
-        if !self.replaying && !self.config_logged {
-            self.config_logged = true;
-            let cfg = Input::Configure(self.st.engine.config().clone());
-            cx.out.persist(PersistRecord::DispelInput {
-                now,
-                input: Bytes::from(chorus_core::encode(&cfg)),
-            });
-        }
         if !self.replaying {
             cx.out.persist(PersistRecord::DispelInput {
                 now,
@@ -610,16 +622,6 @@ impl DispelCore {
             Input::Message { from, msg } => DEvent::Message { from, msg },
             Input::Timer(id) => DEvent::Timer(id),
             Input::Propose { epoch, batch } => DEvent::Propose { epoch, batch },
-            Input::Configure(c) => {
-                // Only a store of another cluster size gets here with a
-                // configuration the engine refuses (`recover` checks n).
-                assert!(
-                    self.st.engine.reconfigure(c),
-                    "dispel: a logged DBFT configuration does not fit this engine (n = {})",
-                    self.cfg.n()
-                );
-                return Vec::new();
-            }
             Input::Messages { from, msgs } => {
                 let mut acts = Vec::new();
                 for msg in msgs {
@@ -699,31 +701,14 @@ impl DispelCore {
         }
         cx.now = real_now;
         self.replaying = false;
-        // Parameters changed since the inputs were logged (the operator
-        // edited the cluster file): take them now, after the replay. The
-        // parameters in effect are logged either way, so a later restart
-        // under other ones replays this process's inputs under these
-        // (a log of an older version carries none).
-        let want = DbftConfig::from_cluster(&self.cfg);
-        if *self.st.engine.config() != want {
-            tracing::info!(
-                old = ?self.st.engine.config(),
-                new = ?want,
-                "dispel: taking changed DBFT parameters after recovery"
-            );
-            assert!(
-                self.st.engine.reconfigure(want),
-                "dispel: the recovered DBFT engine does not fit this cluster (n = {})",
-                self.cfg.n()
-            );
-        }
-        cx.out.persist(PersistRecord::DispelInput {
-            now: self.st.engine.now(),
-            input: Bytes::from(chorus_core::encode(&Input::Configure(
-                self.st.engine.config().clone(),
-            ))),
-        });
-        self.config_logged = true;
+        // The cluster file's parameters (window, round timeout, batch
+        // bounds) may have changed since the snapshot: the replay ran under
+        // the snapshot's, as the inputs were handled; take the file's now,
+        // and store a snapshot, so that the next restart replays what this
+        // process handles under them (and a log of an older version, with
+        // no snapshot yet, is replaced by one).
+        self.retune();
+        cx.out.persist(self.snapshot_record());
         // Logged times are engine times: continue the engine's clock.
         self.clock_offset = self.st.engine.now().0.saturating_sub(real_now.0);
         self.coalescer.pending.clear();

@@ -112,7 +112,10 @@ impl Replica {
         // Each join is a distinct epoch inside the engine window, so the
         // window bounds the chain; one bundle can join many epochs at once
         // (a cap of 64 dropped the oldest joins: a review of 2026-11-26).
-        let max_joins = usize::try_from(self.cfg.params.window_slots).unwrap_or(usize::MAX);
+        let window = self.dispel.as_ref().map_or(self.cfg.params.window_slots, |d| {
+            d.engine().config().window_epochs
+        });
+        let max_joins = usize::try_from(window).unwrap_or(usize::MAX);
         for _ in 0..max_joins {
             self.dispel_take_decided(now, &mut o);
             let Some(e) = o.joins.pop() else { return };

@@ -646,19 +646,35 @@ fn engine(r: &Replica) -> &chorus_dbft::Dbft {
     r.dispel.as_ref().expect("dispel").engine()
 }
 
+/// A fresh dispel replica, with what it persisted at start.
+fn fresh(cfg: &std::sync::Arc<chorus_core::ClusterConfig>, s: &Setup) -> (Replica, Vec<PersistRecord>) {
+    let mut out = Outbox::new();
+    let r = Replica::new(cfg.clone(), ReplicaId(1), s.keys[1].clone(), Millis(0), &mut out);
+    let acts: Vec<Action> = out.drain().collect();
+    (r, persists(&acts))
+}
+
+fn snapshots(recs: &[PersistRecord]) -> usize {
+    recs.iter()
+        .filter(|r| matches!(r, PersistRecord::DispelSnapshot { .. }))
+        .count()
+}
+
 /// A restart under changed DBFT parameters (the operator edited the
 /// cluster file) replays the logged inputs under the parameters they were
-/// handled with, then takes the new ones and logs them, so the next
-/// restart replays the same again. Before, a restored snapshot kept its
-/// old parameters for ever, and a replay without one ran the old inputs
-/// under the new parameters: here an INIT for epoch 5 that a window of 16
-/// took, and echoed, is refused by a window of 4 (the restarted replica
-/// would no longer hold what it echoed).
+/// handled with (those of the snapshot before them; a fresh replica
+/// stores one at once), then takes the file's and stores a snapshot, so
+/// the next restart replays what it handles under those. Before, a
+/// restored snapshot kept its parameters for ever, and a replay without
+/// one ran old inputs under the new file: here an INIT for epoch 5 that a
+/// window of 16 took, and echoed, would be refused by a window of 4 (the
+/// restarted replica would not hold what it echoed), and an INIT for
+/// epoch 6 that the second process refused would be taken by the third.
 #[test]
-fn a_restart_replays_under_the_logged_dbft_parameters_then_takes_the_new_ones() {
+fn a_restart_replays_under_the_stored_dbft_parameters_then_takes_the_new_ones() {
     let s = dispel();
-    let mut r = replica(&s, 1);
-    let mut recs = Vec::new();
+    let (mut r, mut recs) = fresh(&s.cfg, &s);
+    assert_eq!(snapshots(&recs), 1, "a fresh replica stores its parameters");
     let a = s.batch(2, 1..3);
     let acts = deliver(
         &mut r,
@@ -672,27 +688,41 @@ fn a_restart_replays_under_the_logged_dbft_parameters_then_takes_the_new_ones() 
     );
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
     assert_eq!(engine(&r).config().window_epochs, 16);
+    let default_timeout = engine(&r).config().timeout_base_ms;
 
     let mut changed = (*s.cfg).clone();
     changed.params.window_slots = 4;
     changed.params.dispel_round_timeout_ms = 777;
-    let (r2, more) = recover_with(changed.clone(), &s, recs.clone());
+    let (mut r2, more) = recover_with(changed, &s, recs.clone());
     assert!(engine(&r2).epoch(5).is_some(), "the echoed epoch is held again");
     assert_eq!(engine(&r2).config().timeout_base_ms, 777);
     // Shrunk no further than the newest epoch held (0..=5).
     assert_eq!(engine(&r2).config().window_epochs, 6);
-    assert_eq!(more.len(), 1, "the parameters taken are logged: {more:?}");
-
-    // A third process under the same changed file replays all of it.
-    let all: Vec<PersistRecord> = recs.iter().cloned().chain(more).collect();
-    let (r3, _) = recover_with(changed, &s, all);
-    assert!(engine(&r3).epoch(5).is_some());
-    assert_eq!(engine(&r3).config().timeout_base_ms, 777);
-    assert_eq!(
-        format!("{:?}", engine(&r3)),
-        format!("{:?}", engine(&r2)),
-        "the same engine after the second restart"
+    assert_eq!(snapshots(&more), 1, "the parameters taken are stored: {more:?}");
+    recs.extend(more);
+    let b = s.batch(3, 3..5);
+    let acts = deliver(&mut r2, &mut recs, 50, 3, &DbftMsg::RbInit { epoch: 6, batch: b });
+    assert!(
+        echoes(&dbft_broadcasts(&acts)).is_empty(),
+        "epoch 6 is past a window of 6"
     );
+
+    // A third process, under the original file again, replays the second
+    // one's input under the second one's parameters, then takes its own.
+    let (r3, _) = recover_with((*s.cfg).clone(), &s, recs);
+    assert!(engine(&r3).epoch(5).is_some());
+    assert!(
+        engine(&r3).epoch(6).is_none(),
+        "refused here before the crash, refused in the replay"
+    );
+    assert_eq!(engine(&r3).config().window_epochs, 16);
+    assert_eq!(engine(&r3).config().timeout_base_ms, default_timeout);
+    for e in [5, 6] {
+        assert_eq!(
+            format!("{:?}", engine(&r3).epoch(e)),
+            format!("{:?}", engine(&r2).epoch(e))
+        );
+    }
 }
 
 /// What a dispel replica stores (its logged DBFT inputs and its DBFT
@@ -706,8 +736,7 @@ fn a_restart_replays_under_the_logged_dbft_parameters_then_takes_the_new_ones() 
 #[test]
 fn the_stored_dispel_format_is_unchanged() {
     let s = dispel();
-    let mut r = replica(&s, 1);
-    let mut recs = Vec::new();
+    let (mut r, mut recs) = fresh(&s.cfg, &s);
     let a = s.batch(2, 1..3);
     deliver(&mut r, &mut recs, 1, 2, &DbftMsg::RbInit { epoch: 0, batch: a });
     let mut out = Outbox::new();
@@ -729,7 +758,7 @@ fn the_stored_dispel_format_is_unchanged() {
     assert_eq!(
         digests,
         [
-            "input fc1e1cca225f",
+            "snapshot 206ec1913c3c",
             "input 7f23d06c5309",
             "snapshot a8d7586c008f"
         ],
