@@ -197,7 +197,7 @@ pub fn active_kinds(plan: &Plan, c: &Counters) -> FaultSet {
                     || (!plan.smart.outages.is_empty() && has("crash"))
             }
             FaultKind::Skew => has("clock-skew"),
-            FaultKind::ClusterRestart => !plan.restarts.is_empty() && has("crash"),
+            FaultKind::ClusterRestart => has("cluster-restart-crash"),
             FaultKind::Silent => assigned(k) && has("byz-silent-drop"),
             FaultKind::Equivocate => assigned(k) && has("byz-equivocate"),
             FaultKind::ConflictingVotes => {
@@ -239,6 +239,23 @@ mod tests {
         let opts = SimOptions::new(OrderingMode::Pbft, 1, 4);
         let plan = Plan::draw(&opts, &mut rand::SeedableRng::seed_from_u64(1));
         Extra::new(&opts, &plan)
+    }
+
+    /// `cluster-restart` is active only when one of its own crashes took a
+    /// running replica down: another plan's crash (or one of its crashes
+    /// landing on a replica already down) does not count. Before, any
+    /// crash in the run made it active.
+    #[test]
+    fn cluster_restart_is_active_only_through_its_own_crashes() {
+        let opts =
+            SimOptions::new(OrderingMode::Pbft, 1, 4).with_faults("cluster-restart".parse().expect("kind"));
+        let plan = Plan::draw(&opts, &mut rand::SeedableRng::seed_from_u64(1));
+        assert!(plan.drawn.contains(FaultKind::ClusterRestart));
+        let mut c = Counters::default();
+        c.fault("crash");
+        assert!(!active_kinds(&plan, &c).contains(FaultKind::ClusterRestart));
+        c.fault("cluster-restart-crash");
+        assert!(active_kinds(&plan, &c).contains(FaultKind::ClusterRestart));
     }
 
     #[test]

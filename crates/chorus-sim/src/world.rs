@@ -107,6 +107,10 @@ pub(crate) enum Ev {
     Crash {
         node: usize,
         torn_after: Option<u32>,
+        /// Drawn by `cluster-restart` (counted apart, so the kind is
+        /// reported active only when one of its own crashes took a
+        /// running replica down).
+        cluster_restart: bool,
     },
     Restart {
         node: usize,
@@ -406,24 +410,16 @@ impl<R: SimReplica> World<R> {
             let t = self.rng.gen_range(0..200_000);
             self.schedule(t, Ev::ByzClientTick { client: b });
         }
-        for c in self.plan.crashes.clone() {
-            let node = self.by_replica[c.replica.index()][0];
-            self.schedule(
-                c.at_us,
-                Ev::Crash {
-                    node,
-                    torn_after: c.torn_after,
-                },
-            );
-            self.schedule(c.restart_us, Ev::Restart { node });
-        }
-        for c in self
+        let outages = self
             .plan
-            .smart
-            .outages
+            .crashes
             .iter()
-            .chain(&self.plan.restarts)
-            .cloned()
+            .chain(&self.plan.smart.outages)
+            .map(|c| (c, false));
+        let restarts = self.plan.restarts.iter().map(|c| (c, true));
+        for (c, cluster_restart) in outages
+            .chain(restarts)
+            .map(|(c, r)| (c.clone(), r))
             .collect::<Vec<_>>()
         {
             let node = self.by_replica[c.replica.index()][0];
@@ -432,6 +428,7 @@ impl<R: SimReplica> World<R> {
                 Ev::Crash {
                     node,
                     torn_after: c.torn_after,
+                    cluster_restart,
                 },
             );
             self.schedule(c.restart_us, Ev::Restart { node });
@@ -444,6 +441,7 @@ impl<R: SimReplica> World<R> {
                 Ev::Crash {
                     node,
                     torn_after: None,
+                    cluster_restart: false,
                 },
             );
         }
@@ -561,7 +559,11 @@ impl<R: SimReplica> World<R> {
             Ev::ClientIssue { client } => self.on_client_issue(client),
             Ev::ClientRetry { client, seq, attempt } => self.on_client_retry(client, seq, attempt),
             Ev::ByzClientTick { client } => self.on_byz_client_tick(client),
-            Ev::Crash { node, torn_after } => self.on_crash(node, torn_after),
+            Ev::Crash {
+                node,
+                torn_after,
+                cluster_restart,
+            } => self.on_crash(node, torn_after, cluster_restart),
             Ev::Restart { node } => self.on_restart(node),
             Ev::Delayed { node, to, msg } => self.on_delayed(node, to, msg),
             Ev::RccWake { node } => self.on_rcc_wake(node),
@@ -747,6 +749,7 @@ impl<R: SimReplica> World<R> {
             Ev::Crash {
                 node,
                 torn_after: None,
+                cluster_restart: false,
             },
         );
         self.schedule(restart_us, Ev::Restart { node });

@@ -144,9 +144,12 @@ impl<R: SimReplica> World<R> {
         }
     }
 
-    pub(crate) fn on_crash(&mut self, i: usize, torn_after: Option<u32>) {
+    pub(crate) fn on_crash(&mut self, i: usize, torn_after: Option<u32>, cluster_restart: bool) {
         if !self.nodes[i].is_live() {
             return;
+        }
+        if cluster_restart {
+            self.counters.fault("cluster-restart-crash");
         }
         match torn_after {
             Some(k) => self.nodes[i].torn_after = Some(k),
