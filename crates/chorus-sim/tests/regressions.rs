@@ -450,3 +450,25 @@ regression!(
     seed 89,
     Expect::Pass("a replica left alone in a view change after a cluster restart")
 );
+
+/// A client held back by a long outage (its window full while the cluster
+/// could not order) went on at its pace from the moment it had room again,
+/// never catching up with its paced schedule: 200 requests over a 40 s
+/// fault window, most of them held back, needed 30 s more at the pace
+/// alone, and the run ended on the liveness bound with every replica
+/// serving and 6 requests not yet issued. The liveness deadline counts
+/// from each request's paced issue time; clients now keep that schedule
+/// and issue what they owe as soon as their window allows (rcc seeds
+/// 132025 and 132027 and dispel seed 132033 of the same sweep too).
+#[test]
+fn a_client_held_back_by_an_outage_catches_up_with_its_schedule() {
+    let mut o = SimOptions::new(Pbft, 1, 4).with_faults("all".parse().expect("fault set"));
+    o.clients = 8;
+    o.requests_per_client = 200;
+    o.fault_window_ms = 40_000;
+    check(
+        o,
+        132_018,
+        Expect::Pass("clients held back by an outage never caught up"),
+    );
+}
