@@ -362,17 +362,20 @@ impl SimClient {
         self.issue_armed = false;
         while self.has_room() && now_us >= self.next_issue_us {
             if self.pacing_us > 0 {
-                // The next request's time follows this one's intended time,
-                // not `now`: a client held back (its window full while the
-                // cluster was down) catches up when it can, as the liveness
-                // deadline (`World::overdue`, "paced issue") assumes. From
-                // `now` it could not: 200 requests paced over a 40 s fault
-                // window, mostly held back, took 30 s more at the pace alone
-                // and missed the 30 s bound with every replica serving
-                // (pbft n = 4 `--faults all --clients 8 --requests 200
-                // --fault-window-ms 40000 --seed 132018`).
-                // (The loop runs only once `now` has reached it.)
-                self.next_issue_us += rng.gen_range(self.pacing_us / 2..=self.pacing_us);
+                // At most one request per draw, and never behind the paced
+                // schedule the liveness deadline counts from (`World::overdue`:
+                // seq s is due at (s - 1) × pacing): a client held back (its
+                // window full while the cluster was down) catches up as its
+                // window allows. Before, it went on at its pace from when it
+                // had room, and 200 requests over a 40 s fault window, most
+                // held back, needed 30 s more at the pace alone: the run ended
+                // on the bound with every replica serving (pbft n = 4
+                // `--faults all --clients 8 --requests 200 --fault-window-ms
+                // 40000 --seed 132018`). A client ahead of the schedule runs
+                // as before.
+                let scheduled = self.next_seq.saturating_mul(self.pacing_us);
+                let draw = rng.gen_range(self.pacing_us / 2..=self.pacing_us);
+                self.next_issue_us = (now_us + draw).min(scheduled);
             }
             let seq = RequestSeq(self.next_seq);
             self.next_seq += 1;
@@ -641,7 +644,11 @@ mod tests {
         c.issue(&mut rng, 10_000, &mut out);
         assert_eq!(c.issued(), 1, "too early");
         c.issue(&mut rng, 200_000, &mut out);
-        assert_eq!(c.issued(), 2);
+        assert_eq!(c.issued(), 3, "seq 3 was due at 200 000");
+        // Far behind its schedule (the window was full): what it owes goes
+        // out at once, as far as the window of 3 allows.
+        c.issue(&mut rng, 10_000_000, &mut out);
+        assert_eq!(c.issued(), 3);
     }
 
     #[test]
