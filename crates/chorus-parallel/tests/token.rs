@@ -104,6 +104,9 @@ proptest! {
 }
 
 /// Disjoint transfers overlap: the verify-heavy work runs on several workers.
+/// Each transfer lingers 1 ms while it counts as running: on a loaded
+/// 2-core machine the transfers alone (tens of µs each) ran one after the
+/// other often enough to fail this test (a CI run of 2026-11-27).
 #[test]
 fn disjoint_transfers_run_concurrently() {
     let g = Genesis {
@@ -111,7 +114,10 @@ fn disjoint_transfers_run_concurrently() {
         accounts: 64,
         balance: 10,
     };
-    let svc = Arc::new(Guarded::new(TokenService::new(g).unwrap()));
+    let svc = Arc::new(Guarded::lingering(
+        TokenService::new(g).unwrap(),
+        std::time::Duration::from_millis(1),
+    ));
     let mut par = ParallelExecutor::new(svc.clone(), 4, 256, 1024);
     let mut seq = SequentialExecutor::new(Arc::new(TokenService::new(g).unwrap()), 1024);
     let (mut all_seq, mut all_par) = (Vec::new(), Vec::new());

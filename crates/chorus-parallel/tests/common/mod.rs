@@ -37,6 +37,10 @@ pub struct Guarded<S> {
     running: Mutex<Vec<(u64, Access)>>,
     next: Mutex<u64>,
     pub peak: Mutex<usize>,
+    /// Each operation stays registered as running this much longer, so a
+    /// test of concurrency does not depend on the machine being idle: a
+    /// sleeping worker needs no CPU to overlap with the others.
+    linger: std::time::Duration,
 }
 
 impl<S: Service> Guarded<S> {
@@ -46,6 +50,15 @@ impl<S: Service> Guarded<S> {
             running: Mutex::new(Vec::new()),
             next: Mutex::new(0),
             peak: Mutex::new(0),
+            linger: std::time::Duration::ZERO,
+        }
+    }
+
+    /// `new`, each operation held `linger` longer while it counts as running.
+    pub fn lingering(inner: S, linger: std::time::Duration) -> Guarded<S> {
+        Guarded {
+            linger,
+            ..Guarded::new(inner)
         }
     }
 
@@ -72,6 +85,9 @@ impl<S: Service> Service for Guarded<S> {
             *p = (*p).max(r.len());
         }
         let out = self.inner.execute(op, ctx);
+        if !self.linger.is_zero() {
+            std::thread::sleep(self.linger);
+        }
         self.running.lock().unwrap().retain(|(id, _)| *id != me);
         out
     }
