@@ -460,18 +460,22 @@ impl DispelCore {
     /// parameters are not an input, so a replay from an older snapshot
     /// must not meet inputs handled under others.
     fn retune(&mut self) {
-        let want = self.st.engine.config().clone().with_cluster_params(&self.cfg);
-        if *self.st.engine.config() == want {
+        let old = self.st.engine.config().clone();
+        let want = old.clone().with_cluster_params(&self.cfg);
+        if old == want {
             return;
         }
-        tracing::info!(
-            old = ?self.st.engine.config(),
-            new = ?want,
-            "dispel: taking the cluster file's DBFT parameters"
-        );
         // `recover` checked membership; nothing else is refused.
         let taken = self.st.engine.reconfigure(want);
         debug_assert!(taken, "the DBFT engine refused the cluster's parameters");
+        // (A window the held epochs keep wide stays as it was until they fit.)
+        if *self.st.engine.config() != old {
+            tracing::info!(
+                ?old,
+                new = ?self.st.engine.config(),
+                "dispel: took the cluster file's DBFT parameters"
+            );
+        }
     }
 
     /// The status every replica broadcasts each interval: our first
