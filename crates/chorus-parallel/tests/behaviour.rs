@@ -31,9 +31,11 @@ fn independent_requests_run_concurrently() {
     let cp = e.checkpoint();
     let elapsed = t.elapsed();
     // 16 × 20 ms one at a time would be 320 ms; four buckets give ~80 ms.
+    // The bound is the serial time, not the ideal: a loaded CI machine
+    // wakes sleeping workers late (the overlap itself is `peak`).
     assert!(svc.peak() >= 2, "peak concurrency {}", svc.peak());
     assert!(svc.peak() <= 4, "never more than the number of buckets/workers");
-    assert!(elapsed < Duration::from_millis(300), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(320), "took {elapsed:?}");
     assert_eq!(drain_sorted(&mut e).len(), 16);
     assert_eq!(cp.next_seq, Seq(1));
 }
