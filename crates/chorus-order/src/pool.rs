@@ -756,20 +756,8 @@ impl Pool {
     /// what was in flight there and is not in it becomes proposable again,
     /// except (`dispel`) a request `voided_for_good` says to drop. Returns
     /// how many were dropped.
-    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
-        self.on_decided_counting_voids(now, cell, batch, false);
-    }
-
-    /// `on_decided`, where `voids` says whether our own proposal at `cell`
-    /// (if it is ours and lost) counts as a void (`voided_for_good`).
-    pub fn on_decided_counting_voids(
-        &mut self,
-        now: Millis,
-        cell: Cell,
-        batch: &Batch,
-        voids: bool,
-    ) -> usize {
-        let ours = self.own.remove(&cell) && voids;
+    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) -> usize {
+        let ours = self.own.remove(&cell);
         for r in &batch.requests {
             let key = (r.client, r.seq);
             self.remove_entry(key);
@@ -1177,8 +1165,7 @@ mod tests {
 
     /// `dispel`: our own proposal decided without its requests (our bit 0)
     /// puts them back, except a MAC-vector request a replica reported
-    /// unverifiable, which goes on the `OWN_VOIDS_BEFORE_DROP`th void that
-    /// counts (our broadcast never delivered; a late one is no void). The
+    /// unverifiable, which goes on the `OWN_VOIDS_BEFORE_DROP`th void. The
     /// batch's other requests (an unreported MAC vector, a signed request)
     /// stay, and a PBFT-lane pool drops nothing this way. A retransmission
     /// admits the dropped one again.
@@ -1216,12 +1203,6 @@ mod tests {
                 !p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1),
                 "one report proves nothing"
             );
-            // Lost while our broadcast delivered (a late INIT): no void.
-            assert_eq!(p.cut(cell(10)).requests.len(), 3);
-            assert_eq!(
-                p.on_decided_counting_voids(Millis(1), cell(10), &Batch::noop(), false),
-                0
-            );
             let mut dropped = 0;
             for epoch in 0..u64::from(OWN_VOIDS_BEFORE_DROP) {
                 assert_eq!(
@@ -1229,7 +1210,7 @@ mod tests {
                     3 - dropped,
                     "{mode:?} epoch {epoch}"
                 );
-                dropped += p.on_decided_counting_voids(Millis(epoch + 1), cell(epoch), &Batch::noop(), true);
+                dropped += p.on_decided(Millis(epoch + 1), cell(epoch), &Batch::noop());
             }
             let expect = usize::from(mode == OrderingMode::Dispel);
             assert_eq!((dropped, p.len()), (expect, 3 - expect), "{mode:?}");

@@ -133,22 +133,7 @@ impl Replica {
 
     fn dispel_take_decided(&mut self, now: Millis, o: &mut DispelOutput) {
         for (cell, batch) in o.decided.drain(..) {
-            // Our own instance decided without our batch: a late INIT still
-            // gathers 2f+1 echoes (usually before the decision), an INIT
-            // that k <= f correct replicas refused while the others are
-            // silent never does. Only the latter counts towards dropping a
-            // reported request (`Pool::voided_for_good`), which leaves a
-            // Byzantine replica that reports every request little to work
-            // with (docs/known-issues.md).
-            let undelivered = cell.lane.0 == self.me.0
-                && self.dispel.as_ref().is_some_and(|d| {
-                    d.engine()
-                        .epoch(cell.slot.0)
-                        .is_some_and(|s| s.rb(self.me.index()).delivered().is_none())
-                });
-            let dropped = self
-                .pool
-                .on_decided_counting_voids(now, cell, &batch, undelivered);
+            let dropped = self.pool.on_decided(now, cell, &batch);
             self.counters.voided_requests_dropped += dropped as u64;
             self.counters.decided += 1;
             self.merger.insert(cell, batch);
