@@ -55,7 +55,7 @@ pub struct Counters {
     pub clients_proven_partial: u64,
     /// `dispel`: reported MAC-vector requests we stopped proposing after
     /// our proposals of them were decided without them
-    /// `OWN_VOIDS_BEFORE_DROP` times (`Pool::voided_for_good`).
+    /// too often (`VOID_WEIGHT_BEFORE_DROP`, `Pool::voided_for_good`).
     pub voided_requests_dropped: u64,
     /// RCC §III-E SWITCHINSTANCE: delivered switches by outcome, and
     /// pre-prepares held until the owner of their requests was known.

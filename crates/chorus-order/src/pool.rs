@@ -28,12 +28,38 @@ mod dispel_standin;
 
 type Key = (ClientId, RequestSeq);
 
-/// `dispel`: our proposals of one reported MAC-vector request that may be
-/// decided without it before we stop proposing it (`voided_for_good`).
-/// Two, not one: a report may come from a Byzantine replica, and a bit of
-/// 0 from a late INIT; a partial request costs at most two epochs of ours
-/// per retransmission.
-pub const OWN_VOIDS_BEFORE_DROP: u8 = 2;
+/// `dispel`: how our proposals of one reported MAC-vector request may be
+/// decided without it before we stop proposing it (`voided_for_good`):
+/// each loss weighs `Void::BeforeDelivery` (2: our bit decided 0 before our
+/// INIT gathered 2f+1 echoes, what a refused INIT does for ever) or
+/// `Void::AfterDelivery` (1: a late INIT, or a Byzantine replica timing
+/// its echoes to deliver ours just before the decision), and it goes at 4.
+/// A partial request costs at most two epochs of ours per retransmission,
+/// four under a timing adversary; a correct one that a Byzantine replica
+/// reports is dropped only after two undelivered or four late losses in a
+/// row.
+pub const VOID_WEIGHT_BEFORE_DROP: u8 = 4;
+
+/// How one lost epoch of ours counts (`Pool::on_decided_counting_voids`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Void {
+    /// Not ours to judge (PBFT lanes: `release_from` voids our proposals).
+    None,
+    /// Our broadcast had delivered when our bit decided 0.
+    AfterDelivery,
+    /// Our bit decided 0 before our broadcast delivered.
+    BeforeDelivery,
+}
+
+impl Void {
+    fn weight(self) -> u8 {
+        match self {
+            Void::None => 0,
+            Void::AfterDelivery => 1,
+            Void::BeforeDelivery => 2,
+        }
+    }
+}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -756,7 +782,14 @@ impl Pool {
     /// what was in flight there and is not in it becomes proposable again,
     /// except (`dispel`) a request `voided_for_good` says to drop. Returns
     /// how many were dropped.
-    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) -> usize {
+    pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
+        self.on_decided_counting_voids(now, cell, batch, Void::None);
+    }
+
+    /// `on_decided`, where `void` says how our own proposal at `cell` (if
+    /// it is ours and lost) counts towards dropping a reported request
+    /// (`voided_for_good`).
+    pub fn on_decided_counting_voids(&mut self, now: Millis, cell: Cell, batch: &Batch, void: Void) -> usize {
         let ours = self.own.remove(&cell);
         for r in &batch.requests {
             let key = (r.client, r.seq);
@@ -766,7 +799,7 @@ impl Pool {
         }
         let mut dropped = 0;
         for k in self.in_flight.remove(&cell).unwrap_or_default().into_iter().rev() {
-            if ours && self.voided_for_good(k, cell) {
+            if ours && self.voided_for_good(k, cell, void) {
                 self.remove_entry(k);
                 dropped += 1;
             } else {
@@ -779,8 +812,8 @@ impl Pool {
     /// `dispel`: our proposal at `cell` was decided without `key` (our bit
     /// decided 0). True when it should not be proposed again: a MAC-vector
     /// request that a replica reported unverifiable at it
-    /// (`ReplicaMsg::Unverifiable`), voided so the `OWN_VOIDS_BEFORE_DROP`th
-    /// time.
+    /// (`ReplicaMsg::Unverifiable`), whose losses reached
+    /// `VOID_WEIGHT_BEFORE_DROP`.
     ///
     /// A dispel proposer learns nothing from a bit of 0: its INIT may
     /// simply have come late (routine for a late joiner), or it carries a
@@ -799,8 +832,9 @@ impl Pool {
     /// `release_from` for PBFT lanes, which void our proposals through it
     /// (their catch-up can decide our cell without it, so this stays
     /// dispel-only).
-    fn voided_for_good(&mut self, key: Key, cell: Cell) -> bool {
-        if self.cfg.params.mode != OrderingMode::Dispel
+    fn voided_for_good(&mut self, key: Key, cell: Cell, void: Void) -> bool {
+        if void == Void::None
+            || self.cfg.params.mode != OrderingMode::Dispel
             || !self.mac_vector_in_flight_at(key, cell)
             || !self.unverifiable.contains_key(&key)
         {
@@ -809,8 +843,8 @@ impl Pool {
         let Some(e) = self.entries.get_mut(&key) else {
             return false;
         };
-        e.voided = e.voided.saturating_add(1);
-        e.voided >= OWN_VOIDS_BEFORE_DROP
+        e.voided = e.voided.saturating_add(void.weight());
+        e.voided >= VOID_WEIGHT_BEFORE_DROP
     }
 
     fn remove_entry(&mut self, key: Key) {
@@ -1165,7 +1199,8 @@ mod tests {
 
     /// `dispel`: our own proposal decided without its requests (our bit 0)
     /// puts them back, except a MAC-vector request a replica reported
-    /// unverifiable, which goes on the `OWN_VOIDS_BEFORE_DROP`th void. The
+    /// unverifiable, which goes once its losses weigh
+    /// `VOID_WEIGHT_BEFORE_DROP` (`Void`). The
     /// batch's other requests (an unreported MAC vector, a signed request)
     /// stay, and a PBFT-lane pool drops nothing this way. A retransmission
     /// admits the dropped one again.
@@ -1203,14 +1238,24 @@ mod tests {
                 !p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1),
                 "one report proves nothing"
             );
+            // Three late losses (our broadcast had delivered) weigh 3 of 4,
+            // then one loss before delivery drops it.
             let mut dropped = 0;
-            for epoch in 0..u64::from(OWN_VOIDS_BEFORE_DROP) {
+            let voids = [
+                Void::AfterDelivery,
+                Void::AfterDelivery,
+                Void::AfterDelivery,
+                Void::BeforeDelivery,
+            ];
+            for (epoch, void) in (0u64..).zip(voids) {
                 assert_eq!(
                     p.cut(cell(epoch)).requests.len(),
                     3 - dropped,
                     "{mode:?} epoch {epoch}"
                 );
-                dropped += p.on_decided(Millis(epoch + 1), cell(epoch), &Batch::noop());
+                dropped += p.on_decided_counting_voids(Millis(epoch + 1), cell(epoch), &Batch::noop(), void);
+                let last = epoch == 3 && mode == OrderingMode::Dispel;
+                assert_eq!(dropped, usize::from(last), "{mode:?} epoch {epoch}");
             }
             let expect = usize::from(mode == OrderingMode::Dispel);
             assert_eq!((dropped, p.len()), (expect, 3 - expect), "{mode:?}");

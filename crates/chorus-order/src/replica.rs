@@ -346,8 +346,7 @@ impl Replica {
         }
         for d in lo.decided {
             let cell = Cell { lane, slot: d.slot };
-            let dropped = self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
-            self.counters.voided_requests_dropped += dropped as u64;
+            self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
             if let Some(s) = self.sarek.as_mut() {
                 self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
                 s.repredictions.on_decided(lane, &d.batch);

@@ -188,6 +188,11 @@ pub struct DispelCore {
     /// proposer and epoch, inside the engine's window, however often a
     /// Byzantine proposer sends INITs. Not protocol state (hints only).
     reported: Vec<Option<Epoch>>,
+    /// Epochs whose bit of ours decided 0 before our broadcast delivered
+    /// (`handle_engine`); inside the engine's window (`collect`). A hint
+    /// for the pool, not protocol state, so not in the snapshot: a replay
+    /// notes them again.
+    lost_undelivered: BTreeSet<Epoch>,
 }
 
 /// A bundle of `msgs` (one or more) as a frame.
@@ -232,6 +237,7 @@ impl DispelCore {
             clock_offset: 0,
             bundle_cap: DbftBundle::max_small_for(cfg.params.max_frame_bytes as usize),
             reported: vec![None; n],
+            lost_undelivered: BTreeSet::new(),
             cfg,
             me,
         }
@@ -427,6 +433,7 @@ impl DispelCore {
             .handle(self.engine_now(cx.now), DEvent::Collect { below });
         self.st.sent = self.st.sent.split_off(&below);
         self.st.rounds = self.st.rounds.split_off(&below);
+        self.lost_undelivered = self.lost_undelivered.split_off(&below);
         if below > self.st.next_epoch {
             self.jumped = true;
         }
@@ -629,12 +636,47 @@ impl DispelCore {
             Input::Messages { from, msgs } => {
                 let mut acts = Vec::new();
                 for msg in msgs {
-                    acts.extend(self.st.engine.handle(now, DEvent::Message { from, msg }));
+                    acts.extend(self.handle_engine(now, DEvent::Message { from, msg }));
                 }
                 return acts;
             }
         };
-        self.st.engine.handle(now, ev)
+        self.handle_engine(now, ev)
+    }
+
+    /// One engine step. Notes the epochs whose bit of ours decided 0 before
+    /// our own broadcast delivered, judged right after the step that
+    /// decided it (one message: a bundle's messages are steps of their own,
+    /// so a Byzantine bundle cannot complete the decision and then our
+    /// delivery before we look).
+    fn handle_engine(&mut self, now: Millis, ev: DEvent) -> Vec<DAction> {
+        let acts = self.st.engine.handle(now, ev);
+        for a in &acts {
+            if let DAction::SlotDecided {
+                epoch,
+                proposer,
+                decision: chorus_dbft::SlotDecision::Noop,
+            } = a
+            {
+                let delivered = self
+                    .st
+                    .engine
+                    .epoch(*epoch)
+                    .is_some_and(|s| s.rb(self.me.index()).delivered().is_some());
+                if *proposer == self.me && !delivered {
+                    self.lost_undelivered.insert(*epoch);
+                }
+            }
+        }
+        acts
+    }
+
+    /// Our bit in `epoch` decided 0 before our own broadcast delivered: our
+    /// INIT did not gather 2f+1 echoes in time (a refused one never does).
+    /// A late INIT that had delivered before its bit decided 0 is no sign
+    /// of a request others cannot verify (`Pool::voided_for_good`).
+    pub fn lost_undelivered(&self, epoch: Epoch) -> bool {
+        self.lost_undelivered.contains(&epoch)
     }
 
     /// Recovery: the latest snapshot (if any), then every input logged after

@@ -133,7 +133,23 @@ impl Replica {
 
     fn dispel_take_decided(&mut self, now: Millis, o: &mut DispelOutput) {
         for (cell, batch) in o.decided.drain(..) {
-            let dropped = self.pool.on_decided(now, cell, &batch);
+            // Our own instance decided 0 before our INIT gathered 2f+1
+            // echoes weighs more towards dropping a reported request
+            // (`Pool::voided_for_good`) than a loss after it had: a
+            // Byzantine replica can report any request it holds, and a
+            // late INIT that delivered says little about its requests.
+            let void = if cell.lane.0 != self.me.0 {
+                crate::pool::Void::None
+            } else if self
+                .dispel
+                .as_ref()
+                .is_some_and(|d| d.lost_undelivered(cell.slot.0))
+            {
+                crate::pool::Void::BeforeDelivery
+            } else {
+                crate::pool::Void::AfterDelivery
+            };
+            let dropped = self.pool.on_decided_counting_voids(now, cell, &batch, void);
             self.counters.voided_requests_dropped += dropped as u64;
             self.counters.decided += 1;
             self.merger.insert(cell, batch);

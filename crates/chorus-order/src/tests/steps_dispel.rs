@@ -765,3 +765,93 @@ fn the_stored_dispel_format_is_unchanged() {
         "the stored dispel format changed"
     );
 }
+
+/// Our INIT in epoch 0 (a request of client 1), then our bit decided 0 by
+/// f+1 DECIDED notices, after our broadcast delivered (`echo_first`) or
+/// before it had.
+fn lose_own_epoch(echo_first: bool) -> Replica {
+    let s = dispel();
+    let mut r = replica(&s, 1);
+    let mut recs = Vec::new();
+    let mut out = Outbox::new();
+    r.handle(Millis(1), Event::Request(s.request(1, 1, b"x")), &mut out);
+    r.handle(Millis(20), Event::Timer(crate::io::TimerId::Status), &mut out);
+    let acts: Vec<Action> = out.drain().collect();
+    let digest = dbft_broadcasts(&acts)
+        .into_iter()
+        .find_map(|m| match m {
+            DbftMsg::RbInit { epoch: 0, batch } => Some(batch.digest()),
+            _ => None,
+        })
+        .expect("our INIT for epoch 0");
+    let me = ReplicaId(1);
+    if echo_first {
+        for from in [0, 2] {
+            deliver(
+                &mut r,
+                &mut recs,
+                21,
+                from,
+                &DbftMsg::RbEcho {
+                    epoch: 0,
+                    proposer: me,
+                    digest,
+                },
+            );
+        }
+        for from in [0, 2] {
+            deliver(
+                &mut r,
+                &mut recs,
+                22,
+                from,
+                &DbftMsg::RbReady {
+                    epoch: 0,
+                    proposer: me,
+                    digest,
+                },
+            );
+        }
+        let rb = r
+            .dispel
+            .as_ref()
+            .unwrap()
+            .engine()
+            .epoch(0)
+            .unwrap()
+            .rb(1)
+            .delivered();
+        assert_eq!(rb, Some(digest), "our broadcast delivered");
+    }
+    let inst = chorus_dbft::InstanceId { epoch: 0, slot: me };
+    for from in [0, 2] {
+        let decided = DbftMsg::Bin {
+            inst,
+            msg: chorus_dbft::BinMsg::Decided { value: false },
+        };
+        deliver(&mut r, &mut recs, 23, from, &decided);
+    }
+    let bit = r
+        .dispel
+        .as_ref()
+        .unwrap()
+        .engine()
+        .epoch(0)
+        .unwrap()
+        .binary(1)
+        .decided();
+    assert_eq!(bit, Some(false), "our bit decided 0");
+    r
+}
+
+/// A lost epoch counts towards dropping a reported request only when our
+/// bit decided 0 before our broadcast delivered (`lost_undelivered`): a
+/// Byzantine replica can report any request it holds, and a late INIT
+/// that delivered in time says nothing about the requests in it.
+#[test]
+fn only_an_epoch_lost_before_our_broadcast_delivered_counts_as_a_void() {
+    let r = lose_own_epoch(false);
+    assert!(r.dispel.as_ref().unwrap().lost_undelivered(0));
+    let r = lose_own_epoch(true);
+    assert!(!r.dispel.as_ref().unwrap().lost_undelivered(0));
+}
