@@ -36,8 +36,8 @@ type Key = (ClientId, RequestSeq);
 /// its echoes to deliver ours just before the decision), and it goes at 4.
 /// A partial request costs at most two epochs of ours per retransmission,
 /// four under a timing adversary; a correct one that a Byzantine replica
-/// reports is dropped only after two undelivered or four late losses in a
-/// row.
+/// reports is dropped only after losses weighing 4 over the entry's life
+/// (two before delivery, or four after, or a mix).
 pub const VOID_WEIGHT_BEFORE_DROP: u8 = 4;
 
 /// How one lost epoch of ours counts (`Pool::on_decided_counting_voids`).
@@ -77,8 +77,9 @@ struct Entry {
     /// Admitted from the client with its authenticator checked here (not
     /// learnt from a pre-prepare or another lane).
     verified_here: bool,
-    /// `dispel`: our own proposals of it that were decided without it after
-    /// a replica reported it unverifiable (`voided_for_good`).
+    /// `dispel`: the weight of our own proposals of it that were decided
+    /// without it after a replica reported it unverifiable (`Void`,
+    /// `voided_for_good`).
     voided: u8,
     /// Its content and authenticator digests, computed at the first
     /// `Unverifiable` report about it (`note_unverifiable`).
@@ -780,15 +781,15 @@ impl Pool {
 
     /// `cell` decided `batch`: its requests are ordered and leave the pool;
     /// what was in flight there and is not in it becomes proposable again,
-    /// except (`dispel`) a request `voided_for_good` says to drop. Returns
-    /// how many were dropped.
+    /// except (`dispel`, `on_decided_counting_voids`) a request
+    /// `voided_for_good` says to drop.
     pub fn on_decided(&mut self, now: Millis, cell: Cell, batch: &Batch) {
         self.on_decided_counting_voids(now, cell, batch, Void::None);
     }
 
     /// `on_decided`, where `void` says how our own proposal at `cell` (if
     /// it is ours and lost) counts towards dropping a reported request
-    /// (`voided_for_good`).
+    /// (`voided_for_good`). Returns how many were dropped.
     pub fn on_decided_counting_voids(&mut self, now: Millis, cell: Cell, batch: &Batch, void: Void) -> usize {
         let ours = self.own.remove(&cell);
         for r in &batch.requests {
@@ -1293,6 +1294,47 @@ mod tests {
         let e = p.entries.get(&(r.client, r.seq)).expect("still held");
         assert_eq!(e.report_digests.hashed, 1);
         assert!(p.unverifiable.is_empty(), "nothing stored for other digests");
+    }
+
+    /// The weights: two losses before our broadcast delivered drop a
+    /// reported request, three after it do not, nor one after and one
+    /// before.
+    #[test]
+    fn void_weights_decide_when_a_reported_request_goes() {
+        use Void::{AfterDelivery as After, BeforeDelivery as Before};
+        for (voids, dropped_at) in [
+            (vec![Before, Before], Some(1)),
+            (vec![After, After, After], None),
+            (vec![After, Before], None),
+            (vec![After, After, Before], Some(2)),
+        ] {
+            let s = setup(ProtocolParams {
+                mode: OrderingMode::Dispel,
+                ..params()
+            });
+            let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
+            let r = req(&s, 0, 1, b"a");
+            p.admit(Millis(0), r.clone()).unwrap();
+            let report = UnverifiableRequest {
+                lane: LaneId(0),
+                view: chorus_core::View(0),
+                slot: Slot(0),
+                client: r.client,
+                seq: r.seq,
+                content: r.digest(),
+                auth: r.auth_digest(),
+            };
+            p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1);
+            let mut at = None;
+            for (epoch, void) in (0u64..).zip(voids.iter().copied()) {
+                assert_eq!(p.cut(cell(epoch)).requests.len(), 1, "{voids:?} epoch {epoch}");
+                if p.on_decided_counting_voids(Millis(epoch + 1), cell(epoch), &Batch::noop(), void) == 1 {
+                    at = Some(epoch as usize);
+                    break;
+                }
+            }
+            assert_eq!(at, dropped_at, "{voids:?}");
+        }
     }
 
     /// Seeds 9300041 and 10800016 (Aardvark §4.1): f+1 distinct reports

@@ -190,8 +190,9 @@ pub struct DispelCore {
     reported: Vec<Option<Epoch>>,
     /// Epochs whose bit of ours decided 0 before our broadcast delivered
     /// (`handle_engine`); inside the engine's window (`collect`). A hint
-    /// for the pool, not protocol state, so not in the snapshot: a replay
-    /// notes them again.
+    /// for the pool, not protocol state, so not in the snapshot: bits
+    /// decided before it are not noted again after a restart, when the
+    /// pool starts empty and holds no proposal of ours to weigh.
     lost_undelivered: BTreeSet<Epoch>,
 }
 
@@ -427,10 +428,8 @@ impl DispelCore {
         if below <= self.st.engine.low() {
             return DispelOutput::default();
         }
-        let acts = self
-            .st
-            .engine
-            .handle(self.engine_now(cx.now), DEvent::Collect { below });
+        // Through `handle_engine`: joining an epoch can decide bits at once.
+        let acts = self.handle_engine(self.engine_now(cx.now), DEvent::Collect { below });
         self.st.sent = self.st.sent.split_off(&below);
         self.st.rounds = self.st.rounds.split_off(&below);
         self.lost_undelivered = self.lost_undelivered.split_off(&below);

@@ -844,14 +844,59 @@ fn lose_own_epoch(echo_first: bool) -> Replica {
     r
 }
 
-/// A lost epoch counts towards dropping a reported request only when our
+/// A lost epoch weighs more towards dropping a reported request when our
 /// bit decided 0 before our broadcast delivered (`lost_undelivered`): a
 /// Byzantine replica can report any request it holds, and a late INIT
-/// that delivered in time says nothing about the requests in it.
+/// that delivered in time says little about the requests in it. Judged
+/// at the decision: a delivery after it (a Byzantine replica timing its
+/// echoes) does not change the verdict.
 #[test]
-fn only_an_epoch_lost_before_our_broadcast_delivered_counts_as_a_void() {
+fn an_epoch_lost_before_our_broadcast_delivered_weighs_more() {
     let r = lose_own_epoch(false);
     assert!(r.dispel.as_ref().unwrap().lost_undelivered(0));
     let r = lose_own_epoch(true);
     assert!(!r.dispel.as_ref().unwrap().lost_undelivered(0));
+    // Lost first, our broadcast delivered afterwards: still undelivered.
+    let mut r = lose_own_epoch(false);
+    let digest = r
+        .dispel
+        .as_ref()
+        .unwrap()
+        .engine()
+        .epoch(0)
+        .unwrap()
+        .rb(1)
+        .first_init()
+        .expect("our INIT");
+    let me = ReplicaId(1);
+    let mut recs = Vec::new();
+    for from in [0, 2] {
+        deliver(
+            &mut r,
+            &mut recs,
+            30,
+            from,
+            &DbftMsg::RbEcho {
+                epoch: 0,
+                proposer: me,
+                digest,
+            },
+        );
+    }
+    for from in [0, 2] {
+        deliver(
+            &mut r,
+            &mut recs,
+            31,
+            from,
+            &DbftMsg::RbReady {
+                epoch: 0,
+                proposer: me,
+                digest,
+            },
+        );
+    }
+    let d = r.dispel.as_ref().unwrap();
+    assert_eq!(d.engine().epoch(0).unwrap().rb(1).delivered(), Some(digest));
+    assert!(d.lost_undelivered(0), "judged at the decision");
 }
