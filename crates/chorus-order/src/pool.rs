@@ -1006,6 +1006,31 @@ mod tests {
         }
     }
 
+    /// Client `client`'s request `seq`, signed.
+    fn signed(s: &Setup, client: u64, seq: u64, op: &'static [u8]) -> Request {
+        Request::with_signature(
+            &chorus_core::ClusterTag::of(&s.cfg),
+            ClientId(client),
+            RequestSeq(seq),
+            0,
+            Bytes::from_static(op),
+            &s.clients[client as usize],
+        )
+    }
+
+    /// A report about `r` as it is (lane 0, view 0, slot 0).
+    fn report_of(r: &Request) -> UnverifiableRequest {
+        UnverifiableRequest {
+            lane: LaneId(0),
+            view: chorus_core::View(0),
+            slot: Slot(0),
+            client: r.client,
+            seq: r.seq,
+            content: r.digest(),
+            auth: r.auth_digest(),
+        }
+    }
+
     /// dispel (`dispel_standin.rs`): a lane judged silent hands its clients'
     /// requests to a stand-in lane, keeping their arrival time (the rescue
     /// timeout still counts from it), and takes them back once heard; a key
@@ -1217,24 +1242,9 @@ mod tests {
             let partial = req(&s, 0, 1, b"a");
             p.admit(Millis(0), partial.clone()).unwrap();
             p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
-            let signed = Request::with_signature(
-                &chorus_core::ClusterTag::of(&s.cfg),
-                ClientId(0),
-                RequestSeq(3),
-                0,
-                Bytes::from_static(b"c"),
-                &s.clients[0],
-            );
+            let signed = signed(&s, 0, 3, b"c");
             assert_eq!(p.admit(Millis(0), signed), Ok(Admitted::New));
-            let report = UnverifiableRequest {
-                lane: LaneId(0),
-                view: chorus_core::View(0),
-                slot: Slot(0),
-                client: partial.client,
-                seq: partial.seq,
-                content: partial.digest(),
-                auth: partial.auth_digest(),
-            };
+            let report = report_of(&partial);
             assert!(
                 !p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1),
                 "one report proves nothing"
@@ -1315,15 +1325,7 @@ mod tests {
             let mut p = Pool::new(s.cfg.clone(), ReplicaId(0), s.replicas[0].clone());
             let r = req(&s, 0, 1, b"a");
             p.admit(Millis(0), r.clone()).unwrap();
-            let report = UnverifiableRequest {
-                lane: LaneId(0),
-                view: chorus_core::View(0),
-                slot: Slot(0),
-                client: r.client,
-                seq: r.seq,
-                content: r.digest(),
-                auth: r.auth_digest(),
-            };
+            let report = report_of(&r);
             p.note_unverifiable(Millis(0), ReplicaId(1), &report, 1);
             let mut at = None;
             for (epoch, void) in (0u64..).zip(voids.iter().copied()) {
@@ -1354,15 +1356,7 @@ mod tests {
         let a = req(&s, 0, 1, b"a");
         p.admit(Millis(0), a.clone()).unwrap();
         p.admit(Millis(0), req(&s, 0, 2, b"b")).unwrap();
-        let report = |r: &Request| UnverifiableRequest {
-            lane: LaneId(0),
-            view: chorus_core::View(0),
-            slot: Slot(0),
-            client: r.client,
-            seq: r.seq,
-            content: r.digest(),
-            auth: r.auth_digest(),
-        };
+        let report = report_of;
         // Other content (a leader changed the op) or other MACs: nothing.
         let mut altered = a.clone();
         altered.op = Bytes::from_static(b"z");
@@ -1384,14 +1378,7 @@ mod tests {
         assert_eq!(p.admit(Millis(11), req(&s, 0, 3, b"c")), Err(RejectReason::Busy));
         assert_eq!(p.busy_waiting(ClientId(0)), None);
         assert_eq!(p.admit(Millis(11), req(&s, 1, 1, b"z")), Ok(Admitted::New));
-        let signed = Request::with_signature(
-            &chorus_core::ClusterTag::of(&s.cfg),
-            ClientId(0),
-            RequestSeq(4),
-            0,
-            Bytes::from_static(b"d"),
-            &s.clients[0],
-        );
+        let signed = signed(&s, 0, 4, b"d");
         assert_eq!(p.admit(Millis(11), signed), Ok(Admitted::New));
         // Seen in another leader's proposal that ends as a no-op: dropped.
         let theirs = Batch {

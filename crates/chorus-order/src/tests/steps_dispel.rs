@@ -766,6 +766,38 @@ fn the_stored_dispel_format_is_unchanged() {
     );
 }
 
+/// Replicas 0 and 2 echo, then ready, our INIT of epoch 0 (`digest`): with
+/// ours, 2f+1 of each, so our broadcast delivers.
+fn deliver_our_broadcast(r: &mut Replica, recs: &mut Vec<PersistRecord>, now: u64, digest: Digest) {
+    let me = ReplicaId(1);
+    for from in [0, 2] {
+        deliver(
+            r,
+            recs,
+            now,
+            from,
+            &DbftMsg::RbEcho {
+                epoch: 0,
+                proposer: me,
+                digest,
+            },
+        );
+    }
+    for from in [0, 2] {
+        deliver(
+            r,
+            recs,
+            now + 1,
+            from,
+            &DbftMsg::RbReady {
+                epoch: 0,
+                proposer: me,
+                digest,
+            },
+        );
+    }
+}
+
 /// Our INIT in epoch 0 (a request of client 1), then our bit decided 0 by
 /// f+1 DECIDED notices, after our broadcast delivered (`echo_first`) or
 /// before it had.
@@ -786,32 +818,7 @@ fn lose_own_epoch(echo_first: bool) -> Replica {
         .expect("our INIT for epoch 0");
     let me = ReplicaId(1);
     if echo_first {
-        for from in [0, 2] {
-            deliver(
-                &mut r,
-                &mut recs,
-                21,
-                from,
-                &DbftMsg::RbEcho {
-                    epoch: 0,
-                    proposer: me,
-                    digest,
-                },
-            );
-        }
-        for from in [0, 2] {
-            deliver(
-                &mut r,
-                &mut recs,
-                22,
-                from,
-                &DbftMsg::RbReady {
-                    epoch: 0,
-                    proposer: me,
-                    digest,
-                },
-            );
-        }
+        deliver_our_broadcast(&mut r, &mut recs, 21, digest);
         let rb = r
             .dispel
             .as_ref()
@@ -868,34 +875,8 @@ fn an_epoch_lost_before_our_broadcast_delivered_weighs_more() {
         .rb(1)
         .first_init()
         .expect("our INIT");
-    let me = ReplicaId(1);
     let mut recs = Vec::new();
-    for from in [0, 2] {
-        deliver(
-            &mut r,
-            &mut recs,
-            30,
-            from,
-            &DbftMsg::RbEcho {
-                epoch: 0,
-                proposer: me,
-                digest,
-            },
-        );
-    }
-    for from in [0, 2] {
-        deliver(
-            &mut r,
-            &mut recs,
-            31,
-            from,
-            &DbftMsg::RbReady {
-                epoch: 0,
-                proposer: me,
-                digest,
-            },
-        );
-    }
+    deliver_our_broadcast(&mut r, &mut recs, 30, digest);
     let d = r.dispel.as_ref().unwrap();
     assert_eq!(d.engine().epoch(0).unwrap().rb(1).delivered(), Some(digest));
     assert!(d.lost_undelivered(0), "judged at the decision");
