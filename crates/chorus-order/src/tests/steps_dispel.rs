@@ -29,6 +29,14 @@ fn unbundle(m: &ReplicaMsg) -> Vec<DbftMsg> {
     }
 }
 
+/// An INIT of `batch` for `epoch`.
+fn init(epoch: u64, batch: &chorus_core::Batch) -> DbftMsg {
+    DbftMsg::RbInit {
+        epoch,
+        batch: batch.clone(),
+    }
+}
+
 fn dbft_broadcasts(actions: &[Action]) -> Vec<DbftMsg> {
     broadcasts(actions).iter().flat_map(unbundle).collect()
 }
@@ -71,16 +79,7 @@ fn init_is_logged_then_echoed() {
     let mut r = replica(&s, 1);
     let mut recs = Vec::new();
     let a = s.batch(2, 1..3);
-    let acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 0,
-            batch: a.clone(),
-        },
-    );
+    let acts = deliver(&mut r, &mut recs, 1, 2, &init(0, &a));
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
     let first_persist = acts.iter().position(|a| matches!(a, Action::Persist(_)));
     let first_send = acts
@@ -117,16 +116,7 @@ fn restarted_replica_never_echoes_a_second_init() {
     let mut recs = Vec::new();
     let a = s.batch(2, 1..3);
     let b = s.batch(2, 3..5);
-    let acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 0,
-            batch: a.clone(),
-        },
-    );
+    let acts = deliver(&mut r, &mut recs, 1, 2, &init(0, &a));
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
     drop(r);
     let mut out = Outbox::new();
@@ -242,16 +232,7 @@ fn stalled_replica_resends_its_epoch_to_a_peer_past_it() {
     let mut r = replica(&s, 1);
     let mut recs = Vec::new();
     let a = s.batch(2, 1..3);
-    let acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 0,
-            batch: a.clone(),
-        },
-    );
+    let acts = deliver(&mut r, &mut recs, 1, 2, &init(0, &a));
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
     // r3 has delivered epochs 0..5 and is not moving (it is idle).
     status_from(&mut r, 2, 3, 5);
@@ -332,26 +313,8 @@ fn a_burst_sends_one_bundle_of_its_small_messages() {
     r.set_burst_mode(true);
     let mut recs = Vec::new();
     let (a, b) = (s.batch(2, 1..3), s.batch(3, 1..3));
-    let mut acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 0,
-            batch: a.clone(),
-        },
-    );
-    acts.extend(deliver(
-        &mut r,
-        &mut recs,
-        1,
-        3,
-        &DbftMsg::RbInit {
-            epoch: 1,
-            batch: b.clone(),
-        },
-    ));
+    let mut acts = deliver(&mut r, &mut recs, 1, 2, &init(0, &a));
+    acts.extend(deliver(&mut r, &mut recs, 1, 3, &init(1, &b)));
     // (One sender per epoch: no join, so no INIT of ours flushes them.)
     assert!(
         echoes(&dbft_broadcasts(&acts)).is_empty(),
@@ -371,16 +334,7 @@ fn a_burst_sends_one_bundle_of_its_small_messages() {
     assert!(!r.holds_messages());
     // Out of burst mode, each step sends its own.
     let mut r = replica(&s, 1);
-    let acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 0,
-            batch: a.clone(),
-        },
-    );
+    let acts = deliver(&mut r, &mut recs, 1, 2, &init(0, &a));
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
 }
 
@@ -477,15 +431,7 @@ fn a_restarted_replica_arms_its_dbft_timers_on_the_new_clock() {
 
 fn recover_dispel(records: Vec<PersistRecord>) {
     let s = dispel();
-    let mut out = Outbox::new();
-    let _r = Replica::recover(
-        s.cfg.clone(),
-        ReplicaId(1),
-        s.keys[1].clone(),
-        records,
-        Millis(5),
-        &mut out,
-    );
+    let _ = recover_with((*s.cfg).clone(), &s, records);
 }
 
 /// A stored DBFT snapshot that does not decode (another version's format)
@@ -676,16 +622,7 @@ fn a_restart_replays_under_the_stored_dbft_parameters_then_takes_the_new_ones() 
     let (mut r, mut recs) = fresh(&s.cfg, &s);
     assert_eq!(snapshots(&recs), 1, "a fresh replica stores its parameters");
     let a = s.batch(2, 1..3);
-    let acts = deliver(
-        &mut r,
-        &mut recs,
-        1,
-        2,
-        &DbftMsg::RbInit {
-            epoch: 5,
-            batch: a.clone(),
-        },
-    );
+    let acts = deliver(&mut r, &mut recs, 1, 2, &init(5, &a));
     assert_eq!(echoes(&dbft_broadcasts(&acts)), vec![a.digest()]);
     assert_eq!(engine(&r).config().window_epochs, 16);
     let default_timeout = engine(&r).config().timeout_base_ms;
