@@ -144,6 +144,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
                 pillars,
                 batch_max_requests: a.batch,
                 batch_delay_ms: a.batch_delay_ms,
+                proposal_depth: a.proposal_depth,
                 prepare_auth: a.prepare_auth,
                 checkpoint_interval: 128 * pillars as u64,
                 window_slots: 512,

@@ -84,6 +84,10 @@ pub struct Args {
     /// Batch delay in milliseconds.
     #[arg(long, default_value_t = 1)]
     pub batch_delay_ms: u64,
+    /// Undecided proposals per lane above which a leader proposes only full
+    /// batches (`proposal_depth` in cluster.toml).
+    #[arg(long, default_value_t = 2)]
+    pub proposal_depth: u32,
     /// How the local replicas authenticate PBFT prepares: signature | mac
     /// (channel MACs; Castro & Liskov's view change over claims).
     #[arg(long, default_value = "signature", value_parser = |v: &str| v.parse::<PrepareAuth>())]
@@ -104,7 +108,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
     /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
-    /// Parameters: pillars, workers, buckets, clients, in-flight, batch, rate, value-bytes,
+    /// Parameters: pillars, workers, buckets, clients, in-flight, batch, proposal-depth, rate, value-bytes,
     /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload,
     /// prepare-auth.
     #[arg(long)]
@@ -147,6 +151,7 @@ impl Args {
             "clients" => self.clients = num()? as usize,
             "in-flight" | "in_flight" => self.in_flight = num()? as usize,
             "batch" => self.batch = num()? as u32,
+            "proposal-depth" | "proposal_depth" => self.proposal_depth = num()? as u32,
             "rate" => self.rate = num()?,
             "value-bytes" => self.value_bytes = num()? as usize,
             "request-bytes" => self.request_bytes = num()? as usize,
@@ -183,8 +188,8 @@ impl Args {
         if !["always", "batch", "off"].contains(&self.fsync.as_str()) {
             bail!("--fsync must be always, batch or off");
         }
-        if self.clients == 0 || self.in_flight == 0 || self.duration == 0 {
-            bail!("--clients, --in-flight and --duration must be positive");
+        if self.clients == 0 || self.in_flight == 0 || self.duration == 0 || self.proposal_depth == 0 {
+            bail!("--clients, --in-flight, --proposal-depth and --duration must be positive");
         }
         if !(0.0..=1.0).contains(&self.conflict_rate) {
             bail!("--conflict-rate must be between 0 and 1");

@@ -147,6 +147,12 @@ pub struct ProtocolParams {
     pub batch_max_bytes: u32,
     /// …or when its oldest request has waited this long.
     pub batch_delay_ms: u64,
+    /// Undecided proposals of its own lane above which a leader proposes
+    /// only full batches; a partial batch waits for a decision and gathers
+    /// the requests that arrive meanwhile (adaptive batching). Deeper keeps
+    /// more cores busy, shallower makes fewer, larger slots where cores are
+    /// few (docs/performance.md, BENCHMARKS.md "proposal depth").
+    pub proposal_depth: u32,
     /// Slots a lane may have undecided above its low watermark (PBFT's L).
     pub window_slots: u64,
     /// Global positions between checkpoints (PBFT's K). A multiple of the lane count.
@@ -207,6 +213,7 @@ impl Default for ProtocolParams {
             batch_max_requests: 256,
             batch_max_bytes: 1 << 20,
             batch_delay_ms: 2,
+            proposal_depth: 2,
             window_slots: 256,
             checkpoint_interval: 128,
             max_lane_drift_slots: 32,
@@ -473,6 +480,7 @@ impl ClusterConfig {
             ("batch_max_requests", p.batch_max_requests as u64),
             ("batch_max_bytes", p.batch_max_bytes as u64),
             ("window_slots", p.window_slots),
+            ("proposal_depth", p.proposal_depth as u64),
             ("checkpoint_interval", p.checkpoint_interval),
             ("max_lane_drift_slots", p.max_lane_drift_slots),
             ("view_change_timeout_ms", p.view_change_timeout_ms),

@@ -85,10 +85,6 @@ pub struct LaneStatus {
     pub stream_next: Option<Slot>,
 }
 
-/// Undecided slots of a lane above which a leader only proposes full batches
-/// (see `propose_one`).
-pub const PROPOSAL_DEPTH: usize = 2;
-
 /// `Debug` covers the whole protocol state of every component (and is what
 /// the fuzz tests compare before and after a rejected message, so a field
 /// added anywhere is covered without touching them). `Clone` exists only in
@@ -256,7 +252,7 @@ impl Replica {
                     pending: self.pool_of(LaneId(l as u32)).pending_len(LaneId(l as u32)),
                     next_free_slot: self.lanes[l].next_free_slot(),
                     proposal_limit: self.proposal_limit(l),
-                    open_slots: self.lanes[l].open_slots(PROPOSAL_DEPTH),
+                    open_slots: self.lanes[l].open_slots(self.proposal_depth()),
                     timer_deadline: self.lanes[l].timer_deadline().map(|m| m.0),
                     in_flight: self.pool_of(LaneId(l as u32)).in_flight_summary(LaneId(l as u32)),
                     next_undecided: self.lanes[l].next_undecided(),
@@ -711,6 +707,12 @@ impl Replica {
         any
     }
 
+    /// Undecided proposals of its own lane above which a leader proposes
+    /// only full batches (`ProtocolParams::proposal_depth`).
+    fn proposal_depth(&self) -> usize {
+        self.cfg.params.proposal_depth as usize
+    }
+
     /// COP §4.2.1: a leader proposes a batch when one is ready, and a no-op
     /// when it has nothing but another lane is ahead (the merger would wait).
     fn propose_one(&mut self, now: Millis, l: usize, out: &mut Outbox) -> bool {
@@ -720,15 +722,16 @@ impl Replica {
         let Some(slot) = self.lanes[l].proposal_slot(limit, eager) else {
             return false;
         };
-        // Adaptive batching: with PROPOSAL_DEPTH proposals of this lane still
+        // Adaptive batching: with `proposal_depth` proposals of this lane still
         // undecided, a partial batch waits for one of them to decide instead
         // of going out as one more tiny batch; the requests that arrive
         // meanwhile join it. Each slot costs signatures, messages and storage
         // writes whatever its size, so under load this trades nothing in
         // latency (the pipeline is busy anyway) for far fewer slots. A full
         // batch always goes, up to the window.
-        let open = self.lanes[l].open_slots(PROPOSAL_DEPTH);
-        if open >= PROPOSAL_DEPTH && !self.pool_of(lane).full_batch_pending(lane) {
+        let depth = self.proposal_depth();
+        let open = self.lanes[l].open_slots(depth);
+        if open >= depth && !self.pool_of(lane).full_batch_pending(lane) {
             return false;
         }
         let cell = Cell { lane, slot };

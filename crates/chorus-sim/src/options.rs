@@ -526,6 +526,7 @@ impl SimOptions {
             batch_max_requests: 4,
             batch_max_bytes: 4 * 1024,
             batch_delay_ms: 2,
+            proposal_depth: 2,
             // Dispel §4.3: the window must hold every concurrent epoch.
             window_slots: (3 * per_lane_checkpoint).max(max_lane_drift_slots + per_lane_checkpoint),
             checkpoint_interval: per_lane_checkpoint * lanes,

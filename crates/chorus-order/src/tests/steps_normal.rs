@@ -494,8 +494,14 @@ fn a_verified_request_skips_only_the_authenticator_check() {
 
 #[test]
 fn with_the_pipeline_full_a_leader_only_proposes_full_batches() {
-    use crate::replica::PROPOSAL_DEPTH;
+    for depth in [1, 2, 4] {
+        pipeline_full_at(depth);
+    }
+}
+
+fn pipeline_full_at(depth: u32) {
     let mut p = pbft();
+    p.proposal_depth = depth;
     p.leader_rotation = chorus_core::LeaderRotation::Fixed;
     p.batch_max_requests = 2;
     p.pool_max_per_client = 64;
@@ -503,22 +509,22 @@ fn with_the_pipeline_full_a_leader_only_proposes_full_batches() {
     let mut r = replica(&s, 0);
     let mut out = Outbox::new();
     let mut seq = 0;
-    // Partial batches go out once the batch delay passed, until PROPOSAL_DEPTH
-    // slots are undecided.
-    for i in 0..PROPOSAL_DEPTH as u64 {
+    // Partial batches go out once the batch delay passed, until
+    // `proposal_depth` slots are undecided.
+    for i in 0..depth as u64 {
         seq += 1;
         r.handle(Millis(10 * i), Event::Request(s.request(0, seq, b"a")), &mut out);
         r.handle(Millis(10 * i + 5), Event::Timer(TimerId::Batch(L0)), &mut out);
     }
     effects(&mut out);
-    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64);
+    assert_eq!(r.counters().proposals, depth as u64);
     // The next partial batch waits however long it has waited...
     seq += 1;
     r.handle(Millis(100), Event::Request(s.request(0, seq, b"b")), &mut out);
     r.handle(Millis(200), Event::Timer(TimerId::Batch(L0)), &mut out);
-    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64);
+    assert_eq!(r.counters().proposals, depth as u64);
     // ...but a full one goes.
     seq += 1;
     r.handle(Millis(201), Event::Request(s.request(1, seq, b"c")), &mut out);
-    assert_eq!(r.counters().proposals, PROPOSAL_DEPTH as u64 + 1);
+    assert_eq!(r.counters().proposals, depth as u64 + 1);
 }
