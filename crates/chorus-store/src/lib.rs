@@ -28,7 +28,10 @@
 //! its appends; a torn last frame is cut off on open, damage followed by a
 //! whole frame is reported as corruption. Decided records whose batch the
 //! same segment already holds (from the `Accepted`) refer to it by digest,
-//! so a batch is written once.
+//! so a batch is written to the log once; in the tables, the cells below a
+//! checkpoint brought in with them keep no batch (pruned in the same
+//! transaction), so in the steady state that is the only write of a batch
+//! (docs/decisions.md, "The store writes a batch once").
 //!
 //! Decisions this crate makes (DESIGN is silent on them):
 //!
@@ -40,7 +43,9 @@
 //!   `View` records only the highest per lane is kept (PBFT §4.3). Such records
 //!   arriving later are skipped and counted. A checkpoint never moves back.
 //! - The ledger keeps every decided cell (the batch is stored there once; the
-//!   log holds a reference) until `prune_ledger_below`, which may not go
+//!   log holds a reference, also for an `Accepted` record of that batch
+//!   brought into the tables together with its decision) until
+//!   `prune_ledger_below`, which may not go
 //!   above the stable checkpoint. It is hash-chained in global order, so two
 //!   replicas with the same history from genesis have the same head.
 //! - When a stable checkpoint arrives above the chain head (state transfer

@@ -35,29 +35,53 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
             ) => out.push(r),
             LogEntry::Record(_) => return Err(corrupt("log", key, "record kind never stored in the log")),
             LogEntry::Decided { cell, digest } => {
-                let seq = layout
-                    .seq_of_cell(cell)
-                    .map_err(|e| corrupt("log", key, format!("bad cell: {e}")))?;
-                let Some(v) = ledger.get(seq)? else {
-                    return Err(corrupt(
-                        "log",
-                        key,
-                        format!("decided #{seq} is missing from the ledger"),
-                    ));
-                };
-                let e: LedgerEntry = decode("ledger", seq, v.value())?;
-                if e.cell != cell || e.digest != digest {
-                    return Err(corrupt("ledger", seq, format!("does not match log entry {key}")));
-                }
-                out.push(PersistRecord::Decided {
-                    cell,
+                let batch = decided_batch(&ledger, layout, key, cell, digest)?;
+                out.push(PersistRecord::Decided { cell, digest, batch });
+            }
+            LogEntry::AcceptedDecided {
+                lane,
+                view,
+                slot,
+                digest,
+            } => {
+                let batch = decided_batch(&ledger, layout, key, Cell { lane, slot }, digest)?;
+                out.push(PersistRecord::Accepted {
+                    lane,
+                    view,
+                    slot,
                     digest,
-                    batch: e.batch,
+                    batch,
                 });
             }
         }
     }
     Ok(out)
+}
+
+/// The batch the ledger holds for `cell`, which log entry `key` refers to;
+/// a missing or different entry is corruption.
+fn decided_batch(
+    ledger: &redb::ReadOnlyTable<u64, &[u8]>,
+    layout: Layout,
+    key: u64,
+    cell: Cell,
+    digest: Digest,
+) -> Result<Batch> {
+    let seq = layout
+        .seq_of_cell(cell)
+        .map_err(|e| corrupt("log", key, format!("bad cell: {e}")))?;
+    let Some(v) = ledger.get(seq)? else {
+        return Err(corrupt(
+            "log",
+            key,
+            format!("decided #{seq} is missing from the ledger"),
+        ));
+    };
+    let e: LedgerEntry = decode("ledger", seq, v.value())?;
+    if e.cell != cell || e.digest != digest {
+        return Err(corrupt("ledger", seq, format!("does not match log entry {key}")));
+    }
+    Ok(e.batch)
 }
 
 pub(crate) fn latest_checkpoint(txn: &ReadTransaction) -> Result<Option<(CheckpointCert, Bytes)>> {

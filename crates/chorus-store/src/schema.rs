@@ -11,7 +11,7 @@
 
 use crate::error::{Result, StoreError};
 use bytes::Bytes;
-use chorus_core::{Batch, Cell, CheckpointCert, Digest, LaneId, Slot};
+use chorus_core::{Batch, Cell, CheckpointCert, Digest, LaneId, Slot, View};
 use chorus_order::PersistRecord;
 use redb::TableDefinition;
 use serde::de::DeserializeOwned;
@@ -23,12 +23,17 @@ use std::fmt::Display;
 /// store (no segments) opens and is upgraded in place. 3: records an older
 /// binary cannot decode may appear (`PersistRecord::TimeoutCert`); a
 /// version-2 store opens and is marked 3, so an older binary refuses it by
-/// its version instead of failing on the first such record as corrupt.
-pub const FORMAT_VERSION: u32 = 3;
+/// its version instead of failing on the first such record as corrupt. 4:
+/// an accepted batch that is also decided is kept once, in the ledger, and
+/// the log refers to it (`LogEntry::AcceptedDecided`); a version-3 store
+/// opens and is marked 4.
+pub const FORMAT_VERSION: u32 = 4;
 /// The version before the segment log, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_WAL: u32 = 1;
 /// The version before `TimeoutCert` records, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_TIMEOUT_CERT: u32 = 2;
+/// The version before `LogEntry::AcceptedDecided`, upgraded on open.
+pub(crate) const FORMAT_VERSION_PRE_ACCEPTED_REF: u32 = 3;
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -53,14 +58,37 @@ pub(crate) const CHECKPOINTS_KEPT: u64 = 2;
 #[derive(Debug, Deserialize)]
 pub(crate) enum LogEntry {
     Record(PersistRecord),
-    Decided { cell: Cell, digest: Digest },
+    Decided {
+        cell: Cell,
+        digest: Digest,
+    },
+    /// A `PersistRecord::Accepted` whose batch the ledger holds (the same
+    /// cell decided that digest): stored without the batch, which replay
+    /// takes from the ledger. Before, the log held a second copy of every
+    /// decided batch, and each checkpoint decoded it again to truncate the
+    /// log (BENCHMARKS.md 2026-11-27, "the store's materializer").
+    AcceptedDecided {
+        lane: LaneId,
+        view: View,
+        slot: Slot,
+        digest: Digest,
+    },
 }
 
 /// Serialises exactly like `LogEntry`, without cloning the record's batch.
 #[derive(Serialize)]
 pub(crate) enum LogEntryRef<'a> {
     Record(&'a PersistRecord),
-    Decided { cell: Cell, digest: Digest },
+    Decided {
+        cell: Cell,
+        digest: Digest,
+    },
+    AcceptedDecided {
+        lane: LaneId,
+        view: View,
+        slot: Slot,
+        digest: Digest,
+    },
 }
 
 /// One decided cell. Field order matters: `decode_ledger_head` reads only

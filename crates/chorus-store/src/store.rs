@@ -7,8 +7,8 @@ use crate::policy::{FsyncPolicy, StoreOptions, LANES_MAX};
 use crate::read;
 use crate::schema::{
     corrupt, decode, decode_ledger_head, decode_u32, encode, ChainState, Layout, CHAIN, CHECKPOINTS,
-    FORMAT_VERSION, FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META, META_CHAIN,
-    META_LANES, META_VERSION, META_WAL,
+    FORMAT_VERSION, FORMAT_VERSION_PRE_ACCEPTED_REF, FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL,
+    LEDGER, LOG, META, META_CHAIN, META_LANES, META_VERSION, META_WAL,
 };
 use crate::wal::Wal;
 use crate::writer::{SkipCounts, WriteState, Writer};
@@ -425,6 +425,7 @@ impl Store {
                 self.state = state;
                 self.skipped.obsolete += skipped.obsolete;
                 self.skipped.duplicate += skipped.duplicate;
+                self.skipped.superseded += skipped.superseded;
                 self.in_flight_decided.clear();
                 self.in_flight_appends = 0;
                 self.materializations += 1;
@@ -616,6 +617,7 @@ pub(crate) fn commit_to_tables(
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
     let mut w = Writer::open(&txn, layout, state, prune_at_stable)?;
+    w.plan(records);
     for r in records {
         w.apply(r)?;
     }
@@ -664,8 +666,8 @@ pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(W
                 // everything, so the log simply starts at segment 0.
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
                 tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
-            } else if found == FORMAT_VERSION_PRE_TIMEOUT_CERT {
-                // Every version-2 record means the same in version 3.
+            } else if found == FORMAT_VERSION_PRE_TIMEOUT_CERT || found == FORMAT_VERSION_PRE_ACCEPTED_REF {
+                // Every version-2 or -3 record means the same in version 4.
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
                 tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
             } else if found != FORMAT_VERSION {

@@ -40,6 +40,10 @@ pub struct SkipCounts {
     pub obsolete: u64,
     /// A decided cell already in the ledger with the same digest.
     pub duplicate: u64,
+    /// Decided batches below a stable checkpoint that came in the same
+    /// hand-over, not written to the ledger, whose prune would have removed
+    /// them before the commit (`Writer::plan`).
+    pub superseded: u64,
 }
 
 pub(crate) struct Writer<'txn> {
@@ -48,6 +52,13 @@ pub(crate) struct Writer<'txn> {
     prune_at_stable: bool,
     pub state: WriteState,
     pub skipped: SkipCounts,
+    /// Cells this transaction decides, and their digests: an accepted batch
+    /// among them is stored once, in the ledger (`plan`).
+    decided_here: BTreeMap<Cell, Digest>,
+    /// The highest stable checkpoint this transaction installs (0: none):
+    /// log entries below it would be truncated by the same transaction, and
+    /// (pruning) the ledger's batches below it removed (`plan`).
+    superseded_below: u64,
     log: Table<'txn, u64, &'static [u8]>,
     checkpoints: Table<'txn, u64, &'static [u8]>,
     ledger: Table<'txn, u64, &'static [u8]>,
@@ -67,12 +78,51 @@ impl<'txn> Writer<'txn> {
             prune_at_stable,
             state,
             skipped: SkipCounts::default(),
+            decided_here: BTreeMap::new(),
+            superseded_below: 0,
             log: txn.open_table(LOG)?,
             checkpoints: txn.open_table(CHECKPOINTS)?,
             ledger: txn.open_table(LEDGER)?,
             chain: txn.open_table(CHAIN)?,
             meta: txn.open_table(META)?,
         })
+    }
+
+    /// Look at this transaction's `records` before applying them.
+    ///
+    /// An `Accepted` record of a cell they decide with the same digest is
+    /// logged as a reference to the ledger entry the same transaction writes
+    /// (`LogEntry::AcceptedDecided`). A `Decided` that turns out obsolete
+    /// writes no entry, but then its cell is below the stable checkpoint and
+    /// the reference is truncated with it (the ledger's base never passes
+    /// the stable checkpoint).
+    ///
+    /// A stable checkpoint among them supersedes what lies below it. The
+    /// materializer already drops the `Accepted` and `Prepared` records it
+    /// would truncate (`drop_superseded`); a `Decided` one must still extend
+    /// the ledger's hash chain, but when pruning, its ledger entry is removed
+    /// before the transaction commits, so it is written with the cell and
+    /// digest the chain needs and without its batch. A replica hands its
+    /// records over at each checkpoint, so in the steady state nearly every
+    /// batch is written once, to the write-ahead log (issue 13 item 2).
+    pub fn plan(&mut self, records: &[PersistRecord]) {
+        let stable = self.state.stable_seq.unwrap_or(0);
+        for r in records {
+            match r {
+                PersistRecord::Decided { cell, digest, .. } => {
+                    self.decided_here.insert(*cell, *digest);
+                }
+                PersistRecord::Stable { cert, .. } if cert.seq.0 > stable => {
+                    self.superseded_below = self.superseded_below.max(cert.seq.0);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether this transaction's own checkpoint covers `seq` (`plan`).
+    fn superseded(&self, seq: u64) -> bool {
+        seq < self.superseded_below
     }
 
     /// Record that the write-ahead log's segments below `segment` are in the
@@ -84,6 +134,11 @@ impl<'txn> Writer<'txn> {
 
     /// Persist the chain position with the entries it describes.
     pub fn finish(mut self) -> Result<(WriteState, SkipCounts)> {
+        if cfg!(debug_assertions) && self.prune_at_stable && self.superseded_below > 0 {
+            // The batches `decide` left out were pruned with their cells.
+            let left = self.ledger.range(..self.superseded_below)?.next().is_some();
+            debug_assert!(!left, "a ledger entry without its batch outlived the checkpoint");
+        }
         debug_assert!(self.state.chain.base_seq <= self.state.chain.next_seq);
         debug_assert!(self.state.stable_seq.unwrap_or(0) <= self.state.chain.next_seq);
         let chain = encode(&self.state.chain);
@@ -97,9 +152,27 @@ impl<'txn> Writer<'txn> {
             | PersistRecord::DispelSnapshot { .. }
             | PersistRecord::DispelInput { .. }
             | PersistRecord::TimeoutCert { .. } => self.push_log(&LogEntryRef::Record(r)),
-            PersistRecord::Accepted { lane, slot, .. } => {
+            PersistRecord::Accepted {
+                lane,
+                view,
+                slot,
+                digest,
+                ..
+            } => {
                 let seq = self.layout.seq_of(*lane, *slot)?;
-                self.push_log_unless_obsolete(seq, r)
+                let cell = Cell {
+                    lane: *lane,
+                    slot: *slot,
+                };
+                if self.state.below_stable(seq) || self.decided_here.get(&cell) != Some(digest) {
+                    return self.push_log_unless_obsolete(seq, r);
+                }
+                self.push_log(&LogEntryRef::AcceptedDecided {
+                    lane: *lane,
+                    view: *view,
+                    slot: *slot,
+                    digest: *digest,
+                })
             }
             PersistRecord::Prepared { cert } => {
                 let seq = self.layout.seq_of(cert.lane, cert.slot)?;
@@ -160,10 +233,23 @@ impl<'txn> Writer<'txn> {
         if seq < chain.next_seq {
             return Err(corrupt("ledger", seq, "chained position has no entry"));
         }
-        let entry = encode(&LedgerEntryRef { cell, digest, batch });
+        // Below this transaction's own checkpoint the prune removes the
+        // entry before the commit: the chain needs its cell and digest only.
+        let none = Batch::noop();
+        let stored = if self.prune_at_stable && self.superseded(seq) {
+            self.skipped.superseded += 1;
+            &none
+        } else {
+            batch
+        };
+        let entry = encode(&LedgerEntryRef {
+            cell,
+            digest,
+            batch: stored,
+        });
         self.ledger.insert(seq, entry.as_slice())?;
         self.advance_chain()?;
-        if self.state.below_stable(seq) {
+        if self.state.below_stable(seq) || self.superseded(seq) {
             return Ok(());
         }
         self.push_log(&LogEntryRef::Decided { cell, digest })
@@ -257,6 +343,7 @@ impl<'txn> Writer<'txn> {
                     self.layout.seq_of(cert.lane, cert.slot)?
                 }
                 LogEntry::Decided { cell, .. } => self.layout.seq_of_cell(cell)?,
+                LogEntry::AcceptedDecided { lane, slot, .. } => self.layout.seq_of(lane, slot)?,
                 LogEntry::Record(PersistRecord::Decided { .. } | PersistRecord::Stable { .. }) => {
                     return Err(corrupt("log", key, "record kind never stored in the log"));
                 }

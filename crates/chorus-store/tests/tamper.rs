@@ -138,33 +138,36 @@ fn a_store_of_another_format_version_is_refused() {
     );
 }
 
-/// A version-2 store (before `TimeoutCert` records) opens, keeps its
-/// records, and is marked version 3, so an older binary refuses it cleanly.
+/// A version-2 store (before `TimeoutCert` records) or version-3 store
+/// (before accepted batches referred to the ledger) opens, keeps its
+/// records, and is marked version 4, so an older binary refuses it cleanly.
 #[test]
-fn a_version_2_store_opens_and_is_marked_version_3() {
-    let d = dir();
-    ledger_of_five(d.path());
-    let before = Store::open(d.path(), FsyncPolicy::Always, 1)
-        .unwrap()
-        .load()
-        .unwrap();
-    raw(d.path(), |t| {
-        t.open_table(META)
+fn version_2_and_3_stores_open_and_are_marked_version_4() {
+    for old in [2u32, 3] {
+        let d = dir();
+        ledger_of_five(d.path());
+        let before = Store::open(d.path(), FsyncPolicy::Always, 1)
             .unwrap()
-            .insert("format_version", 2u32.to_le_bytes().as_slice())
+            .load()
             .unwrap();
-    });
-    let mut s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
-    assert_eq!(s.load().unwrap(), before);
-    drop(s);
-    let mut version = 0;
-    raw(d.path(), |t| {
-        let meta = t.open_table(META).unwrap();
-        let v = meta.get("format_version").unwrap().unwrap();
-        version = u32::from_le_bytes(v.value().try_into().unwrap());
-    });
-    assert_eq!(version, FORMAT_VERSION);
-    assert_eq!(FORMAT_VERSION, 3);
+        raw(d.path(), |t| {
+            t.open_table(META)
+                .unwrap()
+                .insert("format_version", old.to_le_bytes().as_slice())
+                .unwrap();
+        });
+        let mut s = Store::open(d.path(), FsyncPolicy::Always, 1).unwrap();
+        assert_eq!(s.load().unwrap(), before);
+        drop(s);
+        let mut version = 0;
+        raw(d.path(), |t| {
+            let meta = t.open_table(META).unwrap();
+            let v = meta.get("format_version").unwrap().unwrap();
+            version = u32::from_le_bytes(v.value().try_into().unwrap());
+        });
+        assert_eq!(version, FORMAT_VERSION, "from version {old}");
+    }
+    assert_eq!(FORMAT_VERSION, 4);
 }
 
 /// Issue 14 item 1: a truncated database file tripped an assertion inside
