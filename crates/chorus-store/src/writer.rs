@@ -40,9 +40,10 @@ pub struct SkipCounts {
     pub obsolete: u64,
     /// A decided cell already in the ledger with the same digest.
     pub duplicate: u64,
-    /// Decided batches below a stable checkpoint that came in the same
-    /// hand-over, not written to the ledger, whose prune would have removed
-    /// them before the commit (`Writer::plan`).
+    /// Decided cells below a stable checkpoint that came in the same
+    /// hand-over, written to the ledger without their batch (the chain needs
+    /// only cell and digest) and pruned before the commit (`Writer::plan`;
+    /// only where the ledger is pruned at stable checkpoints).
     pub superseded: u64,
 }
 
@@ -134,10 +135,22 @@ impl<'txn> Writer<'txn> {
 
     /// Persist the chain position with the entries it describes.
     pub fn finish(mut self) -> Result<(WriteState, SkipCounts)> {
-        if cfg!(debug_assertions) && self.prune_at_stable && self.superseded_below > 0 {
-            // The batches `decide` left out were pruned with their cells.
-            let left = self.ledger.range(..self.superseded_below)?.next().is_some();
-            debug_assert!(!left, "a ledger entry without its batch outlived the checkpoint");
+        if self.prune_at_stable && self.superseded_below > 0 {
+            // The batches `decide` left out must have been pruned with their
+            // cells: one committed would replay as an empty batch. Checked in
+            // release too (one range seek per hand-over); aborts the commit.
+            if let Some(left) = self.ledger.range(..self.superseded_below)?.next() {
+                let seq = left?.0.value();
+                debug_assert!(
+                    false,
+                    "ledger entry #{seq} without its batch outlived the checkpoint"
+                );
+                return Err(corrupt(
+                    "ledger",
+                    seq,
+                    "an entry written without its batch outlived its checkpoint",
+                ));
+            }
         }
         debug_assert!(self.state.chain.base_seq <= self.state.chain.next_seq);
         debug_assert!(self.state.stable_seq.unwrap_or(0) <= self.state.chain.next_seq);
