@@ -472,3 +472,14 @@ fn a_client_held_back_by_an_outage_catches_up_with_its_schedule() {
         Expect::Pass("clients held back by an outage never caught up"),
     );
 }
+
+regression!(
+    /// dispel/4 n=4: r0 installed the stable checkpoint at #112 by state
+    /// transfer and crashed; the torn tail kept the `Stable` record but lost
+    /// the DBFT snapshot written after it. Recovery rebuilt the engine from
+    /// the older snapshot (epoch 16), below the checkpoint: r0 waited for
+    /// epochs every peer had collected and never delivered again (left at
+    /// 112 while the others reached 120). Recovery now collects the engine
+    /// up to the stable checkpoint.
+    dispel_n4_crash_seed_211030_engine_below_the_checkpoint: options(OrderingMode::Dispel, 4, 4, "delay,loss,crash,outage,cluster-restart"), seed 211030, Expect::Pass("a recovered DBFT engine below the stable checkpoint")
+);

@@ -123,6 +123,16 @@ impl Replica {
         }
         if r.dispel.is_some() {
             r.dispel_recover(now, dispel_snapshot, dispel_inputs, out);
+            // The snapshot written with the stable checkpoint (`collect`)
+            // may be missing: a crash can keep the `Stable` record and lose
+            // the ones after it (a torn tail). The engine then comes back
+            // below the checkpoint, waiting for epochs every peer has
+            // collected, and never delivers again (dispel n = 4 seed
+            // 211030). Collect up to the checkpoint here, as installing it
+            // did.
+            if let Some(seq) = newest_stable {
+                r.dispel_collect(now, Slot(seq.0 / lanes as u64), out);
+            }
         }
         r.deliver(out);
         for l in 0..r.lanes.len() {
