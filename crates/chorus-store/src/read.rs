@@ -4,8 +4,8 @@
 use crate::chain::entry_hash;
 use crate::error::{Result, StoreError};
 use crate::schema::{
-    corrupt, decode, decode_hash, ChainState, CheckpointEntry, Layout, LedgerEntry, LogEntry, CHAIN,
-    CHECKPOINTS, LEDGER, LOG,
+    corrupt, decode, decode_hash, AcceptedHead, ChainState, CheckpointEntry, Layout, LedgerEntry, LogEntry,
+    CHAIN, CHECKPOINTS, LEDGER, LOG,
 };
 use bytes::Bytes;
 use chorus_core::{Batch, Cell, CheckpointCert, Digest};
@@ -38,12 +38,12 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
                 let batch = decided_batch(&ledger, layout, key, cell, digest)?;
                 out.push(PersistRecord::Decided { cell, digest, batch });
             }
-            LogEntry::AcceptedDecided {
+            LogEntry::AcceptedDecided(AcceptedHead {
                 lane,
                 view,
                 slot,
                 digest,
-            } => {
+            }) => {
                 let batch = decided_batch(&ledger, layout, key, Cell { lane, slot }, digest)?;
                 out.push(PersistRecord::Accepted {
                     lane,

@@ -65,30 +65,25 @@ pub(crate) enum LogEntry {
     /// A `PersistRecord::Accepted` whose batch the ledger holds (the same
     /// cell decided that digest): stored without the batch, which replay
     /// takes from the ledger. Before, the log held a second copy of every
-    /// decided batch, and each checkpoint decoded it again to truncate the
-    /// log (BENCHMARKS.md 2026-11-27, "the store's materializer").
-    AcceptedDecided {
-        lane: LaneId,
-        view: View,
-        slot: Slot,
-        digest: Digest,
-    },
+    /// decided batch (docs/decisions.md, "The store writes a batch once").
+    AcceptedDecided(AcceptedHead),
+}
+
+/// An `Accepted` record without its batch (`LogEntry::AcceptedDecided`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct AcceptedHead {
+    pub lane: LaneId,
+    pub view: View,
+    pub slot: Slot,
+    pub digest: Digest,
 }
 
 /// Serialises exactly like `LogEntry`, without cloning the record's batch.
 #[derive(Serialize)]
 pub(crate) enum LogEntryRef<'a> {
     Record(&'a PersistRecord),
-    Decided {
-        cell: Cell,
-        digest: Digest,
-    },
-    AcceptedDecided {
-        lane: LaneId,
-        view: View,
-        slot: Slot,
-        digest: Digest,
-    },
+    Decided { cell: Cell, digest: Digest },
+    AcceptedDecided(AcceptedHead),
 }
 
 /// One decided cell. Field order matters: `decode_ledger_head` reads only
@@ -257,6 +252,42 @@ mod tests {
         assert_eq!(decode_ledger_head(9, &bytes).unwrap(), (cell, digest));
         let full: LedgerEntry = decode("ledger", 9, &bytes).unwrap();
         assert_eq!((full.cell, full.digest, full.batch), (cell, digest, batch));
+    }
+
+    /// What a version-3 store holds decodes the same, and the reference
+    /// entry is a new variant after them (a version-3 binary refuses the
+    /// store by its version before it could misread one). Pinned bytes: a
+    /// change here breaks stores already written.
+    #[test]
+    fn log_entries_keep_their_encoding() {
+        let digest = Digest([7; 32]);
+        let cell = Cell {
+            lane: LaneId(1),
+            slot: Slot(2),
+        };
+        let decided = encode(&LogEntryRef::Decided { cell, digest });
+        assert_eq!(&decided[..3], &[1, 1, 2], "variant 1, cell (1, 2)");
+        assert!(
+            matches!(decode("log", 0, &decided).unwrap(), LogEntry::Decided { cell: c, digest: d } if c == cell && d == digest)
+        );
+        let head = || AcceptedHead {
+            lane: LaneId(1),
+            view: View(3),
+            slot: Slot(2),
+            digest,
+        };
+        let reference = encode(&LogEntryRef::AcceptedDecided(head()));
+        assert_eq!(&reference[..4], &[2, 1, 3, 2], "variant 2, lane, view, slot");
+        assert_eq!(reference.len(), 4 + 32);
+        match decode("log", 0, &reference).unwrap() {
+            LogEntry::AcceptedDecided(a) => {
+                assert_eq!(
+                    (a.lane, a.view, a.slot, a.digest),
+                    (LaneId(1), View(3), Slot(2), digest)
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::schema::{
-    corrupt, decode, decode_hash, decode_ledger_head, encode, ChainState, CheckpointRef, Layout,
-    LedgerEntryRef, LogEntry, LogEntryRef, CHAIN, CHECKPOINTS, CHECKPOINTS_KEPT, LEDGER, LOG, META,
+    corrupt, decode, decode_hash, decode_ledger_head, encode, AcceptedHead, ChainState, CheckpointRef,
+    Layout, LedgerEntryRef, LogEntry, LogEntryRef, CHAIN, CHECKPOINTS, CHECKPOINTS_KEPT, LEDGER, LOG, META,
     META_CHAIN, META_WAL,
 };
 use bytes::Bytes;
@@ -180,12 +180,12 @@ impl<'txn> Writer<'txn> {
                 if self.state.below_stable(seq) || self.decided_here.get(&cell) != Some(digest) {
                     return self.push_log_unless_obsolete(seq, r);
                 }
-                self.push_log(&LogEntryRef::AcceptedDecided {
+                self.push_log(&LogEntryRef::AcceptedDecided(AcceptedHead {
                     lane: *lane,
                     view: *view,
                     slot: *slot,
                     digest: *digest,
-                })
+                }))
             }
             PersistRecord::Prepared { cert } => {
                 let seq = self.layout.seq_of(cert.lane, cert.slot)?;
@@ -356,7 +356,7 @@ impl<'txn> Writer<'txn> {
                     self.layout.seq_of(cert.lane, cert.slot)?
                 }
                 LogEntry::Decided { cell, .. } => self.layout.seq_of_cell(cell)?,
-                LogEntry::AcceptedDecided { lane, slot, .. } => self.layout.seq_of(lane, slot)?,
+                LogEntry::AcceptedDecided(a) => self.layout.seq_of(a.lane, a.slot)?,
                 LogEntry::Record(PersistRecord::Decided { .. } | PersistRecord::Stable { .. }) => {
                     return Err(corrupt("log", key, "record kind never stored in the log"));
                 }
