@@ -818,3 +818,36 @@ fn an_epoch_lost_before_our_broadcast_delivered_weighs_more() {
     assert_eq!(d.engine().epoch(0).unwrap().rb(1).delivered(), Some(digest));
     assert!(d.lost_undelivered(0), "judged at the decision");
 }
+
+/// A crash can keep the `Stable` record of a checkpoint and lose the DBFT
+/// snapshot written after it (a torn tail). Recovery must not leave the
+/// engine below the checkpoint: peers have collected those epochs and will
+/// never finish them, so the replica would wait for ever (dispel n = 4 seed
+/// 211030). It collects up to the checkpoint and stores that snapshot.
+#[test]
+fn recovery_collects_the_engine_up_to_a_stable_checkpoint_its_snapshot_missed() {
+    let s = dispel();
+    let (_, genesis) = fresh(&s.cfg, &s);
+    assert_eq!(snapshots(&genesis), 1);
+    let lanes = s.cfg.lanes() as u64;
+    let cert = s.checkpoint_cert(10 * lanes, chorus_core::Digest::of(b"state"), &[0, 1, 2]);
+    let mut records = genesis;
+    records.push(PersistRecord::Stable {
+        cert,
+        snapshot: bytes::Bytes::new(),
+    });
+    let (r, persisted) = recover_with((*s.cfg).clone(), &s, records);
+    assert_eq!(
+        engine(&r).low(),
+        10,
+        "the engine starts at the checkpoint's epoch"
+    );
+    let status = r.dispel_status().expect("dispel");
+    assert!(status.next_epoch >= 10, "{status:?}");
+    assert!(
+        persisted
+            .iter()
+            .any(|p| matches!(p, PersistRecord::DispelSnapshot { low: 10, .. })),
+        "the collected engine is stored: {persisted:?}"
+    );
+}
