@@ -133,6 +133,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
                 .with_context(|| format!("reading {}/cluster.toml", dir.display()))?;
             let config: ClusterConfig = toml::from_str(&text)?;
             config.validate()?;
+            check_target_service(dir, &a.service)?;
             (dir.clone(), config)
         }
         None => {
@@ -375,6 +376,29 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         timeline,
         killed,
     })
+}
+
+/// The workload must be the service the cluster runs: `--service` defaults
+/// to `kv`, and against a `null` cluster that silently preloaded 10 000
+/// records and drove `kv` operations (2026-11-27). The replica files
+/// `chorus keygen` wrote name the service; without them, nothing to check.
+fn check_target_service(dir: &std::path::Path, service: &str) -> Result<()> {
+    let file = dir.join("replica-0.toml");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Ok(());
+    };
+    let node: chorus_node::node_config::NodeConfig =
+        toml::from_str(&text).with_context(|| format!("reading {}", file.display()))?;
+    if node.service != service {
+        bail!(
+            "the cluster in {} runs service {:?} ({}), not {service:?}: pass --service {}",
+            dir.display(),
+            node.service,
+            file.display(),
+            node.service
+        );
+    }
+    Ok(())
 }
 
 /// Insert the records YCSB reads, spread over all clients.

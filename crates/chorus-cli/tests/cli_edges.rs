@@ -119,6 +119,30 @@ fn a_replica_whose_port_is_taken_fails_before_creating_its_data_directory() {
     );
 }
 
+/// `chorus bench --target` against a cluster running another service than
+/// `--service` (which defaults to `kv`) is refused, naming both, before it
+/// connects: it used to preload `kv` records into a `null` cluster and
+/// drive `kv` operations there.
+#[test]
+fn bench_refuses_a_workload_for_another_service_than_the_clusters() {
+    let dir = cluster_dir(free_base());
+    let o = chorus(&[
+        "bench",
+        "--target",
+        p(dir.path()),
+        "--service",
+        "null",
+        "--duration",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("runs service \"kv\"") && t.contains("not \"null\"") && t.contains("--service kv"),
+        "{t}"
+    );
+}
+
 #[test]
 fn status_help_explains_its_columns_and_exit_codes() {
     let o = chorus(&["status", "--help"]);
