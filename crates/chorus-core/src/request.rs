@@ -65,7 +65,7 @@ impl Request {
     /// Digest of the authenticator's encoding (two requests with equal
     /// `digest` and `auth_digest` are the same request, MACs included).
     pub fn auth_digest(&self) -> Digest {
-        Digest::of(&postcard::to_allocvec(&self.auth).unwrap_or_default())
+        with_auth_bytes(&self.auth, Digest::of)
     }
 
     pub fn is_switch(&self) -> bool {
@@ -180,9 +180,10 @@ impl Batch {
         h.update(&(self.requests.len() as u64).to_le_bytes());
         for r in &self.requests {
             h.update(r.digest().as_bytes());
-            let auth = postcard::to_allocvec(&r.auth).unwrap_or_default();
-            h.update(&(auth.len() as u64).to_le_bytes());
-            h.update(&auth);
+            with_auth_bytes(&r.auth, |auth| {
+                h.update(&(auth.len() as u64).to_le_bytes());
+                h.update(auth);
+            });
         }
         Digest(*h.finalize().as_bytes())
     }
@@ -193,6 +194,22 @@ impl Batch {
 
     pub fn op_bytes(&self) -> usize {
         self.requests.iter().map(|r| r.op.len()).sum()
+    }
+}
+
+/// Authenticators up to this many encoded bytes are encoded on the stack
+/// (a MAC vector for up to ~250 replicas, any signature).
+const AUTH_STACK_BYTES: usize = 4096;
+
+/// `f` of the authenticator's postcard encoding, which batch digests and
+/// `auth_digest` cover: on the stack where it fits, so digesting a batch
+/// allocates nothing per request; the same bytes either way (postcard), and
+/// empty if it cannot be encoded, as before.
+fn with_auth_bytes<R>(auth: &Authenticator, f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = [0u8; AUTH_STACK_BYTES];
+    match postcard::to_slice(auth, &mut buf) {
+        Ok(bytes) => f(bytes),
+        Err(_) => f(&postcard::to_allocvec(auth).unwrap_or_default()),
     }
 }
 
@@ -339,5 +356,58 @@ mod tests {
         assert_ne!(a.digest(), b.digest());
         assert_ne!(a.digest(), Batch::noop_digest());
         assert_eq!(a.digest(), a.clone().digest());
+    }
+
+    /// Batch digests are stored and agreed on: encoding the authenticators
+    /// on the stack (and on the heap when too large) gives the digest the
+    /// heap-only encoding gave, for signatures and MAC vectors of every size.
+    #[test]
+    fn batch_digests_are_unchanged_by_the_stack_encoding() {
+        fn heap_only(b: &Batch) -> Digest {
+            let mut h = blake3::Hasher::new_derive_key("chorus batch v2");
+            h.update(&b.time_ms.to_le_bytes());
+            h.update(&(b.requests.len() as u64).to_le_bytes());
+            for r in &b.requests {
+                h.update(r.digest().as_bytes());
+                let auth = postcard::to_allocvec(&r.auth).unwrap();
+                h.update(&(auth.len() as u64).to_le_bytes());
+                h.update(&auth);
+            }
+            Digest(*h.finalize().as_bytes())
+        }
+        let (c, _) = setup();
+        let mut requests = vec![Request::with_signature(
+            &tag("a"),
+            ClientId(1),
+            RequestSeq(1),
+            0,
+            Bytes::from_static(b"x"),
+            &c,
+        )];
+        // 4 … 300 replicas: the largest does not fit on the stack.
+        for (i, n) in [4usize, 7, 100, 300].into_iter().enumerate() {
+            let keys: Vec<MacKey> = (0..n).map(|k| MacKey([k as u8; 32])).collect();
+            requests.push(Request::with_macs(
+                &tag("a"),
+                ClientId(2),
+                RequestSeq(i as u64 + 1),
+                0,
+                Bytes::from_static(b"y"),
+                &keys,
+            ));
+        }
+        let big = postcard::to_allocvec(&requests[4].auth).unwrap().len();
+        assert!(big > AUTH_STACK_BYTES, "the heap path is exercised ({big} bytes)");
+        for r in &requests {
+            assert_eq!(
+                r.auth_digest(),
+                Digest::of(&postcard::to_allocvec(&r.auth).unwrap())
+            );
+        }
+        let batch = Batch {
+            requests,
+            time_ms: 42,
+        };
+        assert_eq!(batch.digest(), heap_only(&batch));
     }
 }
