@@ -68,6 +68,7 @@ fn batches(a: &Args, factor: u32) -> Vec<Arc<Batch>> {
                 _ => Bytes::new(),
             };
             reqs.push(Request {
+                memo: Default::default(),
                 client: ClientId(i % 1024),
                 seq: RequestSeq(i / 1024 + 1),
                 flags: 0,

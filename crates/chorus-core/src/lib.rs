@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod config;
 pub mod crypto;
+pub mod digest_memo;
 pub mod domain;
 pub mod ids;
 pub mod messages;
@@ -20,6 +21,7 @@ pub use config::{
     ProtocolParams, ReplicaInfo, MAX_PILLARS,
 };
 pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+pub use digest_memo::DigestMemo;
 pub use domain::{ClusterTag, SigKind};
 pub use ids::*;
 pub use messages::*;

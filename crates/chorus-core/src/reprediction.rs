@@ -144,6 +144,7 @@ impl RePredictionCert {
     pub fn to_request(&self) -> Request {
         let op = postcard::to_allocvec(self).expect("encoding a certificate cannot fail");
         Request {
+            memo: Default::default(),
             client: REPREDICTION_CLIENT,
             seq: self.body.pool_seq(),
             flags: flags::REPREDICTION,

@@ -1,6 +1,7 @@
 //! Client requests, batches and replies (DESIGN §4).
 
 use crate::crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+use crate::digest_memo::DigestMemo;
 use crate::domain::{ClusterTag, SigKind};
 use crate::ids::{ClientId, ReplicaId, RequestSeq};
 use bytes::Bytes;
@@ -43,6 +44,10 @@ pub struct Request {
     pub flags: u8,
     pub op: Bytes,
     pub auth: Authenticator,
+    /// The content digest once taken (`digest_memo.rs`): not encoded, not
+    /// compared; build requests with `DigestMemo::default()` here.
+    #[serde(skip)]
+    pub memo: DigestMemo,
 }
 
 impl Request {
@@ -59,7 +64,10 @@ impl Request {
     }
 
     pub fn digest(&self) -> Digest {
-        Self::content_digest(self.client, self.seq, self.flags, &self.op)
+        self.memo
+            .get_or_compute(self.client, self.seq, self.flags, &self.op, || {
+                Self::content_digest(self.client, self.seq, self.flags, &self.op)
+            })
     }
 
     /// Digest of the authenticator's encoding (two requests with equal
@@ -96,6 +104,7 @@ impl Request {
             .map(|k| k.mac_bound(tag, SigKind::Request, &d))
             .collect();
         Request {
+            memo: DigestMemo::filled(client, seq, flags, &op, d),
             client,
             seq,
             flags,
@@ -115,6 +124,7 @@ impl Request {
     ) -> Request {
         let d = Self::content_digest(client, seq, flags, &op);
         Request {
+            memo: DigestMemo::filled(client, seq, flags, &op, d),
             client,
             seq,
             flags,

@@ -243,6 +243,7 @@ mod tests {
 
     fn switch(client: u64, seq: u64, to: u32) -> Request {
         Request {
+            memo: Default::default(),
             client: ClientId(client),
             seq: RequestSeq(seq),
             flags: flags::SWITCH_INSTANCE,

@@ -168,6 +168,7 @@ impl WireBounds {
 
         // A request without its operation, with the longer authenticator.
         let bare = |auth| Request {
+            memo: Default::default(),
             client: ClientId(u64::MAX),
             seq: RequestSeq(u64::MAX),
             flags: u8::MAX,

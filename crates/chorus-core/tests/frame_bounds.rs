@@ -137,6 +137,7 @@ fn max_batch(l: &Limits) -> Batch {
             let op = left.min(l.max_op_bytes);
             left -= op;
             Request {
+                memo: Default::default(),
                 client: ClientId(u64::MAX),
                 seq: RequestSeq(u64::MAX),
                 // The largest flags value a receiver accepts.

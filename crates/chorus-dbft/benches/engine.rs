@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 fn batch(p: usize) -> Batch {
     Batch {
         requests: vec![Request {
+            memo: Default::default(),
             client: ClientId(p as u64),
             seq: RequestSeq(1),
             flags: 0,

@@ -384,6 +384,7 @@ mod tests {
         let policy = chorus_core::SwitchPolicy { lanes: 4, sigma: 3 };
         let op = chorus_core::switch::switch_op(2);
         let r = chorus_core::Request {
+            memo: Default::default(),
             client: ClientId(1),
             seq: RequestSeq(1),
             flags: chorus_core::flags::SWITCH_INSTANCE,

@@ -71,6 +71,7 @@ impl Service for Registers {
 
 fn req(client: u64, seq: u64, op: &[u8]) -> Request {
     Request {
+        memo: Default::default(),
         client: ClientId(client),
         seq: RequestSeq(seq),
         flags: 0,

@@ -39,6 +39,7 @@ const P: SwitchPolicy = SwitchPolicy { lanes: 4, sigma: 2 };
 
 fn req(client: u64, seq: u64, fl: u8, op: Bytes) -> Request {
     Request {
+        memo: Default::default(),
         client: ClientId(client),
         seq: RequestSeq(seq),
         flags: fl,

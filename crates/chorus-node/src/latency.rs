@@ -178,6 +178,7 @@ mod tests {
         use chorus_core::{Authenticator, Batch, Request};
         let m = crate::metrics::Metrics::default();
         let req = |c: u64| Request {
+            memo: Default::default(),
             client: ClientId(c),
             seq: RequestSeq(1),
             flags: 0,

@@ -291,6 +291,7 @@ mod tests {
     fn req_batch(tag: u8) -> Arc<Batch> {
         let mut b = Batch::noop();
         b.requests.push(chorus_core::Request {
+            memo: Default::default(),
             client: chorus_core::ClientId(tag as u64),
             seq: chorus_core::RequestSeq(1),
             flags: 0,

@@ -47,6 +47,7 @@ mod tests {
     fn batch(tag: u8) -> Arc<Batch> {
         Arc::new(Batch {
             requests: vec![Request {
+                memo: Default::default(),
                 client: ClientId(tag as u64),
                 seq: RequestSeq(1),
                 flags: 0,

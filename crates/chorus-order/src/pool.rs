@@ -947,6 +947,14 @@ impl VerifiedHint for Pool {
             .get(&(req.client, req.seq))
             .is_some_and(|e| e.req == *req)
     }
+
+    fn share_digest(&self, req: &Request) {
+        if let Some(e) = self.entries.get(&(req.client, req.seq)) {
+            if e.req.flags == req.flags && e.req.op == req.op {
+                req.memo.adopt(&e.req.memo);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1029,6 +1037,38 @@ mod tests {
             content: r.digest(),
             auth: r.auth_digest(),
         }
+    }
+
+    /// A backup holds the requests of a proposal already (clients send to
+    /// every replica): the proposal's decoded copies take the digest the
+    /// pool's copy has, instead of hashing every operation again; a copy
+    /// with another operation under the same (client, seq) does not.
+    #[test]
+    fn a_proposed_copy_of_a_held_request_borrows_its_digest() {
+        let s = setup(ProtocolParams::default());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(1), s.replicas[1].clone());
+        let held = req(&s, 0, 1, b"a");
+        p.admit(Millis(0), held.clone()).unwrap();
+        let copy = Request {
+            memo: Default::default(),
+            ..held.clone()
+        };
+        p.share_digest(&copy);
+        assert!(copy.memo.is_filled());
+        assert_eq!(copy.digest(), held.digest());
+        let other = Request {
+            memo: Default::default(),
+            op: Bytes::from_static(b"b"),
+            ..held.clone()
+        };
+        p.share_digest(&other);
+        assert!(!other.memo.is_filled());
+        let unknown = Request {
+            memo: Default::default(),
+            ..req(&s, 0, 2, b"a")
+        };
+        p.share_digest(&unknown);
+        assert!(!unknown.memo.is_filled());
     }
 
     /// dispel (`dispel_standin.rs`): a lane judged silent hands its clients'

@@ -92,6 +92,10 @@ pub trait VerifiedHint {
     fn lane_owns(&self, _lane: chorus_core::LaneId, _req: &Request) -> Option<bool> {
         None
     }
+    /// Lend `req` the content digest of the same request held here, if
+    /// any (`DigestMemo::adopt`): a backup already hashed the copy the
+    /// client sent it, so a proposal carrying it need not be hashed again.
+    fn share_digest(&self, _req: &Request) {}
 }
 
 /// No hint: verify everything.

@@ -721,6 +721,7 @@ mod tests {
         let service = chorus_apps::KvService::default();
         let honest = chorus_exec::executor::encode_snapshot(&table, &service);
         let pending = Request {
+            memo: Default::default(),
             client: ClientId(2),
             seq: RequestSeq(1),
             flags: 0,

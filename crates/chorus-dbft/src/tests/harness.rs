@@ -20,6 +20,7 @@ use std::sync::Arc;
 pub fn batch(replica: usize, epoch: Epoch, tag: u8) -> Batch {
     Batch {
         requests: vec![Request {
+            memo: Default::default(),
             client: ClientId(replica as u64),
             seq: RequestSeq(epoch * 256 + u64::from(tag)),
             flags: 0,

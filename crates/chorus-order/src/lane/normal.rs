@@ -273,6 +273,9 @@ impl Lane {
         if !self.keys.verify(from, SigKind::PrePrepare, &sd, &pp.sig) {
             return cx.reject("bad-signature");
         }
+        for r in &pp.batch.requests {
+            env.hint.share_digest(r);
+        }
         if pp.batch.digest() != pp.digest {
             return cx.reject("bad-digest");
         }

@@ -37,6 +37,15 @@ fn init(epoch: u64, batch: &chorus_core::Batch) -> DbftMsg {
     }
 }
 
+/// Replica 1 takes client 1's first request and proposes it at its next
+/// status tick (its INIT for epoch 0): that step's actions.
+fn propose_first_request(s: &Setup, r: &mut Replica) -> Vec<Action> {
+    let mut out = Outbox::new();
+    r.handle(Millis(1), Event::Request(s.request(1, 1, b"x")), &mut out);
+    r.handle(Millis(20), Event::Timer(crate::io::TimerId::Status), &mut out);
+    out.drain().collect()
+}
+
 fn dbft_broadcasts(actions: &[Action]) -> Vec<DbftMsg> {
     broadcasts(actions).iter().flat_map(unbundle).collect()
 }
@@ -171,10 +180,7 @@ fn restarted_replica_does_not_propose_twice_in_an_epoch() {
     let s = dispel();
     let mut r = replica(&s, 1);
     let mut recs = Vec::new();
-    let mut out = Outbox::new();
-    r.handle(Millis(1), Event::Request(s.request(1, 1, b"x")), &mut out);
-    r.handle(Millis(20), Event::Timer(crate::io::TimerId::Status), &mut out);
-    let acts: Vec<Action> = out.drain().collect();
+    let acts = propose_first_request(&s, &mut r);
     recs.extend(persists(&acts));
     let inits: Vec<DbftMsg> = dbft_broadcasts(&acts)
         .into_iter()
@@ -742,10 +748,7 @@ fn lose_own_epoch(echo_first: bool) -> Replica {
     let s = dispel();
     let mut r = replica(&s, 1);
     let mut recs = Vec::new();
-    let mut out = Outbox::new();
-    r.handle(Millis(1), Event::Request(s.request(1, 1, b"x")), &mut out);
-    r.handle(Millis(20), Event::Timer(crate::io::TimerId::Status), &mut out);
-    let acts: Vec<Action> = out.drain().collect();
+    let acts = propose_first_request(&s, &mut r);
     let digest = dbft_broadcasts(&acts)
         .into_iter()
         .find_map(|m| match m {

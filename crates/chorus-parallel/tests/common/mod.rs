@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 pub fn req(client: u64, seq: u64, op: Bytes) -> Request {
     Request {
+        memo: Default::default(),
         client: ClientId(client),
         seq: RequestSeq(seq),
         flags: 0,

@@ -102,6 +102,7 @@ pub(super) fn req(c: u64, parts: &[u16], k: u16, v: u8) -> Arc<Request> {
     op.extend(parts.iter().map(|&p| key_in(p, k, 0)));
     op.push(v);
     Arc::new(Request {
+        memo: Default::default(),
         client: ClientId(c),
         seq: RequestSeq(1),
         flags: 0,
