@@ -30,6 +30,8 @@ pub struct RunResult {
     pub client_threads: usize,
     /// How the replicas authenticated prepares (`signature` or `mac`).
     pub prepare_auth: String,
+    /// Clients sent new requests to the primary first (`--leader-first`).
+    pub leader_first: bool,
     pub n: usize,
     pub mode: String,
     pub pillars: u32,
@@ -233,7 +235,10 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
             config.clone(),
             ClientId(i as u64),
             read_identity(&dir, i)?,
-            chorus_client::ClientOptions::default(),
+            chorus_client::ClientOptions {
+                leader_first: a.leader_first,
+                ..chorus_client::ClientOptions::default()
+            },
         )
         .await
         .map_err(|e| anyhow!("client {i}: {e}"))?;
@@ -346,6 +351,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         client_threads: a.load_threads(),
         prepare_auth: config.params.prepare_auth.name().into(),
+        leader_first: a.leader_first,
         n: config.n(),
         mode: format!("{:?}", config.params.mode).to_lowercase(),
         pillars: config.params.pillars,

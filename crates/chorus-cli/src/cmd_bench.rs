@@ -95,6 +95,11 @@ pub struct Args {
     /// fsync policy of the local replicas: always | batch | off.
     #[arg(long, default_value = "off")]
     pub fsync: String,
+    /// Clients send a new request to their lane's primary only and to every
+    /// replica when its replies are late (PBFT §4.1; pbft and cop with the
+    /// fixed rotation). Off: to every replica.
+    #[arg(long)]
+    pub leader_first: bool,
     /// Threads of the load generator (this process); 0 = a quarter of this
     /// machine's cores, at least 2, so the local replicas keep the rest.
     /// Two fixed threads capped a 16-core machine at ~65k ops/s with both
@@ -110,7 +115,7 @@ pub struct Args {
     /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
     /// Parameters: pillars, workers, buckets, clients, in-flight, batch, proposal-depth, rate, value-bytes,
     /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload,
-    /// prepare-auth.
+    /// prepare-auth, leader-first.
     #[arg(long)]
     pub sweep: Option<String>,
     /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
@@ -161,6 +166,11 @@ impl Args {
             "service" => self.service = v.into(),
             "mode" => self.mode = v.parse().map_err(anyhow::Error::msg)?,
             "prepare-auth" => self.prepare_auth = v.parse().map_err(anyhow::Error::msg)?,
+            "leader-first" | "leader_first" => {
+                self.leader_first = v
+                    .parse()
+                    .with_context(|| format!("{key}={v} is not true or false"))?
+            }
             "workload" => {
                 self.workload = <Ycsb as clap::ValueEnum>::from_str(v, true).map_err(anyhow::Error::msg)?
             }

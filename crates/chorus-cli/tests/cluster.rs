@@ -4,6 +4,7 @@ mod common;
 
 use bytes::Bytes;
 use chorus_apps::kv_op::KvOp;
+use chorus_client::{Client, ClientOptions, ClientStats};
 use chorus_core::{ClientId, Identity, OrderingMode, PrepareAuth};
 use common::{rt, TestCluster};
 use std::collections::HashMap;
@@ -13,33 +14,44 @@ use std::time::Duration;
 
 /// Write `count` keys from `clients` concurrent clients; return what was acknowledged.
 async fn write_keys(c: &TestCluster, clients: usize, count: usize, prefix: &str) -> HashMap<Bytes, Bytes> {
-    let mut tasks = Vec::new();
+    write_keys_with(c, clients, count, prefix, ClientOptions::default()).await
+}
+
+/// `write_keys` with these client options.
+async fn write_keys_with(
+    c: &TestCluster,
+    clients: usize,
+    count: usize,
+    prefix: &str,
+    opts: ClientOptions,
+) -> HashMap<Bytes, Bytes> {
+    let mut connected = Vec::new();
     for ci in 0..clients {
-        let client = Arc::new(c.client(ci).await);
-        let prefix = prefix.to_string();
-        tasks.push(tokio::spawn(async move {
-            let mut acked = HashMap::new();
-            let mut inner = Vec::new();
-            for lane in 0..8 {
-                let client = client.clone();
-                let prefix = prefix.clone();
-                inner.push(tokio::spawn(async move {
-                    let mut acked = HashMap::new();
-                    for i in (lane..count / clients).step_by(8) {
-                        let k = Bytes::from(format!("{prefix}-{ci}-{i}"));
-                        let v = Bytes::from(format!("v{i}"));
-                        if client.invoke(KvOp::put(k.clone(), v.clone())).await.is_ok() {
-                            acked.insert(k, v);
-                        }
+        connected.push(Arc::new(c.client_with(ci, opts.clone()).await));
+    }
+    write_keys_on(&connected, count, prefix).await
+}
+
+/// `count` keys from these clients, 8 in flight each.
+async fn write_keys_on(clients: &[Arc<Client>], count: usize, prefix: &str) -> HashMap<Bytes, Bytes> {
+    let mut tasks = Vec::new();
+    for (ci, client) in clients.iter().enumerate() {
+        let per_client = count / clients.len();
+        for lane in 0..8 {
+            let client = client.clone();
+            let prefix = prefix.to_string();
+            tasks.push(tokio::spawn(async move {
+                let mut acked = HashMap::new();
+                for i in (lane..per_client).step_by(8) {
+                    let k = Bytes::from(format!("{prefix}-{ci}-{i}"));
+                    let v = Bytes::from(format!("v{i}"));
+                    if client.invoke(KvOp::put(k.clone(), v.clone())).await.is_ok() {
+                        acked.insert(k, v);
                     }
-                    acked
-                }));
-            }
-            for t in inner {
-                acked.extend(t.await.unwrap());
-            }
-            acked
-        }));
+                }
+                acked
+            }));
+        }
     }
     let mut all = HashMap::new();
     for t in tasks {
@@ -112,6 +124,70 @@ fn sigkill_of_the_primary_then_restart_converges_and_loses_nothing() {
 #[test]
 fn with_mac_prepares_sigkill_of_the_primary_then_restart_converges_and_loses_nothing() {
     kill_restart_with(0, PrepareAuth::Mac);
+}
+
+/// PBFT §4.1 (`ClientOptions::leader_first`): clients send each request to
+/// the primary alone. Its SIGKILL leaves their requests unanswered until
+/// they retransmit to every replica; the backups change the view, the
+/// clients learn it from f + 1 status reports and send to the new primary,
+/// and nothing acknowledged is lost.
+#[test]
+fn leader_first_clients_outlive_the_primarys_sigkill_and_lose_nothing() {
+    let mut c = TestCluster::new(OrderingMode::Pbft, 1, 4, |_| {});
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    let rt = rt();
+    let opts = ClientOptions {
+        leader_first: true,
+        ..ClientOptions::default()
+    };
+    let clients: Vec<Arc<Client>> = rt.block_on(async {
+        let mut v = Vec::new();
+        for ci in 0..2 {
+            v.push(Arc::new(c.client_with(ci, opts.clone()).await));
+        }
+        v
+    });
+    let total = |f: fn(&ClientStats) -> u64| clients.iter().map(|c| f(&c.stats())).sum::<u64>();
+    let mut acked = rt.block_on(write_keys_on(&clients, 200, "before"));
+    assert_eq!(acked.len(), 200);
+    assert_eq!(
+        total(|s| s.sent_to_primary),
+        200,
+        "the primary alone got the requests"
+    );
+    assert_eq!(total(|s| s.primary_silences), 0);
+    c.kill(0);
+    acked.extend(rt.block_on(write_keys_on(&clients, 400, "during")));
+    assert!(
+        acked.len() >= 590,
+        "the cluster must keep serving leader-first clients with the primary down, got {}",
+        acked.len()
+    );
+    assert!(total(|s| s.primary_silences) >= 1, "the dead primary was noticed");
+    // Past the cooling-off period, the clients ask for the view when a
+    // probe or a reply gives them the occasion, learn it, and the new
+    // primary alone gets the next requests (a probe to the old one may
+    // still be out for the first few; its late silence does not count).
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (sent, silences) = (total(|s| s.sent_to_primary), total(|s| s.primary_silences));
+    acked.extend(rt.block_on(write_keys_on(&clients, 200, "settled")));
+    let stats: Vec<ClientStats> = clients.iter().map(|c| c.stats()).collect();
+    // Each client's first few go to every replica until the probe is
+    // answered (8 in flight each).
+    assert!(
+        total(|s| s.sent_to_primary) - sent >= 150,
+        "the clients found the new primary: {sent} before, {stats:?}"
+    );
+    assert_eq!(
+        total(|s| s.primary_silences),
+        silences,
+        "and it answers: {stats:?}"
+    );
+    c.start(0);
+    c.wait_up(&[0], Duration::from_secs(20));
+    acked.extend(rt.block_on(write_keys_on(&clients, 100, "after")));
+    c.wait_converged(Duration::from_secs(60));
+    rt.block_on(common::check_readable(&c, 0, &acked, 1));
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 use crate::auth::RequestAuth;
 use crate::error::ClientError;
+use crate::first_contact::FirstContact;
 use crate::options::ClientOptions;
 use crate::quorum::{Decision, Path, ReplyQuorum};
 use crate::stats::Stats;
@@ -45,6 +46,23 @@ pub struct Timed {
     /// as strong, but it cost a full round of consensus. Counted in
     /// `ClientStats::fallbacks` too, and logged.
     pub fell_back: bool,
+}
+
+/// Who waits for a replica's next status report (they answer in order).
+enum StatusWaiter {
+    /// `Client::status`.
+    Caller(oneshot::Sender<String>),
+    /// Our own question for the replica's views (`first_contact.rs`).
+    Views,
+}
+
+impl StatusWaiter {
+    fn is_closed(&self) -> bool {
+        match self {
+            StatusWaiter::Caller(w) => w.is_closed(),
+            StatusWaiter::Views => false,
+        }
+    }
 }
 
 pub(crate) enum Command {
@@ -90,6 +108,9 @@ struct Pending {
     retransmits: u32,
     /// RCC §III-E: this is our SWITCHINSTANCE to that instance.
     switch_to: Option<u32>,
+    /// Sent to this replica alone, our lane's primary then, and not resent
+    /// yet (`first_contact.rs`).
+    first_only: Option<ReplicaId>,
 }
 
 impl Pending {
@@ -117,7 +138,9 @@ pub(crate) struct Driver {
     /// stays below the oldest pending seq plus this.
     window: u64,
     timers: BTreeSet<(Instant, RequestSeq)>,
-    status_waiters: Vec<VecDeque<oneshot::Sender<String>>>,
+    status_waiters: Vec<VecDeque<StatusWaiter>>,
+    /// Where new requests go first (PBFT §4.1).
+    first: FirstContact,
     /// RCC §III-E: the instance we believe serves us.
     instance: Instance,
     /// The receiving end of our switch request's result, while one is in
@@ -141,6 +164,7 @@ impl Driver {
         let n = config.n();
         let window = u64::from(config.params.pool_max_per_client.max(1));
         let instance = Instance::new(&config, id);
+        let first = FirstContact::new(&config, id, opts.leader_first);
         Driver {
             config,
             id,
@@ -156,6 +180,7 @@ impl Driver {
             window,
             timers: BTreeSet::new(),
             status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
+            first,
             instance,
             switching: None,
         }
@@ -219,6 +244,7 @@ impl Driver {
                     _permit: Some(permit),
                     retransmits: 0,
                     switch_to: None,
+                    first_only: None,
                 };
                 self.start(p, path, now);
             }
@@ -231,7 +257,7 @@ impl Driver {
                 };
                 waiters.retain(|w| !w.is_closed());
                 if waiters.len() < MAX_STATUS_WAITERS {
-                    waiters.push_back(reply);
+                    waiters.push_back(StatusWaiter::Caller(reply));
                     link.try_send(Bytes::from(encode(&ClientMsg::StatusQuery)));
                 }
             }
@@ -291,6 +317,7 @@ impl Driver {
             _permit: None,
             retransmits: 0,
             switch_to: Some(target),
+            first_only: None,
         };
         tracing::debug!(client = %self.id.0, from = self.instance.owner(), to = target, "switching instance");
         Stats::bump(&self.stats.switches_sent);
@@ -368,8 +395,21 @@ impl Driver {
         p.retransmit_every = self.opts.retransmit_initial;
         p.next_send = now + p.retransmit_every;
         p.asked_full = false;
-        for link in self.links.iter() {
-            link.try_send(p.frame.clone());
+        let first = match (path, p.switch_to) {
+            (Path::Ordered, None) => self.first.target(&self.config, seq, now),
+            _ => None,
+        };
+        p.first_only = first;
+        match first.and_then(|r| self.links.get(r.index())) {
+            Some(link) => {
+                Stats::bump(&self.stats.sent_to_primary);
+                link.try_send(p.frame.clone());
+            }
+            None => {
+                for link in self.links.iter() {
+                    link.try_send(p.frame.clone());
+                }
+            }
         }
         p.wake = p.next_wake();
         self.timers.insert((p.wake, seq));
@@ -383,16 +423,28 @@ impl Driver {
             return;
         };
         match decode::<ClientMsg>(&msg.frame, &self.limits) {
-            Ok(ClientMsg::Reply(r)) => self.on_reply(from, r),
-            Ok(ClientMsg::StatusReport(s)) => {
-                if let Some(w) = self
-                    .status_waiters
-                    .get_mut(from.index())
-                    .and_then(|q| q.pop_front())
-                {
-                    let _ = w.send(s);
+            Ok(ClientMsg::Reply(r)) => {
+                self.on_reply(from, r);
+                if self.first.ask_due(Instant::now()) {
+                    self.ask_views();
                 }
             }
+            Ok(ClientMsg::StatusReport(s)) => match self
+                .status_waiters
+                .get_mut(from.index())
+                .and_then(|q| q.pop_front())
+            {
+                Some(StatusWaiter::Caller(w)) => {
+                    let _ = w.send(s);
+                }
+                Some(StatusWaiter::Views) => {
+                    // Unparsable or from an older replica: no view from it.
+                    if let Ok(report) = serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
+                        self.first.on_report(&self.config, from, &report.core.views);
+                    }
+                }
+                None => Stats::bump(&self.stats.bad_replies),
+            },
             Ok(ClientMsg::Request(_) | ClientMsg::StatusQuery) => Stats::bump(&self.stats.bad_replies),
             Err(e) => {
                 tracing::debug!(replica = %from, error = %e, "undecodable frame from replica");
@@ -425,11 +477,24 @@ impl Driver {
             return;
         }
         let now = Instant::now();
+        if p.first_only.is_some() && matches!(r.body, ReplyBody::Busy) {
+            // Only the primary has it and is overloaded: one "busy" is no
+            // quorum to back off on, and no silence either. Resend to every
+            // replica after the back-off (the f + 1 rule applies again).
+            p.first_only = None;
+            p.next_send = p.next_send.min(now + Backoff::jitter(p.busy_backoff));
+            p.busy_backoff = (p.busy_backoff * 2).min(self.opts.busy_backoff_max);
+            self.reschedule(seq);
+            return;
+        }
         if p.first_reply.is_none()
             && r.read_only == (p.quorum.path() == Path::ReadOnly)
             && matches!(r.body, ReplyBody::Full(_) | ReplyBody::Digest(_))
         {
             p.first_reply = Some(now);
+            if p.first_only.is_some() {
+                self.first.on_answered(seq, now);
+            }
         }
         match p.quorum.on_reply(from, r.read_only, r.body) {
             Err(_) => Stats::bump(&self.stats.ignored_replies),
@@ -463,6 +528,7 @@ impl Driver {
     }
 
     fn on_timers(&mut self, now: Instant) {
+        let mut ask_views = false;
         while let Some(&(t, seq)) = self.timers.first() {
             if t > now {
                 break;
@@ -491,6 +557,13 @@ impl Driver {
                     // result, which is how a digest-only quorum gets its bytes
                     // when the designated replica is faulty.
                     Stats::bump(&self.stats.retransmissions);
+                    // PBFT §4.1: the primary we chose left it unanswered.
+                    if let Some(to) = p.first_only.take().filter(|_| p.first_reply.is_none()) {
+                        if self.first.on_silent(&self.config, seq, to, now) {
+                            Stats::bump(&self.stats.primary_silences);
+                            ask_views = true;
+                        }
+                    }
                     for link in self.links.iter() {
                         link.try_send(p.frame.clone());
                     }
@@ -510,6 +583,24 @@ impl Driver {
                 if stuck {
                     self.start_switch(now);
                 }
+            }
+        }
+        if ask_views || self.first.ask_due(now) {
+            self.ask_views();
+        }
+    }
+
+    /// Ask every replica for its status (each lane's view): the answers go
+    /// to `FirstContact::on_report`. At most one such question waits per
+    /// replica, so a replica that never answers holds no more.
+    fn ask_views(&mut self) {
+        let query = Bytes::from(encode(&ClientMsg::StatusQuery));
+        for (link, waiters) in self.links.iter().zip(self.status_waiters.iter_mut()) {
+            waiters.retain(|w| !w.is_closed());
+            if waiters.len() < MAX_STATUS_WAITERS && !waiters.iter().any(|w| matches!(w, StatusWaiter::Views))
+            {
+                waiters.push_back(StatusWaiter::Views);
+                link.try_send(query.clone());
             }
         }
     }

@@ -40,6 +40,12 @@ pub struct ClientOptions {
     /// request without a result, ask to move to the next instance with a
     /// SWITCHINSTANCE request (0: never).
     pub switch_after_retransmits: u32,
+    /// PBFT §4.1: send a new ordered request to the primary of the client's
+    /// lane only, and to every replica when its replies are late
+    /// (`first_contact.rs`; `pbft` and `cop` with the fixed rotation, a
+    /// no-op elsewhere). Off by default until the simulator's clients
+    /// follow the same rule (docs/performance.md, "What remains").
+    pub leader_first: bool,
 }
 
 impl Default for ClientOptions {
@@ -62,6 +68,7 @@ impl Default for ClientOptions {
             link_queue_frames: 1024,
             first_seq: None,
             switch_after_retransmits: 2,
+            leader_first: false,
         }
     }
 }

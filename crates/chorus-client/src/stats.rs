@@ -52,6 +52,13 @@ stats!(
     switches_sent,
     /// Of which the cluster applied (f+1 "switched" replies).
     switches_applied,
+    /// PBFT §4.1 (`ClientOptions::leader_first`): requests sent to the
+    /// primary alone…
+    sent_to_primary,
+    /// Times the primary left such a request unanswered until its
+    /// retransmission to every replica, so that the client sent to every
+    /// replica for a while (at most one per such period).
+    primary_silences,
 );
 
 impl Stats {

@@ -235,11 +235,15 @@ impl TestCluster {
     }
 
     pub async fn client(&self, i: usize) -> chorus_client::Client {
+        self.client_with(i, chorus_client::ClientOptions::default()).await
+    }
+
+    pub async fn client_with(&self, i: usize, opts: chorus_client::ClientOptions) -> chorus_client::Client {
         chorus_client::Client::connect(
             self.config.clone(),
             ClientId(i as u64),
             self.client_identity(i),
-            chorus_client::ClientOptions::default(),
+            opts,
         )
         .await
         .unwrap()

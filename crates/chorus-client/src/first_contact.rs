@@ -1,0 +1,370 @@
+//! Where a new request goes first (PBFT §4.1: "a client sends a request to
+//! what it believes is the current primary … if the client does not receive
+//! replies soon enough, it broadcasts the request to all replicas").
+//!
+//! Sending each request to every replica costs each backup a socket read, a
+//! frame MAC, a decode, a digest, a MAC check and a wake-up of its protocol
+//! thread for a copy it will see again inside the primary's pre-prepare, and
+//! the client n − 1 extra frames: with the primary alone, peak throughput on
+//! dev-2c rose 1.49× (BENCHMARKS.md, 2026-11-27 "requests to the leader
+//! first"). Only where one replica proposes all of a client's requests and
+//! the client can tell which: `pbft` and `cop` with the fixed leader
+//! rotation (the primary of the client's lane, `view mod n`). Everywhere
+//! else (rcc, dispel, sarek, block-wise rotation) every request still goes
+//! to every replica.
+//!
+//! The view is learnt, never guessed: the client starts at view 0, and when
+//! the primary it chose left a request unanswered until its retransmission
+//! (which goes to every replica, so the backups' timers run as before), it
+//! sends to every replica for a cooling-off period that doubles with each
+//! silence, and asks every replica for its status. The view f + 1 of them
+//! report at least (so at least one correct replica is there) becomes the
+//! client's, if higher. A Byzantine primary that answers late can thus cost
+//! a client the cooling-off periods' broadcasts, never more than today's
+//! every-replica sending; a lying replica alone cannot move the view.
+
+use chorus_core::{
+    Cell, ClientId, ClusterConfig, LaneId, LeaderRotation, OrderingMode, ReplicaId, RequestSeq, Slot, View,
+};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The first cooling-off period after a silent primary, and the longest.
+const COOL_OFF_MIN: Duration = Duration::from_secs(1);
+const COOL_OFF_MAX: Duration = Duration::from_secs(60);
+/// While cooling off, ask the replicas for their views this often (a view
+/// change ends the period at once).
+const ASK_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Every new request goes to the primary alone.
+    Primary,
+    /// Every new request goes to every replica until then.
+    CoolingOff { until: Instant },
+    /// One request goes to the primary alone (the probe, once sent); the
+    /// others to every replica until it is answered.
+    Probing { probe: Option<RequestSeq> },
+}
+
+pub(crate) struct FirstContact {
+    /// `None`: every request goes to every replica.
+    lane: Option<LaneId>,
+    /// The client's belief of its lane's view.
+    view: u64,
+    mode: Mode,
+    cool_off: Duration,
+    /// When the primary last answered a probe (a cooling-off period halves
+    /// after as long again without a silence).
+    calm_since: Option<Instant>,
+    /// Views reported since we last asked, by replica; `None` while not asking.
+    reports: Option<Vec<Option<u64>>>,
+    last_ask: Option<Instant>,
+}
+
+impl FirstContact {
+    pub(crate) fn new(config: &ClusterConfig, client: ClientId, enabled: bool) -> FirstContact {
+        let one_proposer = matches!(config.params.mode, OrderingMode::Pbft | OrderingMode::Cop)
+            && config.params.leader_rotation == LeaderRotation::Fixed;
+        FirstContact {
+            lane: (enabled && one_proposer).then(|| config.owner_lane(client)),
+            view: 0,
+            mode: Mode::Primary,
+            cool_off: COOL_OFF_MIN,
+            calm_since: None,
+            reports: None,
+            last_ask: None,
+        }
+    }
+
+    fn primary(&self, config: &ClusterConfig, lane: LaneId) -> ReplicaId {
+        config.leader(Cell { lane, slot: Slot(0) }, View(self.view))
+    }
+
+    /// The one replica new ordered request `seq` goes to, or `None` for
+    /// every replica.
+    pub(crate) fn target(
+        &mut self,
+        config: &ClusterConfig,
+        seq: RequestSeq,
+        now: Instant,
+    ) -> Option<ReplicaId> {
+        let lane = self.lane?;
+        if let Mode::CoolingOff { until } = self.mode {
+            if now < until {
+                return None;
+            }
+            self.mode = Mode::Probing { probe: None };
+        }
+        match self.mode {
+            Mode::Primary => {
+                if let Some(since) = self.calm_since {
+                    if now.duration_since(since) >= self.cool_off {
+                        self.cool_off = (self.cool_off / 2).max(COOL_OFF_MIN);
+                        self.calm_since = Some(now);
+                    }
+                }
+                Some(self.primary(config, lane))
+            }
+            Mode::Probing { probe: None } => {
+                self.mode = Mode::Probing { probe: Some(seq) };
+                Some(self.primary(config, lane))
+            }
+            Mode::Probing { probe: Some(_) } | Mode::CoolingOff { .. } => None,
+        }
+    }
+
+    /// The primary answered `seq`, sent to it alone, before any retransmission.
+    pub(crate) fn on_answered(&mut self, seq: RequestSeq, now: Instant) {
+        if self.mode == (Mode::Probing { probe: Some(seq) }) {
+            self.mode = Mode::Primary;
+            self.calm_since = Some(now);
+        }
+    }
+
+    /// `seq`, sent to replica `to` alone, got no answer until its first
+    /// retransmission. Returns whether that starts a cooling-off period
+    /// (then ask every replica for its view): not for a replica we no
+    /// longer take for the primary, nor while cooling off already.
+    pub(crate) fn on_silent(
+        &mut self,
+        config: &ClusterConfig,
+        seq: RequestSeq,
+        to: ReplicaId,
+        now: Instant,
+    ) -> bool {
+        let Some(lane) = self.lane else {
+            return false;
+        };
+        if to != self.primary(config, lane) {
+            return false;
+        }
+        let counts = match self.mode {
+            Mode::Primary => true,
+            Mode::Probing { probe } => probe == Some(seq),
+            Mode::CoolingOff { .. } => false,
+        };
+        if !counts {
+            return false;
+        }
+        self.mode = Mode::CoolingOff {
+            until: now + self.cool_off,
+        };
+        self.cool_off = (self.cool_off * 2).min(COOL_OFF_MAX);
+        self.calm_since = None;
+        self.start_asking(now)
+    }
+
+    /// While cooling off or probing, whether to ask the replicas for their
+    /// views again (a probe of a primary that a view change already
+    /// replaced would otherwise cost a retransmission timeout to find out).
+    pub(crate) fn ask_due(&mut self, now: Instant) -> bool {
+        matches!(
+            self.mode,
+            Mode::CoolingOff { .. } | Mode::Probing { probe: Some(_) }
+        ) && self.last_ask.is_none_or(|t| now.duration_since(t) >= ASK_EVERY)
+            && self.start_asking(now)
+    }
+
+    fn start_asking(&mut self, now: Instant) -> bool {
+        // Afresh: a question some replicas never answered (a crash, a lost
+        // connection) must not keep us from learning.
+        self.reports = Some(Vec::new());
+        self.last_ask = Some(now);
+        true
+    }
+
+    /// Replica `from` reports `views` (each lane's view). With f + 1
+    /// reports, adopt the highest view f + 1 of them reach (so at least one
+    /// correct replica is there), if it is higher than ours, and probe its
+    /// primary at once.
+    pub(crate) fn on_report(&mut self, config: &ClusterConfig, from: ReplicaId, views: &[u64]) {
+        let (Some(lane), Some(reports)) = (self.lane, self.reports.as_mut()) else {
+            return;
+        };
+        let n = config.n();
+        if reports.len() < n {
+            reports.resize(n, None);
+        }
+        let Some(slot) = reports.get_mut(from.index()) else {
+            return;
+        };
+        *slot = views.get(lane.index()).copied();
+        let mut seen: Vec<u64> = reports.iter().flatten().copied().collect();
+        let needed = config.f() + 1;
+        if seen.len() < needed {
+            return;
+        }
+        seen.sort_unstable_by(|a, b| b.cmp(a));
+        let view = seen[needed - 1];
+        self.reports = None;
+        if view > self.view {
+            tracing::debug!(
+                lane = lane.0,
+                from = self.view,
+                to = view,
+                "client learnt a new view"
+            );
+            self.view = view;
+            self.mode = Mode::Probing { probe: None };
+            self.cool_off = COOL_OFF_MIN;
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn view(&self) -> u64 {
+        self.view
+    }
+
+    #[cfg(test)]
+    pub(crate) fn asking(&self) -> bool {
+        self.reports.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::ProtocolParams;
+
+    fn config(mode: OrderingMode, lanes: u32) -> ClusterConfig {
+        let params = ProtocolParams {
+            mode,
+            pillars: lanes,
+            ..ProtocolParams::default()
+        };
+        ClusterConfig::for_testing(4, 2, params, 1).0
+    }
+
+    fn q(s: u64) -> RequestSeq {
+        RequestSeq(s)
+    }
+
+    #[test]
+    fn only_pbft_and_cop_with_a_fixed_primary_send_to_one_replica() {
+        let now = Instant::now();
+        for (mode, one) in [
+            (OrderingMode::Pbft, true),
+            (OrderingMode::Cop, true),
+            (OrderingMode::Rcc, false),
+            (OrderingMode::Dispel, false),
+            (OrderingMode::Sarek, false),
+        ] {
+            let cfg = config(mode, 2);
+            let mut fc = FirstContact::new(&cfg, ClientId(1), true);
+            assert_eq!(fc.target(&cfg, q(1), now).is_some(), one, "{mode:?}");
+            let mut off = FirstContact::new(&cfg, ClientId(1), false);
+            assert_eq!(off.target(&cfg, q(1), now), None);
+        }
+        let mut cfg = config(OrderingMode::Cop, 2);
+        cfg.params.leader_rotation = LeaderRotation::BlockWise;
+        assert_eq!(
+            FirstContact::new(&cfg, ClientId(1), true).target(&cfg, q(1), now),
+            None
+        );
+    }
+
+    /// A silence means every replica for a while (doubling), then one probe
+    /// to the primary; the primary again only once the probe is answered.
+    #[test]
+    fn a_silent_primary_is_probed_with_one_request_after_cooling_off() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0 = Instant::now();
+        assert_eq!(fc.target(&cfg, q(1), t0), Some(ReplicaId(0)));
+        assert_eq!(fc.target(&cfg, q(2), t0), Some(ReplicaId(0)));
+        assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0), "asks for views");
+        assert!(
+            !fc.on_silent(&cfg, q(2), ReplicaId(0), t0),
+            "one silence per cooling-off period"
+        );
+        assert_eq!(fc.target(&cfg, q(3), t0 + COOL_OFF_MIN / 2), None);
+        let t1 = t0 + COOL_OFF_MIN;
+        assert_eq!(fc.target(&cfg, q(4), t1), Some(ReplicaId(0)), "the probe");
+        assert_eq!(fc.target(&cfg, q(5), t1), None, "one probe at a time");
+        // The probe is lost too: twice as long now.
+        assert!(fc.on_silent(&cfg, q(4), ReplicaId(0), t1));
+        assert_eq!(fc.target(&cfg, q(6), t1 + COOL_OFF_MIN), None);
+        let t2 = t1 + 2 * COOL_OFF_MIN;
+        assert_eq!(fc.target(&cfg, q(7), t2), Some(ReplicaId(0)));
+        fc.on_answered(q(7), t2);
+        assert_eq!(fc.target(&cfg, q(8), t2), Some(ReplicaId(0)));
+        assert_eq!(
+            fc.target(&cfg, q(9), t2),
+            Some(ReplicaId(0)),
+            "the primary for all again"
+        );
+        // A late answer to an earlier request is no probe result.
+        assert!(fc.on_silent(&cfg, q(8), ReplicaId(0), t2));
+        fc.on_answered(q(1), t2);
+        assert_eq!(fc.target(&cfg, q(10), t2), None);
+    }
+
+    #[test]
+    fn while_cooling_off_views_are_asked_for_every_so_often() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0 = Instant::now();
+        assert!(!fc.ask_due(t0), "not while the primary answers");
+        fc.target(&cfg, q(1), t0);
+        assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
+        assert!(!fc.ask_due(t0 + ASK_EVERY / 2));
+        assert!(fc.ask_due(t0 + ASK_EVERY));
+        // And while a probe is out.
+        let t1 = t0 + COOL_OFF_MIN;
+        assert_eq!(fc.target(&cfg, q(2), t1), Some(ReplicaId(0)));
+        assert!(fc.ask_due(t1 + ASK_EVERY));
+        fc.on_answered(q(2), t1 + ASK_EVERY);
+        assert!(!fc.ask_due(t1 + 4 * ASK_EVERY), "not once the primary answers");
+    }
+
+    #[test]
+    fn the_view_f_plus_one_replicas_reach_is_adopted_and_one_liar_moves_nothing() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0 = Instant::now();
+        fc.target(&cfg, q(1), t0);
+        assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
+        // A Byzantine replica claims view 9; one correct replica says 1.
+        fc.on_report(&cfg, ReplicaId(3), &[9]);
+        assert_eq!(fc.view(), 0, "one report is not enough");
+        fc.on_report(&cfg, ReplicaId(1), &[1]);
+        assert_eq!(fc.view(), 1, "the second highest of two: 1, not the liar's 9");
+        assert!(!fc.asking());
+        assert_eq!(
+            fc.target(&cfg, q(2), t0),
+            Some(ReplicaId(1)),
+            "the new primary, probed at once"
+        );
+        // Reports that arrive unasked are ignored.
+        fc.on_report(&cfg, ReplicaId(2), &[3]);
+        fc.on_report(&cfg, ReplicaId(0), &[3]);
+        assert_eq!(fc.view(), 1);
+    }
+
+    #[test]
+    fn a_report_of_an_older_view_leaves_ours() {
+        let cfg = config(OrderingMode::Cop, 2);
+        let client = ClientId(1);
+        let lane = cfg.owner_lane(client).index();
+        let mut fc = FirstContact::new(&cfg, client, true);
+        let t0 = Instant::now();
+        fc.target(&cfg, q(1), t0);
+        fc.on_silent(&cfg, q(1), ReplicaId(0), t0);
+        let mut views = vec![0, 0];
+        views[lane] = 2;
+        fc.on_report(&cfg, ReplicaId(0), &views);
+        fc.on_report(&cfg, ReplicaId(1), &views);
+        assert_eq!(fc.view(), 2);
+        assert_eq!(fc.target(&cfg, q(2), t0), Some(ReplicaId(2)));
+        fc.on_answered(q(2), t0);
+        // A request sent to the old primary times out late: no silence of ours.
+        assert!(!fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
+        assert_eq!(fc.target(&cfg, q(3), t0), Some(ReplicaId(2)));
+        assert!(fc.on_silent(&cfg, q(3), ReplicaId(2), t0));
+        fc.on_report(&cfg, ReplicaId(0), &[1, 1]);
+        fc.on_report(&cfg, ReplicaId(1), &[1, 1]);
+        assert_eq!(fc.view(), 2, "views only move up");
+        assert_eq!(fc.target(&cfg, q(4), t0 + COOL_OFF_MAX), Some(ReplicaId(2)));
+    }
+}
