@@ -95,6 +95,11 @@ pub struct Args {
     /// view change without signed prepares).
     #[arg(long, default_value = "signature")]
     pub prepare_auth: String,
+    /// Correct clients send a new request to their lane's primary alone and
+    /// to every replica when its replies are late (PBFT §4.1; pbft and cop
+    /// with the fixed rotation), as `chorus bench --leader-first` does.
+    #[arg(long)]
+    pub leader_first: bool,
     /// One-way latency of every replica-to-replica link in ms (a WAN
     /// profile; default: drawn per link between 0.5 and 5 ms).
     #[arg(long)]
@@ -224,6 +229,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.client_auth = chorus_sim::options::parse_client_auth(&a.client_auth).map_err(anyhow::Error::msg)?;
     opts.prepare_auth =
         chorus_sim::options::parse_prepare_auth(&a.prepare_auth).map_err(anyhow::Error::msg)?;
+    opts.leader_first = a.leader_first;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
     opts.cross_partition = a.cross_partition;

@@ -9,12 +9,12 @@
 
 use crate::auth::RequestAuth;
 use crate::error::ClientError;
-use crate::first_contact::FirstContact;
 use crate::options::ClientOptions;
 use crate::quorum::{Decision, Path, ReplyQuorum};
 use crate::stats::Stats;
 use crate::switch::Instance;
 use bytes::Bytes;
+use chorus_core::first_contact::FirstContact;
 use chorus_core::{
     decode, encode, ClientId, ClientMsg, ClusterConfig, Digest, Limits, ReplicaId, Reply, ReplyBody,
     RequestSeq,
@@ -52,7 +52,7 @@ pub struct Timed {
 enum StatusWaiter {
     /// `Client::status`.
     Caller(oneshot::Sender<String>),
-    /// Our own question for the replica's views (`first_contact.rs`).
+    /// Our own question for the replica's views (`chorus_core::first_contact`).
     Views,
 }
 
@@ -109,7 +109,7 @@ struct Pending {
     /// RCC §III-E: this is our SWITCHINSTANCE to that instance.
     switch_to: Option<u32>,
     /// Sent to this replica alone, our lane's primary then, and not resent
-    /// yet (`first_contact.rs`).
+    /// yet (`chorus_core::first_contact`).
     first_only: Option<ReplicaId>,
 }
 
@@ -141,6 +141,8 @@ pub(crate) struct Driver {
     status_waiters: Vec<VecDeque<StatusWaiter>>,
     /// Where new requests go first (PBFT §4.1).
     first: FirstContact,
+    /// Time zero of `FirstContact`'s microseconds.
+    epoch: Instant,
     /// RCC §III-E: the instance we believe serves us.
     instance: Instance,
     /// The receiving end of our switch request's result, while one is in
@@ -181,6 +183,7 @@ impl Driver {
             timers: BTreeSet::new(),
             status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
             first,
+            epoch: Instant::now(),
             instance,
             switching: None,
         }
@@ -396,7 +399,7 @@ impl Driver {
         p.next_send = now + p.retransmit_every;
         p.asked_full = false;
         let first = match (path, p.switch_to) {
-            (Path::Ordered, None) => self.first.target(&self.config, seq, now),
+            (Path::Ordered, None) => self.first.target(&self.config, seq, micros(self.epoch, now)),
             _ => None,
         };
         p.first_only = first;
@@ -425,7 +428,7 @@ impl Driver {
         match decode::<ClientMsg>(&msg.frame, &self.limits) {
             Ok(ClientMsg::Reply(r)) => {
                 self.on_reply(from, r);
-                if self.first.ask_due(Instant::now()) {
+                if self.first.ask_due(micros(self.epoch, Instant::now())) {
                     self.ask_views();
                 }
             }
@@ -440,7 +443,9 @@ impl Driver {
                 Some(StatusWaiter::Views) => {
                     // Unparsable or from an older replica: no view from it.
                     if let Ok(report) = serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
-                        self.first.on_report(&self.config, from, &report.core.views);
+                        if self.first.on_report(&self.config, from, &report.core.views) {
+                            tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
+                        }
                     }
                 }
                 None => Stats::bump(&self.stats.bad_replies),
@@ -493,7 +498,7 @@ impl Driver {
         {
             p.first_reply = Some(now);
             if p.first_only.is_some() {
-                self.first.on_answered(seq, now);
+                self.first.on_answered(seq, micros(self.epoch, now));
             }
         }
         match p.quorum.on_reply(from, r.read_only, r.body) {
@@ -559,7 +564,10 @@ impl Driver {
                     Stats::bump(&self.stats.retransmissions);
                     // PBFT §4.1: the primary we chose left it unanswered.
                     if let Some(to) = p.first_only.take().filter(|_| p.first_reply.is_none()) {
-                        if self.first.on_silent(&self.config, seq, to, now) {
+                        if self
+                            .first
+                            .on_silent(&self.config, seq, to, micros(self.epoch, now))
+                        {
                             Stats::bump(&self.stats.primary_silences);
                             ask_views = true;
                         }
@@ -585,7 +593,7 @@ impl Driver {
                 }
             }
         }
-        if ask_views || self.first.ask_due(now) {
+        if ask_views || self.first.ask_due(micros(self.epoch, now)) {
             self.ask_views();
         }
     }
@@ -664,4 +672,9 @@ async fn sleep_until(t: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
+}
+
+/// `FirstContact`'s clock: microseconds since `epoch`.
+fn micros(epoch: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch).as_micros()).unwrap_or(u64::MAX)
 }

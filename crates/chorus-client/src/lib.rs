@@ -14,7 +14,6 @@ mod cluster_status;
 mod driver;
 mod error;
 mod files;
-mod first_contact;
 mod options;
 mod quorum;
 mod stats;

@@ -42,7 +42,7 @@ pub struct ClientOptions {
     pub switch_after_retransmits: u32,
     /// PBFT §4.1: send a new ordered request to the primary of the client's
     /// lane only, and to every replica when its replies are late
-    /// (`first_contact.rs`; `pbft` and `cop` with the fixed rotation, a
+    /// (`chorus_core::first_contact`; `pbft` and `cop` with the fixed rotation, a
     /// no-op elsewhere). Off by default until the simulator's clients
     /// follow the same rule (docs/performance.md, "What remains").
     pub leader_first: bool,

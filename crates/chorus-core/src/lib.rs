@@ -5,6 +5,7 @@ pub mod config;
 pub mod crypto;
 pub mod digest_memo;
 pub mod domain;
+pub mod first_contact;
 pub mod ids;
 pub mod messages;
 pub mod quorum;

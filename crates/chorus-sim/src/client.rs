@@ -9,6 +9,7 @@ use crate::options::EXEC_MAX_INFLIGHT_PER_CLIENT;
 use crate::queue::Micros;
 use bytes::Bytes;
 use chorus_apps::WorkloadFn;
+use chorus_core::first_contact::FirstContact;
 use chorus_core::{
     ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Digest, Identity, MacKey, ReplicaId, Reply,
     ReplyBody, Request, RequestSeq,
@@ -99,6 +100,9 @@ struct Pending {
     /// and the back-off before the next resend they cause.
     busy: BTreeSet<ReplicaId>,
     busy_backoff_us: Micros,
+    /// Leader-first: sent to this replica alone (the primary then) and not
+    /// resent yet.
+    first_only: Option<ReplicaId>,
 }
 
 /// What the world must do after a client step.
@@ -106,6 +110,10 @@ struct Pending {
 pub enum ClientAction {
     /// Send this request to every replica.
     Broadcast(Request),
+    /// Leader-first (PBFT §4.1): send this request to this replica alone.
+    SendTo(ReplicaId, Request),
+    /// Leader-first: ask every replica for its lanes' views.
+    AskViews,
     /// Schedule a retransmission check for `seq` after `after_us`.
     RetryTimer {
         seq: RequestSeq,
@@ -153,6 +161,9 @@ pub struct SimClient {
     /// No message is ever lost: resend like the real client library does
     /// (`RELIABLE_RETRY_US`).
     reliable: bool,
+    /// Leader-first clients (`chorus_core::first_contact`, as the client
+    /// library's `ClientOptions::leader_first`).
+    first: Option<(std::sync::Arc<chorus_core::ClusterConfig>, FirstContact)>,
 }
 
 impl SimClient {
@@ -186,6 +197,30 @@ impl SimClient {
             switched: 0,
             workload: std::sync::Arc::new(chorus_apps::kv_workload),
             reliable: false,
+            first: None,
+        }
+    }
+
+    /// Send each new request to the primary of our lane alone, as the
+    /// client library does with `ClientOptions::leader_first`.
+    pub fn with_leader_first(mut self, config: std::sync::Arc<chorus_core::ClusterConfig>) -> SimClient {
+        let fc = FirstContact::new(&config, self.creds.id, true);
+        self.first = Some((config, fc));
+        self
+    }
+
+    /// A replica's answer to our view question.
+    pub fn on_view_report(&mut self, _now_us: Micros, from: ReplicaId, views: &[u64]) {
+        if let Some((cfg, fc)) = self.first.as_mut() {
+            fc.on_report(cfg, from, views);
+        }
+    }
+
+    fn ask_if_due(&mut self, now_us: Micros, out: &mut Vec<ClientAction>) {
+        if let Some((_, fc)) = self.first.as_mut() {
+            if fc.ask_due(now_us) {
+                out.push(ClientAction::AskViews);
+            }
         }
     }
 
@@ -314,7 +349,14 @@ impl SimClient {
 
     /// Send a new request to every replica, arm its first retry and track it.
     fn send_new(&mut self, seq: RequestSeq, request: Request, now_us: Micros, out: &mut Vec<ClientAction>) {
-        out.push(ClientAction::Broadcast(request.clone()));
+        let first_only = match self.first.as_mut() {
+            Some((cfg, fc)) if !request.is_switch() => fc.target(cfg, seq, now_us),
+            _ => None,
+        };
+        match first_only {
+            Some(r) => out.push(ClientAction::SendTo(r, request.clone())),
+            None => out.push(ClientAction::Broadcast(request.clone())),
+        }
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: 0,
@@ -329,6 +371,7 @@ impl SimClient {
                 votes: BTreeMap::new(),
                 busy: BTreeSet::new(),
                 busy_backoff_us: BUSY_BACKOFF_FIRST_US,
+                first_only,
             },
         );
     }
@@ -403,12 +446,20 @@ impl SimClient {
             return;
         };
         p.busy.clear();
+        // PBFT §4.1: the primary we chose alone left it unanswered.
+        let silent = p.first_only.take().filter(|_| p.votes.is_empty());
         out.push(ClientAction::Broadcast(p.request.clone()));
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: p.attempt,
             after_us,
         });
+        if let (Some(to), Some((cfg, fc))) = (silent, self.first.as_mut()) {
+            if fc.on_silent(cfg, seq, to, now_us) {
+                out.push(ClientAction::AskViews);
+            }
+        }
+        self.ask_if_due(now_us, out);
     }
 
     /// Our switch got f+1 matching answers: believe the new owner if the
@@ -461,10 +512,18 @@ impl SimClient {
         if reply.client != self.creds.id {
             return;
         }
+        if reply.body == ReplyBody::Busy {
+            // The primary alone has it and is overloaded: no silence; the
+            // next resend goes to every replica.
+            if let Some(p) = self.pending.get_mut(&reply.seq) {
+                p.first_only = None;
+            }
+        }
         if self.reliable && reply.body == ReplyBody::Busy {
             self.on_busy(rng, reply.seq, reply.replica, out);
             return;
         }
+        self.ask_if_due(now_us, out);
         // Busy, rejections and error results are retried by the retransmission timer.
         let ReplyBody::Full(result) = reply.body else {
             return;
@@ -475,6 +534,11 @@ impl SimClient {
         let Some(p) = self.pending.get_mut(&reply.seq) else {
             return;
         };
+        if p.votes.is_empty() && p.first_only == Some(reply.replica) {
+            if let Some((_, fc)) = self.first.as_mut() {
+                fc.on_answered(reply.seq, now_us);
+            }
+        }
         let d = Digest::of(&result);
         let (voters, _) = p
             .votes

@@ -115,6 +115,10 @@ pub struct SimOptions {
     /// Signed or MAC-only PBFT prepares (`--prepare-auth`); the default
     /// signs, as the runtime's default does.
     pub prepare_auth: PrepareAuth,
+    /// Correct clients send a new request to their lane's primary alone
+    /// (`chorus_core::first_contact`, the client library's
+    /// `ClientOptions::leader_first`; pbft and cop with the fixed rotation).
+    pub leader_first: bool,
     /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
     /// the serial-order checker can be shown to catch it.
@@ -172,6 +176,7 @@ impl Default for SimOptions {
             rotation: None,
             client_auth: None,
             prepare_auth: PrepareAuth::Signature,
+            leader_first: false,
             skip_sync_wait: false,
             latency_ms: None,
             perf: None,

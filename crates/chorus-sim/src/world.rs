@@ -137,6 +137,13 @@ pub(crate) enum Ev {
         node: usize,
         incarnation: u64,
     },
+    /// A replica's answer to a client's status question: each lane's view
+    /// (`chorus_core::first_contact`, leader-first clients only).
+    ViewReport {
+        client: usize,
+        from: ReplicaId,
+        views: Vec<u64>,
+    },
 }
 
 impl Ev {
@@ -157,6 +164,7 @@ impl Ev {
             Ev::RequestBundle { to, .. } => (12, *to as u64),
             Ev::ReplyBundle { client, .. } => (13, *client as u64),
             Ev::BurstEnd { node, .. } => (14, *node as u64),
+            Ev::ViewReport { client, .. } => (15, *client as u64),
         }
     }
 }
@@ -558,6 +566,7 @@ impl<R: SimReplica> World<R> {
             } => self.on_timer(node, incarnation, id, generation),
             Ev::ClientIssue { client } => self.on_client_issue(client),
             Ev::ClientRetry { client, seq, attempt } => self.on_client_retry(client, seq, attempt),
+            Ev::ViewReport { client, from, views } => self.on_view_report(client, from, &views),
             Ev::ByzClientTick { client } => self.on_byz_client_tick(client),
             Ev::Crash {
                 node,
@@ -993,7 +1002,7 @@ fn build_nodes<R: SimReplica>(
 /// Correct clients first (ids `0..clients`), then the Byzantine ones.
 fn build_clients(
     opts: &SimOptions,
-    config: &ClusterConfig,
+    config: &Arc<ClusterConfig>,
     plan: &Plan,
     keys: &[Identity],
 ) -> (Vec<SimClient>, Vec<ByzClient>) {
@@ -1033,6 +1042,9 @@ fn build_clients(
             if opts.perf.is_some() {
                 // `--perf` needs `--faults none`: no message is lost.
                 c = c.without_think_time().on_reliable_network();
+            }
+            if opts.leader_first {
+                c = c.with_leader_first(config.clone());
             }
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())

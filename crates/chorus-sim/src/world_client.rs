@@ -56,6 +56,15 @@ impl<R: SimReplica> World<R> {
                         self.send_request(c, ReplicaId(r), &request);
                     }
                 }
+                ClientAction::SendTo(r, request) => {
+                    self.counters.note("client-sent-to-primary");
+                    self.checker.issue(request.digest(), Issue::Valid);
+                    self.send_request(c, r, &request);
+                }
+                ClientAction::AskViews => {
+                    self.counters.note("client-view-question");
+                    self.ask_views(c);
+                }
                 ClientAction::RetryTimer {
                     seq,
                     attempt,
@@ -97,6 +106,40 @@ impl<R: SimReplica> World<R> {
         } else if !bundle.is_empty() {
             self.send_bundle(c, bundle);
         }
+    }
+
+    /// A leader-first client asks every replica for its views
+    /// (`chorus_core::first_contact`): each live instance the client is
+    /// linked with answers over the network with its lanes' views; a
+    /// Byzantine one lies high, to lure the client to a replica that is not
+    /// the primary.
+    fn ask_views(&mut self, c: usize) {
+        for j in 0..self.nodes.len() {
+            if !self.client_linked(c, j) {
+                continue;
+            }
+            let nd = &self.nodes[j];
+            let Some(live) = nd.live.as_ref() else {
+                continue;
+            };
+            let lie = if nd.correct { 0 } else { 1_000 };
+            let views: Vec<u64> = live.replica.lane_views().iter().map(|(v, _)| v + lie).collect();
+            let from = nd.replica_id;
+            self.transmit(Endpoint::Node(j), Endpoint::Client(c), || Ev::ViewReport {
+                client: c,
+                from,
+                views: views.clone(),
+            });
+        }
+    }
+
+    pub(crate) fn on_view_report(&mut self, c: usize, from: ReplicaId, views: &[u64]) {
+        if c >= self.clients.len() {
+            return;
+        }
+        self.counters.messages_delivered += 1;
+        let now = self.now_us();
+        self.clients[c].on_view_report(now, from, views);
     }
 
     /// Resource model: `requests` to every replica the client is linked with,

@@ -23,47 +23,48 @@
 //! a client the cooling-off periods' broadcasts, never more than today's
 //! every-replica sending; a lying replica alone cannot move the view.
 
-use chorus_core::{
-    Cell, ClientId, ClusterConfig, LaneId, LeaderRotation, OrderingMode, ReplicaId, RequestSeq, Slot, View,
-};
-use std::time::Duration;
-use tokio::time::Instant;
+use crate::config::{ClusterConfig, LeaderRotation, OrderingMode};
+use crate::ids::{Cell, ClientId, LaneId, ReplicaId, RequestSeq, Slot, View};
+
+/// Sans-IO: time is the caller's, in microseconds (the client library's
+/// monotonic clock, the simulator's virtual one).
+pub type Micros = u64;
 
 /// The first cooling-off period after a silent primary, and the longest.
-const COOL_OFF_MIN: Duration = Duration::from_secs(1);
-const COOL_OFF_MAX: Duration = Duration::from_secs(60);
-/// While cooling off, ask the replicas for their views this often (a view
-/// change ends the period at once).
-const ASK_EVERY: Duration = Duration::from_millis(250);
+pub const COOL_OFF_MIN: Micros = 1_000_000;
+pub const COOL_OFF_MAX: Micros = 60_000_000;
+/// While cooling off or probing, ask the replicas for their views this
+/// often (a view change ends the period at once).
+pub const ASK_EVERY: Micros = 250_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     /// Every new request goes to the primary alone.
     Primary,
     /// Every new request goes to every replica until then.
-    CoolingOff { until: Instant },
+    CoolingOff { until: Micros },
     /// One request goes to the primary alone (the probe, once sent); the
     /// others to every replica until it is answered.
     Probing { probe: Option<RequestSeq> },
 }
 
-pub(crate) struct FirstContact {
+pub struct FirstContact {
     /// `None`: every request goes to every replica.
     lane: Option<LaneId>,
     /// The client's belief of its lane's view.
     view: u64,
     mode: Mode,
-    cool_off: Duration,
+    cool_off: Micros,
     /// When the primary last answered a probe (a cooling-off period halves
     /// after as long again without a silence).
-    calm_since: Option<Instant>,
+    calm_since: Option<Micros>,
     /// Views reported since we last asked, by replica; `None` while not asking.
     reports: Option<Vec<Option<u64>>>,
-    last_ask: Option<Instant>,
+    last_ask: Option<Micros>,
 }
 
 impl FirstContact {
-    pub(crate) fn new(config: &ClusterConfig, client: ClientId, enabled: bool) -> FirstContact {
+    pub fn new(config: &ClusterConfig, client: ClientId, enabled: bool) -> FirstContact {
         let one_proposer = matches!(config.params.mode, OrderingMode::Pbft | OrderingMode::Cop)
             && config.params.leader_rotation == LeaderRotation::Fixed;
         FirstContact {
@@ -83,12 +84,7 @@ impl FirstContact {
 
     /// The one replica new ordered request `seq` goes to, or `None` for
     /// every replica.
-    pub(crate) fn target(
-        &mut self,
-        config: &ClusterConfig,
-        seq: RequestSeq,
-        now: Instant,
-    ) -> Option<ReplicaId> {
+    pub fn target(&mut self, config: &ClusterConfig, seq: RequestSeq, now: Micros) -> Option<ReplicaId> {
         let lane = self.lane?;
         if let Mode::CoolingOff { until } = self.mode {
             if now < until {
@@ -99,7 +95,7 @@ impl FirstContact {
         match self.mode {
             Mode::Primary => {
                 if let Some(since) = self.calm_since {
-                    if now.duration_since(since) >= self.cool_off {
+                    if now.saturating_sub(since) >= self.cool_off {
                         self.cool_off = (self.cool_off / 2).max(COOL_OFF_MIN);
                         self.calm_since = Some(now);
                     }
@@ -115,7 +111,7 @@ impl FirstContact {
     }
 
     /// The primary answered `seq`, sent to it alone, before any retransmission.
-    pub(crate) fn on_answered(&mut self, seq: RequestSeq, now: Instant) {
+    pub fn on_answered(&mut self, seq: RequestSeq, now: Micros) {
         if self.mode == (Mode::Probing { probe: Some(seq) }) {
             self.mode = Mode::Primary;
             self.calm_since = Some(now);
@@ -126,13 +122,7 @@ impl FirstContact {
     /// retransmission. Returns whether that starts a cooling-off period
     /// (then ask every replica for its view): not for a replica we no
     /// longer take for the primary, nor while cooling off already.
-    pub(crate) fn on_silent(
-        &mut self,
-        config: &ClusterConfig,
-        seq: RequestSeq,
-        to: ReplicaId,
-        now: Instant,
-    ) -> bool {
+    pub fn on_silent(&mut self, config: &ClusterConfig, seq: RequestSeq, to: ReplicaId, now: Micros) -> bool {
         let Some(lane) = self.lane else {
             return false;
         };
@@ -148,7 +138,7 @@ impl FirstContact {
             return false;
         }
         self.mode = Mode::CoolingOff {
-            until: now + self.cool_off,
+            until: now.saturating_add(self.cool_off),
         };
         self.cool_off = (self.cool_off * 2).min(COOL_OFF_MAX);
         self.calm_since = None;
@@ -158,15 +148,15 @@ impl FirstContact {
     /// While cooling off or probing, whether to ask the replicas for their
     /// views again (a probe of a primary that a view change already
     /// replaced would otherwise cost a retransmission timeout to find out).
-    pub(crate) fn ask_due(&mut self, now: Instant) -> bool {
+    pub fn ask_due(&mut self, now: Micros) -> bool {
         matches!(
             self.mode,
             Mode::CoolingOff { .. } | Mode::Probing { probe: Some(_) }
-        ) && self.last_ask.is_none_or(|t| now.duration_since(t) >= ASK_EVERY)
+        ) && self.last_ask.is_none_or(|t| now.saturating_sub(t) >= ASK_EVERY)
             && self.start_asking(now)
     }
 
-    fn start_asking(&mut self, now: Instant) -> bool {
+    fn start_asking(&mut self, now: Micros) -> bool {
         // Afresh: a question some replicas never answered (a crash, a lost
         // connection) must not keep us from learning.
         self.reports = Some(Vec::new());
@@ -177,47 +167,43 @@ impl FirstContact {
     /// Replica `from` reports `views` (each lane's view). With f + 1
     /// reports, adopt the highest view f + 1 of them reach (so at least one
     /// correct replica is there), if it is higher than ours, and probe its
-    /// primary at once.
-    pub(crate) fn on_report(&mut self, config: &ClusterConfig, from: ReplicaId, views: &[u64]) {
+    /// primary at once. Returns whether the view moved.
+    pub fn on_report(&mut self, config: &ClusterConfig, from: ReplicaId, views: &[u64]) -> bool {
         let (Some(lane), Some(reports)) = (self.lane, self.reports.as_mut()) else {
-            return;
+            return false;
         };
         let n = config.n();
         if reports.len() < n {
             reports.resize(n, None);
         }
         let Some(slot) = reports.get_mut(from.index()) else {
-            return;
+            return false;
         };
         *slot = views.get(lane.index()).copied();
         let mut seen: Vec<u64> = reports.iter().flatten().copied().collect();
         let needed = config.f() + 1;
         if seen.len() < needed {
-            return;
+            return false;
         }
         seen.sort_unstable_by(|a, b| b.cmp(a));
         let view = seen[needed - 1];
         self.reports = None;
         if view > self.view {
-            tracing::debug!(
-                lane = lane.0,
-                from = self.view,
-                to = view,
-                "client learnt a new view"
-            );
             self.view = view;
             self.mode = Mode::Probing { probe: None };
             self.cool_off = COOL_OFF_MIN;
+            return true;
         }
+        false
     }
 
-    #[cfg(test)]
-    pub(crate) fn view(&self) -> u64 {
+    /// The view of the client's lane it believes in.
+    pub fn view(&self) -> u64 {
         self.view
     }
 
     #[cfg(test)]
-    pub(crate) fn asking(&self) -> bool {
+    pub fn asking(&self) -> bool {
         self.reports.is_some()
     }
 }
@@ -225,7 +211,7 @@ impl FirstContact {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::ProtocolParams;
+    use crate::config::ProtocolParams;
 
     fn config(mode: OrderingMode, lanes: u32) -> ClusterConfig {
         let params = ProtocolParams {
@@ -242,7 +228,7 @@ mod tests {
 
     #[test]
     fn only_pbft_and_cop_with_a_fixed_primary_send_to_one_replica() {
-        let now = Instant::now();
+        let now: Micros = 0;
         for (mode, one) in [
             (OrderingMode::Pbft, true),
             (OrderingMode::Cop, true),
@@ -270,7 +256,7 @@ mod tests {
     fn a_silent_primary_is_probed_with_one_request_after_cooling_off() {
         let cfg = config(OrderingMode::Pbft, 1);
         let mut fc = FirstContact::new(&cfg, ClientId(0), true);
-        let t0 = Instant::now();
+        let t0: Micros = 5_000_000;
         assert_eq!(fc.target(&cfg, q(1), t0), Some(ReplicaId(0)));
         assert_eq!(fc.target(&cfg, q(2), t0), Some(ReplicaId(0)));
         assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0), "asks for views");
@@ -304,7 +290,7 @@ mod tests {
     fn while_cooling_off_views_are_asked_for_every_so_often() {
         let cfg = config(OrderingMode::Pbft, 1);
         let mut fc = FirstContact::new(&cfg, ClientId(0), true);
-        let t0 = Instant::now();
+        let t0: Micros = 5_000_000;
         assert!(!fc.ask_due(t0), "not while the primary answers");
         fc.target(&cfg, q(1), t0);
         assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
@@ -322,7 +308,7 @@ mod tests {
     fn the_view_f_plus_one_replicas_reach_is_adopted_and_one_liar_moves_nothing() {
         let cfg = config(OrderingMode::Pbft, 1);
         let mut fc = FirstContact::new(&cfg, ClientId(0), true);
-        let t0 = Instant::now();
+        let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
         // A Byzantine replica claims view 9; one correct replica says 1.
@@ -348,7 +334,7 @@ mod tests {
         let client = ClientId(1);
         let lane = cfg.owner_lane(client).index();
         let mut fc = FirstContact::new(&cfg, client, true);
-        let t0 = Instant::now();
+        let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         fc.on_silent(&cfg, q(1), ReplicaId(0), t0);
         let mut views = vec![0, 0];
