@@ -52,15 +52,21 @@ pub struct Timed {
 enum StatusWaiter {
     /// `Client::status`.
     Caller(oneshot::Sender<String>),
-    /// Our own question for the replica's views (`chorus_core::first_contact`).
-    Views,
+    /// Our own question for the replica's views (`chorus_core::first_contact`),
+    /// asked then.
+    Views(Instant),
 }
 
+/// A view question unanswered this long is given up (replicas drop status
+/// queries when their executor's queue is full, and a lost connection
+/// loses them): the replica is asked again.
+const VIEWS_ANSWER_MAX: Duration = Duration::from_secs(2);
+
 impl StatusWaiter {
-    fn is_closed(&self) -> bool {
+    fn is_closed(&self, now: Instant) -> bool {
         match self {
             StatusWaiter::Caller(w) => w.is_closed(),
-            StatusWaiter::Views => false,
+            StatusWaiter::Views(at) => now.saturating_duration_since(*at) >= VIEWS_ANSWER_MAX,
         }
     }
 }
@@ -258,7 +264,7 @@ impl Driver {
                 ) else {
                     return; // dropping `reply` tells the caller
                 };
-                waiters.retain(|w| !w.is_closed());
+                waiters.retain(|w| !w.is_closed(Instant::now()));
                 if waiters.len() < MAX_STATUS_WAITERS {
                     waiters.push_back(StatusWaiter::Caller(reply));
                     link.try_send(Bytes::from(encode(&ClientMsg::StatusQuery)));
@@ -440,7 +446,7 @@ impl Driver {
                 Some(StatusWaiter::Caller(w)) => {
                     let _ = w.send(s);
                 }
-                Some(StatusWaiter::Views) => {
+                Some(StatusWaiter::Views(_)) => {
                     // Unparsable or from an older replica: no view from it.
                     if let Ok(report) = serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
                         if self.first.on_report(&self.config, from, &report.core.views) {
@@ -485,11 +491,15 @@ impl Driver {
         if p.first_only.is_some() && matches!(r.body, ReplyBody::Busy) {
             // Only the primary has it and is overloaded: one "busy" is no
             // quorum to back off on, and no silence either. Resend to every
-            // replica after the back-off (the f + 1 rule applies again).
+            // replica after the back-off (the f + 1 rule applies again),
+            // and ask whether the view moved (`FirstContact::on_busy`).
             p.first_only = None;
             p.next_send = p.next_send.min(now + Backoff::jitter(p.busy_backoff));
             p.busy_backoff = (p.busy_backoff * 2).min(self.opts.busy_backoff_max);
             self.reschedule(seq);
+            if self.first.on_busy(seq, micros(self.epoch, now)) {
+                self.ask_views();
+            }
             return;
         }
         if p.first_reply.is_none()
@@ -497,9 +507,6 @@ impl Driver {
             && matches!(r.body, ReplyBody::Full(_) | ReplyBody::Digest(_))
         {
             p.first_reply = Some(now);
-            if p.first_only.is_some() {
-                self.first.on_answered(seq, micros(self.epoch, now));
-            }
         }
         match p.quorum.on_reply(from, r.read_only, r.body) {
             Err(_) => Stats::bump(&self.stats.ignored_replies),
@@ -517,6 +524,11 @@ impl Driver {
             Ok(Decision::Accepted(bytes)) => {
                 if p.quorum.path() == Path::ReadOnly {
                     Stats::bump(&self.stats.fast_path_completed);
+                }
+                if p.first_only.is_some() {
+                    // f + 1 results before any retransmission: the primary
+                    // we chose alone did propose it.
+                    self.first.on_accepted(seq, micros(self.epoch, now));
                 }
                 self.finish(seq, Ok(bytes));
             }
@@ -563,7 +575,9 @@ impl Driver {
                     // when the designated replica is faulty.
                     Stats::bump(&self.stats.retransmissions);
                     // PBFT §4.1: the primary we chose left it unanswered.
-                    if let Some(to) = p.first_only.take().filter(|_| p.first_reply.is_none()) {
+                    // Unless f + 1 matching digests came and only the full
+                    // result is late (`asked_full`): then it was ordered.
+                    if let Some(to) = p.first_only.take().filter(|_| !p.asked_full) {
                         if self
                             .first
                             .on_silent(&self.config, seq, to, micros(self.epoch, now))
@@ -603,11 +617,13 @@ impl Driver {
     /// replica, so a replica that never answers holds no more.
     fn ask_views(&mut self) {
         let query = Bytes::from(encode(&ClientMsg::StatusQuery));
+        let now = Instant::now();
         for (link, waiters) in self.links.iter().zip(self.status_waiters.iter_mut()) {
-            waiters.retain(|w| !w.is_closed());
-            if waiters.len() < MAX_STATUS_WAITERS && !waiters.iter().any(|w| matches!(w, StatusWaiter::Views))
+            waiters.retain(|w| !w.is_closed(now));
+            if waiters.len() < MAX_STATUS_WAITERS
+                && !waiters.iter().any(|w| matches!(w, StatusWaiter::Views(_)))
             {
-                waiters.push_back(StatusWaiter::Views);
+                waiters.push_back(StatusWaiter::Views(now));
                 link.try_send(query.clone());
             }
         }

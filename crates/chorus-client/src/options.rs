@@ -106,6 +106,12 @@ impl ClientOptions {
                 self.max_in_flight <= 1 << 20,
                 "max_in_flight is unreasonably large",
             ),
+            (
+                // A request must live to its first retransmission, or a
+                // dead primary is never noticed (`chorus_core::first_contact`).
+                !self.leader_first || self.request_timeout > self.retransmit_initial,
+                "leader_first needs request_timeout > retransmit_initial",
+            ),
         ];
         positive
             .iter()

@@ -33,9 +33,13 @@ pub type Micros = u64;
 /// The first cooling-off period after a silent primary, and the longest.
 pub const COOL_OFF_MIN: Micros = 1_000_000;
 pub const COOL_OFF_MAX: Micros = 60_000_000;
-/// While cooling off or probing, ask the replicas for their views this
-/// often (a view change ends the period at once).
-pub const ASK_EVERY: Micros = 250_000;
+/// While cooling off or probing, ask the replicas for their views at most
+/// this often (a view change ends the period at once). Every question costs
+/// each replica a status report, so not more often during a failover.
+pub const ASK_EVERY: Micros = 500_000;
+/// A probe neither accepted nor found silent within this (its caller gave
+/// up, or it was answered "busy" and lost) counts as silent.
+pub const PROBE_MAX: Micros = 4_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -43,9 +47,9 @@ enum Mode {
     Primary,
     /// Every new request goes to every replica until then.
     CoolingOff { until: Micros },
-    /// One request goes to the primary alone (the probe, once sent); the
-    /// others to every replica until it is answered.
-    Probing { probe: Option<RequestSeq> },
+    /// One request goes to the primary alone (the probe, once sent, and
+    /// when); the others to every replica until it is accepted.
+    Probing { probe: Option<(RequestSeq, Micros)> },
 }
 
 pub struct FirstContact {
@@ -58,7 +62,10 @@ pub struct FirstContact {
     /// When the primary last answered a probe (a cooling-off period halves
     /// after as long again without a silence).
     calm_since: Option<Micros>,
-    /// Views reported since we last asked, by replica; `None` while not asking.
+    /// Views reported since we last asked, by replica; `None` before the
+    /// first question. Kept until the next question: a report that comes
+    /// later can only raise the (f + 1)-th highest view, so f replicas that
+    /// answer first with an old view cannot hold the client back.
     reports: Option<Vec<Option<u64>>>,
     last_ask: Option<Micros>,
 }
@@ -92,6 +99,12 @@ impl FirstContact {
             }
             self.mode = Mode::Probing { probe: None };
         }
+        if let Mode::Probing { probe: Some((_, at)) } = self.mode {
+            if now.saturating_sub(at) >= PROBE_MAX {
+                self.silence(now);
+                return None;
+            }
+        }
         match self.mode {
             Mode::Primary => {
                 if let Some(since) = self.calm_since {
@@ -103,19 +116,40 @@ impl FirstContact {
                 Some(self.primary(config, lane))
             }
             Mode::Probing { probe: None } => {
-                self.mode = Mode::Probing { probe: Some(seq) };
+                self.mode = Mode::Probing {
+                    probe: Some((seq, now)),
+                };
                 Some(self.primary(config, lane))
             }
             Mode::Probing { probe: Some(_) } | Mode::CoolingOff { .. } => None,
         }
     }
 
-    /// The primary answered `seq`, sent to it alone, before any retransmission.
-    pub fn on_answered(&mut self, seq: RequestSeq, now: Micros) {
-        if self.mode == (Mode::Probing { probe: Some(seq) }) {
+    /// `seq`, sent to the primary alone, was accepted (f + 1 matching
+    /// results) before any retransmission: the primary proposed it. One
+    /// reply is not enough, nor a "busy": a faulty primary could send those
+    /// at once and never propose.
+    pub fn on_accepted(&mut self, seq: RequestSeq, now: Micros) {
+        if matches!(self.mode, Mode::Probing { probe: Some((s, _)) } if s == seq) {
             self.mode = Mode::Primary;
             self.calm_since = Some(now);
         }
+    }
+
+    /// The primary alone answered `seq` "busy". No silence (an overloaded
+    /// primary is no reason to send every request to every replica), but
+    /// a probe is over, and it is worth asking whether the view moved (a
+    /// faulty former primary could answer "busy" to everything). Returns
+    /// whether to ask every replica for its view.
+    pub fn on_busy(&mut self, seq: RequestSeq, now: Micros) -> bool {
+        if self.lane.is_none() {
+            return false;
+        }
+        if matches!(self.mode, Mode::Probing { probe: Some((s, _)) } if s == seq) {
+            self.mode = Mode::Probing { probe: None };
+        }
+        let due = self.last_ask.is_none_or(|t| now.saturating_sub(t) >= ASK_EVERY);
+        due && self.start_asking(now)
     }
 
     /// `seq`, sent to replica `to` alone, got no answer until its first
@@ -131,12 +165,16 @@ impl FirstContact {
         }
         let counts = match self.mode {
             Mode::Primary => true,
-            Mode::Probing { probe } => probe == Some(seq),
+            Mode::Probing { probe } => probe.is_some_and(|(s, _)| s == seq),
             Mode::CoolingOff { .. } => false,
         };
         if !counts {
             return false;
         }
+        self.silence(now)
+    }
+
+    fn silence(&mut self, now: Micros) -> bool {
         self.mode = Mode::CoolingOff {
             until: now.saturating_add(self.cool_off),
         };
@@ -157,8 +195,7 @@ impl FirstContact {
     }
 
     fn start_asking(&mut self, now: Micros) -> bool {
-        // Afresh: a question some replicas never answered (a crash, a lost
-        // connection) must not keep us from learning.
+        // Afresh: answers to this question replace the last one's.
         self.reports = Some(Vec::new());
         self.last_ask = Some(now);
         true
@@ -187,7 +224,6 @@ impl FirstContact {
         }
         seen.sort_unstable_by(|a, b| b.cmp(a));
         let view = seen[needed - 1];
-        self.reports = None;
         if view > self.view {
             self.view = view;
             self.mode = Mode::Probing { probe: None };
@@ -273,7 +309,7 @@ mod tests {
         assert_eq!(fc.target(&cfg, q(6), t1 + COOL_OFF_MIN), None);
         let t2 = t1 + 2 * COOL_OFF_MIN;
         assert_eq!(fc.target(&cfg, q(7), t2), Some(ReplicaId(0)));
-        fc.on_answered(q(7), t2);
+        fc.on_accepted(q(7), t2);
         assert_eq!(fc.target(&cfg, q(8), t2), Some(ReplicaId(0)));
         assert_eq!(
             fc.target(&cfg, q(9), t2),
@@ -282,7 +318,7 @@ mod tests {
         );
         // A late answer to an earlier request is no probe result.
         assert!(fc.on_silent(&cfg, q(8), ReplicaId(0), t2));
-        fc.on_answered(q(1), t2);
+        fc.on_accepted(q(1), t2);
         assert_eq!(fc.target(&cfg, q(10), t2), None);
     }
 
@@ -300,7 +336,7 @@ mod tests {
         let t1 = t0 + COOL_OFF_MIN;
         assert_eq!(fc.target(&cfg, q(2), t1), Some(ReplicaId(0)));
         assert!(fc.ask_due(t1 + ASK_EVERY));
-        fc.on_answered(q(2), t1 + ASK_EVERY);
+        fc.on_accepted(q(2), t1 + ASK_EVERY);
         assert!(!fc.ask_due(t1 + 4 * ASK_EVERY), "not once the primary answers");
     }
 
@@ -316,16 +352,71 @@ mod tests {
         assert_eq!(fc.view(), 0, "one report is not enough");
         fc.on_report(&cfg, ReplicaId(1), &[1]);
         assert_eq!(fc.view(), 1, "the second highest of two: 1, not the liar's 9");
-        assert!(!fc.asking());
+        assert!(fc.asking());
         assert_eq!(
             fc.target(&cfg, q(2), t0),
             Some(ReplicaId(1)),
             "the new primary, probed at once"
         );
-        // Reports that arrive unasked are ignored.
-        fc.on_report(&cfg, ReplicaId(2), &[3]);
-        fc.on_report(&cfg, ReplicaId(0), &[3]);
-        assert_eq!(fc.view(), 1);
+    }
+
+    /// A faulty replica that answers first with an old view cannot hold
+    /// the client back: later answers to the same question still count.
+    #[test]
+    fn a_liar_reporting_low_first_does_not_hide_the_new_view() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0: Micros = 5_000_000;
+        fc.target(&cfg, q(1), t0);
+        assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
+        fc.on_report(&cfg, ReplicaId(3), &[0]);
+        fc.on_report(&cfg, ReplicaId(1), &[1]);
+        assert_eq!(fc.view(), 0, "{{0, 1}}: the second highest is 0");
+        fc.on_report(&cfg, ReplicaId(2), &[1]);
+        assert_eq!(fc.view(), 1, "{{0, 1, 1}}: 1");
+    }
+
+    /// One result or a "busy" from the primary alone proves nothing; a
+    /// probe that is neither accepted nor found silent expires.
+    #[test]
+    fn a_probe_ends_with_acceptance_busy_silence_or_expiry() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0: Micros = 5_000_000;
+        fc.target(&cfg, q(1), t0);
+        fc.on_silent(&cfg, q(1), ReplicaId(0), t0);
+        let t1 = t0 + COOL_OFF_MIN;
+        assert_eq!(fc.target(&cfg, q(2), t1), Some(ReplicaId(0)));
+        // "Busy" ends the probe without a silence; the next request probes.
+        fc.on_busy(q(2), t1);
+        assert_eq!(fc.target(&cfg, q(3), t1), Some(ReplicaId(0)));
+        assert_eq!(fc.target(&cfg, q(4), t1), None);
+        // Its caller gave up: past PROBE_MAX it counts as a silence.
+        assert_eq!(fc.target(&cfg, q(5), t1 + PROBE_MAX), None);
+        let t2 = t1 + PROBE_MAX + 2 * COOL_OFF_MIN;
+        assert_eq!(
+            fc.target(&cfg, q(6), t2),
+            Some(ReplicaId(0)),
+            "probing after the longer period"
+        );
+        fc.on_accepted(q(6), t2);
+        assert_eq!(fc.target(&cfg, q(7), t2), Some(ReplicaId(0)));
+        assert_eq!(fc.target(&cfg, q(8), t2), Some(ReplicaId(0)));
+    }
+
+    /// A faulty former primary answering "busy" to everything: the client
+    /// asks for the view (at most every `ASK_EVERY`) and moves on.
+    #[test]
+    fn busy_answers_from_the_primary_alone_make_the_client_ask_for_the_view() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let t0: Micros = 5_000_000;
+        assert_eq!(fc.target(&cfg, q(1), t0), Some(ReplicaId(0)));
+        assert!(fc.on_busy(q(1), t0));
+        assert!(!fc.on_busy(q(2), t0 + ASK_EVERY / 2));
+        fc.on_report(&cfg, ReplicaId(1), &[1]);
+        fc.on_report(&cfg, ReplicaId(2), &[1]);
+        assert_eq!(fc.target(&cfg, q(3), t0 + ASK_EVERY), Some(ReplicaId(1)));
     }
 
     #[test]
@@ -343,7 +434,7 @@ mod tests {
         fc.on_report(&cfg, ReplicaId(1), &views);
         assert_eq!(fc.view(), 2);
         assert_eq!(fc.target(&cfg, q(2), t0), Some(ReplicaId(2)));
-        fc.on_answered(q(2), t0);
+        fc.on_accepted(q(2), t0);
         // A request sent to the old primary times out late: no silence of ours.
         assert!(!fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
         assert_eq!(fc.target(&cfg, q(3), t0), Some(ReplicaId(2)));

@@ -446,8 +446,9 @@ impl SimClient {
             return;
         };
         p.busy.clear();
-        // PBFT §4.1: the primary we chose alone left it unanswered.
-        let silent = p.first_only.take().filter(|_| p.votes.is_empty());
+        // PBFT §4.1: the primary we chose alone left it unaccepted (one
+        // reply proves nothing: a faulty primary could send it at once).
+        let silent = p.first_only.take();
         out.push(ClientAction::Broadcast(p.request.clone()));
         out.push(ClientAction::RetryTimer {
             seq,
@@ -514,9 +515,16 @@ impl SimClient {
         }
         if reply.body == ReplyBody::Busy {
             // The primary alone has it and is overloaded: no silence; the
-            // next resend goes to every replica.
+            // next resend goes to every replica, and the client asks whether
+            // the view moved (`FirstContact::on_busy`).
             if let Some(p) = self.pending.get_mut(&reply.seq) {
-                p.first_only = None;
+                if p.first_only.take().is_some() {
+                    if let Some((_, fc)) = self.first.as_mut() {
+                        if fc.on_busy(reply.seq, now_us) {
+                            out.push(ClientAction::AskViews);
+                        }
+                    }
+                }
             }
         }
         if self.reliable && reply.body == ReplyBody::Busy {
@@ -534,11 +542,6 @@ impl SimClient {
         let Some(p) = self.pending.get_mut(&reply.seq) else {
             return;
         };
-        if p.votes.is_empty() && p.first_only == Some(reply.replica) {
-            if let Some((_, fc)) = self.first.as_mut() {
-                fc.on_answered(reply.seq, now_us);
-            }
-        }
         let d = Digest::of(&result);
         let (voters, _) = p
             .votes
@@ -549,6 +552,11 @@ impl SimClient {
             return;
         }
         let latency_us = now_us - p.issued_at_us;
+        if p.first_only.is_some() {
+            if let Some((_, fc)) = self.first.as_mut() {
+                fc.on_accepted(reply.seq, now_us);
+            }
+        }
         self.pending.remove(&reply.seq);
         match self.switching {
             Some((seq, target)) if seq == reply.seq => self.on_switched(target, &result),

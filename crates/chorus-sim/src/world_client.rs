@@ -111,8 +111,8 @@ impl<R: SimReplica> World<R> {
     /// A leader-first client asks every replica for its views
     /// (`chorus_core::first_contact`): each live instance the client is
     /// linked with answers over the network with its lanes' views; a
-    /// Byzantine one lies high, to lure the client to a replica that is not
-    /// the primary.
+    /// Byzantine one lies, high (to lure the client to a replica that is not
+    /// the primary) or low (to keep it on the old one).
     fn ask_views(&mut self, c: usize) {
         for j in 0..self.nodes.len() {
             if !self.client_linked(c, j) {
@@ -122,8 +122,18 @@ impl<R: SimReplica> World<R> {
             let Some(live) = nd.live.as_ref() else {
                 continue;
             };
-            let lie = if nd.correct { 0 } else { 1_000 };
-            let views: Vec<u64> = live.replica.lane_views().iter().map(|(v, _)| v + lie).collect();
+            // A faulty replica lies high (a view whose primary it may be)
+            // or low (the old primary's view), by replica parity.
+            let views: Vec<u64> = live
+                .replica
+                .lane_views()
+                .iter()
+                .map(|(v, _)| match (nd.correct, nd.replica_id.0 % 2) {
+                    (true, _) => *v,
+                    (false, 0) => v + 1_000,
+                    (false, _) => 0,
+                })
+                .collect();
             let from = nd.replica_id;
             self.transmit(Endpoint::Node(j), Endpoint::Client(c), || Ev::ViewReport {
                 client: c,
