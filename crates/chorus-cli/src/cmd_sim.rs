@@ -367,7 +367,7 @@ fn write_perf(
             cores: model.shared_cores.unwrap_or(model.cores) as usize,
             client_threads: 0,
             prepare_auth: a.prepare_auth.clone(),
-            leader_first: false,
+            leader_first: a.leader_first,
             n: a.n,
             mode: format!("{:?}", a.mode).to_lowercase(),
             pillars: a.partitions.unwrap_or(a.pillars),

@@ -367,8 +367,9 @@ fn sim_perf_writes_bench_format_results_and_refuses_faults() {
             .contains("sim cop p2,model 4cores on-pillars"),
         "{csv}"
     );
-    // The last column says how prepares were authenticated.
-    assert!(csv.lines().nth(1).unwrap().ends_with(",signature"), "{csv}");
+    // The last columns say how prepares were authenticated and whether
+    // clients sent to the primary first.
+    assert!(csv.lines().nth(1).unwrap().ends_with(",signature,false"), "{csv}");
     assert!(dir.path().join("plot.png").exists());
     let refused = chorus(&[
         "sim", "--mode", "pbft", "--faults", "all", "--perf", "--seeds", "1",
