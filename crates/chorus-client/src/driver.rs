@@ -447,10 +447,17 @@ impl Driver {
                     let _ = w.send(s);
                 }
                 Some(StatusWaiter::Views(_)) => {
-                    // Unparsable or from an older replica: no view from it.
-                    if let Ok(report) = serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
-                        if self.first.on_report(&self.config, from, &report.core.views) {
-                            tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
+                    // Unparsable (a faulty or older replica): no view from
+                    // it, counted as a bad reply.
+                    match serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
+                        Ok(report) => {
+                            if self.first.on_report(&self.config, from, &report.core.views) {
+                                tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(replica = %from, error = %e, "unparsable status report");
+                            Stats::bump(&self.stats.bad_replies);
                         }
                     }
                 }
