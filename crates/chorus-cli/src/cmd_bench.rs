@@ -97,8 +97,9 @@ pub struct Args {
     pub fsync: String,
     /// Clients send a new request to their lane's primary only and to every
     /// replica when its replies are late (PBFT §4.1; pbft and cop with the
-    /// fixed rotation). Off: to every replica.
-    #[arg(long)]
+    /// fixed rotation; `ClientOptions::leader_first`). `--leader-first
+    /// false`: every request to every replica.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_first: bool,
     /// Threads of the load generator (this process); 0 = a quarter of this
     /// machine's cores, at least 2, so the local replicas keep the rest.

@@ -97,8 +97,9 @@ pub struct Args {
     pub prepare_auth: String,
     /// Correct clients send a new request to their lane's primary alone and
     /// to every replica when its replies are late (PBFT §4.1; pbft and cop
-    /// with the fixed rotation), as `chorus bench --leader-first` does.
-    #[arg(long)]
+    /// with the fixed rotation), as the client library does by default.
+    /// `--leader-first false`: every request to every replica.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_first: bool,
     /// One-way latency of every replica-to-replica link in ms (a WAN
     /// profile; default: drawn per link between 0.5 and 5 ms).

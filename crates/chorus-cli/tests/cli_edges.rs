@@ -368,8 +368,8 @@ fn sim_perf_writes_bench_format_results_and_refuses_faults() {
         "{csv}"
     );
     // The last columns say how prepares were authenticated and whether
-    // clients sent to the primary first.
-    assert!(csv.lines().nth(1).unwrap().ends_with(",signature,false"), "{csv}");
+    // clients sent to the primary first (the default).
+    assert!(csv.lines().nth(1).unwrap().ends_with(",signature,true"), "{csv}");
     assert!(dir.path().join("plot.png").exists());
     let refused = chorus(&[
         "sim", "--mode", "pbft", "--faults", "all", "--perf", "--seeds", "1",

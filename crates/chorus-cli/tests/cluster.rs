@@ -150,10 +150,13 @@ fn leader_first_clients_outlive_the_primarys_sigkill_and_lose_nothing() {
     let total = |f: fn(&ClientStats) -> u64| clients.iter().map(|c| f(&c.stats())).sum::<u64>();
     let mut acked = rt.block_on(write_keys_on(&clients, 200, "before"));
     assert_eq!(acked.len(), 200);
-    assert_eq!(
-        total(|s| s.sent_to_primary),
-        200,
-        "the primary alone got the requests"
+    // All but each client's first ones (8 in flight each): sent to every
+    // replica while it learns the view from f + 1 replicas, and while its
+    // probe of the primary is out.
+    let alone = total(|s| s.sent_to_primary);
+    assert!(
+        (200 - 2 * 2 * 8..=200).contains(&alone),
+        "the primary alone got the requests: {alone} of 200"
     );
     assert_eq!(total(|s| s.primary_silences), 0);
     c.kill(0);

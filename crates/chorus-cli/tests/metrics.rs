@@ -108,8 +108,11 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         status["core"]["next_delivery"].as_u64().unwrap() as f64,
         "delivery position is current at idle"
     );
+    // Where requests are admitted from clients: the primary of view 0 (the
+    // client sends to it alone, PBFT §4.1; a backup admits only requests
+    // that reach it directly, retransmissions and the client's first ones).
     match find(
-        &s,
+        &s0,
         "chorus_request_latency_seconds",
         Some(("stage", "admission_to_reply")),
     )

@@ -48,28 +48,9 @@ pub struct Timed {
     pub fell_back: bool,
 }
 
-/// Who waits for a replica's next status report (they answer in order).
-enum StatusWaiter {
-    /// `Client::status`.
-    Caller(oneshot::Sender<String>),
-    /// Our own question for the replica's views (`chorus_core::first_contact`),
-    /// asked then.
-    Views(Instant),
-}
-
-/// A view question unanswered this long is given up (replicas drop status
-/// queries when their executor's queue is full, and a lost connection
-/// loses them): the replica is asked again.
-const VIEWS_ANSWER_MAX: Duration = Duration::from_secs(2);
-
-impl StatusWaiter {
-    fn is_closed(&self, now: Instant) -> bool {
-        match self {
-            StatusWaiter::Caller(w) => w.is_closed(),
-            StatusWaiter::Views(at) => now.saturating_duration_since(*at) >= VIEWS_ANSWER_MAX,
-        }
-    }
-}
+/// Who waits for a replica's next status report (they answer in order):
+/// `Client::status` callers.
+type StatusWaiter = oneshot::Sender<String>;
 
 pub(crate) enum Command {
     Invoke {
@@ -264,9 +245,9 @@ impl Driver {
                 ) else {
                     return; // dropping `reply` tells the caller
                 };
-                waiters.retain(|w| !w.is_closed(Instant::now()));
+                waiters.retain(|w| !w.is_closed());
                 if waiters.len() < MAX_STATUS_WAITERS {
-                    waiters.push_back(StatusWaiter::Caller(reply));
+                    waiters.push_back(reply);
                     link.try_send(Bytes::from(encode(&ClientMsg::StatusQuery)));
                 }
             }
@@ -424,6 +405,10 @@ impl Driver {
         self.timers.insert((p.wake, seq));
         let old = self.pending.insert(seq, p);
         assert!(old.is_none(), "sequence number {seq} reused");
+        // A new client learns the views with its first request.
+        if self.first.ask_due(micros(self.epoch, now)) {
+            self.ask_views();
+        }
     }
 
     fn on_inbound(&mut self, msg: Inbound) {
@@ -443,27 +428,19 @@ impl Driver {
                 .get_mut(from.index())
                 .and_then(|q| q.pop_front())
             {
-                Some(StatusWaiter::Caller(w)) => {
+                Some(w) => {
                     let _ = w.send(s);
-                }
-                Some(StatusWaiter::Views(_)) => {
-                    // Unparsable (a faulty or older replica): no view from
-                    // it, counted as a bad reply.
-                    match serde_json::from_str::<chorus_core::status_report::StatusReport>(&s) {
-                        Ok(report) => {
-                            if self.first.on_report(&self.config, from, &report.core.views) {
-                                tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::debug!(replica = %from, error = %e, "unparsable status report");
-                            Stats::bump(&self.stats.bad_replies);
-                        }
-                    }
                 }
                 None => Stats::bump(&self.stats.bad_replies),
             },
-            Ok(ClientMsg::Request(_) | ClientMsg::StatusQuery) => Stats::bump(&self.stats.bad_replies),
+            Ok(ClientMsg::Views(views)) => {
+                if self.first.on_report(&self.config, from, &views) {
+                    tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
+                }
+            }
+            Ok(ClientMsg::Request(_) | ClientMsg::StatusQuery | ClientMsg::ViewQuery) => {
+                Stats::bump(&self.stats.bad_replies)
+            }
             Err(e) => {
                 tracing::debug!(replica = %from, error = %e, "undecodable frame from replica");
                 self.net.record_decode_error();
@@ -619,20 +596,13 @@ impl Driver {
         }
     }
 
-    /// Ask every replica for its status (each lane's view): the answers go
-    /// to `FirstContact::on_report`. At most one such question waits per
-    /// replica, so a replica that never answers holds no more.
+    /// Ask every replica for its lanes' views: the answers go to
+    /// `FirstContact::on_report`, which asks again (at most every
+    /// `first_contact::ASK_EVERY`) while they do not suffice.
     fn ask_views(&mut self) {
-        let query = Bytes::from(encode(&ClientMsg::StatusQuery));
-        let now = Instant::now();
-        for (link, waiters) in self.links.iter().zip(self.status_waiters.iter_mut()) {
-            waiters.retain(|w| !w.is_closed(now));
-            if waiters.len() < MAX_STATUS_WAITERS
-                && !waiters.iter().any(|w| matches!(w, StatusWaiter::Views(_)))
-            {
-                waiters.push_back(StatusWaiter::Views(now));
-                link.try_send(query.clone());
-            }
+        let query = Bytes::from(encode(&ClientMsg::ViewQuery));
+        for link in self.links.iter() {
+            link.try_send(query.clone());
         }
     }
 

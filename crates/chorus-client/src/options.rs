@@ -43,8 +43,11 @@ pub struct ClientOptions {
     /// PBFT §4.1: send a new ordered request to the primary of the client's
     /// lane only, and to every replica when its replies are late
     /// (`chorus_core::first_contact`; `pbft` and `cop` with the fixed rotation, a
-    /// no-op elsewhere). Off by default until the simulator's clients
-    /// follow the same rule (docs/performance.md, "What remains").
+    /// no-op elsewhere). On by default: each backup then reads, checks and
+    /// admits no copy of a request it gets in the primary's pre-prepare
+    /// (peak ×1.5 on dev-2c, docs/decisions.md "Leader-first requests"),
+    /// for ~1 s more outage when the primary dies. Off: every request to
+    /// every replica.
     pub leader_first: bool,
 }
 
@@ -68,7 +71,7 @@ impl Default for ClientOptions {
             link_queue_frames: 1024,
             first_seq: None,
             switch_after_retransmits: 2,
-            leader_first: false,
+            leader_first: true,
         }
     }
 }

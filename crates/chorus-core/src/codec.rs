@@ -268,7 +268,9 @@ impl Validate for ClientMsg {
         match self {
             ClientMsg::Request(r) => r.validate(l),
             ClientMsg::Reply(r) => r.validate(l),
-            ClientMsg::StatusQuery => Ok(()),
+            ClientMsg::StatusQuery | ClientMsg::ViewQuery => Ok(()),
+            // Lanes are pillars (≤ MAX_PILLARS) or replicas (rcc, dispel).
+            ClientMsg::Views(v) => check(v.len() <= 4096, "too many views"),
             ClientMsg::StatusReport(s) => check(s.len() <= 1 << 20, "status report too large"),
         }
     }

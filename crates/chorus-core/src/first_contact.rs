@@ -13,7 +13,11 @@
 //! else (rcc, dispel, sarek, block-wise rotation) every request still goes
 //! to every replica.
 //!
-//! The view is learnt, never guessed: the client starts at view 0, and when
+//! The view is learnt, never guessed: a new client sends to every replica
+//! and asks every replica for its views until f + 1 have answered (a client
+//! that joins a cluster after a view change, or a one-shot `chorus put`,
+//! would otherwise send its first requests to a former primary and wait a
+//! retransmission), then probes the primary of the view they reach. When
 //! the primary it chose left a request unanswered until its retransmission
 //! (which goes to every replica, so the backups' timers run as before), it
 //! sends to every replica for a cooling-off period that doubles with each
@@ -43,6 +47,9 @@ pub const PROBE_MAX: Micros = 4_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
+    /// A new client: every request goes to every replica until f + 1
+    /// replicas have reported their views.
+    Learning,
     /// Every new request goes to the primary alone.
     Primary,
     /// Every new request goes to every replica until then.
@@ -77,7 +84,7 @@ impl FirstContact {
         FirstContact {
             lane: (enabled && one_proposer).then(|| config.owner_lane(client)),
             view: 0,
-            mode: Mode::Primary,
+            mode: Mode::Learning,
             cool_off: COOL_OFF_MIN,
             calm_since: None,
             reports: None,
@@ -121,7 +128,7 @@ impl FirstContact {
                 };
                 Some(self.primary(config, lane))
             }
-            Mode::Probing { probe: Some(_) } | Mode::CoolingOff { .. } => None,
+            Mode::Learning | Mode::Probing { probe: Some(_) } | Mode::CoolingOff { .. } => None,
         }
     }
 
@@ -166,7 +173,7 @@ impl FirstContact {
         let counts = match self.mode {
             Mode::Primary => true,
             Mode::Probing { probe } => probe.is_some_and(|(s, _)| s == seq),
-            Mode::CoolingOff { .. } => false,
+            Mode::Learning | Mode::CoolingOff { .. } => false,
         };
         if !counts {
             return false;
@@ -183,14 +190,17 @@ impl FirstContact {
         self.start_asking(now)
     }
 
-    /// While cooling off or probing, whether to ask the replicas for their
-    /// views again (a probe of a primary that a view change already
-    /// replaced would otherwise cost a retransmission timeout to find out).
+    /// While learning, cooling off or probing, whether to ask the replicas
+    /// for their views (again: a probe of a primary that a view change
+    /// already replaced would otherwise cost a retransmission timeout to
+    /// find out, and unanswered questions are asked again).
     pub fn ask_due(&mut self, now: Micros) -> bool {
-        matches!(
-            self.mode,
-            Mode::CoolingOff { .. } | Mode::Probing { probe: Some(_) }
-        ) && self.last_ask.is_none_or(|t| now.saturating_sub(t) >= ASK_EVERY)
+        self.lane.is_some()
+            && matches!(
+                self.mode,
+                Mode::Learning | Mode::CoolingOff { .. } | Mode::Probing { probe: Some(_) }
+            )
+            && self.last_ask.is_none_or(|t| now.saturating_sub(t) >= ASK_EVERY)
             && self.start_asking(now)
     }
 
@@ -204,7 +214,8 @@ impl FirstContact {
     /// Replica `from` reports `views` (each lane's view). With f + 1
     /// reports, adopt the highest view f + 1 of them reach (so at least one
     /// correct replica is there), if it is higher than ours, and probe its
-    /// primary at once. Returns whether the view moved.
+    /// primary at once; a new client probes the primary of the view it
+    /// learnt even if that is view 0. Returns whether the view moved.
     pub fn on_report(&mut self, config: &ClusterConfig, from: ReplicaId, views: &[u64]) -> bool {
         let (Some(lane), Some(reports)) = (self.lane, self.reports.as_mut()) else {
             return false;
@@ -224,6 +235,11 @@ impl FirstContact {
         }
         seen.sort_unstable_by(|a, b| b.cmp(a));
         let view = seen[needed - 1];
+        if self.mode == Mode::Learning {
+            self.view = self.view.max(view);
+            self.mode = Mode::Probing { probe: None };
+            return view > 0;
+        }
         if view > self.view {
             self.view = view;
             self.mode = Mode::Probing { probe: None };
@@ -262,6 +278,54 @@ mod tests {
         RequestSeq(s)
     }
 
+    /// A client that has learnt view 0 from f + 1 replicas at time 0 and
+    /// had its probe accepted: it sends to the primary alone.
+    fn learnt(cfg: &ClusterConfig, client: ClientId) -> FirstContact {
+        let mut fc = FirstContact::new(cfg, client, true);
+        if !fc.ask_due(0) {
+            return fc; // every request to every replica in this mode
+        }
+        for r in 0..=cfg.f() {
+            fc.on_report(cfg, ReplicaId(r as u32), &vec![0; cfg.lanes() as usize]);
+        }
+        let probe = fc.target(cfg, q(0), 0).expect("a probe");
+        fc.on_accepted(q(0), 0);
+        assert_eq!(fc.target(cfg, q(0), 0), Some(probe));
+        fc
+    }
+
+    /// A new client sends to every replica until f + 1 replicas told it
+    /// their views, then probes the primary of the view they reach: a
+    /// client that joins after a view change does not start at a former
+    /// primary, and a lone liar cannot send it elsewhere.
+    #[test]
+    fn a_new_client_learns_the_view_from_f_plus_one_replicas_before_sending_to_one() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        assert_eq!(fc.target(&cfg, q(1), 0), None, "every replica while learning");
+        assert!(fc.ask_due(0), "a new client asks at once");
+        assert!(!fc.ask_due(ASK_EVERY / 2));
+        assert!(fc.ask_due(ASK_EVERY), "and again while nobody answers");
+        assert!(
+            !fc.on_silent(&cfg, q(1), ReplicaId(0), ASK_EVERY),
+            "sent to all: no silence"
+        );
+        fc.on_report(&cfg, ReplicaId(3), &[7]);
+        assert_eq!(fc.target(&cfg, q(2), ASK_EVERY), None, "one report is not enough");
+        assert!(fc.on_report(&cfg, ReplicaId(2), &[3]));
+        assert_eq!(fc.view(), 3, "the second highest of {{7, 3}}");
+        assert_eq!(fc.target(&cfg, q(3), ASK_EVERY), Some(ReplicaId(3)), "the probe");
+        assert_eq!(fc.target(&cfg, q(4), ASK_EVERY), None, "one probe at a time");
+        fc.on_accepted(q(3), ASK_EVERY);
+        assert_eq!(fc.target(&cfg, q(5), ASK_EVERY), Some(ReplicaId(3)));
+        // Learning view 0 ends the learning too.
+        let mut fresh = FirstContact::new(&cfg, ClientId(0), true);
+        assert!(fresh.ask_due(0));
+        assert!(!fresh.on_report(&cfg, ReplicaId(0), &[0]));
+        assert!(!fresh.on_report(&cfg, ReplicaId(1), &[0]));
+        assert_eq!(fresh.target(&cfg, q(1), 0), Some(ReplicaId(0)));
+    }
+
     #[test]
     fn only_pbft_and_cop_with_a_fixed_primary_send_to_one_replica() {
         let now: Micros = 0;
@@ -273,17 +337,16 @@ mod tests {
             (OrderingMode::Sarek, false),
         ] {
             let cfg = config(mode, 2);
-            let mut fc = FirstContact::new(&cfg, ClientId(1), true);
+            let mut fc = learnt(&cfg, ClientId(1));
             assert_eq!(fc.target(&cfg, q(1), now).is_some(), one, "{mode:?}");
             let mut off = FirstContact::new(&cfg, ClientId(1), false);
             assert_eq!(off.target(&cfg, q(1), now), None);
         }
         let mut cfg = config(OrderingMode::Cop, 2);
         cfg.params.leader_rotation = LeaderRotation::BlockWise;
-        assert_eq!(
-            FirstContact::new(&cfg, ClientId(1), true).target(&cfg, q(1), now),
-            None
-        );
+        let mut fc = FirstContact::new(&cfg, ClientId(1), true);
+        assert!(!fc.ask_due(now), "nothing to learn");
+        assert_eq!(fc.target(&cfg, q(1), now), None);
     }
 
     /// A silence means every replica for a while (doubling), then one probe
@@ -291,7 +354,7 @@ mod tests {
     #[test]
     fn a_silent_primary_is_probed_with_one_request_after_cooling_off() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         assert_eq!(fc.target(&cfg, q(1), t0), Some(ReplicaId(0)));
         assert_eq!(fc.target(&cfg, q(2), t0), Some(ReplicaId(0)));
@@ -325,7 +388,7 @@ mod tests {
     #[test]
     fn while_cooling_off_views_are_asked_for_every_so_often() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         assert!(!fc.ask_due(t0), "not while the primary answers");
         fc.target(&cfg, q(1), t0);
@@ -343,7 +406,7 @@ mod tests {
     #[test]
     fn the_view_f_plus_one_replicas_reach_is_adopted_and_one_liar_moves_nothing() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
@@ -365,7 +428,7 @@ mod tests {
     #[test]
     fn a_liar_reporting_low_first_does_not_hide_the_new_view() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         assert!(fc.on_silent(&cfg, q(1), ReplicaId(0), t0));
@@ -381,7 +444,7 @@ mod tests {
     #[test]
     fn a_probe_ends_with_acceptance_busy_silence_or_expiry() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         fc.on_silent(&cfg, q(1), ReplicaId(0), t0);
@@ -409,7 +472,7 @@ mod tests {
     #[test]
     fn busy_answers_from_the_primary_alone_make_the_client_ask_for_the_view() {
         let cfg = config(OrderingMode::Pbft, 1);
-        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        let mut fc = learnt(&cfg, ClientId(0));
         let t0: Micros = 5_000_000;
         assert_eq!(fc.target(&cfg, q(1), t0), Some(ReplicaId(0)));
         assert!(fc.on_busy(q(1), t0));
@@ -424,7 +487,7 @@ mod tests {
         let cfg = config(OrderingMode::Cop, 2);
         let client = ClientId(1);
         let lane = cfg.owner_lane(client).index();
-        let mut fc = FirstContact::new(&cfg, client, true);
+        let mut fc = learnt(&cfg, client);
         let t0: Micros = 5_000_000;
         fc.target(&cfg, q(1), t0);
         fc.on_silent(&cfg, q(1), ReplicaId(0), t0);

@@ -458,4 +458,11 @@ pub enum ClientMsg {
     StatusQuery,
     /// Replica → client: answer to `StatusQuery`, as JSON text.
     StatusReport(String),
+    /// Client → replica: which view is each lane in? (PBFT §4.1: a client
+    /// that sends to the primary first must learn who the primary is;
+    /// `first_contact`.) Answered from the replica's published status, so
+    /// unlike `StatusQuery` it costs no state digest.
+    ViewQuery,
+    /// Replica → client: each lane's view, lane by lane.
+    Views(Vec<u64>),
 }

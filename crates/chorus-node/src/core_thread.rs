@@ -82,7 +82,11 @@ impl CoreThread {
         // may hold small messages until then (`Replica::end_of_burst`).
         replica.set_burst_mode(true);
         driver.perform(&mut out)?;
-        let mut last_status = Instant::now();
+        // Published on the first tick, not 100 ms later: a client asking a
+        // just-started replica for its views must not get the empty default.
+        let mut last_status = Instant::now()
+            .checked_sub(STATUS_PUBLISH)
+            .unwrap_or_else(Instant::now);
         // Status and metrics are published on this tick even without
         // traffic, so they are current at idle (issue 14 item 2) and the
         // heartbeat stops only when this loop does.

@@ -8,7 +8,7 @@ use crate::channels::{CoreInput, ExecInput, PillarInput};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use chorus_core::{
-    decode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg,
+    decode, encode, flags, ClientId, ClientMsg, ClusterConfig, Identity, Limits, ReplicaId, ReplicaMsg,
 };
 use chorus_net::{Expected, Gate, GateLimits, NetLimits, PeerRole, Pending, Responder};
 use std::cell::RefCell;
@@ -42,6 +42,8 @@ pub struct PillarThread {
     pub shutdown: watch::Receiver<bool>,
     pub counters: Arc<chorus_net::Counters>,
     pub gates: Gates,
+    /// The core's published status: view questions are answered from it.
+    pub core_status: watch::Receiver<crate::status::CoreStatus>,
 }
 
 /// Admission gates shared by all pillars of a replica: one for the client
@@ -146,6 +148,7 @@ struct Shared {
     peer_slots: HashMap<ReplicaId, tokio::sync::Semaphore>,
     /// Live inbound connections per peer (id, eviction signal), newest last.
     peers: RefCell<PeerConns>,
+    core_status: watch::Receiver<crate::status::CoreStatus>,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
@@ -180,6 +183,7 @@ impl PillarThread {
             clients: RefCell::new(HashMap::new()),
             next_conn: RefCell::new(0),
             counters: self.counters.clone(),
+            core_status: self.core_status.clone(),
             responder: Responder::new(
                 self.identity.clone(),
                 PeerRole::Replica {
@@ -734,7 +738,14 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             ClientMsg::StatusQuery => {
                 let _ = shared.exec.try_send(ExecInput::StatusQuery { client });
             }
-            ClientMsg::Reply(_) | ClientMsg::StatusReport(_) => {
+            // PBFT §4.1: a leader-first client learns the views here, at the
+            // cost of a copy of the core's last published status (≤ 100 ms
+            // old), not of a status report with its state digest.
+            ClientMsg::ViewQuery => {
+                let views = shared.core_status.borrow().views.clone();
+                to_client(&shared, client, Bytes::from(encode(&ClientMsg::Views(views))));
+            }
+            ClientMsg::Reply(_) | ClientMsg::StatusReport(_) | ClientMsg::Views(_) => {
                 shared.metrics.drop_frame("client-sent-reply");
             }
         }

@@ -212,7 +212,7 @@ fn run_replica_parts(
         input: exec_rx,
         pillars: pillar_txs.clone(),
         core: exec_core_tx,
-        core_status: status_rx,
+        core_status: status_rx.clone(),
         metrics: metrics.clone(),
         outgoing: Vec::new(),
     };
@@ -239,6 +239,7 @@ fn run_replica_parts(
             shutdown: shutdown_rx.clone(),
             counters: net_counters.clone(),
             gates: gates.clone(),
+            core_status: status_rx.clone(),
         };
         crate::fatal::spawn(
             &format!("chorus-pillar-{p}"),

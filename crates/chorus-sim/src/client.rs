@@ -357,6 +357,8 @@ impl SimClient {
             Some(r) => out.push(ClientAction::SendTo(r, request.clone())),
             None => out.push(ClientAction::Broadcast(request.clone())),
         }
+        // A new leader-first client learns the views with its first request.
+        self.ask_if_due(now_us, out);
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: 0,

@@ -118,6 +118,8 @@ pub struct SimOptions {
     /// Correct clients send a new request to their lane's primary alone
     /// (`chorus_core::first_contact`, the client library's
     /// `ClientOptions::leader_first`; pbft and cop with the fixed rotation).
+    /// On by default, as in the client library; the regression seeds found
+    /// before it was pin it off (`tests/regressions.rs`).
     pub leader_first: bool,
     /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
@@ -176,7 +178,7 @@ impl Default for SimOptions {
             rotation: None,
             client_auth: None,
             prepare_auth: PrepareAuth::Signature,
-            leader_first: false,
+            leader_first: true,
             skip_sync_wait: false,
             latency_ms: None,
             perf: None,
@@ -414,6 +416,11 @@ impl SimOptions {
             self.prepare_auth.name().into(),
             d.prepare_auth.name().into(),
         );
+        flag(
+            "leader-first",
+            self.leader_first.to_string(),
+            d.leader_first.to_string(),
+        );
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -470,6 +477,11 @@ impl SimOptions {
             "rotation" => self.rotation = parse_rotation(value)?,
             "client-auth" => self.client_auth = parse_client_auth(value)?,
             "prepare-auth" => self.prepare_auth = parse_prepare_auth(value)?,
+            "leader-first" => {
+                self.leader_first = value
+                    .parse()
+                    .map_err(|_| format!("--leader-first: {value:?} is not true or false"))?
+            }
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
             "no-catch-up-check" => self.check_catch_up = false,
@@ -700,6 +712,7 @@ mod tests {
         o.swarm = false;
         o.fault_window_ms = 1_500;
         o.client_auth = Some(ClientAuthKind::Signature);
+        o.leader_first = false;
         for opts in [
             o,
             SimOptions::default(),

@@ -24,7 +24,11 @@ fn options(mode: OrderingMode, pillars: u32, n: usize, faults: &str) -> SimOptio
     SimOptions::new(mode, pillars, n).with_faults(faults.parse().expect("fault set"))
 }
 
-fn check(opts: SimOptions, seed: u64, expect: Expect) {
+fn check(mut opts: SimOptions, seed: u64, expect: Expect) {
+    // Every seed here was found with clients that sent every request to
+    // every replica (before leader-first clients became the default): pinned
+    // to them, so each replays the schedule it was found with.
+    opts.leader_first = false;
     let r: RunReport = run_one(&opts, seed);
     match expect {
         Expect::Pass(bug) => assert!(r.ok(), "{bug} (regression):\n{r}"),

@@ -210,9 +210,10 @@ fn opts() -> ClientOptions {
     ClientOptions {
         request_timeout: Duration::from_secs(10),
         connect_timeout: Some(Duration::from_secs(20)),
-        // `CHORUS_CHAOS_LEADER_FIRST=1`: clients send to the primary first
-        // (`ClientOptions::leader_first`, PBFT §4.1).
-        leader_first: std::env::var_os("CHORUS_CHAOS_LEADER_FIRST").is_some(),
+        // Clients send to the primary first (`ClientOptions::leader_first`,
+        // PBFT §4.1, the default); `CHORUS_CHAOS_BROADCAST=1`: every request
+        // to every replica.
+        leader_first: std::env::var_os("CHORUS_CHAOS_BROADCAST").is_none(),
         ..ClientOptions::default()
     }
 }

@@ -183,6 +183,12 @@ impl FakeReplica {
                     let _ = wr.send(&encode(&ClientMsg::StatusReport(s))).await;
                     continue;
                 }
+                // No lanes here: a leader-first client never learns a view
+                // and keeps sending every request to every replica.
+                Ok(ClientMsg::ViewQuery) => {
+                    let _ = wr.send(&encode(&ClientMsg::Views(Vec::new()))).await;
+                    continue;
+                }
                 _ => return,
             };
             // What a real replica does: the channel says who the client is and
