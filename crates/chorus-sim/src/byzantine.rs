@@ -196,6 +196,9 @@ impl Adversary {
                 }
                 out
             }
+            // Its protocol messages are honest; it lies to clients
+            // (`World::fake_answer`).
+            FaultKind::FakeAnswer => vec![msg],
             other => unreachable!("{other} is not replica middleware"),
         }
     }

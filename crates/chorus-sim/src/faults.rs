@@ -93,10 +93,17 @@ pub enum FaultKind {
     /// loss) or one after the other (a rolling upgrade), and starts again
     /// from its store with a fresh process clock.
     ClusterRestart,
+    // Drawn from a stream of its own (`first_contact_plan.rs`), pbft and cop
+    // only, so seeds that draw none of these run exactly as before.
+    /// Byzantine primary of view 0 that drops most client requests on
+    /// arrival and answers each at once with a fake result or a lone
+    /// "busy" (PBFT §4.1: to keep leader-first clients sending to it alone
+    /// while it proposes nothing of theirs).
+    FakeAnswer,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 30] = [
+    pub const ALL: [FaultKind; 31] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -127,6 +134,7 @@ impl FaultKind {
         FaultKind::FailureSpam,
         FaultKind::SwitchSpam,
         FaultKind::ClusterRestart,
+        FaultKind::FakeAnswer,
     ];
 
     /// The kinds that existed before the smart adversaries (`--faults classic`).
@@ -135,6 +143,8 @@ impl FaultKind {
     pub const RCC: usize = 23;
     /// The first operations kind; the rcc kinds are `RCC..OPS`.
     pub const OPS: usize = 29;
+    /// The first leader-first kind; the operations kinds are `OPS..FIRST_CONTACT`.
+    pub const FIRST_CONTACT: usize = 30;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -168,6 +178,7 @@ impl FaultKind {
             FaultKind::FailureSpam => "failure-spam",
             FaultKind::SwitchSpam => "switch-spam",
             FaultKind::ClusterRestart => "cluster-restart",
+            FaultKind::FakeAnswer => "fake-answer",
         }
     }
 
@@ -191,6 +202,7 @@ impl FaultKind {
                 | FaultKind::Censor
                 | FaultKind::OrderAttack
                 | FaultKind::FailureSpam
+                | FaultKind::FakeAnswer
         )
     }
 
@@ -300,7 +312,12 @@ impl FaultSet {
 
     /// What operators do to the whole cluster (`cluster-restart`).
     pub fn ops() -> FaultSet {
-        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::OPS..])
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::OPS..FaultKind::FIRST_CONTACT])
+    }
+
+    /// Attacks on leader-first clients (pbft and cop only).
+    pub fn first_contact() -> FaultSet {
+        FaultSet::from_kinds(&FaultKind::ALL[FaultKind::FIRST_CONTACT..])
     }
 
     pub fn byzantine_clients() -> FaultSet {
@@ -448,7 +465,8 @@ mod tests {
             FaultSet::classic()
                 .union(FaultSet::smart())
                 .union(FaultSet::rcc())
-                .union(FaultSet::ops()),
+                .union(FaultSet::ops())
+                .union(FaultSet::first_contact()),
             FaultSet::all()
         );
         assert!(FaultSet::classic().intersect(FaultSet::smart()).is_empty());

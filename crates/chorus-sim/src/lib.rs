@@ -24,6 +24,7 @@ pub mod dispel_adversary;
 mod executed_set;
 pub mod false_claims;
 pub mod faults;
+pub mod first_contact_plan;
 pub mod net;
 pub mod node;
 pub mod options;

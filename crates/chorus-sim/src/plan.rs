@@ -75,6 +75,9 @@ impl Plan {
         let mut rcc_rng = rng.clone();
         rcc_rng.set_stream(crate::rcc_plan::RCC_STREAM);
         crate::rcc_plan::draw_rcc(opts, &mut plan, &mut rcc_rng);
+        let mut first_contact_rng = rng.clone();
+        first_contact_rng.set_stream(crate::first_contact_plan::FIRST_CONTACT_STREAM);
+        crate::first_contact_plan::draw_fake_answer(opts, &mut plan, &mut first_contact_rng);
         let mut restart_rng = rng.clone();
         restart_rng.set_stream(crate::restart_plan::RESTART_STREAM);
         crate::restart_plan::draw_cluster_restart(opts, &mut plan, &mut restart_rng);
@@ -386,7 +389,8 @@ mod tests {
             p.drawn,
             FaultSet::classic()
                 .union(FaultSet::smart())
-                .union(FaultSet::ops())
+                .union(FaultSet::ops()),
+            "fake-answer too if replica 0 is Byzantine or there is room (not at this seed)"
         );
         assert_eq!(p.byzantine.len(), 1);
         assert_eq!(p.byz_clients.len(), 2);

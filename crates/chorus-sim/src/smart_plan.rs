@@ -203,7 +203,11 @@ mod tests {
     #[test]
     fn classic_draws_are_unchanged_by_the_smart_stream() {
         // `all` and `classic` agree on everything classic for every seed.
-        let all = SimOptions::new(OrderingMode::Cop, 4, 7);
+        // (`fake-answer` takes replica 0 over: `first_contact_plan.rs` has
+        // its own test that it changes nothing else.)
+        let mut everything_but = FaultSet::all();
+        everything_but.remove(crate::faults::FaultKind::FakeAnswer);
+        let all = SimOptions::new(OrderingMode::Cop, 4, 7).with_faults(everything_but);
         let classic = all.clone().with_faults(FaultSet::classic());
         for seed in 0..200 {
             let (a, c) = (draw(&all, seed), draw(&classic, seed));

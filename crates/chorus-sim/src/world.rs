@@ -216,6 +216,9 @@ pub struct World<R: SimReplica> {
     access_logs: Vec<(usize, Arc<Mutex<Vec<AccessViolation>>>)>,
     /// sarek: per-stream delivery agreement (`sarek_sim.rs`).
     pub(crate) streams: crate::sarek_sim::StreamChecker,
+    /// Requests of correct clients last sent to one replica alone and not
+    /// yet accepted: what an omniscient `fake-answer` primary fakes.
+    pub(crate) sent_alone: std::collections::BTreeSet<(ClientId, chorus_core::RequestSeq)>,
 }
 
 impl<R: SimReplica> World<R> {
@@ -299,6 +302,7 @@ impl<R: SimReplica> World<R> {
             services: Vec::new(),
             access_logs: Vec::new(),
             streams: Default::default(),
+            sent_alone: Default::default(),
         }
     }
 
@@ -903,6 +907,7 @@ fn byzantine_counter(kind: FaultKind) -> &'static str {
         FaultKind::Censor => "byzantine-replica-censor",
         FaultKind::OrderAttack => "byzantine-replica-order-attack",
         FaultKind::FailureSpam => "byzantine-replica-failure-spam",
+        FaultKind::FakeAnswer => "byzantine-replica-fake-answer",
         other => unreachable!("{other} is not a replica fault"),
     }
 }

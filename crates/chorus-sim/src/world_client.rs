@@ -47,6 +47,7 @@ impl<R: SimReplica> World<R> {
         for a in out {
             match a {
                 ClientAction::Broadcast(request) => {
+                    self.sent_alone.remove(&(request.client, request.seq));
                     self.checker.issue(request.digest(), Issue::Valid);
                     if self.perf.is_some() {
                         bundle.push(request);
@@ -58,6 +59,7 @@ impl<R: SimReplica> World<R> {
                 }
                 ClientAction::SendTo(r, request) => {
                     self.counters.note("client-sent-to-primary");
+                    self.sent_alone.insert((request.client, request.seq));
                     self.checker.issue(request.digest(), Issue::Valid);
                     self.send_request(c, r, &request);
                 }
@@ -94,6 +96,7 @@ impl<R: SimReplica> World<R> {
                             self.accepted_at.push(now);
                         }
                     }
+                    self.sent_alone.remove(&(id, seq));
                     self.trace_words(&[0xacc, c as u64, seq.0]);
                     self.checker.accepted(now, (id, seq), result);
                 }

@@ -232,6 +232,10 @@ impl<R: SimReplica> World<R> {
         if let Some(adv) = self.nodes[i].smart.as_mut() {
             adv.observe_request(&request);
         }
+        if self.fake_answer(i, &request) {
+            self.counters.messages_delivered += 1;
+            return;
+        }
         let Some(live) = self.nodes[i].live.as_ref() else {
             return;
         };
@@ -271,6 +275,60 @@ impl<R: SimReplica> World<R> {
             ReplyLookup::Unknown | ReplyLookup::Pending => {}
         }
         self.handle(i, Event::Request(request));
+    }
+
+    /// `fake-answer` (`first_contact_plan.rs`): a request sent to the
+    /// attacker alone is dropped and answered at once with a fake result
+    /// or a lone "busy". Returns whether it was.
+    fn fake_answer(&mut self, i: usize, request: &Request) -> bool {
+        use crate::first_contact_plan::FakeAnswer;
+        if !self.nodes[i]
+            .adversary
+            .as_ref()
+            .is_some_and(|a| a.kind == crate::FaultKind::FakeAnswer)
+        {
+            return false;
+        }
+        let Some(live) = self.nodes[i].live.as_ref() else {
+            return false;
+        };
+        // Omniscient: what the backups hold too is proposed honestly, so
+        // their timers never replace this primary.
+        if !self.sent_alone.contains(&(request.client, request.seq))
+            || live
+                .executor
+                .request_digest(request.client, request.seq)
+                .is_some()
+        {
+            return false;
+        }
+        let body = match FakeAnswer::for_request(request.client.0, request.seq.0) {
+            FakeAnswer::FakeResult => {
+                self.counters.fault("byz-fake-result");
+                ReplyBody::Full(bytes::Bytes::from_static(b"computed by nobody"))
+            }
+            FakeAnswer::Busy => {
+                self.counters.fault("byz-fake-busy");
+                ReplyBody::Busy
+            }
+        };
+        let c = request.client.0 as usize;
+        if c >= self.clients.len() + self.byz_clients.len() || !self.client_linked(c, i) {
+            return true;
+        }
+        let reply = Reply {
+            client: request.client,
+            seq: request.seq,
+            request: Some(request.digest()),
+            replica: self.nodes[i].replica_id,
+            read_only: false,
+            body,
+        };
+        self.transmit(Endpoint::Node(i), Endpoint::Client(c), || Ev::Reply {
+            client: c,
+            reply: reply.clone(),
+        });
+        true
     }
 
     pub(crate) fn on_timer(&mut self, i: usize, incarnation: u64, id: TimerId, generation: u64) {
