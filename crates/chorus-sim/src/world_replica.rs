@@ -282,10 +282,10 @@ impl<R: SimReplica> World<R> {
     /// or a lone "busy". Returns whether it was.
     fn fake_answer(&mut self, i: usize, request: &Request) -> bool {
         use crate::first_contact_plan::FakeAnswer;
-        if !self.nodes[i]
+        if self.nodes[i]
             .adversary
             .as_ref()
-            .is_some_and(|a| a.kind == crate::FaultKind::FakeAnswer)
+            .is_none_or(|a| a.kind != crate::FaultKind::FakeAnswer)
         {
             return false;
         }
