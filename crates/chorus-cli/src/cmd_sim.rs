@@ -96,7 +96,7 @@ pub struct Args {
     #[arg(long, default_value = "signature")]
     pub prepare_auth: String,
     /// Correct clients send a new request to their lane's primary alone and
-    /// to every replica when its replies are late (PBFT §4.1; pbft and cop
+    /// to every replica when its replies are late (PBFT §4.1; pbft, rcc, and cop
     /// with the fixed rotation), as the client library does by default.
     /// `--leader-first false`: every request to every replica.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]

@@ -323,12 +323,15 @@ impl Driver {
             Ok(reply) => reply,
             Err(e) => {
                 self.instance.on_failed(target, &e.to_string());
+                self.first.set_lane(chorus_core::LaneId(self.instance.owner()));
                 return;
             }
         };
         if self.instance.on_reply(target, reply) {
             Stats::bump(&self.stats.switches_applied);
         }
+        // Leader-first: new requests go to the new instance's primary.
+        self.first.set_lane(chorus_core::LaneId(self.instance.owner()));
         let seqs: Vec<RequestSeq> = self.pending.keys().copied().collect();
         for seq in seqs {
             if let Some(p) = self.pending.get_mut(&seq) {

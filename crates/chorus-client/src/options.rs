@@ -42,7 +42,7 @@ pub struct ClientOptions {
     pub switch_after_retransmits: u32,
     /// PBFT §4.1: send a new ordered request to the primary of the client's
     /// lane only, and to every replica when its replies are late
-    /// (`chorus_core::first_contact`; `pbft` and `cop` with the fixed rotation, a
+    /// (`chorus_core::first_contact`; `pbft`, `rcc` and `cop` with the fixed rotation, a
     /// no-op elsewhere). On by default: each backup then reads, checks and
     /// admits no copy of a request it gets in the primary's pre-prepare
     /// (peak ×1.5 on dev-2c, docs/decisions.md "Leader-first requests"),

@@ -9,9 +9,12 @@
 //! dev-2c rose 1.49× (BENCHMARKS.md, 2026-11-27 "requests to the leader
 //! first"). Only where one replica proposes all of a client's requests and
 //! the client can tell which: `pbft` and `cop` with the fixed leader
-//! rotation (the primary of the client's lane, `view mod n`). Everywhere
-//! else (rcc, dispel, sarek, block-wise rotation) every request still goes
-//! to every replica.
+//! rotation (the primary of the client's lane, `view mod n`), and `rcc`
+//! (the primary of the instance that owns the client, RCC §III-B: replica
+//! i coordinates instance i in every view, so there is no view to learn;
+//! the client names its instance again after a SWITCHINSTANCE,
+//! `set_lane`). Everywhere else (dispel, sarek, block-wise rotation) every
+//! request still goes to every replica.
 //!
 //! The view is learnt, never guessed: a new client sends to every replica
 //! and asks every replica for its views until f + 1 have answered (a client
@@ -62,6 +65,9 @@ enum Mode {
 pub struct FirstContact {
     /// `None`: every request goes to every replica.
     lane: Option<LaneId>,
+    /// The lane's primary depends on its view (pbft, cop), so the client
+    /// learns views; not in rcc, whose instance primaries are fixed.
+    views_matter: bool,
     /// The client's belief of its lane's view.
     view: u64,
     mode: Mode,
@@ -79,12 +85,21 @@ pub struct FirstContact {
 
 impl FirstContact {
     pub fn new(config: &ClusterConfig, client: ClientId, enabled: bool) -> FirstContact {
-        let one_proposer = matches!(config.params.mode, OrderingMode::Pbft | OrderingMode::Cop)
-            && config.params.leader_rotation == LeaderRotation::Fixed;
+        let fixed = config.params.leader_rotation == LeaderRotation::Fixed;
+        let (one_proposer, views_matter) = match config.params.mode {
+            OrderingMode::Pbft | OrderingMode::Cop => (fixed, true),
+            OrderingMode::Rcc => (true, false),
+            OrderingMode::Dispel | OrderingMode::Sarek => (false, false),
+        };
         FirstContact {
             lane: (enabled && one_proposer).then(|| config.owner_lane(client)),
+            views_matter,
             view: 0,
-            mode: Mode::Learning,
+            mode: if views_matter {
+                Mode::Learning
+            } else {
+                Mode::Primary
+            },
             cool_off: COOL_OFF_MIN,
             calm_since: None,
             reports: None,
@@ -205,10 +220,23 @@ impl FirstContact {
     }
 
     fn start_asking(&mut self, now: Micros) -> bool {
+        self.last_ask = Some(now);
+        if !self.views_matter {
+            return false; // rcc: the instance primary is the same in every view
+        }
         // Afresh: answers to this question replace the last one's.
         self.reports = Some(Vec::new());
-        self.last_ask = Some(now);
         true
+    }
+
+    /// rcc: the client's requests are now proposed by instance `lane`
+    /// (RCC §III-E, after a SWITCHINSTANCE, or a refusal saying it owns us
+    /// already). Its primary is probed like a primary after a silence.
+    pub fn set_lane(&mut self, lane: LaneId) {
+        if self.lane.is_some_and(|l| l != lane) {
+            self.lane = Some(lane);
+            self.mode = Mode::Probing { probe: None };
+        }
     }
 
     /// Replica `from` reports `views` (each lane's view). With f + 1
@@ -326,13 +354,43 @@ mod tests {
         assert_eq!(fresh.target(&cfg, q(1), 0), Some(ReplicaId(0)));
     }
 
+    /// rcc: the primary of the client's instance, from the first request
+    /// (replica i coordinates instance i in every view: nothing to learn,
+    /// nothing to ask), and of the next instance after a switch.
     #[test]
-    fn only_pbft_and_cop_with_a_fixed_primary_send_to_one_replica() {
+    fn an_rcc_client_sends_to_its_instance_primary_and_follows_its_switches() {
+        let cfg = config(OrderingMode::Rcc, 4);
+        let client = ClientId(6);
+        let owner = cfg.owner_lane(client);
+        let mut fc = FirstContact::new(&cfg, client, true);
+        assert!(!fc.ask_due(0));
+        assert_eq!(fc.target(&cfg, q(1), 0), Some(cfg.instance_primary(owner)));
+        assert!(
+            !fc.on_silent(&cfg, q(1), cfg.instance_primary(owner), 0),
+            "no view to ask for"
+        );
+        assert_eq!(fc.target(&cfg, q(2), 1), None, "cooling off");
+        let next = LaneId((owner.0 + 1) % 4);
+        fc.set_lane(next);
+        assert_eq!(
+            fc.target(&cfg, q(3), 2),
+            Some(cfg.instance_primary(next)),
+            "a probe"
+        );
+        assert_eq!(fc.target(&cfg, q(4), 2), None);
+        fc.on_accepted(q(3), 3);
+        assert_eq!(fc.target(&cfg, q(5), 3), Some(cfg.instance_primary(next)));
+        assert!(!fc.on_report(&cfg, ReplicaId(0), &[9, 9, 9, 9]));
+        assert_eq!(fc.target(&cfg, q(6), 3), Some(cfg.instance_primary(next)));
+    }
+
+    #[test]
+    fn only_pbft_and_cop_with_a_fixed_primary_and_rcc_send_to_one_replica() {
         let now: Micros = 0;
         for (mode, one) in [
             (OrderingMode::Pbft, true),
             (OrderingMode::Cop, true),
-            (OrderingMode::Rcc, false),
+            (OrderingMode::Rcc, true),
             (OrderingMode::Dispel, false),
             (OrderingMode::Sarek, false),
         ] {

@@ -477,6 +477,10 @@ impl SimClient {
         }
         if let Some((_, owner)) = self.instances.as_mut().filter(|_| applied || already) {
             *owner = target;
+            // Leader-first: new requests go to the new instance's primary.
+            if let Some((_, fc)) = self.first.as_mut() {
+                fc.set_lane(chorus_core::LaneId(target));
+            }
         }
     }
 

@@ -117,7 +117,7 @@ pub struct SimOptions {
     pub prepare_auth: PrepareAuth,
     /// Correct clients send a new request to their lane's primary alone
     /// (`chorus_core::first_contact`, the client library's
-    /// `ClientOptions::leader_first`; pbft and cop with the fixed rotation).
+    /// `ClientOptions::leader_first`; pbft, rcc, and cop with the fixed rotation).
     /// On by default, as in the client library; the regression seeds found
     /// before it was pin it off (`tests/regressions.rs`).
     pub leader_first: bool,
