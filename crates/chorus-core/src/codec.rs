@@ -367,6 +367,22 @@ mod tests {
         assert!(decode::<ClientMsg>(&encode(&ClientMsg::Request(both)), &l).is_err());
     }
 
+    /// Leader-first view questions and answers travel as they are; an
+    /// answer with more views than any cluster has lanes is refused.
+    #[test]
+    fn view_questions_and_answers_roundtrip_within_bounds() {
+        let l = limits();
+        for msg in [
+            ClientMsg::ViewQuery,
+            ClientMsg::Views(vec![]),
+            ClientMsg::Views(vec![0, 7, u64::MAX]),
+        ] {
+            assert_eq!(decode::<ClientMsg>(&encode(&msg), &l).unwrap(), msg);
+        }
+        let too_many = ClientMsg::Views(vec![1; 4097]);
+        assert!(decode::<ClientMsg>(&encode(&too_many), &l).is_err());
+    }
+
     /// Issue 17: the batch time travels on the wire and is under the digest
     /// a pre-prepare names, so it is agreed like the requests.
     #[test]

@@ -47,6 +47,13 @@ pub const ASK_EVERY: Micros = 500_000;
 /// A probe neither accepted nor found silent within this (its caller gave
 /// up, or it was answered "busy" and lost) counts as silent.
 pub const PROBE_MAX: Micros = 4_000_000;
+/// Slow start: after its probe is accepted, a primary gets this many
+/// requests alone, and two more for each one it gets accepted (up to
+/// `ALONE_MAX`); the rest go to every replica. A primary that answers its
+/// probes and drops what follows then costs a client one request per
+/// cooling-off period (which doubles), not a whole window.
+pub const ALONE_START: u32 = 1;
+pub const ALONE_MAX: u32 = 1 << 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -71,6 +78,9 @@ pub struct FirstContact {
     /// The client's belief of its lane's view.
     view: u64,
     mode: Mode,
+    /// In `Mode::Primary`: requests that may still go to the primary alone
+    /// (`ALONE_START`).
+    alone_budget: u32,
     cool_off: Micros,
     /// When the primary last answered a probe (a cooling-off period halves
     /// after as long again without a silence).
@@ -100,6 +110,7 @@ impl FirstContact {
             } else {
                 Mode::Primary
             },
+            alone_budget: ALONE_START,
             cool_off: COOL_OFF_MIN,
             calm_since: None,
             reports: None,
@@ -124,6 +135,8 @@ impl FirstContact {
         if let Mode::Probing { probe: Some((_, at)) } = self.mode {
             if now.saturating_sub(at) >= PROBE_MAX {
                 self.silence(now);
+                // Not asked here: the caller's next `ask_due` asks.
+                self.last_ask = None;
                 return None;
             }
         }
@@ -135,6 +148,10 @@ impl FirstContact {
                         self.calm_since = Some(now);
                     }
                 }
+                if self.alone_budget == 0 {
+                    return None;
+                }
+                self.alone_budget -= 1;
                 Some(self.primary(config, lane))
             }
             Mode::Probing { probe: None } => {
@@ -152,9 +169,14 @@ impl FirstContact {
     /// reply is not enough, nor a "busy": a faulty primary could send those
     /// at once and never propose.
     pub fn on_accepted(&mut self, seq: RequestSeq, now: Micros) {
-        if matches!(self.mode, Mode::Probing { probe: Some((s, _)) } if s == seq) {
-            self.mode = Mode::Primary;
-            self.calm_since = Some(now);
+        match self.mode {
+            Mode::Probing { probe: Some((s, _)) } if s == seq => {
+                self.mode = Mode::Primary;
+                self.alone_budget = ALONE_START;
+                self.calm_since = Some(now);
+            }
+            Mode::Primary => self.alone_budget = self.alone_budget.saturating_add(2).min(ALONE_MAX),
+            _ => {}
         }
     }
 
@@ -282,6 +304,15 @@ impl FirstContact {
         self.view
     }
 
+    /// The probe out, if one is (the simulator's omniscient adversaries
+    /// read it).
+    pub fn probe(&self) -> Option<RequestSeq> {
+        match self.mode {
+            Mode::Probing { probe: Some((s, _)) } => Some(s),
+            _ => None,
+        }
+    }
+
     #[cfg(test)]
     pub fn asking(&self) -> bool {
         self.reports.is_some()
@@ -319,7 +350,40 @@ mod tests {
         let probe = fc.target(cfg, q(0), 0).expect("a probe");
         fc.on_accepted(q(0), 0);
         assert_eq!(fc.target(cfg, q(0), 0), Some(probe));
+        // Past slow start: the primary has had requests accepted.
+        for _ in 0..16 {
+            fc.on_accepted(q(0), 0);
+        }
         fc
+    }
+
+    /// After an accepted probe, one request alone, then two more for each
+    /// one accepted: a primary that answers its probe and drops what
+    /// follows gets one request, not a window.
+    #[test]
+    fn after_a_probe_the_primary_earns_its_requests_two_for_one() {
+        let cfg = config(OrderingMode::Pbft, 1);
+        let mut fc = FirstContact::new(&cfg, ClientId(0), true);
+        assert!(fc.ask_due(0));
+        fc.on_report(&cfg, ReplicaId(1), &[0]);
+        fc.on_report(&cfg, ReplicaId(2), &[0]);
+        assert_eq!(fc.target(&cfg, q(1), 0), Some(ReplicaId(0)), "the probe");
+        fc.on_accepted(q(1), 0);
+        let alone = |fc: &mut FirstContact, from: u64| {
+            (from..from + 10)
+                .filter(|s| fc.target(&cfg, q(*s), 0).is_some())
+                .count()
+        };
+        assert_eq!(alone(&mut fc, 10), ALONE_START as usize);
+        fc.on_accepted(q(10), 0);
+        assert_eq!(alone(&mut fc, 20), 2);
+        fc.on_accepted(q(20), 0);
+        fc.on_accepted(q(21), 0);
+        assert_eq!(alone(&mut fc, 30), 4);
+        assert_eq!(alone(&mut fc, 35), 0, "spent");
+        // The dropped ones end it: a silence, every replica again.
+        assert!(fc.on_silent(&cfg, q(30), ReplicaId(0), 1));
+        assert_eq!(alone(&mut fc, 40), 0);
     }
 
     /// A new client sends to every replica until f + 1 replicas told it
@@ -380,6 +444,7 @@ mod tests {
         assert_eq!(fc.target(&cfg, q(4), 2), None);
         fc.on_accepted(q(3), 3);
         assert_eq!(fc.target(&cfg, q(5), 3), Some(cfg.instance_primary(next)));
+        fc.on_accepted(q(5), 3);
         assert!(!fc.on_report(&cfg, ReplicaId(0), &[9, 9, 9, 9]));
         assert_eq!(fc.target(&cfg, q(6), 3), Some(cfg.instance_primary(next)));
     }
@@ -432,6 +497,7 @@ mod tests {
         assert_eq!(fc.target(&cfg, q(7), t2), Some(ReplicaId(0)));
         fc.on_accepted(q(7), t2);
         assert_eq!(fc.target(&cfg, q(8), t2), Some(ReplicaId(0)));
+        fc.on_accepted(q(8), t2);
         assert_eq!(
             fc.target(&cfg, q(9), t2),
             Some(ReplicaId(0)),
@@ -514,6 +580,7 @@ mod tests {
         assert_eq!(fc.target(&cfg, q(4), t1), None);
         // Its caller gave up: past PROBE_MAX it counts as a silence.
         assert_eq!(fc.target(&cfg, q(5), t1 + PROBE_MAX), None);
+        assert!(fc.ask_due(t1 + PROBE_MAX), "and asks for the view at once");
         let t2 = t1 + PROBE_MAX + 2 * COOL_OFF_MIN;
         assert_eq!(
             fc.target(&cfg, q(6), t2),
@@ -522,6 +589,7 @@ mod tests {
         );
         fc.on_accepted(q(6), t2);
         assert_eq!(fc.target(&cfg, q(7), t2), Some(ReplicaId(0)));
+        fc.on_accepted(q(7), t2);
         assert_eq!(fc.target(&cfg, q(8), t2), Some(ReplicaId(0)));
     }
 

@@ -56,9 +56,11 @@ use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 
 /// Version of this handshake and frame format. 3: `dispel` frames carry
 /// DBFT bundles (docs/decisions.md, "Dispel sends its small DBFT messages
-/// in bundles"); a v2 replica would misread them.
-pub const PROTOCOL_VERSION: u16 = 3;
-const MAGIC: [u8; 8] = *b"CHORUSv3";
+/// in bundles"); a v2 replica would misread them. 4: clients ask for views
+/// (`ClientMsg::ViewQuery`, leader-first requests); a v3 replica would
+/// close the connection on it, so a v4 client is refused at the handshake.
+pub const PROTOCOL_VERSION: u16 = 4;
+const MAGIC: [u8; 8] = *b"CHORUSv4";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
 /// Read buffer of a connection still in its handshake (grown after it).

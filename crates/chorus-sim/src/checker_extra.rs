@@ -218,7 +218,9 @@ pub fn active_kinds(plan: &Plan, c: &Counters) -> FaultSet {
             FaultKind::Censor => assigned(k) && has("byz-censor"),
             FaultKind::OrderAttack => assigned(k) && (has("byz-order-ground") || has("byz-order-attack")),
             FaultKind::FailureSpam => assigned(k) && has("byz-failure-spam"),
-            FaultKind::FakeAnswer => assigned(k) && (has("byz-fake-result") || has("byz-fake-busy")),
+            FaultKind::FakeAnswer => {
+                assigned(k) && (has("byz-fake-result") || has("byz-fake-busy") || has("byz-lure-drop"))
+            }
             FaultKind::BadAuth => has("byz-client-bad-auth"),
             FaultKind::DupSeq => has("byz-client-dup-seq"),
             FaultKind::Oversized => has("byz-client-oversized"),

@@ -209,6 +209,11 @@ impl SimClient {
         self
     }
 
+    /// Leader-first: the probe out, if one is (`FirstContact::probe`).
+    pub fn probe(&self) -> Option<RequestSeq> {
+        self.first.as_ref().and_then(|(_, fc)| fc.probe())
+    }
+
     /// A replica's answer to our view question.
     pub fn on_view_report(&mut self, _now_us: Micros, from: ReplicaId, views: &[u64]) {
         if let Some((cfg, fc)) = self.first.as_mut() {

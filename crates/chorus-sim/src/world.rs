@@ -217,8 +217,9 @@ pub struct World<R: SimReplica> {
     /// sarek: per-stream delivery agreement (`sarek_sim.rs`).
     pub(crate) streams: crate::sarek_sim::StreamChecker,
     /// Requests of correct clients last sent to one replica alone and not
-    /// yet accepted: what an omniscient `fake-answer` primary fakes.
-    pub(crate) sent_alone: std::collections::BTreeSet<(ClientId, chorus_core::RequestSeq)>,
+    /// yet accepted, and whether each was the client's probe: what an
+    /// omniscient `fake-answer` primary attacks.
+    pub(crate) sent_alone: std::collections::BTreeMap<(ClientId, chorus_core::RequestSeq), bool>,
 }
 
 impl<R: SimReplica> World<R> {

@@ -59,7 +59,8 @@ impl<R: SimReplica> World<R> {
                 }
                 ClientAction::SendTo(r, request) => {
                     self.counters.note("client-sent-to-primary");
-                    self.sent_alone.insert((request.client, request.seq));
+                    let probe = self.clients[c].probe() == Some(request.seq);
+                    self.sent_alone.insert((request.client, request.seq), probe);
                     self.checker.issue(request.digest(), Issue::Valid);
                     self.send_request(c, r, &request);
                 }

@@ -279,7 +279,8 @@ impl<R: SimReplica> World<R> {
 
     /// `fake-answer` (`first_contact_plan.rs`): a request sent to the
     /// attacker alone is dropped and answered at once with a fake result
-    /// or a lone "busy". Returns whether it was.
+    /// or a lone "busy", or (the lure) proposed if it is a probe and
+    /// dropped in silence if not. Returns whether it was dropped.
     fn fake_answer(&mut self, i: usize, request: &Request) -> bool {
         use crate::first_contact_plan::FakeAnswer;
         if self.nodes[i]
@@ -294,15 +295,25 @@ impl<R: SimReplica> World<R> {
         };
         // Omniscient: what the backups hold too is proposed honestly, so
         // their timers never replace this primary.
-        if !self.sent_alone.contains(&(request.client, request.seq))
-            || live
-                .executor
-                .request_digest(request.client, request.seq)
-                .is_some()
+        let Some(&probe) = self.sent_alone.get(&(request.client, request.seq)) else {
+            return false;
+        };
+        if live
+            .executor
+            .request_digest(request.client, request.seq)
+            .is_some()
         {
             return false;
         }
-        let body = match FakeAnswer::for_request(request.client.0, request.seq.0) {
+        let body = match FakeAnswer::for_request(request.client.0, request.seq.0, probe) {
+            FakeAnswer::Honest => {
+                self.counters.fault("byz-lure-probe");
+                return false;
+            }
+            FakeAnswer::Drop => {
+                self.counters.fault("byz-lure-drop");
+                return true;
+            }
             FakeAnswer::FakeResult => {
                 self.counters.fault("byz-fake-result");
                 ReplyBody::Full(bytes::Bytes::from_static(b"computed by nobody"))
