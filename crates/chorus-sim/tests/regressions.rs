@@ -487,3 +487,25 @@ regression!(
     /// up to the stable checkpoint.
     dispel_n4_crash_seed_211030_engine_below_the_checkpoint: options(OrderingMode::Dispel, 4, 4, "delay,loss,crash,outage,cluster-restart"), seed 211030, Expect::Pass("a recovered DBFT engine below the stable checkpoint")
 );
+
+/// cop/4 n=4, block-wise rotation, persisting twins-resplit at r2, a power
+/// loss: after healing, r2's working copy reached only r0 and r1, so it
+/// never saw r3's pre-prepares and could propose its own slot (every 4th of
+/// each lane) only after a state transfer, two status ticks (500 ms) later:
+/// just under the view-change timeout, so the merger waited ~500 ms per
+/// round and the run fell behind its paced schedule (1177 of 1200). r0 and
+/// r1 had decided r3's slots but sent DECIDED notices only below their own
+/// first undecided slot, which was r2's. They now send every slot they
+/// decided from the peer's first undecided one on.
+#[test]
+fn cop_n4_all_seed_502047_decided_slots_above_our_gap_reach_a_lagging_leader() {
+    let mut o = SimOptions::new(Cop, 4, 4).with_faults("all".parse().expect("fault set"));
+    o.clients = 8;
+    o.requests_per_client = 150;
+    o.fault_window_ms = 30_000;
+    check(
+        o,
+        502_047,
+        Expect::Pass("a lagging slot leader learnt decisions above our gap only by state transfer"),
+    );
+}

@@ -127,23 +127,29 @@ impl Lane {
         // statements): the certificate moves it on (`timeout_cert.rs`).
         self.relay_certificate(cx, from, st.view);
         let start = st.next_undecided.max(self.low);
-        if start < self.next_undecided {
-            for (slot, s) in self
-                .slots
-                .range(start..self.next_undecided)
-                .take(DECIDED_PER_STATUS)
-            {
-                if let Some(digest) = s.decided {
-                    cx.out.send(
-                        from,
-                        ReplicaMsg::Decided(Decided {
-                            lane: self.id,
-                            slot: *slot,
-                            digest,
-                        }),
-                    );
-                }
-            }
+        // Every slot we decided from the peer's first undecided one on,
+        // including those above our own first undecided slot: a peer that
+        // cannot reach one leader (a twin's copy, a cut link) otherwise
+        // learns that leader's slots only while we have no gap below them,
+        // and our gap may be the peer's own next slot, which it proposes
+        // only once it has seen the slots before it (`proposal_slot`). By
+        // the time our gap closes the next checkpoint covers those slots
+        // and only a state transfer, two status ticks later, moves the peer
+        // (seed 502047: r2's twin led every 4th slot ~500 ms late).
+        for (slot, digest) in self
+            .slots
+            .range(start..)
+            .filter_map(|(slot, s)| s.decided.map(|d| (*slot, d)))
+            .take(DECIDED_PER_STATUS)
+        {
+            cx.out.send(
+                from,
+                ReplicaMsg::Decided(Decided {
+                    lane: self.id,
+                    slot,
+                    digest,
+                }),
+            );
         }
         if st.view == self.view && self.active {
             self.retransmit(cx, from, start);
