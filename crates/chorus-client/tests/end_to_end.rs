@@ -52,6 +52,52 @@ async fn honest_cluster_answers_many_concurrent_requests_with_increasing_seqs() 
     }
 }
 
+/// PBFT §4.1, leader-first (`chorus_core::first_contact`): replica 0, the
+/// primary, answers at once with a wrong result. One answer is not the
+/// primary answering (only f + 1 matching results are), so the client
+/// notices the silence, sends to every replica for the cooling-off period
+/// and probes it again only after that: every result is right, and the
+/// primary gets a request alone once per period.
+#[tokio::test]
+async fn a_primary_answering_alone_with_a_fake_result_is_not_trusted() {
+    let params = chorus_core::ProtocolParams {
+        mode: chorus_core::OrderingMode::Pbft,
+        pillars: 1,
+        ..chorus_core::ProtocolParams::default()
+    };
+    let fake = common::start_answering_views(&[Byzantine, Honest, Honest, Honest], params).await;
+    let c = Arc::new(fake.client(1, Fake::opts()).await);
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while started.elapsed() < Duration::from_millis(2_500) {
+                    invoke_ok(&c, &format!("t{t}-{i}")).await;
+                    i += 1;
+                }
+                i
+            })
+        })
+        .collect();
+    let mut i = 0;
+    for t in tasks {
+        i += t.await.unwrap();
+    }
+    let s = c.stats();
+    assert!(
+        s.sent_to_primary >= 1,
+        "the client learnt the view and probed: {s:?}"
+    );
+    assert!(s.primary_silences >= 1, "{s:?}");
+    // Probes at ~0, ~1.05 and ~3.1 s (cooling off 1 s, then 2 s).
+    assert!(
+        s.sent_to_primary <= 3 && s.sent_to_primary <= s.primary_silences + 1,
+        "{i} requests, {s:?}"
+    );
+}
+
 #[tokio::test]
 async fn one_byzantine_replica_cannot_change_the_result() {
     let fake = start(&[Byzantine, Honest, Honest, Honest], ClientAuthKind::MacVector).await;

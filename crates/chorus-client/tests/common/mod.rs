@@ -67,6 +67,18 @@ pub async fn start(behaviors: &[Behavior], auth: ClientAuthKind) -> Fake {
 }
 
 pub async fn start_with(behaviors: &[Behavior], params: ProtocolParams) -> Fake {
+    start_fakes(behaviors, params, false).await
+}
+
+/// Like `start_with`, but the replicas answer view questions (every lane in
+/// view 0), so leader-first clients leave `Learning` and send to replica 0
+/// alone. These replicas order nothing: a request only replica 0 got has
+/// only its answer.
+pub async fn start_answering_views(behaviors: &[Behavior], params: ProtocolParams) -> Fake {
+    start_fakes(behaviors, params, true).await
+}
+
+async fn start_fakes(behaviors: &[Behavior], params: ProtocolParams, views: bool) -> Fake {
     let (mut config, replicas, clients) = ClusterConfig::for_testing(behaviors.len(), 2, params, 11);
     let mut listeners = vec![];
     for r in config.replicas.iter_mut() {
@@ -87,6 +99,7 @@ pub async fn start_with(behaviors: &[Behavior], params: ProtocolParams) -> Fake 
             dropped_once: Arc::new(AtomicBool::new(false)),
             answered: Arc::new(Mutex::new(HashSet::new())),
             switched: Arc::new(AtomicBool::new(false)),
+            views,
         };
         tokio::spawn(replica.serve(l));
     }
@@ -150,6 +163,8 @@ struct FakeReplica {
     dropped_once: Arc<AtomicBool>,
     answered: Arc<Mutex<HashSet<(ClientId, u64)>>>,
     switched: Arc<AtomicBool>,
+    /// Answer view questions (`start_answering_views`).
+    views: bool,
 }
 
 impl FakeReplica {
@@ -183,10 +198,15 @@ impl FakeReplica {
                     let _ = wr.send(&encode(&ClientMsg::StatusReport(s))).await;
                     continue;
                 }
-                // No lanes here: a leader-first client never learns a view
-                // and keeps sending every request to every replica.
+                // Unless asked to, no lanes here: a leader-first client never
+                // learns a view and keeps sending every request to every replica.
                 Ok(ClientMsg::ViewQuery) => {
-                    let _ = wr.send(&encode(&ClientMsg::Views(Vec::new()))).await;
+                    let views = if self.views {
+                        vec![0; self.config.lanes() as usize]
+                    } else {
+                        Vec::new()
+                    };
+                    let _ = wr.send(&encode(&ClientMsg::Views(views))).await;
                     continue;
                 }
                 _ => return,
