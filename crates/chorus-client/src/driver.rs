@@ -504,6 +504,11 @@ impl Driver {
                 // in full) instead of waiting for the regular timer.
                 if !p.asked_full && p.quorum.missing_full_result() {
                     p.asked_full = true;
+                    // f + 1 matching digests: it was ordered, so the primary
+                    // we chose alone did propose it.
+                    if p.first_only.take().is_some() {
+                        self.first.on_accepted(seq, micros(self.epoch, now));
+                    }
                     p.next_send = p.next_send.min(now + self.opts.full_reply_grace);
                     self.reschedule(seq);
                 }
@@ -564,7 +569,7 @@ impl Driver {
                     // PBFT §4.1: the primary we chose left it unanswered.
                     // Unless f + 1 matching digests came and only the full
                     // result is late (`asked_full`): then it was ordered.
-                    if let Some(to) = p.first_only.take().filter(|_| !p.asked_full) {
+                    if let Some(to) = p.first_only.take() {
                         if self
                             .first
                             .on_silent(&self.config, seq, to, micros(self.epoch, now))

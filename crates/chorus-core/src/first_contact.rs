@@ -79,8 +79,9 @@ pub struct FirstContact {
     view: u64,
     mode: Mode,
     /// In `Mode::Primary`: requests that may still go to the primary alone
-    /// (`ALONE_START`).
+    /// (`ALONE_START`), and when the last one went.
     alone_budget: u32,
+    last_alone: Micros,
     cool_off: Micros,
     /// When the primary last answered a probe (a cooling-off period halves
     /// after as long again without a silence).
@@ -111,6 +112,7 @@ impl FirstContact {
                 Mode::Primary
             },
             alone_budget: ALONE_START,
+            last_alone: 0,
             cool_off: COOL_OFF_MIN,
             calm_since: None,
             reports: None,
@@ -149,9 +151,19 @@ impl FirstContact {
                     }
                 }
                 if self.alone_budget == 0 {
-                    return None;
+                    // Spent, and nothing came back to refill it for as long
+                    // as a probe may take (answers lost, callers that gave
+                    // up): probe afresh rather than stay on every replica.
+                    if now.saturating_sub(self.last_alone) < PROBE_MAX {
+                        return None;
+                    }
+                    self.mode = Mode::Probing {
+                        probe: Some((seq, now)),
+                    };
+                    return Some(self.primary(config, lane));
                 }
                 self.alone_budget -= 1;
+                self.last_alone = now;
                 Some(self.primary(config, lane))
             }
             Mode::Probing { probe: None } => {
@@ -173,6 +185,7 @@ impl FirstContact {
             Mode::Probing { probe: Some((s, _)) } if s == seq => {
                 self.mode = Mode::Primary;
                 self.alone_budget = ALONE_START;
+                self.last_alone = now;
                 self.calm_since = Some(now);
             }
             Mode::Primary => self.alone_budget = self.alone_budget.saturating_add(2).min(ALONE_MAX),
@@ -189,8 +202,12 @@ impl FirstContact {
         if self.lane.is_none() {
             return false;
         }
-        if matches!(self.mode, Mode::Probing { probe: Some((s, _)) } if s == seq) {
-            self.mode = Mode::Probing { probe: None };
+        match self.mode {
+            Mode::Probing { probe: Some((s, _)) } if s == seq => self.mode = Mode::Probing { probe: None },
+            // Overloaded, not silent: the request it refused is no loss to
+            // count against it (nor a reason to stop sending to it alone).
+            Mode::Primary => self.alone_budget = self.alone_budget.saturating_add(1).min(ALONE_MAX),
+            _ => {}
         }
         let due = self.last_ask.is_none_or(|t| now.saturating_sub(t) >= ASK_EVERY);
         due && self.start_asking(now)
@@ -381,9 +398,18 @@ mod tests {
         fc.on_accepted(q(21), 0);
         assert_eq!(alone(&mut fc, 30), 4);
         assert_eq!(alone(&mut fc, 35), 0, "spent");
+        // A "busy" gives its request back; so does a spent budget that
+        // nothing refilled for PROBE_MAX (a probe then).
+        let _ = fc.on_busy(q(30), 0);
+        assert_eq!(alone(&mut fc, 40), 1);
+        assert_eq!(alone(&mut fc, 50), 0);
+        assert_eq!(fc.target(&cfg, q(60), PROBE_MAX), Some(ReplicaId(0)), "a probe");
+        assert_eq!(fc.probe(), Some(q(60)));
+        fc.on_accepted(q(60), PROBE_MAX);
+        assert_eq!(alone(&mut fc, 70), 1);
         // The dropped ones end it: a silence, every replica again.
-        assert!(fc.on_silent(&cfg, q(30), ReplicaId(0), 1));
-        assert_eq!(alone(&mut fc, 40), 0);
+        assert!(fc.on_silent(&cfg, q(70), ReplicaId(0), PROBE_MAX));
+        assert_eq!(alone(&mut fc, 80), 0);
     }
 
     /// A new client sends to every replica until f + 1 replicas told it

@@ -3,7 +3,10 @@
 //! fetching batches by digest. The simulator loses messages; these paths are
 //! what turns "eventually delivered" back into "delivered".
 
-use super::{Lane, LaneEnv, LaneOutput, Want, WantReason, DECIDED_PER_STATUS, RETRANSMIT_SLOTS};
+use super::{
+    Lane, LaneEnv, LaneOutput, SlotState, Want, WantReason, DECIDED_ABOVE_GAP_PER_STATUS, DECIDED_PER_STATUS,
+    RETRANSMIT_SLOTS,
+};
 use crate::counters::Cx;
 use chorus_core::{
     Batch, BatchReply, Commit, Decided, Digest, FetchBatch, LaneProgress, PrePrepare, ReplicaId, ReplicaMsg,
@@ -127,21 +130,34 @@ impl Lane {
         // statements): the certificate moves it on (`timeout_cert.rs`).
         self.relay_certificate(cx, from, st.view);
         let start = st.next_undecided.max(self.low);
-        // Every slot we decided from the peer's first undecided one on,
-        // including those above our own first undecided slot: a peer that
-        // cannot reach one leader (a twin's copy, a cut link) otherwise
-        // learns that leader's slots only while we have no gap below them,
-        // and our gap may be the peer's own next slot, which it proposes
-        // only once it has seen the slots before it (`proposal_slot`). By
-        // the time our gap closes the next checkpoint covers those slots
-        // and only a state transfer, two status ticks later, moves the peer
-        // (seed 502047: r2's twin led every 4th slot ~500 ms late).
-        for (slot, digest) in self
-            .slots
-            .range(start..)
-            .filter_map(|(slot, s)| s.decided.map(|d| (*slot, d)))
-            .take(DECIDED_PER_STATUS)
-        {
+        // Every slot we decided from the peer's first undecided one on. Above
+        // our own first undecided slot too, while the peer is behind it: a
+        // peer that cannot reach one leader (a twin's copy, a cut link)
+        // otherwise learns that leader's slots only while we have no gap
+        // below them, and our gap may be the peer's own next slot, which it
+        // proposes only once it has seen the slots before it
+        // (`proposal_slot`). By the time our gap closes the next checkpoint
+        // covers those slots and only a state transfer, two status ticks
+        // later, moves the peer (seed 502047: r2's twin led every 4th slot
+        // ~500 ms late). Only while it is behind, and fewer: a peer at or
+        // past our gap has usually decided what we decided out of order.
+        let decided = |(slot, s): (&Slot, &SlotState)| s.decided.map(|d| (*slot, d));
+        let mut notices: Vec<(Slot, Digest)> = Vec::new();
+        if start < self.next_undecided {
+            notices.extend(
+                self.slots
+                    .range(start..self.next_undecided)
+                    .filter_map(decided)
+                    .take(DECIDED_PER_STATUS),
+            );
+            notices.extend(
+                self.slots
+                    .range(self.next_undecided..)
+                    .filter_map(decided)
+                    .take(DECIDED_ABOVE_GAP_PER_STATUS),
+            );
+        }
+        for (slot, digest) in notices {
             cx.out.send(
                 from,
                 ReplicaMsg::Decided(Decided {

@@ -55,6 +55,9 @@ pub const MAX_VIEW: u64 = u64::MAX / 4;
 pub const RETRANSMIT_SLOTS: usize = 16;
 /// `Decided` notices sent to one lagging peer per status message.
 pub const DECIDED_PER_STATUS: usize = 64;
+/// Of those, at most this many for slots above our own first undecided
+/// one (`Lane::on_status`).
+pub const DECIDED_ABOVE_GAP_PER_STATUS: usize = 16;
 
 /// Read-only facts the lane needs from other components, passed in by the
 /// composite for each call.
