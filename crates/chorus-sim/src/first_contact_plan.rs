@@ -118,11 +118,7 @@ pub fn draw_fake_answer(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng
 mod tests {
     use super::*;
     use crate::faults::FaultSet;
-    use rand::SeedableRng;
-
-    fn draw(opts: &SimOptions, seed: u64) -> Plan {
-        Plan::draw(opts, &mut ChaCha8Rng::seed_from_u64(seed))
-    }
+    use crate::plan::draw_seed as draw;
 
     #[test]
     fn seeds_without_fake_answer_draw_as_before_it_existed() {

@@ -60,6 +60,13 @@ const CRASH_MARGIN_US: Micros = 100_000;
 const DOWNTIME_MIN_US: Micros = 100_000;
 const DOWNTIME_MAX_US: Micros = 1_000_000;
 
+/// The plan of `seed`, as a run draws it (for the draw modules' tests).
+#[cfg(test)]
+pub(crate) fn draw_seed(opts: &SimOptions, seed: u64) -> Plan {
+    use rand::SeedableRng;
+    Plan::draw(opts, &mut ChaCha8Rng::seed_from_u64(seed))
+}
+
 impl Plan {
     pub fn draw(opts: &SimOptions, rng: &mut ChaCha8Rng) -> Plan {
         // The classic kinds are drawn from `rng` exactly as before the smart

@@ -324,13 +324,25 @@ impl<R: SimReplica> World<R> {
             }
         };
         let c = request.client.0 as usize;
-        if c >= self.clients.len() + self.byz_clients.len() || !self.client_linked(c, i) {
-            return true;
+        if c < self.clients.len() + self.byz_clients.len() && self.client_linked(c, i) {
+            self.transmit_reply(i, c, request.seq, Some(request.digest()), body);
         }
+        true
+    }
+
+    /// Node `i`'s reply to client `c` (linked), over the network.
+    fn transmit_reply(
+        &mut self,
+        i: usize,
+        c: usize,
+        seq: RequestSeq,
+        request: Option<chorus_core::Digest>,
+        body: ReplyBody,
+    ) {
         let reply = Reply {
-            client: request.client,
-            seq: request.seq,
-            request: Some(request.digest()),
+            client: ClientId(c as u64),
+            seq,
+            request,
             replica: self.nodes[i].replica_id,
             read_only: false,
             body,
@@ -339,7 +351,6 @@ impl<R: SimReplica> World<R> {
             client: c,
             reply: reply.clone(),
         });
-        true
     }
 
     pub(crate) fn on_timer(&mut self, i: usize, incarnation: u64, id: TimerId, generation: u64) {
@@ -725,18 +736,7 @@ impl<R: SimReplica> World<R> {
             }
             (body, _) => body,
         };
-        let reply = Reply {
-            client,
-            seq,
-            request,
-            replica: self.nodes[i].replica_id,
-            read_only: false,
-            body,
-        };
-        self.transmit(Endpoint::Node(i), Endpoint::Client(c), || Ev::Reply {
-            client: c,
-            reply: reply.clone(),
-        });
+        self.transmit_reply(i, c, seq, request, body);
     }
 
     fn deliver(
