@@ -97,6 +97,12 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         assert!(counter(&s0, "chorus_lane_proposals_total", Some(("lane", lane))) > 0.0);
     }
     assert!(counter(&s, "chorus_executed_requests_total", None) >= 60.0);
+    // The client learnt the view from f + 1 replicas before sending to the
+    // primary alone (leader-first, the default).
+    let asked: f64 = (0..4)
+        .map(|r| counter(&scrape(&c, r), "chorus_view_queries_total", None))
+        .sum();
+    assert!(asked >= 2.0, "view questions answered: {asked}");
     let status = c.status(1).expect("status");
     assert_eq!(
         gauge(&s, "chorus_executed_position", None),

@@ -436,6 +436,11 @@ impl Driver {
                 }
                 None => Stats::bump(&self.stats.bad_replies),
             },
+            Ok(ClientMsg::Views(_)) if !self.first.asking() => {
+                // Never asked for (a faulty replica, or we do not ask in
+                // this mode): ignored, and counted.
+                Stats::bump(&self.stats.bad_replies);
+            }
             Ok(ClientMsg::Views(views)) => {
                 if self.first.on_report(&self.config, from, &views) {
                     tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");

@@ -330,7 +330,9 @@ impl FirstContact {
         }
     }
 
-    #[cfg(test)]
+    /// Whether view reports are wanted: a question of ours went out (its
+    /// answers count until the next one). A report otherwise was not asked
+    /// for.
     pub fn asking(&self) -> bool {
         self.reports.is_some()
     }

@@ -100,6 +100,8 @@ pub struct Metrics {
     pub peer_messages_rejected: Family<ReasonLabel, Counter>,
     pub pool_requests: Gauge,
     pub busy_replies: Counter,
+    /// Leader-first clients' view questions answered (`ClientMsg::ViewQuery`).
+    pub view_queries: Counter,
     pub request_latency_seconds: HistogramFamily<StageLabel>,
     pub storage_bytes: Gauge,
     pub storage_sync_seconds: Histogram,
@@ -147,6 +149,7 @@ impl Default for Metrics {
             peer_messages_rejected: Family::default(),
             pool_requests: Gauge::default(),
             busy_replies: Counter::default(),
+            view_queries: Counter::default(),
             request_latency_seconds: Family::new_with_constructor(latency_histogram),
             storage_bytes: Gauge::default(),
             // 10 µs .. ~0.3 s: page-cache writes to a slow disk's fsync.
@@ -296,6 +299,11 @@ impl Metrics {
             "busy_replies",
             "requests refused as busy (pool full)",
             busy_replies
+        );
+        reg!(
+            "view_queries",
+            "view questions of leader-first clients answered",
+            view_queries
         );
         reg!(
             "request_latency_seconds",

@@ -742,6 +742,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             // cost of a copy of the core's last published status (≤ 100 ms
             // old), not of a status report with its state digest.
             ClientMsg::ViewQuery => {
+                shared.metrics.view_queries.inc();
                 let views = shared.core_status.borrow().views.clone();
                 to_client(&shared, client, Bytes::from(encode(&ClientMsg::Views(views))));
             }
