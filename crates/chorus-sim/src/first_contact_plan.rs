@@ -94,20 +94,7 @@ pub fn draw_fake_answer(opts: &SimOptions, plan: &mut Plan, rng: &mut ChaCha8Rng
         }
         return;
     }
-    let busy = plan
-        .crashes
-        .iter()
-        .chain(&plan.smart.outages)
-        .any(|c| c.replica == attacker)
-        || plan.smart.trigger_victims.contains(&attacker);
-    let past_heal = plan
-        .smart
-        .outages
-        .iter()
-        .filter(|c| c.restart_us > plan.heal_at_us)
-        .count();
-    let room = opts.byzantine_replicas().min(opts.f().saturating_sub(past_heal));
-    if busy || plan.byzantine.len() >= room {
+    if plan.scheduled_down().contains(&attacker) || plan.byzantine.len() >= plan.byzantine_room(opts) {
         return;
     }
     plan.byzantine.push((attacker, k));

@@ -181,6 +181,29 @@ impl Plan {
         self.byzantine.iter().find(|(b, _)| *b == r).map(|(_, k)| *k)
     }
 
+    /// Replicas a crash or outage schedule (or a smart trigger) uses: the
+    /// later draws make none of them Byzantine.
+    pub(crate) fn scheduled_down(&self) -> Vec<ReplicaId> {
+        self.crashes
+            .iter()
+            .chain(&self.smart.outages)
+            .map(|c| c.replica)
+            .chain(self.smart.trigger_victims.iter().copied())
+            .collect()
+    }
+
+    /// How many Byzantine replicas the later draws may have in all: within
+    /// f together with the outages that outlast healing.
+    pub(crate) fn byzantine_room(&self, opts: &SimOptions) -> usize {
+        let past_heal = self
+            .smart
+            .outages
+            .iter()
+            .filter(|c| c.restart_us > self.heal_at_us)
+            .count();
+        opts.byzantine_replicas().min(opts.f().saturating_sub(past_heal))
+    }
+
     /// The drawn setup that is not a fault, e.g. `auth=mac-vector rotation=fixed storage=compacting`.
     pub fn setup(&self) -> String {
         let smart = self.smart.describe() + &self.rcc.describe() + &crate::restart_plan::describe(self);

@@ -151,20 +151,8 @@ fn assign(opts: &SimOptions, plan: &mut Plan, kinds: &[FaultKind], rng: &mut Cha
         }
         return out;
     }
-    let busy: Vec<ReplicaId> = plan
-        .crashes
-        .iter()
-        .chain(&plan.smart.outages)
-        .map(|c| c.replica)
-        .chain(plan.smart.trigger_victims.iter().copied())
-        .collect();
-    let past_heal = plan
-        .smart
-        .outages
-        .iter()
-        .filter(|c| c.restart_us > plan.heal_at_us)
-        .count();
-    let count = opts.byzantine_replicas().min(opts.f().saturating_sub(past_heal));
+    let busy = plan.scheduled_down();
+    let count = plan.byzantine_room(opts);
     let mut free: Vec<ReplicaId> = (0..opts.n as u32)
         .map(ReplicaId)
         .filter(|r| !busy.contains(r))
