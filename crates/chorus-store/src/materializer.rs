@@ -114,6 +114,21 @@ impl Materializer {
     }
 }
 
+#[cfg(test)]
+impl Materializer {
+    /// A materializer whose in-flight job already ended with `done`.
+    pub fn finished_with(done: Done) -> Materializer {
+        let (done_tx, done_rx) = mpsc::sync_channel::<Done>(1);
+        done_tx.send(done).expect("room for one outcome");
+        Materializer {
+            jobs: None,
+            done: done_rx,
+            thread: None,
+            in_flight: true,
+        }
+    }
+}
+
 impl Drop for Materializer {
     fn drop(&mut self) {
         // Closing the channel ends the thread's loop.

@@ -267,7 +267,11 @@ impl Store {
         // written, not after.
         self.collect(false)?;
         self.check_usable()?;
-        let decided = self.check_append(records)?;
+        let decided = match self.check_append(records) {
+            Ok(decided) => decided,
+            Err(e @ StoreError::Db(_)) => return Err(self.read_error(e)),
+            Err(e) => return Err(e),
+        };
         match self.wal.append(records) {
             Ok(()) => {}
             Err(e @ StoreError::AppendTooLarge { .. }) => return Err(e),
@@ -369,6 +373,19 @@ impl Store {
                 reason: reason.clone(),
             }),
             None => Ok(()),
+        }
+    }
+
+    /// A read of the tables failed. The materializer shares the database:
+    /// a commit of its failing (a full disk) makes redb refuse every later
+    /// transaction with "previous I/O error", which names no cause, and the
+    /// read can see that before the hand-over's own error arrives. Its error
+    /// is the cause, so it wins (the operator's hint depends on it: seen in
+    /// CI, a full disk reported as "Previous I/O error occurred").
+    fn read_error(&mut self, e: StoreError) -> StoreError {
+        match self.collect(true) {
+            Err(cause) => cause,
+            Ok(()) => e,
         }
     }
 
@@ -730,7 +747,34 @@ pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(W
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_records::accepted;
+    use crate::test_records::{accepted, decided};
+
+    /// CI, failstop.rs: a full disk failed the materializer's commit, and
+    /// the next append's ledger read saw redb's "previous I/O error" before
+    /// the hand-over's outcome arrived; that uninformative error stopped the
+    /// replica. A failed read while a hand-over is in flight reports the
+    /// hand-over's error, and the store refuses further work.
+    #[test]
+    fn a_read_failing_behind_a_failed_hand_over_reports_the_hand_overs_error() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::open(d.path(), FsyncPolicy::Batch, 1).unwrap();
+        let full = StoreError::Io {
+            path: d.path().to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+        };
+        s.materializer = Materializer::finished_with(Err(full));
+        // A database without the ledger table: the read of it fails the way
+        // a poisoned one does, with a database error naming no cause.
+        let empty = tempfile::tempdir().unwrap();
+        s.db = Arc::new(RwLock::new(
+            redb::Database::create(empty.path().join("e.redb")).unwrap(),
+        ));
+        let e = s.read_error(s.check_append(&[decided(0)]).unwrap_err());
+        assert!(e.is_disk_full(), "{e}");
+        let e = s.append(&[decided(0)]).unwrap_err();
+        assert!(matches!(e, StoreError::Failed { .. }), "{e}");
+        assert!(e.to_string().contains("no storage space"), "{e}");
+    }
 
     fn copy_dir(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();
