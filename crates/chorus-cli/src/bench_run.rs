@@ -32,6 +32,8 @@ pub struct RunResult {
     pub prepare_auth: String,
     /// Clients sent new requests to the primary first (`--leader-first`).
     pub leader_first: bool,
+    /// Clients asked f + 1 replicas only for replies (`--few-replies`).
+    pub few_replies: bool,
     pub n: usize,
     pub mode: String,
     pub pillars: u32,
@@ -237,6 +239,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
             read_identity(&dir, i)?,
             chorus_client::ClientOptions {
                 leader_first: a.leader_first,
+                few_replies: a.few_replies,
                 ..chorus_client::ClientOptions::default()
             },
         )
@@ -352,6 +355,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         client_threads: a.load_threads(),
         prepare_auth: config.params.prepare_auth.name().into(),
         leader_first: a.leader_first,
+        few_replies: a.few_replies,
         n: config.n(),
         mode: format!("{:?}", config.params.mode).to_lowercase(),
         pillars: config.params.pillars,

@@ -101,6 +101,11 @@ pub struct Args {
     /// false`: every request to every replica.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_first: bool,
+    /// Clients ask only f + 1 designated replicas to reply while every
+    /// replica answers (`ClientOptions::few_replies`). `--few-replies
+    /// false`: every replica replies to every request.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub few_replies: bool,
     /// Threads of the load generator (this process); 0 = a quarter of this
     /// machine's cores, at least 2, so the local replicas keep the rest.
     /// Two fixed threads capped a 16-core machine at ~65k ops/s with both
@@ -116,7 +121,7 @@ pub struct Args {
     /// Run a list of values of one parameter side by side, e.g. `pillars=1,2,4`.
     /// Parameters: pillars, workers, buckets, clients, in-flight, batch, proposal-depth, rate, value-bytes,
     /// request-bytes, conflict-rate, cross-partition, executor, mode, service, workload,
-    /// prepare-auth, leader-first.
+    /// prepare-auth, leader-first, few-replies.
     #[arg(long)]
     pub sweep: Option<String>,
     /// Where results go: results.json (all runs), results.csv (a row per run), plot.png.
@@ -169,6 +174,11 @@ impl Args {
             "prepare-auth" => self.prepare_auth = v.parse().map_err(anyhow::Error::msg)?,
             "leader-first" | "leader_first" => {
                 self.leader_first = v
+                    .parse()
+                    .with_context(|| format!("{key}={v} is not true or false"))?
+            }
+            "few-replies" | "few_replies" => {
+                self.few_replies = v
                     .parse()
                     .with_context(|| format!("{key}={v} is not true or false"))?
             }

@@ -101,6 +101,11 @@ pub struct Args {
     /// `--leader-first false`: every request to every replica.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_first: bool,
+    /// Correct clients ask only f + 1 designated replicas for replies while
+    /// every replica answers, as the client library does by default.
+    /// `--few-replies false`: every replica replies.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub few_replies: bool,
     /// One-way latency of every replica-to-replica link in ms (a WAN
     /// profile; default: drawn per link between 0.5 and 5 ms).
     #[arg(long)]
@@ -231,6 +236,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.prepare_auth =
         chorus_sim::options::parse_prepare_auth(&a.prepare_auth).map_err(anyhow::Error::msg)?;
     opts.leader_first = a.leader_first;
+    opts.few_replies = a.few_replies;
     opts.latency_ms = a.latency_ms;
     opts.epochs = a.epochs;
     opts.cross_partition = a.cross_partition;
@@ -369,6 +375,7 @@ fn write_perf(
             client_threads: 0,
             prepare_auth: a.prepare_auth.clone(),
             leader_first: a.leader_first,
+            few_replies: a.few_replies,
             n: a.n,
             mode: format!("{:?}", a.mode).to_lowercase(),
             pillars: a.partitions.unwrap_or(a.pillars),

@@ -37,9 +37,10 @@ impl RequestAuth {
         }
     }
 
-    pub fn request(&self, seq: RequestSeq, read_only: bool, op: Bytes) -> Request {
+    /// `extra`: further flags (`flags::FEW_REPLIES`).
+    pub fn request(&self, seq: RequestSeq, read_only: bool, extra: u8, op: Bytes) -> Request {
         let fl = if read_only { flags::READ_ONLY } else { 0 };
-        self.build(seq, fl, op)
+        self.build(seq, fl | extra, op)
     }
 
     /// RCC §III-E `SWITCHINSTANCE(c, target)`.
@@ -75,7 +76,7 @@ mod tests {
             let mut elsewhere = config.clone();
             elsewhere.params.cluster_id = "another cluster".into();
             let other_tag = ClusterTag::of(&elsewhere);
-            let req = auth.request(RequestSeq(9), true, Bytes::from_static(b"get k"));
+            let req = auth.request(RequestSeq(9), true, 0, Bytes::from_static(b"get k"));
             assert!(req.is_read_only());
             assert_eq!(
                 matches!(req.auth, Authenticator::Macs(_)),

@@ -15,6 +15,7 @@ use crate::stats::Stats;
 use crate::switch::Instance;
 use bytes::Bytes;
 use chorus_core::first_contact::FirstContact;
+use chorus_core::reply_fanout::ReplyFanout;
 use chorus_core::{
     decode, encode, ClientId, ClientMsg, ClusterConfig, Digest, Limits, ReplicaId, Reply, ReplyBody,
     RequestSeq,
@@ -98,6 +99,8 @@ struct Pending {
     /// Sent to this replica alone, our lane's primary then, and not resent
     /// yet (`chorus_core::first_contact`).
     first_only: Option<ReplicaId>,
+    /// Sent with `flags::FEW_REPLIES` at this time (µs of `Driver::epoch`).
+    few_since: Option<u64>,
 }
 
 impl Pending {
@@ -128,6 +131,8 @@ pub(crate) struct Driver {
     status_waiters: Vec<VecDeque<StatusWaiter>>,
     /// Where new requests go first (PBFT §4.1).
     first: FirstContact,
+    /// Who is asked to reply (`chorus_core::reply_fanout`).
+    fanout: ReplyFanout,
     /// Time zero of `FirstContact`'s microseconds.
     epoch: Instant,
     /// RCC §III-E: the instance we believe serves us.
@@ -154,6 +159,7 @@ impl Driver {
         let window = u64::from(config.params.pool_max_per_client.max(1));
         let instance = Instance::new(&config, id);
         let first = FirstContact::new(&config, id, opts.leader_first);
+        let fanout = ReplyFanout::new(n, opts.few_replies);
         Driver {
             config,
             id,
@@ -170,6 +176,7 @@ impl Driver {
             timers: BTreeSet::new(),
             status_waiters: (0..n).map(|_| VecDeque::new()).collect(),
             first,
+            fanout,
             epoch: Instant::now(),
             instance,
             switching: None,
@@ -235,6 +242,7 @@ impl Driver {
                     retransmits: 0,
                     switch_to: None,
                     first_only: None,
+                    few_since: None,
                 };
                 self.start(p, path, now);
             }
@@ -308,6 +316,7 @@ impl Driver {
             retransmits: 0,
             switch_to: Some(target),
             first_only: None,
+            few_since: None,
         };
         tracing::debug!(client = %self.id.0, from = self.instance.owner(), to = target, "switching instance");
         Stats::bump(&self.stats.switches_sent);
@@ -377,9 +386,18 @@ impl Driver {
 
     fn start_now(&mut self, mut p: Pending, path: Path, now: Instant) {
         let seq = self.take_seq();
+        let at = micros(self.epoch, now);
+        let few = match (path, p.switch_to) {
+            (Path::Ordered, None) => self.fanout.flags(at),
+            _ => 0,
+        };
+        p.few_since = (few != 0).then_some(at);
+        if few != 0 {
+            Stats::bump(&self.stats.sent_few_replies);
+        }
         let req = match p.switch_to {
             Some(target) => self.auth.switch_request(seq, target),
-            None => self.auth.request(seq, path == Path::ReadOnly, p.op.clone()),
+            None => self.auth.request(seq, path == Path::ReadOnly, few, p.op.clone()),
         };
         p.retransmits = 0;
         p.digest = req.digest();
@@ -464,6 +482,7 @@ impl Driver {
             Stats::bump(&self.stats.bad_replies);
             return;
         }
+        self.fanout.on_reply(from, micros(self.epoch, Instant::now()));
         let seq = r.seq;
         let Some(p) = self.pending.get_mut(&seq) else {
             Stats::bump(&self.stats.stale_replies);
@@ -571,6 +590,13 @@ impl Driver {
                     // result, which is how a digest-only quorum gets its bytes
                     // when the designated replica is faulty.
                     Stats::bump(&self.stats.retransmissions);
+                    // Some designated replier did not answer in time (or a
+                    // primary did not propose it; either way, ask everyone).
+                    if let Some(sent) = p.few_since.take() {
+                        if self.fanout.on_shortfall(sent, micros(self.epoch, now)) {
+                            Stats::bump(&self.stats.reply_shortfalls);
+                        }
+                    }
                     // PBFT §4.1: the primary we chose left it unanswered.
                     // Unless f + 1 matching digests came and only the full
                     // result is late (`asked_full`): then it was ordered.

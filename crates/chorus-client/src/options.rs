@@ -49,6 +49,14 @@ pub struct ClientOptions {
     /// for ~1 s more outage when the primary dies. Off: every request to
     /// every replica.
     pub leader_first: bool,
+    /// Ask only f + 1 designated replicas to reply to an ordered request
+    /// (`chorus_core::reply_fanout`), while every replica replied within the
+    /// last second and no such request had to be retransmitted lately. On
+    /// by default: the other replicas skip a reply each and the client reads
+    /// and checks half as many (n = 4); a faulty designated replica costs a
+    /// retransmission, after which everyone replies for a cooling-off
+    /// period. Off: every replica replies (PBFT §4.1).
+    pub few_replies: bool,
 }
 
 impl Default for ClientOptions {
@@ -72,6 +80,7 @@ impl Default for ClientOptions {
             first_seq: None,
             switch_after_retransmits: 2,
             leader_first: true,
+            few_replies: true,
         }
     }
 }

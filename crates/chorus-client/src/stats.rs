@@ -59,6 +59,12 @@ stats!(
     /// retransmission to every replica, so that the client sent to every
     /// replica for a while (at most one per such period).
     primary_silences,
+    /// Ordered requests that asked f + 1 replicas only for their replies
+    /// (`ClientOptions::few_replies`)…
+    sent_few_replies,
+    /// …and the times one of them had to be retransmitted, so that every
+    /// replica replied for a while (at most one per such period).
+    reply_shortfalls,
 );
 
 impl Stats {

@@ -121,6 +121,10 @@ async fn a_silent_replica_is_tolerated_on_both_paths() {
     let r = c.invoke_read_only(Bytes::from_static(b"ro")).await.unwrap();
     assert_eq!(r, result_for(b"ro"));
     assert_eq!(c.stats().fallbacks, 0);
+    // A replica never heard from is never relied on for a reply
+    // (`chorus_core::reply_fanout`): no request stalls on it.
+    let s = c.stats();
+    assert_eq!((s.sent_few_replies, s.reply_shortfalls), (0, 0), "{s:?}");
 }
 
 #[tokio::test]
@@ -434,4 +438,62 @@ async fn timed_invocations_report_first_reply_before_acceptance() {
     }
     let got = c.invoke_read_only_timed(Bytes::from_static(b"r")).await.unwrap();
     assert!(got.first_reply <= got.accepted);
+}
+
+/// `ClientOptions::few_replies` (`chorus_core::reply_fanout`): with every
+/// replica answering, the client soon asks f + 1 of them only, and nothing
+/// has to be resent for it.
+#[tokio::test]
+async fn an_honest_cluster_is_asked_for_few_replies_and_needs_no_resend() {
+    let fake = start(&[Honest; 4], ClientAuthKind::MacVector).await;
+    let c = fake.client(1, Fake::opts()).await;
+    for i in 0..40 {
+        invoke_ok(&c, &format!("h{i}")).await;
+    }
+    let s = c.stats();
+    assert!(s.sent_few_replies >= 30, "{s:?}");
+    assert_eq!((s.retransmissions, s.reply_shortfalls), (0, 0), "{s:?}");
+}
+
+/// A replica that answers everything except the requests it is designated
+/// to answer (so the client keeps hearing from it): each such request costs
+/// a retransmission, which starts a cooling-off period of every-replica
+/// replies that doubles. Over 2.5 s with 8 callers: at most two periods
+/// (2 s, then 4 s), so at most two windows of requests resent; a client
+/// that kept asking for few replies would resend every one it sent.
+#[tokio::test]
+async fn a_replica_silent_when_designated_costs_a_resend_per_cooling_off_period() {
+    let fake = start(
+        &[Honest, SilentWhenDesignated, Honest, Honest],
+        ClientAuthKind::MacVector,
+    )
+    .await;
+    // Client 1's first designated repliers are replicas 1 and 2.
+    let c = Arc::new(fake.client(1, Fake::opts()).await);
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while started.elapsed() < Duration::from_millis(2_500) {
+                    invoke_ok(&c, &format!("t{t}-{i}")).await;
+                    i += 1;
+                }
+                i
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for t in tasks {
+        done += t.await.unwrap();
+    }
+    let s = c.stats();
+    assert!(s.reply_shortfalls >= 1, "{done} requests, {s:?}");
+    assert!(s.reply_shortfalls <= 2, "{done} requests, {s:?}");
+    assert!(
+        s.retransmissions <= 8 * s.reply_shortfalls,
+        "a resend per request in flight per period at most: {done} requests, {s:?}"
+    );
+    assert!(done >= 100, "{done} requests, {s:?}");
 }

@@ -9,6 +9,7 @@ pub mod first_contact;
 pub mod ids;
 pub mod messages;
 pub mod quorum;
+pub mod reply_fanout;
 pub mod reprediction;
 pub mod request;
 pub mod status_report;
@@ -29,6 +30,8 @@ pub use messages::*;
 pub use reprediction::{
     RePrediction, RePredictionCert, RePredictionVote, MAX_REPREDICTION_PARTITIONS, REPREDICTION_CLIENT,
 };
-pub use request::{flags, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED};
+pub use request::{
+    designated_replier, flags, reply_start, Authenticator, Batch, Reply, ReplyBody, Request, REJECT_ABANDONED,
+};
 pub use switch::{switch_op, switch_target, Assignments, Handover, SwitchOutcome, SwitchPolicy};
 pub use wire_bounds::{WireBounds, MAX_FRAME_BYTES_CAP};

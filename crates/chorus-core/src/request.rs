@@ -20,8 +20,13 @@ pub mod flags {
     /// partition's lane. A system request: the certificate authenticates
     /// it, never a client, so a client's request with this flag is refused.
     pub const REPREDICTION: u8 = 4;
+    /// Only the f + 1 replicas `designated_replier` names reply when they
+    /// execute the request; the others answer only its retransmission
+    /// (`crate::reply_fanout`). Ignored on the read-only path, which needs
+    /// 2f + 1 answers.
+    pub const FEW_REPLIES: u8 = 8;
     /// Every flag a client may set; others are rejected.
-    pub const KNOWN: u8 = READ_ONLY | SWITCH_INSTANCE;
+    pub const KNOWN: u8 = READ_ONLY | SWITCH_INSTANCE | FEW_REPLIES;
 }
 
 /// How a replica checks that a request really comes from its client.
@@ -50,7 +55,42 @@ pub struct Request {
     pub memo: DigestMemo,
 }
 
+/// Consecutive seqs of a client that share their designated repliers.
+pub const REPLY_SET_SPAN: u64 = 1024;
+
+/// The replica that sends a large result of `(client, seq)` in full (the
+/// others send its digest, PBFT §5.1.1), and the first of its designated
+/// repliers (`designated_replier`).
+pub fn reply_start(client: ClientId, seq: RequestSeq, n: usize) -> usize {
+    (client.0.wrapping_add(seq.0 / REPLY_SET_SPAN) % n as u64) as usize
+}
+
+/// `flags::FEW_REPLIES`: the f + 1 replicas from `reply_start` on reply to
+/// the execution of `(client, seq)`. The first sends a large result in
+/// full, so the client's f + 1 matching answers include the bytes. The set
+/// is the same for `REPLY_SET_SPAN` consecutive seqs: a client then reads
+/// replies from f + 1 connections only, which is where the saving is (each
+/// read and wake-up carries more replies; rotating the set per request
+/// measured no gain on dev-2c); clients spread the sets over the replicas.
+pub fn designated_replier(
+    client: ClientId,
+    seq: RequestSeq,
+    replica: crate::ReplicaId,
+    n: usize,
+    f: usize,
+) -> bool {
+    debug_assert!(n > 0 && f < n);
+    let start = reply_start(client, seq, n);
+    (replica.index() + n - start) % n <= f
+}
+
 impl Request {
+    /// Does `replica` reply when it executes this request (as opposed to
+    /// only when the client retransmits it)?
+    pub fn replied_by(&self, replica: crate::ReplicaId, n: usize, f: usize) -> bool {
+        self.flags & flags::FEW_REPLIES == 0 || designated_replier(self.client, self.seq, replica, n, f)
+    }
+
     /// The request's identity: everything but the authenticator. The client
     /// table, batch digests and replies name a request by it. The
     /// authenticator covers it bound to the cluster

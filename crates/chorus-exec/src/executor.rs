@@ -22,6 +22,9 @@ pub struct ExecResult {
     pub duplicate: bool,
     /// Digest of the request `result` answers (replies echo it to the client).
     pub request: Digest,
+    /// The request carries `flags::FEW_REPLIES`: only its designated
+    /// replicas reply (`chorus_core::designated_replier`).
+    pub few_replies: bool,
 }
 
 impl ExecResult {

@@ -109,6 +109,7 @@ impl Executor for SequentialExecutor {
                 result,
                 duplicate,
                 request: digest,
+                few_replies: req.flags & chorus_core::flags::FEW_REPLIES != 0,
             };
             let switched = apply_switch(&mut self.table, self.switch_policy.as_ref(), req, seq);
             match self.table.admit_request(req.client, req.seq, digest) {

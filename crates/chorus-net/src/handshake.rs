@@ -59,8 +59,10 @@ use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 /// in bundles"); a v2 replica would misread them. 4: clients ask for views
 /// (`ClientMsg::ViewQuery`, leader-first requests); a v3 replica would
 /// close the connection on it, so a v4 client is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 4;
-const MAGIC: [u8; 8] = *b"CHORUSv4";
+/// 5: requests may carry `flags::FEW_REPLIES`, which a v4 replica refuses
+/// as an unknown flag (the client would wait for replies that never come).
+pub const PROTOCOL_VERSION: u16 = 5;
+const MAGIC: [u8; 8] = *b"CHORUSv5";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
 /// Read buffer of a connection still in its handshake (grown after it).

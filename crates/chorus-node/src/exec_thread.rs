@@ -98,7 +98,7 @@ impl ExecThread {
                     }
                     ExecInput::ReadOnly { request } => {
                         if let Some(result) = self.executor.execute_read_only(&request.op) {
-                            let body = self.body_for(request.seq, result);
+                            let body = self.body_for(request.client, request.seq, result);
                             let d = Some(request.digest());
                             self.reply(&clients, request.client, request.seq, d, true, body);
                         } else {
@@ -177,9 +177,16 @@ impl ExecThread {
                 let _ = self.core.send(CoreInput::Mispredicted(body));
             }
             let executed_at = std::time::Instant::now();
+            let (n, f) = (self.config.n(), self.config.f());
             for r in results.drain(..) {
                 timed.push(stages.executed(r.client, r.request_seq, executed_at));
-                let body = self.body_for(r.request_seq, r.result);
+                // The client asked f + 1 others; it gets ours if it retransmits
+                // (`ExecInput::Retransmit`, from the reply cache).
+                if r.few_replies && !chorus_core::designated_replier(r.client, r.request_seq, self.me, n, f) {
+                    self.metrics.replies_left_to_others.inc();
+                    continue;
+                }
+                let body = self.body_for(r.client, r.request_seq, r.result);
                 self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
@@ -236,8 +243,8 @@ impl ExecThread {
         }
     }
 
-    fn body_for(&self, seq: RequestSeq, result: Bytes) -> ReplyBody {
-        let designated = (seq.0 % self.config.n() as u64) as u32 == self.me.0;
+    fn body_for(&self, client: ClientId, seq: RequestSeq, result: Bytes) -> ReplyBody {
+        let designated = chorus_core::reply_start(client, seq, self.config.n()) == self.me.index();
         if result.len() <= FULL_REPLY_MAX_BYTES || designated {
             ReplyBody::Full(result)
         } else {

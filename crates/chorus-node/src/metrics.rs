@@ -71,6 +71,9 @@ pub struct Metrics {
     pub delivered_batches: Counter,
     pub executed_requests: Counter,
     pub replies_sent: Counter,
+    /// Executions of `FEW_REPLIES` requests this replica was not designated
+    /// to answer (`chorus_core::reply_fanout`).
+    pub replies_left_to_others: Counter,
     pub persisted_records: Counter,
     pub next_delivery: Gauge,
     pub stable_checkpoint: Gauge,
@@ -123,6 +126,7 @@ impl Default for Metrics {
             delivered_batches: Counter::default(),
             executed_requests: Counter::default(),
             replies_sent: Counter::default(),
+            replies_left_to_others: Counter::default(),
             persisted_records: Counter::default(),
             next_delivery: Gauge::default(),
             stable_checkpoint: Gauge::default(),
@@ -186,6 +190,11 @@ impl Metrics {
         );
         reg!("executed_requests", "requests executed", executed_requests);
         reg!("replies_sent", "replies sent to clients", replies_sent);
+        reg!(
+            "replies_left_to_others",
+            "executed requests whose client asked other replicas for the reply (few replies)",
+            replies_left_to_others
+        );
         reg!(
             "persisted_records",
             "records written to storage",

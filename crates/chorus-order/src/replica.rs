@@ -433,6 +433,8 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
+        let left_to_others = !req.replied_by(self.me, self.cfg.n(), self.cfg.f());
+        let digest = left_to_others.then(|| req.digest());
         let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
             Err(e)
         } else {
@@ -444,7 +446,11 @@ impl Replica {
         };
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,
-            Ok(Admitted::Duplicate) => {}
+            Ok(Admitted::Duplicate) => {
+                if let Some(digest) = digest {
+                    out.push(Action::AnswerIfExecuted { client, seq, digest });
+                }
+            }
             Err(reason) => {
                 tracing::debug!(?client, ?seq, ?reason, "request rejected");
                 self.counters.reject_request(reject_reason_name(&reason));

@@ -137,6 +137,7 @@ impl ParallelExecutor {
                         result: d.result.clone(),
                         duplicate: true,
                         request,
+                        few_replies: d.few_replies,
                     });
                 }
             }
@@ -147,6 +148,7 @@ impl ParallelExecutor {
                 result: d.result,
                 duplicate: false,
                 request,
+                few_replies: d.few_replies,
             });
         }
     }
@@ -214,6 +216,7 @@ impl ParallelExecutor {
             result,
             duplicate,
             request: req.digest(),
+            few_replies: req.flags & chorus_core::flags::FEW_REPLIES != 0,
         });
     }
 }
@@ -281,6 +284,7 @@ impl Executor for ParallelExecutor {
                         Task::Ordered {
                             op: req.op.clone(),
                             ctx,
+                            few_replies: req.flags & chorus_core::flags::FEW_REPLIES != 0,
                         },
                         &access,
                     );

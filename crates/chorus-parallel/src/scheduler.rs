@@ -20,7 +20,11 @@ use std::sync::Arc;
 /// What a worker runs.
 pub(crate) enum Task {
     /// A delivered request admitted as fresh by the client table.
-    Ordered { op: Bytes, ctx: ExecContext },
+    Ordered {
+        op: Bytes,
+        ctx: ExecContext,
+        few_replies: bool,
+    },
     /// A read-only fast-path operation; its result goes to `read_only[token]`.
     ReadOnly { op: Bytes, ctx: ExecContext, token: u64 },
 }
@@ -31,6 +35,7 @@ pub(crate) struct Done {
     pub request_seq: RequestSeq,
     pub delivered_at: Seq,
     pub result: Bytes,
+    pub few_replies: bool,
 }
 
 pub(crate) struct Sched {
@@ -81,11 +86,12 @@ impl Sched {
             .remove(id)
             .expect("a handed-out request is removed once, by whoever ran it");
         match task {
-            Task::Ordered { ctx, .. } => self.done.push(Done {
+            Task::Ordered { ctx, few_replies, .. } => self.done.push(Done {
                 client: ctx.client,
                 request_seq: ctx.request_seq,
                 delivered_at: ctx.seq,
                 result,
+                few_replies,
             }),
             Task::ReadOnly { token, .. } => {
                 self.read_only.insert(token, result);
@@ -119,7 +125,7 @@ pub(crate) fn run_chunk<'a>(
     let results: Vec<Bytes> = chunk
         .iter()
         .map(|(_, task)| match task {
-            Task::Ordered { op, ctx } | Task::ReadOnly { op, ctx, .. } => shared.service.execute(op, ctx),
+            Task::Ordered { op, ctx, .. } | Task::ReadOnly { op, ctx, .. } => shared.service.execute(op, ctx),
         })
         .collect();
     let elapsed = started.elapsed();

@@ -10,6 +10,7 @@ use crate::queue::Micros;
 use bytes::Bytes;
 use chorus_apps::WorkloadFn;
 use chorus_core::first_contact::FirstContact;
+use chorus_core::reply_fanout::ReplyFanout;
 use chorus_core::{
     ClientAuthKind, ClientId, ClusterConfig, ClusterTag, Digest, Identity, MacKey, ReplicaId, Reply,
     ReplyBody, Request, RequestSeq,
@@ -71,6 +72,11 @@ impl Credentials {
         self.request_with(seq, 0, op)
     }
 
+    /// The same with `flags` (`flags::FEW_REPLIES`).
+    pub fn request_flagged(&self, seq: RequestSeq, flags: u8, op: Bytes) -> Request {
+        self.request_with(seq, flags, op)
+    }
+
     /// RCC §III-E `SWITCHINSTANCE(c, target)`, properly authenticated.
     pub fn switch_request(&self, seq: RequestSeq, target: u32) -> Request {
         self.request_with(
@@ -103,6 +109,8 @@ struct Pending {
     /// Leader-first: sent to this replica alone (the primary then) and not
     /// resent yet.
     first_only: Option<ReplicaId>,
+    /// Sent with `flags::FEW_REPLIES` at this time, and not resent yet.
+    few_since: Option<Micros>,
 }
 
 /// What the world must do after a client step.
@@ -164,6 +172,10 @@ pub struct SimClient {
     /// Leader-first clients (`chorus_core::first_contact`, as the client
     /// library's `ClientOptions::leader_first`).
     first: Option<(std::sync::Arc<chorus_core::ClusterConfig>, FirstContact)>,
+    /// Few-replies clients (`chorus_core::reply_fanout`, as the client
+    /// library's `ClientOptions::few_replies`).
+    fanout: Option<ReplyFanout>,
+    shortfalls: u32,
 }
 
 impl SimClient {
@@ -198,7 +210,21 @@ impl SimClient {
             workload: std::sync::Arc::new(chorus_apps::kv_workload),
             reliable: false,
             first: None,
+            fanout: None,
+            shortfalls: 0,
         }
+    }
+
+    /// Ask f + 1 designated replicas only for replies while that works, as
+    /// the client library does with `ClientOptions::few_replies`.
+    pub fn with_few_replies(mut self, n: usize) -> SimClient {
+        self.fanout = Some(ReplyFanout::new(n, true));
+        self
+    }
+
+    /// Shortfalls that started a cooling-off period (`ReplyFanout`).
+    pub fn reply_shortfalls(&self) -> u32 {
+        self.shortfalls
     }
 
     /// Send each new request to the primary of our lane alone, as the
@@ -354,6 +380,7 @@ impl SimClient {
 
     /// Send a new request to every replica, arm its first retry and track it.
     fn send_new(&mut self, seq: RequestSeq, request: Request, now_us: Micros, out: &mut Vec<ClientAction>) {
+        let request_few = request.flags & chorus_core::flags::FEW_REPLIES != 0;
         let first_only = match self.first.as_mut() {
             Some((cfg, fc)) if !request.is_switch() => fc.target(cfg, seq, now_us),
             _ => None,
@@ -379,6 +406,7 @@ impl SimClient {
                 busy: BTreeSet::new(),
                 busy_backoff_us: BUSY_BACKOFF_FIRST_US,
                 first_only,
+                few_since: (request_few).then_some(now_us),
             },
         );
     }
@@ -430,7 +458,8 @@ impl SimClient {
             let seq = RequestSeq(self.next_seq);
             self.next_seq += 1;
             let op = self.op(rng, seq.0);
-            let request = self.creds.request(seq, op);
+            let few = self.fanout.as_ref().map_or(0, |f| f.flags(now_us));
+            let request = self.creds.request_flagged(seq, few, op);
             self.send_new(seq, request, now_us, out);
         }
         self.arm(rng, now_us, out);
@@ -456,6 +485,7 @@ impl SimClient {
         // PBFT §4.1: the primary we chose alone left it unaccepted (one
         // reply proves nothing: a faulty primary could send it at once).
         let silent = p.first_only.take();
+        let few_since = p.few_since.take();
         out.push(ClientAction::Broadcast(p.request.clone()));
         out.push(ClientAction::RetryTimer {
             seq,
@@ -465,6 +495,12 @@ impl SimClient {
         if let (Some(to), Some((cfg, fc))) = (silent, self.first.as_mut()) {
             if fc.on_silent(cfg, seq, to, now_us) {
                 out.push(ClientAction::AskViews);
+            }
+        }
+        // A designated replier (or the primary) left it unanswered.
+        if let (Some(sent), Some(f)) = (few_since, self.fanout.as_mut()) {
+            if f.on_shortfall(sent, now_us) {
+                self.shortfalls += 1;
             }
         }
         self.ask_if_due(now_us, out);
@@ -523,6 +559,9 @@ impl SimClient {
     pub fn reply(&mut self, rng: &mut ChaCha8Rng, now_us: Micros, reply: Reply, out: &mut Vec<ClientAction>) {
         if reply.client != self.creds.id {
             return;
+        }
+        if let Some(f) = self.fanout.as_mut() {
+            f.on_reply(reply.replica, now_us);
         }
         if reply.body == ReplyBody::Busy {
             // The primary alone has it and is overloaded: no silence; the

@@ -121,6 +121,11 @@ pub struct SimOptions {
     /// On by default, as in the client library; the regression seeds found
     /// before it was pin it off (`tests/regressions.rs`).
     pub leader_first: bool,
+    /// Correct clients ask only f + 1 designated replicas for replies while
+    /// every replica answers (`chorus_core::reply_fanout`, the client
+    /// library's `ClientOptions::few_replies`). On by default; pinned off
+    /// with `leader_first` for the regression seeds found before it.
+    pub few_replies: bool,
     /// sarek, test-only (feature `skip-sync-wait`): correct replicas'
     /// executors run a CROSS-BORDER-EXEC without waiting for its SYNCs, so
     /// the serial-order checker can be shown to catch it.
@@ -179,6 +184,7 @@ impl Default for SimOptions {
             client_auth: None,
             prepare_auth: PrepareAuth::Signature,
             leader_first: true,
+            few_replies: true,
             skip_sync_wait: false,
             latency_ms: None,
             perf: None,
@@ -421,6 +427,11 @@ impl SimOptions {
             self.leader_first.to_string(),
             d.leader_first.to_string(),
         );
+        flag(
+            "few-replies",
+            self.few_replies.to_string(),
+            d.few_replies.to_string(),
+        );
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
@@ -481,6 +492,11 @@ impl SimOptions {
                 self.leader_first = value
                     .parse()
                     .map_err(|_| format!("--leader-first: {value:?} is not true or false"))?
+            }
+            "few-replies" => {
+                self.few_replies = value
+                    .parse()
+                    .map_err(|_| format!("--few-replies: {value:?} is not true or false"))?
             }
             "no-swarm" => self.swarm = false,
             "no-view-check" => self.check_views = false,
@@ -713,6 +729,7 @@ mod tests {
         o.fault_window_ms = 1_500;
         o.client_auth = Some(ClientAuthKind::Signature);
         o.leader_first = false;
+        o.few_replies = false;
         for opts in [
             o,
             SimOptions::default(),

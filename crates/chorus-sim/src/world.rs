@@ -1052,6 +1052,9 @@ fn build_clients(
             if opts.leader_first {
                 c = c.with_leader_first(config.clone());
             }
+            if opts.few_replies {
+                c = c.with_few_replies(config.n());
+            }
             if config.params.mode == chorus_core::OrderingMode::Rcc {
                 c.with_switching(config.lanes())
             } else {

@@ -543,6 +543,9 @@ impl<R: SimReplica> World<R> {
                 };
                 self.send_reply(i, client, seq, None, body);
             }
+            // `on_request` answered it from the executor's table already, as
+            // it answers every arrival of an executed request.
+            Action::AnswerIfExecuted { .. } => {}
         }
     }
 
@@ -857,6 +860,19 @@ impl<R: SimReplica> World<R> {
             if !r.is_rejected() {
                 self.checker
                     .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
+            }
+            // As `chorus-node`'s execution thread: the client asked others.
+            if r.few_replies
+                && !chorus_core::designated_replier(
+                    r.client,
+                    r.request_seq,
+                    id,
+                    self.config.n(),
+                    self.config.f(),
+                )
+            {
+                self.counters.note("reply-left-to-others");
+                continue;
             }
             self.send_reply(
                 i,

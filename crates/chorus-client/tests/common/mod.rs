@@ -45,6 +45,10 @@ pub enum Behavior {
     /// RCC §III-E: the client's instance censors it: silent on its requests
     /// until a SWITCHINSTANCE arrives (answered as applied), honest after.
     CensoredUntilSwitch,
+    /// Honest, except silent on a `FEW_REPLIES` request it is designated
+    /// to answer (a lure: it answers everything else, so the client keeps
+    /// hearing from it).
+    SilentWhenDesignated,
 }
 
 pub struct Fake {
@@ -249,47 +253,56 @@ impl FakeReplica {
         if !authentic {
             return Some(ReplyBody::Rejected("bad authenticator".into()));
         }
-        let n = self.config.n() as u64;
+        let (n, f) = (self.config.n(), self.config.f());
         let repeat = !self.answered.lock().unwrap().insert((req.client, req.seq.0));
-        let designated = req.seq.0 % n == self.id.0 as u64;
+        let designated = chorus_core::reply_start(req.client, req.seq, n) == self.id.index();
+        // As a real replica: a `FEW_REPLIES` request is answered on execution
+        // by its designated repliers only, and by everyone when resent.
+        let left_to_others = !repeat && !req.is_read_only() && !req.replied_by(self.id, n, f);
         let honest = |result: Vec<u8>| {
-            if designated || repeat {
-                ReplyBody::Full(Bytes::from(result))
+            if left_to_others {
+                None
+            } else if designated || repeat {
+                Some(ReplyBody::Full(Bytes::from(result)))
             } else {
-                ReplyBody::Digest(Digest::of(&result))
+                Some(ReplyBody::Digest(Digest::of(&result)))
             }
         };
         match self.behavior {
             Behavior::Honest | Behavior::DropFirstConnection | Behavior::OtherRequest => {
-                Some(honest(result_for(&req.op)))
+                honest(result_for(&req.op))
             }
+            Behavior::SilentWhenDesignated
+                if req.flags & chorus_core::flags::FEW_REPLIES != 0 && req.replied_by(self.id, n, f) =>
+            {
+                None
+            }
+            Behavior::SilentWhenDesignated => honest(result_for(&req.op)),
             Behavior::Byzantine => Some(ReplyBody::Full(Bytes::from_static(b"evil"))),
             Behavior::Silent => None,
             Behavior::BusyFirst(k) => {
                 let mut counts = self.busy_counts.lock().unwrap();
                 let c = counts.entry((req.client, req.seq.0)).or_insert(0);
                 *c += 1;
-                Some(if *c <= k {
-                    ReplyBody::Busy
+                if *c <= k {
+                    Some(ReplyBody::Busy)
                 } else {
                     honest(result_for(&req.op))
-                })
+                }
             }
             Behavior::RejectAll => Some(ReplyBody::Rejected("nope".into())),
             Behavior::NoFastPath if req.is_read_only() => Some(ReplyBody::Rejected("not read-only".into())),
-            Behavior::NoFastPath => Some(honest(result_for(&req.op))),
-            Behavior::StaleReads if req.is_read_only() => {
-                Some(honest([b"old:".as_slice(), &req.op].concat()))
-            }
-            Behavior::StaleReads => Some(honest(result_for(&req.op))),
+            Behavior::NoFastPath => honest(result_for(&req.op)),
+            Behavior::StaleReads if req.is_read_only() => honest([b"old:".as_slice(), &req.op].concat()),
+            Behavior::StaleReads => honest(result_for(&req.op)),
             Behavior::DigestOnly => Some(ReplyBody::Digest(Digest::of(&result_for(&req.op)))),
             Behavior::CensoredUntilSwitch => match chorus_core::switch_target(req) {
                 Some(j) => {
                     self.switched.store(true, Ordering::SeqCst);
                     let r = format!("{}{j}", chorus_core::switch::SWITCHED_PREFIX);
-                    Some(honest(r.into_bytes()))
+                    honest(r.into_bytes())
                 }
-                None if self.switched.load(Ordering::SeqCst) => Some(honest(result_for(&req.op))),
+                None if self.switched.load(Ordering::SeqCst) => honest(result_for(&req.op)),
                 None => None,
             },
         }

@@ -571,6 +571,7 @@ impl SarekExecutor {
             result,
             duplicate,
             request: digest,
+            few_replies: req.flags & chorus_core::flags::FEW_REPLIES != 0,
         };
         match table.admit_request(req.client, req.seq, digest) {
             Admission::Fresh => {
