@@ -176,6 +176,7 @@ pub struct SimClient {
     /// library's `ClientOptions::few_replies`).
     fanout: Option<ReplyFanout>,
     shortfalls: u32,
+    few_sent: u32,
 }
 
 impl SimClient {
@@ -212,6 +213,7 @@ impl SimClient {
             first: None,
             fanout: None,
             shortfalls: 0,
+            few_sent: 0,
         }
     }
 
@@ -225,6 +227,11 @@ impl SimClient {
     /// Shortfalls that started a cooling-off period (`ReplyFanout`).
     pub fn reply_shortfalls(&self) -> u32 {
         self.shortfalls
+    }
+
+    /// Requests issued with `flags::FEW_REPLIES`.
+    pub fn few_sent(&self) -> u32 {
+        self.few_sent
     }
 
     /// Send each new request to the primary of our lane alone, as the
@@ -459,6 +466,7 @@ impl SimClient {
             self.next_seq += 1;
             let op = self.op(rng, seq.0);
             let few = self.fanout.as_ref().map_or(0, |f| f.flags(now_us));
+            self.few_sent += u32::from(few != 0);
             let request = self.creds.request_flagged(seq, few, op);
             self.send_new(seq, request, now_us, out);
         }

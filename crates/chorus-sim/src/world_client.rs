@@ -12,16 +12,23 @@ impl<R: SimReplica> World<R> {
     pub(crate) fn on_client_issue(&mut self, c: usize) {
         let now = self.now_us();
         let mut out = Vec::new();
+        let few = self.clients[c].few_sent();
         self.clients[c].issue(&mut self.rng, now, &mut out);
+        let sent = self.clients[c].few_sent() - few;
+        *self.counters.notes.entry("client-few-replies").or_insert(0) += u64::from(sent);
         self.client_actions(c, out);
     }
 
     pub(crate) fn on_client_retry(&mut self, c: usize, seq: RequestSeq, attempt: u32) {
         let mut out = Vec::new();
         let now = self.now_us();
+        let shortfalls = self.clients[c].reply_shortfalls();
         self.clients[c].retry(now, seq, attempt, &mut out);
         if !out.is_empty() {
             self.counters.note("client-retransmission");
+        }
+        if self.clients[c].reply_shortfalls() > shortfalls {
+            self.counters.note("client-reply-shortfall");
         }
         self.client_actions(c, out);
     }

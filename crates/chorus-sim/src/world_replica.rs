@@ -861,18 +861,21 @@ impl<R: SimReplica> World<R> {
                 self.checker
                     .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
             }
-            // As `chorus-node`'s execution thread: the client asked others.
-            if r.few_replies
-                && !chorus_core::designated_replier(
-                    r.client,
-                    r.request_seq,
-                    id,
-                    self.config.n(),
-                    self.config.f(),
-                )
-            {
-                self.counters.note("reply-left-to-others");
-                continue;
+            if r.few_replies {
+                let (n, f) = (self.config.n(), self.config.f());
+                // As `chorus-node`'s execution thread: the client asked others.
+                if !chorus_core::designated_replier(r.client, r.request_seq, id, n, f) {
+                    self.counters.note("reply-left-to-others");
+                    continue;
+                }
+                // A Byzantine designated replier withholds exactly these and
+                // answers everything else, so the client keeps hearing from
+                // it (`chorus_core::reply_fanout`): only the client's
+                // retransmission, to every replica, gets the request through.
+                if !correct {
+                    self.counters.fault("withhold-designated-reply");
+                    continue;
+                }
             }
             self.send_reply(
                 i,
