@@ -367,9 +367,13 @@ fn sim_perf_writes_bench_format_results_and_refuses_faults() {
             .contains("sim cop p2,model 4cores on-pillars"),
         "{csv}"
     );
-    // The last columns say how prepares were authenticated and whether
-    // clients sent to the primary first (the default).
-    assert!(csv.lines().nth(1).unwrap().ends_with(",signature,true"), "{csv}");
+    // The last columns say how prepares were authenticated, whether
+    // clients sent to the primary first and asked few replicas for replies
+    // (the defaults).
+    assert!(
+        csv.lines().nth(1).unwrap().ends_with(",signature,true,true"),
+        "{csv}"
+    );
     assert!(dir.path().join("plot.png").exists());
     let refused = chorus(&[
         "sim", "--mode", "pbft", "--faults", "all", "--perf", "--seeds", "1",

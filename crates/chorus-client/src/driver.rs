@@ -70,8 +70,12 @@ struct Pending {
     started: Instant,
     deadline: Instant,
     op: Bytes,
-    /// The encoded request, resent verbatim on retransmission.
+    /// The encoded request (`ClientMsg::Request`).
     frame: Bytes,
+    /// The request, and once resent its `ClientMsg::Resend` frame, sent
+    /// verbatim on every later retransmission.
+    request: Option<chorus_core::Request>,
+    resend: Option<Bytes>,
     /// Its digest: replies must echo it (issue 16, finding 5).
     digest: Digest,
     quorum: ReplyQuorum,
@@ -227,6 +231,8 @@ impl Driver {
                     deadline: now + self.opts.request_timeout,
                     op,
                     frame: Bytes::new(),
+                    request: None,
+                    resend: None,
                     digest: Digest::default(),
                     quorum: ReplyQuorum::for_config(&self.config, path),
                     retransmit_every: self.opts.retransmit_initial,
@@ -301,6 +307,8 @@ impl Driver {
             deadline: now + self.opts.request_timeout,
             op: chorus_core::switch_op(target),
             frame: Bytes::new(),
+            request: None,
+            resend: None,
             digest: Digest::default(),
             quorum: ReplyQuorum::for_config(&self.config, Path::Ordered),
             retransmit_every: self.opts.retransmit_initial,
@@ -401,7 +409,9 @@ impl Driver {
         };
         p.retransmits = 0;
         p.digest = req.digest();
-        p.frame = Bytes::from(encode(&ClientMsg::Request(req)));
+        p.frame = Bytes::from(encode(&ClientMsg::Request(req.clone())));
+        p.request = Some(req);
+        p.resend = None;
         p.quorum = ReplyQuorum::for_config(&self.config, path);
         p.retransmit_every = self.opts.retransmit_initial;
         p.next_send = now + p.retransmit_every;
@@ -464,9 +474,9 @@ impl Driver {
                     tracing::debug!(client = %self.id.0, view = self.first.view(), "learnt a new view");
                 }
             }
-            Ok(ClientMsg::Request(_) | ClientMsg::StatusQuery | ClientMsg::ViewQuery) => {
-                Stats::bump(&self.stats.bad_replies)
-            }
+            Ok(
+                ClientMsg::Request(_) | ClientMsg::Resend(_) | ClientMsg::StatusQuery | ClientMsg::ViewQuery,
+            ) => Stats::bump(&self.stats.bad_replies),
             Err(e) => {
                 tracing::debug!(replica = %from, error = %e, "undecodable frame from replica");
                 self.net.record_decode_error();
@@ -534,6 +544,18 @@ impl Driver {
                         self.first.on_accepted(seq, micros(self.epoch, now));
                     }
                     p.next_send = p.next_send.min(now + self.opts.full_reply_grace);
+                    self.reschedule(seq);
+                } else if p.few_since.is_some() && p.first_reply.is_some() {
+                    // Few replies (`reply_fanout`): the other designated
+                    // replier is normally right behind the first. A slow or
+                    // withholding one must cost a resend (and a cooling-off
+                    // period), not a retransmission timeout on every request
+                    // it is designated for: resend after as long again as the
+                    // first reply took, at least the grace.
+                    let sent = p.few_since.unwrap_or(0);
+                    let took = Duration::from_micros(micros(self.epoch, now).saturating_sub(sent));
+                    let grace = took.max(self.opts.full_reply_grace);
+                    p.next_send = p.next_send.min(now + grace);
                     self.reschedule(seq);
                 }
             }
@@ -609,8 +631,14 @@ impl Driver {
                             ask_views = true;
                         }
                     }
+                    let resend = match (&p.resend, &p.request) {
+                        (Some(f), _) => f.clone(),
+                        (None, Some(req)) => Bytes::from(encode(&ClientMsg::Resend(req.clone()))),
+                        (None, None) => p.frame.clone(),
+                    };
+                    p.resend = Some(resend.clone());
                     for link in self.links.iter() {
-                        link.try_send(p.frame.clone());
+                        link.try_send(resend.clone());
                     }
                     p.retransmit_every = (p.retransmit_every * 2).min(self.opts.retransmit_max);
                     p.next_send = now + p.retransmit_every;

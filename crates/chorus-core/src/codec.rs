@@ -266,7 +266,7 @@ impl Validate for ReplicaMsg {
 impl Validate for ClientMsg {
     fn validate(&self, l: &Limits) -> Result<(), CodecError> {
         match self {
-            ClientMsg::Request(r) => r.validate(l),
+            ClientMsg::Request(r) | ClientMsg::Resend(r) => r.validate(l),
             ClientMsg::Reply(r) => r.validate(l),
             ClientMsg::StatusQuery | ClientMsg::ViewQuery => Ok(()),
             // Lanes are pillars (≤ MAX_PILLARS) or replicas (rcc, dispel).

@@ -465,4 +465,11 @@ pub enum ClientMsg {
     ViewQuery,
     /// Replica → client: each lane's view, lane by lane.
     Views(Vec<u64>),
+    /// Client → replica: a request sent again (its replies were late). A
+    /// replica that executed it answers from its reply cache; one that has
+    /// not yet answers when it executes it, even when the client had asked
+    /// other replicas for the reply (`flags::FEW_REPLIES`). With leader-first
+    /// clients it is the first copy a backup gets from the client, so the
+    /// replica cannot tell it from a first send by itself.
+    Resend(Request),
 }

@@ -13,13 +13,18 @@
 //! (1) it heard every replica reply within `HEARD_WITHIN` (a crashed or
 //! partitioned replica stops replying, so the client asks everyone until it
 //! is back, and loses nothing to it), and (2) it is not cooling off: a
-//! request sent with few replies that had to be retransmitted starts a
-//! cooling-off period of every-replica replies that doubles with each such
-//! shortfall, up to `COOL_OFF_MAX`. A Byzantine replica that answers all
+//! request sent with few replies that had to be resent starts a cooling-off
+//! period of every-replica replies that doubles with each such shortfall,
+//! up to `COOL_OFF_MAX`, and halves after `CALM_PERIODS` periods without
+//! one. The client resends early when the first designated reply came and
+//! the others are not right behind it (as long again as the first took, at
+//! least the client's grace), so a designated replier that answers slowly
+//! on purpose is a shortfall too. A Byzantine replica that answers all
 //! requests but those it is designated for can thus cost a client one
-//! retransmission timeout per cooling-off period (at most 1 s per 61 s with
-//! the client library's defaults), never a lost request; one that lies is
-//! outvoted once the retransmission reaches everyone.
+//! early resend of the requests in flight per cooling-off period — with
+//! the first designated reply as the clock, not the retransmission timeout,
+//! when the other designated replier is correct — never a lost request;
+//! one that lies is outvoted once the resend reaches everyone.
 
 use crate::ids::ReplicaId;
 use crate::request::flags;
@@ -32,6 +37,8 @@ pub const HEARD_WITHIN: Micros = 1_000_000;
 /// The first cooling-off period after a shortfall, and the longest.
 pub const COOL_OFF_MIN: Micros = 2_000_000;
 pub const COOL_OFF_MAX: Micros = 60_000_000;
+/// A cooling-off period halves after this many periods without a shortfall.
+pub const CALM_PERIODS: Micros = 4;
 
 #[derive(Clone, Debug)]
 pub struct ReplyFanout {
@@ -88,7 +95,18 @@ impl ReplyFanout {
     pub fn on_shortfall(&mut self, sent_at: Micros, now: Micros) -> bool {
         match self.last_shortfall {
             Some(last) if sent_at < last => return false,
-            Some(_) => self.cool_off = (self.cool_off * 2).min(COOL_OFF_MAX),
+            Some(last) => {
+                // Halve once per `CALM_PERIODS` periods without a shortfall
+                // (view changes and pauses are shortfalls too), then double:
+                // a replica striking once per calm stretch keeps it where it
+                // is.
+                let mut calm = now.saturating_sub(last);
+                while self.cool_off > COOL_OFF_MIN && calm >= CALM_PERIODS * self.cool_off {
+                    calm -= CALM_PERIODS * self.cool_off;
+                    self.cool_off /= 2;
+                }
+                self.cool_off = (self.cool_off * 2).min(COOL_OFF_MAX);
+            }
             None => {}
         }
         self.last_shortfall = Some(now);
@@ -178,5 +196,14 @@ mod tests {
             fo.on_shortfall(t, t + 1);
         }
         assert_eq!(fo.cool_off(), COOL_OFF_MAX);
+        // Calm for CALM_PERIODS periods: halved, then doubled (unchanged);
+        // for twice as long (at the halved length too): halved twice.
+        let last = fo.last_shortfall.unwrap();
+        let t = last + CALM_PERIODS * COOL_OFF_MAX;
+        assert!(fo.on_shortfall(t, t));
+        assert_eq!(fo.cool_off(), COOL_OFF_MAX);
+        let t2 = t + CALM_PERIODS * COOL_OFF_MAX + CALM_PERIODS * COOL_OFF_MAX / 2;
+        assert!(fo.on_shortfall(t2, t2));
+        assert_eq!(fo.cool_off(), COOL_OFF_MAX / 2);
     }
 }

@@ -58,9 +58,10 @@ pub struct Request {
 /// Consecutive seqs of a client that share their designated repliers.
 pub const REPLY_SET_SPAN: u64 = 1024;
 
-/// The replica that sends a large result of `(client, seq)` in full (the
-/// others send its digest, PBFT §5.1.1), and the first of its designated
-/// repliers (`designated_replier`).
+/// For a `FEW_REPLIES` request, the replica that sends a large result of
+/// `(client, seq)` in full (the others send its digest, PBFT §5.1.1), and
+/// the first of its designated repliers (`designated_replier`). Without the
+/// flag the full result comes from `seq mod n`, rotating per request.
 pub fn reply_start(client: ClientId, seq: RequestSeq, n: usize) -> usize {
     (client.0.wrapping_add(seq.0 / REPLY_SET_SPAN) % n as u64) as usize
 }

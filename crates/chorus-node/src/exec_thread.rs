@@ -48,6 +48,10 @@ impl ExecThread {
         // Pillars a client is connected to (one entry per connection; newest last).
         let mut clients: HashMap<ClientId, Vec<usize>> = HashMap::new();
         let mut checkpoints: BTreeSet<Seq> = BTreeSet::new();
+        // Requests resent before we executed them: their client waits for
+        // every replica now, so we reply on execution even when it had
+        // asked others (`FEW_REPLIES`).
+        let mut resent = crate::resent::Resent::default();
         let mut results: Vec<ExecResult> = Vec::new();
         let mut repredictions: Vec<chorus_core::RePrediction> = Vec::new();
         let mut stages = crate::latency::Stages::new(&self.metrics);
@@ -98,7 +102,7 @@ impl ExecThread {
                     }
                     ExecInput::ReadOnly { request } => {
                         if let Some(result) = self.executor.execute_read_only(&request.op) {
-                            let body = self.body_for(request.client, request.seq, result);
+                            let body = self.body_for(request.client, request.seq, false, result);
                             let d = Some(request.digest());
                             self.reply(&clients, request.client, request.seq, d, true, body);
                         } else {
@@ -160,7 +164,7 @@ impl ExecThread {
                                 let body = ReplyBody::Rejected(chorus_core::REJECT_ABANDONED.into());
                                 self.reply(&clients, client, seq, Some(digest), false, body);
                             }
-                            ReplyLookup::Unknown | ReplyLookup::Pending => {}
+                            ReplyLookup::Unknown | ReplyLookup::Pending => resent.insert(client, seq),
                         }
                     }
                     ExecInput::StatusQuery { client } => {
@@ -182,11 +186,15 @@ impl ExecThread {
                 timed.push(stages.executed(r.client, r.request_seq, executed_at));
                 // The client asked f + 1 others; it gets ours if it retransmits
                 // (`ExecInput::Retransmit`, from the reply cache).
-                if r.few_replies && !chorus_core::designated_replier(r.client, r.request_seq, self.me, n, f) {
+                let asked_us = r.duplicate || resent.take(r.client, r.request_seq);
+                if r.few_replies
+                    && !asked_us
+                    && !chorus_core::designated_replier(r.client, r.request_seq, self.me, n, f)
+                {
                     self.metrics.replies_left_to_others.inc();
                     continue;
                 }
-                let body = self.body_for(r.client, r.request_seq, r.result);
+                let body = self.body_for(r.client, r.request_seq, r.few_replies, r.result);
                 self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);
@@ -243,8 +251,15 @@ impl ExecThread {
         }
     }
 
-    fn body_for(&self, client: ClientId, seq: RequestSeq, result: Bytes) -> ReplyBody {
-        let designated = chorus_core::reply_start(client, seq, self.config.n()) == self.me.index();
+    fn body_for(&self, client: ClientId, seq: RequestSeq, few: bool, result: Bytes) -> ReplyBody {
+        // With few replies, the first designated replier; otherwise the
+        // role rotates per request (`chorus_core::reply_start`).
+        let n = self.config.n();
+        let designated = if few {
+            chorus_core::reply_start(client, seq, n) == self.me.index()
+        } else {
+            (seq.0 % n as u64) as usize == self.me.index()
+        };
         if result.len() <= FULL_REPLY_MAX_BYTES || designated {
             ReplyBody::Full(result)
         } else {

@@ -15,6 +15,7 @@ pub mod outbox_thread;
 pub mod pillar;
 pub mod process_stats;
 pub mod queue;
+pub mod resent;
 pub mod runtime;
 pub mod status;
 pub mod storage;

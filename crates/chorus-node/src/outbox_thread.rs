@@ -184,9 +184,6 @@ impl OutboxThread {
             Action::InstallState { cert, snapshot } => {
                 let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
             }
-            Action::AnswerIfExecuted { client, seq, digest } => {
-                let _ = self.exec.try_send(ExecInput::Retransmit { client, seq, digest });
-            }
             Action::Reject { client, seq, reason } => {
                 self.metrics.reject(&format!("{reason:?}"));
                 let _ = self.exec.try_send(ExecInput::Reject { client, seq, reason });

@@ -694,6 +694,10 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                 break;
             }
         };
+        let (msg, resend) = match msg {
+            ClientMsg::Resend(req) => (ClientMsg::Request(req), true),
+            other => (other, false),
+        };
         match msg {
             ClientMsg::Request(req) => {
                 shared.metrics.requests_received.inc();
@@ -717,12 +721,14 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         shared.metrics.reject("exec-queue-full");
                     }
                 } else {
-                    if seen.insert(req.seq.0) {
+                    let first = seen.insert(req.seq.0);
+                    if first {
                         shared.metrics.latency.admitted(client, req.seq);
-                    } else {
+                    }
+                    if resend || !first {
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
-                        // stall the client (PBFT §4.1).
+                        // stall the client (PBFT §4.1), or when it executes it.
                         let _ = shared.exec.try_send(ExecInput::Retransmit {
                             client,
                             seq: req.seq,
@@ -746,7 +752,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                 let views = shared.core_status.borrow().views.clone();
                 to_client(&shared, client, Bytes::from(encode(&ClientMsg::Views(views))));
             }
-            ClientMsg::Reply(_) | ClientMsg::StatusReport(_) | ClientMsg::Views(_) => {
+            ClientMsg::Reply(_) | ClientMsg::StatusReport(_) | ClientMsg::Views(_) | ClientMsg::Resend(_) => {
                 shared.metrics.drop_frame("client-sent-reply");
             }
         }

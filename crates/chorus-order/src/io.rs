@@ -168,16 +168,6 @@ pub enum Action {
         seq: RequestSeq,
         reason: RejectReason,
     },
-    /// A `FEW_REPLIES` request this replica was not designated to answer
-    /// reached it from its client after it was ordered: the client is
-    /// retransmitting, so answer it from the reply cache if it was executed
-    /// (`chorus_core::reply_fanout`). With leader-first clients this is
-    /// the first copy a backup gets from the client.
-    AnswerIfExecuted {
-        client: ClientId,
-        seq: RequestSeq,
-        digest: Digest,
-    },
 }
 
 /// Collects actions; never performs them.

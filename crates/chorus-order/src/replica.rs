@@ -433,8 +433,6 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        let left_to_others = !req.replied_by(self.me, self.cfg.n(), self.cfg.f());
-        let digest = left_to_others.then(|| req.digest());
         let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
             Err(e)
         } else {
@@ -446,11 +444,7 @@ impl Replica {
         };
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,
-            Ok(Admitted::Duplicate) => {
-                if let Some(digest) = digest {
-                    out.push(Action::AnswerIfExecuted { client, seq, digest });
-                }
-            }
+            Ok(Admitted::Duplicate) => {}
             Err(reason) => {
                 tracing::debug!(?client, ?seq, ?reason, "request rejected");
                 self.counters.reject_request(reject_reason_name(&reason));

@@ -22,6 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// First retransmission after this long; doubles per attempt up to the cap.
 pub const RETRY_FIRST_US: Micros = 400_000;
+/// Few replies: after a first designated reply, resend if the quorum is
+/// not complete within as long again as that reply took, at least this
+/// (the client library's `full_reply_grace`).
+pub const FEW_REPLY_GRACE_US: Micros = 50_000;
 pub const RETRY_MAX_US: Micros = 3_200_000;
 /// On a reliable network (the resource model: no faults, every message
 /// arrives) a client resends only what `chorus-client`'s driver resends:
@@ -111,6 +115,8 @@ struct Pending {
     first_only: Option<ReplicaId>,
     /// Sent with `flags::FEW_REPLIES` at this time, and not resent yet.
     few_since: Option<Micros>,
+    /// The early resend after a first designated reply is armed.
+    few_grace_armed: bool,
 }
 
 /// What the world must do after a client step.
@@ -118,6 +124,8 @@ struct Pending {
 pub enum ClientAction {
     /// Send this request to every replica.
     Broadcast(Request),
+    /// Send this request to every replica again (`ClientMsg::Resend`).
+    Resend(Request),
     /// Leader-first (PBFT §4.1): send this request to this replica alone.
     SendTo(ReplicaId, Request),
     /// Leader-first: ask every replica for its lanes' views.
@@ -414,6 +422,7 @@ impl SimClient {
                 busy_backoff_us: BUSY_BACKOFF_FIRST_US,
                 first_only,
                 few_since: (request_few).then_some(now_us),
+                few_grace_armed: false,
             },
         );
     }
@@ -494,7 +503,7 @@ impl SimClient {
         // reply proves nothing: a faulty primary could send it at once).
         let silent = p.first_only.take();
         let few_since = p.few_since.take();
-        out.push(ClientAction::Broadcast(p.request.clone()));
+        out.push(ClientAction::Resend(p.request.clone()));
         out.push(ClientAction::RetryTimer {
             seq,
             attempt: p.attempt,
@@ -607,6 +616,17 @@ impl SimClient {
             .or_insert_with(|| (BTreeSet::new(), result.clone()));
         voters.insert(reply.replica);
         if voters.len() < self.quorum {
+            // Few replies: resend if the other designated replier is not
+            // right behind (`chorus-client`'s driver does the same).
+            if p.few_since.is_some() && !p.few_grace_armed {
+                p.few_grace_armed = true;
+                let took = now_us.saturating_sub(p.issued_at_us);
+                out.push(ClientAction::RetryTimer {
+                    seq: reply.seq,
+                    attempt: p.attempt,
+                    after_us: took.max(FEW_REPLY_GRACE_US),
+                });
+            }
             return;
         }
         let latency_us = now_us - p.issued_at_us;
@@ -789,7 +809,7 @@ mod tests {
         c.issue(&mut rng, 0, &mut out);
         out.clear();
         c.retry(0, RequestSeq(1), 0, &mut out);
-        assert!(matches!(out[0], ClientAction::Broadcast(_)));
+        assert!(matches!(out[0], ClientAction::Resend(_)));
         assert_eq!(
             out[1],
             ClientAction::RetryTimer {
@@ -852,7 +872,7 @@ mod tests {
         c.retry(10, RequestSeq(1), 0, &mut out); // the voided safety timer
         assert!(out.is_empty());
         c.retry(after, RequestSeq(1), 1, &mut out);
-        assert!(matches!(out[0], ClientAction::Broadcast(_)));
+        assert!(matches!(out[0], ClientAction::Resend(_)));
         assert!(matches!(out[1], ClientAction::RetryTimer { attempt: 2, .. }));
         // The next f+1 busy answers wait twice as long.
         out.clear();

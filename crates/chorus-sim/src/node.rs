@@ -104,6 +104,11 @@ pub struct Live<R> {
     /// Events handled since the replica began holding messages (the
     /// runtime ends a burst after at most `BURST_MAX_EVENTS`).
     pub burst_events: u32,
+    /// Requests their client resent before this replica executed them: it
+    /// replies when it executes them even if the client had asked others
+    /// (`FEW_REPLIES`; `chorus-node` `resent.rs`). Bounded by the clients'
+    /// requests.
+    pub resent: std::collections::HashSet<(chorus_core::ClientId, chorus_core::RequestSeq)>,
 }
 
 impl<R> Live<R> {
@@ -116,6 +121,7 @@ impl<R> Live<R> {
             exec_unflushed: 0,
             burst_scheduled: false,
             burst_events: 0,
+            resent: Default::default(),
         }
     }
 }

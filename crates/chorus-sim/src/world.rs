@@ -220,6 +220,10 @@ pub struct World<R: SimReplica> {
     /// yet accepted, and whether each was the client's probe: what an
     /// omniscient `fake-answer` primary attacks.
     pub(crate) sent_alone: std::collections::BTreeMap<(ClientId, chorus_core::RequestSeq), bool>,
+    /// Requests correct clients resent (`ClientMsg::Resend` in the runtime):
+    /// a copy arriving after the resend counts as one, as a second arrival
+    /// on a connection does in the runtime's pillar.
+    pub(crate) resent: std::collections::HashSet<(ClientId, chorus_core::RequestSeq)>,
 }
 
 impl<R: SimReplica> World<R> {
@@ -304,6 +308,7 @@ impl<R: SimReplica> World<R> {
             access_logs: Vec::new(),
             streams: Default::default(),
             sent_alone: Default::default(),
+            resent: Default::default(),
         }
     }
 

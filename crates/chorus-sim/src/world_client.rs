@@ -52,9 +52,13 @@ impl<R: SimReplica> World<R> {
         // so the network adversary acts on each.
         let mut bundle: Vec<Request> = Vec::new();
         for a in out {
+            let resend = matches!(a, ClientAction::Resend(_));
             match a {
-                ClientAction::Broadcast(request) => {
+                ClientAction::Broadcast(request) | ClientAction::Resend(request) => {
                     self.sent_alone.remove(&(request.client, request.seq));
+                    if resend && request.flags & chorus_core::flags::FEW_REPLIES != 0 {
+                        self.resent.insert((request.client, request.seq));
+                    }
                     self.checker.issue(request.digest(), Issue::Valid);
                     if self.perf.is_some() {
                         bundle.push(request);

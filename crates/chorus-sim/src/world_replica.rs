@@ -272,7 +272,14 @@ impl<R: SimReplica> World<R> {
                 let body = ReplyBody::Rejected(REJECT_ABANDONED.into());
                 return self.send_reply(i, request.client, request.seq, Some(d), body);
             }
-            ReplyLookup::Unknown | ReplyLookup::Pending => {}
+            ReplyLookup::Unknown | ReplyLookup::Pending => {
+                let key = (request.client, request.seq);
+                if self.resent.contains(&key) {
+                    if let Some(live) = self.nodes[i].live.as_mut() {
+                        live.resent.insert(key);
+                    }
+                }
+            }
         }
         self.handle(i, Event::Request(request));
     }
@@ -543,9 +550,6 @@ impl<R: SimReplica> World<R> {
                 };
                 self.send_reply(i, client, seq, None, body);
             }
-            // `on_request` answered it from the executor's table already, as
-            // it answers every arrival of an executed request.
-            Action::AnswerIfExecuted { .. } => {}
         }
     }
 
@@ -851,6 +855,11 @@ impl<R: SimReplica> World<R> {
         results.sort_by_key(|r| (r.delivered_at, r.client, r.request_seq, r.duplicate));
         let correct = self.nodes[i].correct;
         for r in results {
+            let asked_us = r.duplicate
+                || self.nodes[i]
+                    .live
+                    .as_mut()
+                    .is_some_and(|l| l.resent.remove(&(r.client, r.request_seq)));
             let key = self.exactly_once_key(r.client, r.request_seq, r.delivered_at);
             let result_digest = Digest::of(&r.result);
             self.trace.update(result_digest.as_bytes());
@@ -861,7 +870,7 @@ impl<R: SimReplica> World<R> {
                 self.checker
                     .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
             }
-            if r.few_replies {
+            if r.few_replies && !asked_us {
                 let (n, f) = (self.config.n(), self.config.f());
                 // As `chorus-node`'s execution thread: the client asked others.
                 if !chorus_core::designated_replier(r.client, r.request_seq, id, n, f) {

@@ -195,8 +195,9 @@ impl FakeReplica {
         let mac_key = self.key.pairwise_key(&client_pk);
         let codec = Limits::from_config(&self.config);
         while let Ok(Some(frame)) = rd.next().await {
-            let req = match decode::<ClientMsg>(&frame, &codec) {
-                Ok(ClientMsg::Request(r)) => r,
+            let (req, resend) = match decode::<ClientMsg>(&frame, &codec) {
+                Ok(ClientMsg::Request(r)) => (r, false),
+                Ok(ClientMsg::Resend(r)) => (r, true),
                 Ok(ClientMsg::StatusQuery) => {
                     let s = format!("{{\"replica\":{}}}", self.id.0);
                     let _ = wr.send(&encode(&ClientMsg::StatusReport(s))).await;
@@ -227,7 +228,7 @@ impl FakeReplica {
             {
                 return;
             }
-            let Some(body) = self.answer(&req, authentic) else {
+            let Some(body) = self.answer(&req, authentic, resend) else {
                 continue;
             };
             let request = if self.behavior == Behavior::OtherRequest {
@@ -249,13 +250,17 @@ impl FakeReplica {
         }
     }
 
-    fn answer(&self, req: &Request, authentic: bool) -> Option<ReplyBody> {
+    fn answer(&self, req: &Request, authentic: bool, resend: bool) -> Option<ReplyBody> {
         if !authentic {
             return Some(ReplyBody::Rejected("bad authenticator".into()));
         }
         let (n, f) = (self.config.n(), self.config.f());
-        let repeat = !self.answered.lock().unwrap().insert((req.client, req.seq.0));
-        let designated = chorus_core::reply_start(req.client, req.seq, n) == self.id.index();
+        let repeat = !self.answered.lock().unwrap().insert((req.client, req.seq.0)) || resend;
+        let designated = if req.flags & chorus_core::flags::FEW_REPLIES != 0 {
+            chorus_core::reply_start(req.client, req.seq, n) == self.id.index()
+        } else {
+            (req.seq.0 % n as u64) as usize == self.id.index()
+        };
         // As a real replica: a `FEW_REPLIES` request is answered on execution
         // by its designated repliers only, and by everyone when resent.
         let left_to_others = !repeat && !req.is_read_only() && !req.replied_by(self.id, n, f);

@@ -287,8 +287,6 @@ impl Cluster {
                     self.push(self.now, i, ev);
                 }
                 Action::Reject { reason, .. } => self.rejects.push((i, reason)),
-                // The harness has no executor: nothing to answer from.
-                Action::AnswerIfExecuted { .. } => {}
             }
         }
     }

@@ -304,9 +304,6 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
             Action::Reject { reason, .. } => format!("reject {reason:?}"),
-            Action::AnswerIfExecuted { client, seq, .. } => {
-                format!("answer if executed {} {}", client.0, seq.0)
-            }
         })
         .collect()
 }
