@@ -105,6 +105,10 @@ struct Pending {
     first_only: Option<ReplicaId>,
     /// Sent with `flags::FEW_REPLIES` at this time (µs of `Driver::epoch`).
     few_since: Option<u64>,
+    /// The next send is the early resend of a few-replies request whose
+    /// other designated replier lags (no retransmission: it neither
+    /// doubles the back-off nor tells anything about the primary).
+    few_early: bool,
 }
 
 impl Pending {
@@ -249,6 +253,7 @@ impl Driver {
                     switch_to: None,
                     first_only: None,
                     few_since: None,
+                    few_early: false,
                 };
                 self.start(p, path, now);
             }
@@ -325,6 +330,7 @@ impl Driver {
             switch_to: Some(target),
             first_only: None,
             few_since: None,
+            few_early: false,
         };
         tracing::debug!(client = %self.id.0, from = self.instance.owner(), to = target, "switching instance");
         Stats::bump(&self.stats.switches_sent);
@@ -400,6 +406,7 @@ impl Driver {
             _ => 0,
         };
         p.few_since = (few != 0).then_some(at);
+        p.few_early = false;
         if few != 0 {
             Stats::bump(&self.stats.sent_few_replies);
         }
@@ -545,7 +552,11 @@ impl Driver {
                     }
                     p.next_send = p.next_send.min(now + self.opts.full_reply_grace);
                     self.reschedule(seq);
-                } else if p.few_since.is_some() && p.first_reply.is_some() {
+                } else if p.few_since.is_some()
+                    && !p.few_early
+                    && p.first_reply.is_some()
+                    && self.fanout.designated(self.id, seq, from)
+                {
                     // Few replies (`reply_fanout`): the other designated
                     // replier is normally right behind the first. A slow or
                     // withholding one must cost a resend (and a cooling-off
@@ -555,8 +566,11 @@ impl Driver {
                     let sent = p.few_since.unwrap_or(0);
                     let took = Duration::from_micros(micros(self.epoch, now).saturating_sub(sent));
                     let grace = took.max(self.opts.full_reply_grace);
-                    p.next_send = p.next_send.min(now + grace);
-                    self.reschedule(seq);
+                    if now + grace < p.next_send {
+                        p.next_send = now + grace;
+                        p.few_early = true;
+                        self.reschedule(seq);
+                    }
                 }
             }
             Ok(Decision::Accepted(bytes)) => {
@@ -606,7 +620,23 @@ impl Driver {
             } else if p.fast_path_until.is_some_and(|t| now >= t) {
                 self.fall_back(seq, now);
             } else {
-                if now >= p.next_send {
+                if now >= p.next_send && std::mem::take(&mut p.few_early) && p.few_since.is_some() {
+                    // Few replies, the other designated replier lags: ask
+                    // everyone now and cool off; the primary did propose it
+                    // (a designated replier executed it), so its probe and
+                    // the regular back-off stay as they are.
+                    Stats::bump(&self.stats.retransmissions);
+                    if let Some(sent) = p.few_since.take() {
+                        if self.fanout.on_shortfall(sent, micros(self.epoch, now)) {
+                            Stats::bump(&self.stats.reply_shortfalls);
+                        }
+                    }
+                    let resend = Self::resend_frame(p);
+                    for link in self.links.iter() {
+                        link.try_send(resend.clone());
+                    }
+                    p.next_send = now + p.retransmit_every;
+                } else if now >= p.next_send {
                     // To every replica, including those that already answered:
                     // replicas answer a retransmitted request with the full
                     // result, which is how a digest-only quorum gets its bytes
@@ -631,12 +661,7 @@ impl Driver {
                             ask_views = true;
                         }
                     }
-                    let resend = match (&p.resend, &p.request) {
-                        (Some(f), _) => f.clone(),
-                        (None, Some(req)) => Bytes::from(encode(&ClientMsg::Resend(req.clone()))),
-                        (None, None) => p.frame.clone(),
-                    };
-                    p.resend = Some(resend.clone());
+                    let resend = Self::resend_frame(p);
                     for link in self.links.iter() {
                         link.try_send(resend.clone());
                     }
@@ -661,6 +686,17 @@ impl Driver {
         if ask_views || self.first.ask_due(micros(self.epoch, now)) {
             self.ask_views();
         }
+    }
+
+    /// The `ClientMsg::Resend` frame of `p`, encoded once.
+    fn resend_frame(p: &mut Pending) -> Bytes {
+        let resend = match (&p.resend, &p.request) {
+            (Some(f), _) => f.clone(),
+            (None, Some(req)) => Bytes::from(encode(&ClientMsg::Resend(req.clone()))),
+            (None, None) => p.frame.clone(),
+        };
+        p.resend = Some(resend.clone());
+        resend
     }
 
     /// Ask every replica for its lanes' views: the answers go to

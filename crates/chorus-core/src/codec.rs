@@ -376,6 +376,7 @@ mod tests {
             ClientMsg::ViewQuery,
             ClientMsg::Views(vec![]),
             ClientMsg::Views(vec![0, 7, u64::MAX]),
+            ClientMsg::StatusQuery,
         ] {
             assert_eq!(decode::<ClientMsg>(&encode(&msg), &l).unwrap(), msg);
         }

@@ -26,8 +26,8 @@
 //! when the other designated replier is correct — never a lost request;
 //! one that lies is outvoted once the resend reaches everyone.
 
-use crate::ids::ReplicaId;
-use crate::request::flags;
+use crate::ids::{ClientId, ReplicaId, RequestSeq};
+use crate::request::{designated_replier, flags};
 
 /// Sans-IO: time is the caller's, in microseconds.
 pub type Micros = u64;
@@ -43,6 +43,7 @@ pub const CALM_PERIODS: Micros = 4;
 #[derive(Clone, Debug)]
 pub struct ReplyFanout {
     enabled: bool,
+    f: usize,
     /// When each replica last replied to us (anything authenticated).
     heard: Vec<Option<Micros>>,
     /// Every-replica replies until then.
@@ -57,6 +58,7 @@ impl ReplyFanout {
     pub fn new(n: usize, enabled: bool) -> ReplyFanout {
         ReplyFanout {
             enabled,
+            f: crate::quorum::max_faulty(n),
             heard: vec![None; n],
             all_until: 0,
             cool_off: COOL_OFF_MIN,
@@ -82,6 +84,11 @@ impl ReplyFanout {
                 .all(|h| h.is_some_and(|t| now.saturating_sub(t) < HEARD_WITHIN))
     }
 
+    /// Is `replica` one of the f + 1 asked to reply to our `seq`?
+    pub fn designated(&self, client: ClientId, seq: RequestSeq, replica: ReplicaId) -> bool {
+        designated_replier(client, seq, replica, self.heard.len(), self.f)
+    }
+
     /// `from` replied (over its authenticated channel).
     pub fn on_reply(&mut self, from: ReplicaId, now: Micros) {
         if let Some(h) = self.heard.get_mut(from.index()) {
@@ -95,15 +102,15 @@ impl ReplyFanout {
     pub fn on_shortfall(&mut self, sent_at: Micros, now: Micros) -> bool {
         match self.last_shortfall {
             Some(last) if sent_at < last => return false,
-            Some(last) => {
+            Some(_) => {
                 // Halve once per `CALM_PERIODS` periods without a shortfall
-                // (view changes and pauses are shortfalls too), then double:
-                // a replica striking once per calm stretch keeps it where it
-                // is.
-                let mut calm = now.saturating_sub(last);
+                // since the last period ended (view changes and pauses are
+                // shortfalls too), then double: a replica striking once per
+                // calm stretch keeps it where it is.
+                let mut calm = now.saturating_sub(self.all_until);
                 while self.cool_off > COOL_OFF_MIN && calm >= CALM_PERIODS * self.cool_off {
                     calm -= CALM_PERIODS * self.cool_off;
-                    self.cool_off /= 2;
+                    self.cool_off = (self.cool_off / 2).max(COOL_OFF_MIN);
                 }
                 self.cool_off = (self.cool_off * 2).min(COOL_OFF_MAX);
             }
@@ -196,14 +203,18 @@ mod tests {
             fo.on_shortfall(t, t + 1);
         }
         assert_eq!(fo.cool_off(), COOL_OFF_MAX);
-        // Calm for CALM_PERIODS periods: halved, then doubled (unchanged);
-        // for twice as long (at the halved length too): halved twice.
-        let last = fo.last_shortfall.unwrap();
-        let t = last + CALM_PERIODS * COOL_OFF_MAX;
+        // Calm for CALM_PERIODS periods after the period: halved, then
+        // doubled (unchanged); for twice as long (at the halved length
+        // too): halved twice.
+        let t = fo.all_until + CALM_PERIODS * COOL_OFF_MAX;
         assert!(fo.on_shortfall(t, t));
         assert_eq!(fo.cool_off(), COOL_OFF_MAX);
-        let t2 = t + CALM_PERIODS * COOL_OFF_MAX + CALM_PERIODS * COOL_OFF_MAX / 2;
+        let t2 = fo.all_until + CALM_PERIODS * COOL_OFF_MAX + CALM_PERIODS * COOL_OFF_MAX / 2;
         assert!(fo.on_shortfall(t2, t2));
         assert_eq!(fo.cool_off(), COOL_OFF_MAX / 2);
+        // Never below the first period, however long the calm.
+        let t3 = fo.all_until + 1_000 * COOL_OFF_MAX;
+        assert!(fo.on_shortfall(t3, t3));
+        assert_eq!(fo.cool_off(), 2 * COOL_OFF_MIN);
     }
 }

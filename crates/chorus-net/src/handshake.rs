@@ -61,8 +61,10 @@ use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 /// close the connection on it, so a v4 client is refused at the handshake.
 /// 5: requests may carry `flags::FEW_REPLIES`, which a v4 replica refuses
 /// as an unknown flag (the client would wait for replies that never come).
-pub const PROTOCOL_VERSION: u16 = 5;
-const MAGIC: [u8; 8] = *b"CHORUSv5";
+/// 6: clients resend as `ClientMsg::Resend`, which a v5 replica cannot
+/// decode (it would close the connection on every retransmission).
+pub const PROTOCOL_VERSION: u16 = 6;
+const MAGIC: [u8; 8] = *b"CHORUSv6";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;
 /// Read buffer of a connection still in its handshake (grown after it).

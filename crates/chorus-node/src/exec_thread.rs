@@ -184,17 +184,23 @@ impl ExecThread {
             let (n, f) = (self.config.n(), self.config.f());
             for r in results.drain(..) {
                 timed.push(stages.executed(r.client, r.request_seq, executed_at));
-                // The client asked f + 1 others; it gets ours if it retransmits
-                // (`ExecInput::Retransmit`, from the reply cache).
-                let asked_us = r.duplicate || resent.take(r.client, r.request_seq);
+                // The client asked f + 1 others; it gets ours if it resent the
+                // request (then, as from the reply cache, in full) or if this
+                // copy is a duplicate.
+                let resent_here = resent.take(r.client, r.request_seq);
                 if r.few_replies
-                    && !asked_us
+                    && !resent_here
+                    && !r.duplicate
                     && !chorus_core::designated_replier(r.client, r.request_seq, self.me, n, f)
                 {
                     self.metrics.replies_left_to_others.inc();
                     continue;
                 }
-                let body = self.body_for(r.client, r.request_seq, r.few_replies, r.result);
+                let body = if resent_here {
+                    ReplyBody::Full(r.result)
+                } else {
+                    self.body_for(r.client, r.request_seq, r.few_replies, r.result)
+                };
                 self.reply(&clients, r.client, r.request_seq, Some(r.request), false, body);
             }
             self.checkpoint_if_due(&mut checkpoints);

@@ -729,11 +729,18 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         // A retransmission: every replica answers it in full from
                         // its reply cache, so a faulty designated replica cannot
                         // stall the client (PBFT §4.1), or when it executes it.
-                        let _ = shared.exec.try_send(ExecInput::Retransmit {
-                            client,
-                            seq: req.seq,
-                            digest: req.digest(),
-                        });
+                        if shared
+                            .exec
+                            .try_send(ExecInput::Retransmit {
+                                client,
+                                seq: req.seq,
+                                digest: req.digest(),
+                            })
+                            .is_err()
+                        {
+                            // The client resends again (its back-off doubles).
+                            shared.metrics.drop_frame("exec-queue-full-resend");
+                        }
                     }
                     while seen.len() > SEEN_SEQS_MAX {
                         seen.pop_first();

@@ -6,53 +6,49 @@
 use chorus_core::{ClientId, RequestSeq};
 use std::collections::{HashMap, VecDeque};
 
-/// Entries kept; the oldest go first (a client flooding resends of seqs
-/// that never execute can only evict entries, and an evicted request's
-/// client resends again, which records it again).
-pub const RESENT_MAX: usize = 65_536;
-
-type Key = (ClientId, RequestSeq);
+/// Seqs kept per client, the oldest going first: more than a client's
+/// window (`pool_max_per_client`), so a correct client loses none, and a
+/// client flooding resends of seqs that never execute evicts only its own.
+pub const RESENT_PER_CLIENT: usize = 1_024;
 
 #[derive(Default)]
 pub struct Resent {
-    /// Each key with the insertion that recorded it.
-    live: HashMap<Key, u64>,
-    /// Insertions, oldest first; one whose key was taken (or recorded again
-    /// later) is skipped when it reaches the front.
-    order: VecDeque<(Key, u64)>,
-    next: u64,
+    by_client: HashMap<ClientId, VecDeque<RequestSeq>>,
 }
 
 impl Resent {
     pub fn insert(&mut self, client: ClientId, seq: RequestSeq) {
-        let key = (client, seq);
-        if self.live.contains_key(&key) {
+        let q = self.by_client.entry(client).or_default();
+        if q.contains(&seq) {
             return;
         }
-        self.next += 1;
-        self.live.insert(key, self.next);
-        self.order.push_back((key, self.next));
-        while self.live.len() > RESENT_MAX || self.order.len() > 2 * RESENT_MAX {
-            let Some((old, at)) = self.order.pop_front() else {
-                break;
-            };
-            if self.live.get(&old) == Some(&at) {
-                self.live.remove(&old);
-            }
+        if q.len() >= RESENT_PER_CLIENT {
+            q.pop_front();
         }
+        q.push_back(seq);
     }
 
     /// Was it resent (and not taken yet)? Forgets it.
     pub fn take(&mut self, client: ClientId, seq: RequestSeq) -> bool {
-        !self.live.is_empty() && self.live.remove(&(client, seq)).is_some()
+        let Some(q) = self.by_client.get_mut(&client) else {
+            return false;
+        };
+        let Some(i) = q.iter().position(|s| *s == seq) else {
+            return false;
+        };
+        q.remove(i);
+        if q.is_empty() {
+            self.by_client.remove(&client);
+        }
+        true
     }
 
     pub fn len(&self) -> usize {
-        self.live.len()
+        self.by_client.values().map(VecDeque::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
+        self.by_client.is_empty()
     }
 }
 
@@ -61,19 +57,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembers_until_taken_and_stays_bounded() {
+    fn remembers_until_taken_and_a_flooding_client_evicts_only_its_own() {
         let mut r = Resent::default();
         r.insert(ClientId(1), RequestSeq(5));
         r.insert(ClientId(1), RequestSeq(5));
         assert_eq!(r.len(), 1);
         assert!(!r.take(ClientId(1), RequestSeq(6)));
-        assert!(r.take(ClientId(1), RequestSeq(5)));
-        assert!(!r.take(ClientId(1), RequestSeq(5)));
-        for s in 0..(RESENT_MAX as u64 + 10) {
+        r.insert(ClientId(3), RequestSeq(9));
+        for s in 0..(RESENT_PER_CLIENT as u64 + 10) {
             r.insert(ClientId(2), RequestSeq(s));
         }
-        assert_eq!(r.len(), RESENT_MAX);
-        assert!(!r.take(ClientId(2), RequestSeq(0)), "the oldest went first");
-        assert!(r.take(ClientId(2), RequestSeq(RESENT_MAX as u64 + 9)));
+        assert_eq!(r.len(), RESENT_PER_CLIENT + 2);
+        assert!(!r.take(ClientId(2), RequestSeq(0)), "its oldest went first");
+        assert!(r.take(ClientId(2), RequestSeq(RESENT_PER_CLIENT as u64 + 9)));
+        assert!(r.take(ClientId(1), RequestSeq(5)), "another client's mark stays");
+        assert!(r.take(ClientId(3), RequestSeq(9)));
+        assert!(!r.take(ClientId(1), RequestSeq(5)));
     }
 }

@@ -26,6 +26,9 @@ pub const RETRY_FIRST_US: Micros = 400_000;
 /// not complete within as long again as that reply took, at least this
 /// (the client library's `full_reply_grace`).
 pub const FEW_REPLY_GRACE_US: Micros = 50_000;
+/// The attempt number of the early resend's timer: it resends once, and
+/// leaves the attempts, the back-off and the primary's probe alone.
+pub const EARLY_RESEND: u32 = u32::MAX;
 pub const RETRY_MAX_US: Micros = 3_200_000;
 /// On a reliable network (the resource model: no faults, every message
 /// arrives) a client resends only what `chorus-client`'s driver resends:
@@ -487,6 +490,18 @@ impl SimClient {
         let Some(p) = self.pending.get_mut(&seq) else {
             return;
         };
+        if attempt == EARLY_RESEND {
+            // Few replies, the other designated replier lags: everyone now.
+            if let Some(sent) = p.few_since.take() {
+                out.push(ClientAction::Resend(p.request.clone()));
+                if let Some(f) = self.fanout.as_mut() {
+                    if f.on_shortfall(sent, now_us) {
+                        self.shortfalls += 1;
+                    }
+                }
+            }
+            return;
+        }
         if p.attempt != attempt {
             return;
         }
@@ -618,12 +633,16 @@ impl SimClient {
         if voters.len() < self.quorum {
             // Few replies: resend if the other designated replier is not
             // right behind (`chorus-client`'s driver does the same).
-            if p.few_since.is_some() && !p.few_grace_armed {
+            let designated = self
+                .fanout
+                .as_ref()
+                .is_some_and(|f| f.designated(self.creds.id, reply.seq, reply.replica));
+            if p.few_since.is_some() && !p.few_grace_armed && designated {
                 p.few_grace_armed = true;
                 let took = now_us.saturating_sub(p.issued_at_us);
                 out.push(ClientAction::RetryTimer {
                     seq: reply.seq,
-                    attempt: p.attempt,
+                    attempt: EARLY_RESEND,
                     after_us: took.max(FEW_REPLY_GRACE_US),
                 });
             }

@@ -855,11 +855,11 @@ impl<R: SimReplica> World<R> {
         results.sort_by_key(|r| (r.delivered_at, r.client, r.request_seq, r.duplicate));
         let correct = self.nodes[i].correct;
         for r in results {
-            let asked_us = r.duplicate
-                || self.nodes[i]
-                    .live
-                    .as_mut()
-                    .is_some_and(|l| l.resent.remove(&(r.client, r.request_seq)));
+            let resent = self.nodes[i]
+                .live
+                .as_mut()
+                .is_some_and(|l| l.resent.remove(&(r.client, r.request_seq)));
+            let asked_us = resent || r.duplicate;
             let key = self.exactly_once_key(r.client, r.request_seq, r.delivered_at);
             let result_digest = Digest::of(&r.result);
             self.trace.update(result_digest.as_bytes());
@@ -870,18 +870,19 @@ impl<R: SimReplica> World<R> {
                 self.checker
                     .executed(now, id, key, r.delivered_at, result_digest, r.duplicate);
             }
-            if r.few_replies && !asked_us {
+            if r.few_replies {
                 let (n, f) = (self.config.n(), self.config.f());
+                let designated = chorus_core::designated_replier(r.client, r.request_seq, id, n, f);
                 // As `chorus-node`'s execution thread: the client asked others.
-                if !chorus_core::designated_replier(r.client, r.request_seq, id, n, f) {
+                if !designated && !asked_us {
                     self.counters.note("reply-left-to-others");
                     continue;
                 }
-                // A Byzantine designated replier withholds exactly these and
-                // answers everything else, so the client keeps hearing from
-                // it (`chorus_core::reply_fanout`): only the client's
-                // retransmission, to every replica, gets the request through.
-                if !correct {
+                // A Byzantine designated replier withholds exactly these (also
+                // once resent) and answers everything else, so the client keeps
+                // hearing from it (`chorus_core::reply_fanout`): only the
+                // correct replicas' answers to the resend get it through.
+                if designated && !correct {
                     self.counters.fault("withhold-designated-reply");
                     continue;
                 }
