@@ -14,6 +14,30 @@ async fn invoke_ok(c: &Client, op: &str) {
     assert_eq!(got, result_for(op.as_bytes()));
 }
 
+/// `callers` tasks invoking one after another for `how_long`; how many
+/// requests completed (each checked).
+async fn invoke_for(c: &Arc<Client>, callers: usize, how_long: Duration) -> usize {
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|t| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while started.elapsed() < how_long {
+                    invoke_ok(&c, &format!("t{t}-{i}")).await;
+                    i += 1;
+                }
+                i
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for t in tasks {
+        done += t.await.unwrap();
+    }
+    done
+}
+
 #[tokio::test]
 async fn honest_cluster_answers_many_concurrent_requests_with_increasing_seqs() {
     for auth in [ClientAuthKind::MacVector, ClientAuthKind::Signature] {
@@ -67,24 +91,7 @@ async fn a_primary_answering_alone_with_a_fake_result_is_not_trusted() {
     };
     let fake = common::start_answering_views(&[Byzantine, Honest, Honest, Honest], params).await;
     let c = Arc::new(fake.client(1, Fake::opts()).await);
-    let started = std::time::Instant::now();
-    let tasks: Vec<_> = (0..8)
-        .map(|t| {
-            let c = c.clone();
-            tokio::spawn(async move {
-                let mut i = 0;
-                while started.elapsed() < Duration::from_millis(2_500) {
-                    invoke_ok(&c, &format!("t{t}-{i}")).await;
-                    i += 1;
-                }
-                i
-            })
-        })
-        .collect();
-    let mut i = 0;
-    for t in tasks {
-        i += t.await.unwrap();
-    }
+    let i = invoke_for(&c, 8, Duration::from_millis(2_500)).await;
     let s = c.stats();
     assert!(
         s.sent_to_primary >= 1,
@@ -470,24 +477,7 @@ async fn a_replica_silent_when_designated_costs_a_resend_per_cooling_off_period(
     .await;
     // Client 1's first designated repliers are replicas 1 and 2.
     let c = Arc::new(fake.client(1, Fake::opts()).await);
-    let started = std::time::Instant::now();
-    let tasks: Vec<_> = (0..8)
-        .map(|t| {
-            let c = c.clone();
-            tokio::spawn(async move {
-                let mut i = 0;
-                while started.elapsed() < Duration::from_millis(2_500) {
-                    invoke_ok(&c, &format!("t{t}-{i}")).await;
-                    i += 1;
-                }
-                i
-            })
-        })
-        .collect();
-    let mut done = 0;
-    for t in tasks {
-        done += t.await.unwrap();
-    }
+    let done = invoke_for(&c, 8, Duration::from_millis(2_500)).await;
     let s = c.stats();
     assert!(s.reply_shortfalls >= 1, "{done} requests, {s:?}");
     assert!(s.reply_shortfalls <= 2, "{done} requests, {s:?}");
