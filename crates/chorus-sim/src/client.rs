@@ -691,6 +691,69 @@ mod tests {
         }
     }
 
+    /// Few replies with a leader-first client: the primary (replica 0, a
+    /// designated replier of client 0's first seqs with replica 1) answers,
+    /// replica 1 lags. The early resend goes to everyone and starts a
+    /// cooling-off period, but the primary proposed the request (a
+    /// designated replier executed it), so it is not counted silent: its
+    /// probe is accepted and the next request goes to it alone again.
+    #[test]
+    fn an_early_resend_for_a_lagging_designated_replier_does_not_blame_the_primary() {
+        let params = ProtocolParams {
+            mode: chorus_core::OrderingMode::Pbft,
+            leader_rotation: chorus_core::LeaderRotation::Fixed,
+            ..ProtocolParams::default()
+        };
+        let (config, _, ids) = ClusterConfig::for_testing(4, 1, params, 3);
+        let config = std::sync::Arc::new(config);
+        let creds = Credentials::new(&config, ClientId(0), ids[0].clone());
+        let mut c = SimClient::new(creds, 2, 3, 1, 0)
+            .with_leader_first(config.clone())
+            .with_few_replies(4);
+        for r in 0..4 {
+            c.fanout.as_mut().unwrap().on_reply(ReplicaId(r), 0);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut out = vec![];
+        // A new client: the first request to everyone while it learns the view.
+        c.issue(&mut rng, 1_000, &mut out);
+        assert!(out.contains(&ClientAction::AskViews), "{out:?}");
+        c.on_view_report(1_100, ReplicaId(0), &[0]);
+        c.on_view_report(1_100, ReplicaId(1), &[0]);
+        c.reply(&mut rng, 1_200, reply(1, 0, b"r"), &mut out);
+        c.reply(&mut rng, 1_300, reply(1, 1, b"r"), &mut out);
+        out.clear();
+        c.issue(&mut rng, 2_000, &mut out);
+        let sent = out.iter().find_map(|a| match a {
+            ClientAction::SendTo(to, r) => Some((*to, r.clone())),
+            _ => None,
+        });
+        let (to, req) = sent.expect("the probe goes to the primary alone");
+        assert_eq!(to, ReplicaId(0));
+        assert_ne!(req.flags & chorus_core::flags::FEW_REPLIES, 0);
+        out.clear();
+        c.reply(&mut rng, 3_000, reply(2, 0, b"r"), &mut out);
+        assert!(out.contains(&ClientAction::RetryTimer {
+            seq: RequestSeq(2),
+            attempt: EARLY_RESEND,
+            after_us: FEW_REPLY_GRACE_US,
+        }));
+        out.clear();
+        c.retry(53_000, RequestSeq(2), EARLY_RESEND, &mut out);
+        assert!(matches!(out[..], [ClientAction::Resend(_)]), "{out:?}");
+        assert_eq!(c.reply_shortfalls(), 1);
+        out.clear();
+        c.reply(&mut rng, 53_500, reply(2, 2, b"r"), &mut out);
+        assert!(out.iter().any(|a| matches!(a, ClientAction::Accepted { .. })));
+        out.clear();
+        c.issue(&mut rng, 54_000, &mut out);
+        assert!(
+            out.iter()
+                .any(|a| matches!(a, ClientAction::SendTo(ReplicaId(0), _))),
+            "the primary keeps getting requests alone: {out:?}"
+        );
+    }
+
     #[test]
     fn keeps_window_full_and_requests_verify_at_every_replica() {
         let (mut c, config) = client(2, 5);
