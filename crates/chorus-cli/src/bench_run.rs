@@ -289,6 +289,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let _ = stats.take_phase();
     let _ = stats.take_commit_phase();
     let errors0 = stats.errors.load(Ordering::Relaxed);
+    let _ = stats.take_error_kinds();
     let shed0 = shed.load(Ordering::Relaxed);
     let ops0 = stats.committed.load(Ordering::Relaxed);
     let start = Instant::now();
@@ -333,6 +334,9 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         }
     }
     eprintln!();
+    for (text, count) in stats.take_error_kinds() {
+        eprintln!("  error ({count}×, the first of its kind): {text}");
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let ops = stats.committed.load(Ordering::Relaxed) - ops0;
     let lat = stats.take_phase();
@@ -458,9 +462,7 @@ async fn closed_loop(
         };
         match r {
             Ok(t) => stats.record_timed(started, t.first_reply),
-            Err(_) => {
-                stats.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            Err(e) => stats.note_error(&e),
         }
     }
 }
@@ -501,9 +503,7 @@ async fn open_loop(
             };
             match r {
                 Ok(t) => s.record_timed(scheduled, t.first_reply),
-                Err(_) => {
-                    s.errors.fetch_add(1, Ordering::Relaxed);
-                }
+                Err(e) => s.note_error(&e),
             }
             o.fetch_sub(1, Ordering::Relaxed);
         });

@@ -13,6 +13,9 @@ use std::time::Instant;
 pub struct LoadStats {
     pub committed: AtomicU64,
     pub errors: AtomicU64,
+    /// The first few distinct failures, as text: a run that counts errors
+    /// says which (a timeout, an abandoned request, a rejection).
+    error_kinds: Mutex<Vec<(String, u64)>>,
     window: Mutex<Histogram<u64>>,
     phase: Mutex<Histogram<u64>>,
     /// Submit to the first replica's answer (it had committed and executed):
@@ -37,6 +40,7 @@ impl Default for LoadStats {
         LoadStats {
             committed: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            error_kinds: Mutex::new(Vec::new()),
             window: Mutex::new(hist()),
             phase: Mutex::new(hist()),
             commit_phase: Mutex::new(hist()),
@@ -65,7 +69,33 @@ fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
+/// Distinct failure texts `LoadStats` keeps (each with its count).
+const ERROR_KINDS_MAX: usize = 4;
+
 impl LoadStats {
+    /// Count a failed operation, and keep its text if it is one of the
+    /// first `ERROR_KINDS_MAX` kinds (compared without the numbers, which
+    /// name the request and the time).
+    pub fn note_error(&self, e: &dyn std::fmt::Display) {
+        self.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let text = e.to_string();
+        let kind: String = text.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let mut kinds = self.error_kinds.lock();
+        let known = kinds
+            .iter()
+            .position(|(t, _)| t.chars().filter(|c| !c.is_ascii_digit()).collect::<String>() == kind);
+        match known {
+            Some(i) => kinds[i].1 += 1,
+            None if kinds.len() < ERROR_KINDS_MAX => kinds.push((text, 1)),
+            None => {}
+        }
+    }
+
+    /// The failures kept by `note_error` since the last call, with counts.
+    pub fn take_error_kinds(&self) -> Vec<(String, u64)> {
+        std::mem::take(&mut *self.error_kinds.lock())
+    }
+
     pub fn record(&self, started: Instant) {
         let us = started.elapsed().as_micros().clamp(1, 60_000_000) as u64;
         let _ = self.window.lock().record(us);
@@ -128,4 +158,27 @@ impl LoadStats {
 
 pub fn shared() -> Arc<LoadStats> {
     Arc::new(LoadStats::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failures of one kind differ only in their numbers (the request, the
+    /// time): they count as one kind; beyond `ERROR_KINDS_MAX` kinds the
+    /// rest are counted but not kept.
+    #[test]
+    fn error_kinds_are_kept_once_each_and_bounded() {
+        let s = LoadStats::default();
+        s.note_error(&"request 7 timed out after 5s");
+        s.note_error(&"request 9 timed out after 6s");
+        for k in ["a", "b", "c", "d", "e"] {
+            s.note_error(&format!("rejected: {k}"));
+        }
+        assert_eq!(s.errors.load(std::sync::atomic::Ordering::Relaxed), 7);
+        let kinds = s.take_error_kinds();
+        assert_eq!(kinds.len(), ERROR_KINDS_MAX);
+        assert_eq!(kinds[0], ("request 7 timed out after 5s".to_string(), 2));
+        assert!(s.take_error_kinds().is_empty(), "taken");
+    }
 }

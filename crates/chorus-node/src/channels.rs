@@ -18,6 +18,9 @@ pub enum CoreInput {
     Peer {
         from: ReplicaId,
         msg: ReplicaMsg,
+        /// Signatures of `msg` the pillar already found valid
+        /// (`chorus_order::pre_check`), for the core's verdict memo.
+        pre: chorus_core::verify_memo::PreVerified,
     },
     Request(Request),
     Checkpointed {

@@ -18,6 +18,9 @@ use tokio::sync::{mpsc, watch};
 
 /// How often the core publishes its status and metrics.
 const STATUS_PUBLISH: Duration = Duration::from_millis(100);
+/// Signature verdicts the core thread remembers (emptied when full): a few
+/// windows' worth of pre-prepares and prepares, ~128 bytes each.
+const CORE_VERDICTS: usize = 1 << 14;
 
 pub struct CoreThread {
     pub config: Arc<ClusterConfig>,
@@ -53,6 +56,10 @@ impl CoreThread {
     }
 
     async fn run_async(mut self) -> Result<()> {
+        // Receives the signature verdicts the pillars reached ahead of us
+        // (`chorus_order::pre_check`); a verdict is a pure function, so a
+        // memo changes no outcome.
+        chorus_core::verify_memo::memoize_verifications(CORE_VERDICTS);
         let start = Instant::now();
         let mut driver = Driver {
             outbox: self.outbox,
@@ -169,7 +176,10 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
             }
             return;
         }
-        CoreInput::Peer { from, msg } => Event::Message { from, msg },
+        CoreInput::Peer { from, msg, pre } => {
+            pre.install();
+            Event::Message { from, msg }
+        }
         CoreInput::Checkpointed {
             seq,
             state_digest,

@@ -66,6 +66,8 @@ pub struct Metrics {
     pub requests_received: Counter,
     pub requests_rejected: Family<ReasonLabel, Counter>,
     pub messages_in: Family<KindLabel, Counter>,
+    /// Peer signatures a pillar verified ahead of the core (`pre_check`).
+    pub signatures_pre_verified: Counter,
     pub messages_out: Counter,
     pub frames_dropped: Family<ReasonLabel, Counter>,
     pub delivered_batches: Counter,
@@ -121,6 +123,7 @@ impl Default for Metrics {
             requests_received: Counter::default(),
             requests_rejected: Family::default(),
             messages_in: Family::default(),
+            signatures_pre_verified: Counter::default(),
             messages_out: Counter::default(),
             frames_dropped: Family::default(),
             delivered_batches: Counter::default(),
@@ -181,6 +184,11 @@ impl Metrics {
             requests_rejected
         );
         reg!("messages_in", "replica messages received, by kind", messages_in);
+        reg!(
+            "signatures_pre_verified",
+            "peer signatures a pillar verified ahead of the protocol core",
+            signatures_pre_verified
+        );
         reg!("messages_out", "replica messages sent", messages_out);
         reg!("frames_dropped", "frames dropped, by reason", frames_dropped);
         reg!(

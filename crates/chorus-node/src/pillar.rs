@@ -149,6 +149,9 @@ struct Shared {
     /// Live inbound connections per peer (id, eviction signal), newest last.
     peers: RefCell<PeerConns>,
     core_status: watch::Receiver<crate::status::CoreStatus>,
+    /// Peers' signature keys, for checking their messages ahead of the core.
+    keys: chorus_order::sigkeys::ReplicaKeys,
+    pre_check: chorus_order::pre_check::PreCheckPolicy,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
@@ -184,6 +187,8 @@ impl PillarThread {
             next_conn: RefCell::new(0),
             counters: self.counters.clone(),
             core_status: self.core_status.clone(),
+            keys: chorus_order::sigkeys::ReplicaKeys::new(&self.config),
+            pre_check: pre_check_policy(&self.config),
             responder: Responder::new(
                 self.identity.clone(),
                 PeerRole::Replica {
@@ -266,6 +271,22 @@ impl PillarThread {
 
 /// Queue a frame on the newest connection of `client` (dropped and counted
 /// when its queue is full; the client retransmits).
+/// Pillars verify every prepare on arrival only where the machine has a
+/// core for each of the replica's threads and one to spare (the pillars,
+/// the core, the outbox stage, the executor, the store): eager checks cost
+/// more signatures in all and pay only in parallel (`PreCheckPolicy`).
+/// `CHORUS_EAGER_PREPARES=0|1` overrides this for measurements.
+fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheckPolicy {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = config.params.pillars as usize + 4;
+    let eager_prepares = match std::env::var("CHORUS_EAGER_PREPARES").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => cores > threads,
+    };
+    chorus_order::pre_check::PreCheckPolicy { eager_prepares }
+}
+
 fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
     let clients = shared.clients.borrow();
     if let Some((_, tx, _)) = clients.get(&client).and_then(|conns| conns.last()) {
@@ -536,7 +557,18 @@ async fn read_peer(
                 kind: msg.kind().into(),
             })
             .inc();
-        burst.push(CoreInput::Peer { from, msg });
+        let pre = chorus_order::pre_check::pre_check(
+            &shared.config,
+            &shared.keys,
+            &shared.core_status.borrow(),
+            from,
+            &msg,
+            shared.pre_check,
+        );
+        if !pre.is_empty() {
+            shared.metrics.signatures_pre_verified.inc_by(pre.len() as u64);
+        }
+        burst.push(CoreInput::Peer { from, msg, pre });
     }
 }
 

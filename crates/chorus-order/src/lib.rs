@@ -23,6 +23,7 @@ pub mod lane;
 pub mod merger;
 pub mod merger_dispel;
 pub mod pool;
+pub mod pre_check;
 pub mod rcc_switch;
 pub mod replica;
 pub mod roles;

@@ -47,6 +47,28 @@ impl ReplicaKeys {
             })
     }
 
+    /// `verify`, computed now on this thread and, if valid, kept in `into`
+    /// for the thread that will ask (`chorus_core::verify_memo::PreVerified`).
+    pub fn verify_ahead(
+        &self,
+        r: ReplicaId,
+        kind: SigKind,
+        digest: &Digest,
+        sig: &Signature,
+        into: &mut chorus_core::verify_memo::PreVerified,
+    ) -> bool {
+        let msg = self.tag.bind(kind, digest);
+        self.keys
+            .get(r.index())
+            .and_then(|k| k.as_ref())
+            .is_some_and(|k| {
+                into.check(k.as_bytes(), &msg, sig, || {
+                    k.verify(msg.as_bytes(), &ed25519_dalek::Signature::from_bytes(&sig.0))
+                        .is_ok()
+                })
+            })
+    }
+
     pub fn knows(&self, r: ReplicaId) -> bool {
         self.keys.get(r.index()).is_some_and(|k| k.is_some())
     }
