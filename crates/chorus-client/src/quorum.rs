@@ -12,7 +12,15 @@
 //! * digest-only replies count as votes, but a result is only produced once a
 //!   full reply whose bytes hash to the winning digest has arrived;
 //! * `f+1` rejections end an ordered request with an error; `f+1` busy
-//!   answers ask the caller to back off and retry.
+//!   answers ask the caller to back off and retry;
+//! * except `f+1` "abandoned" answers (`chorus_core::REJECT_ABANDONED`):
+//!   those say the request counts as executed there with no reply left,
+//!   which is also what replicas answer once a request's reply fell out of
+//!   their per-client cache (the client ran on past a slow request, its
+//!   designated repliers lagging). While the replicas that have not
+//!   answered could still make `f+1` matching results, the request waits
+//!   for them: reporting "it will not execute" for a request that did
+//!   would invite the caller to run it again.
 
 use bytes::Bytes;
 use chorus_core::{ClusterConfig, Digest, ReplicaId, ReplyBody};
@@ -193,7 +201,10 @@ impl ReplyQuorum {
         match self.path {
             Path::Ordered => {
                 if self.count(|v| matches!(v, Vote::Rejected(_))) > self.f {
-                    return Decision::Rejected(self.rejection_reason());
+                    let reason = self.rejection_reason();
+                    if reason != chorus_core::REJECT_ABANDONED || !self.results_still_possible() {
+                        return Decision::Rejected(reason);
+                    }
                 }
                 if self.count(|v| *v == Vote::Busy) > self.f {
                     return Decision::Busy;
@@ -210,6 +221,15 @@ impl ReplyQuorum {
                 Decision::Pending
             }
         }
+    }
+
+    /// Whether the replicas that have cast no result or rejection yet could
+    /// still, with the votes for the leading result, reach `need` matching
+    /// results.
+    fn results_still_possible(&self) -> bool {
+        let best = self.candidates.iter().map(|c| c.votes).max().unwrap_or(0);
+        let open = self.count(|v| matches!(v, Vote::Silent | Vote::Busy));
+        best + open >= self.need
     }
 
     /// The most common rejection reason (ties: the smallest string).
@@ -374,6 +394,44 @@ mod tests {
             q.on_reply(r(1), false, ReplyBody::Rejected("too big".into())),
             Ok(Decision::Pending)
         );
+        assert_eq!(
+            q.on_reply(r(2), false, ReplyBody::Rejected("too big".into())),
+            Ok(Decision::Rejected("too big".into()))
+        );
+    }
+
+    /// Issue 13 (16 cores, 16 pillars): a client ran 64 seqs past a request
+    /// whose designated repliers lagged; the replicas that had executed it
+    /// long before had evicted its reply and answered "abandoned", and the
+    /// client reported that an executed request would never execute. While
+    /// the others can still answer, it waits for them.
+    #[test]
+    fn abandoned_answers_wait_for_replicas_that_may_still_reply() {
+        let abandoned = || ReplyBody::Rejected(chorus_core::REJECT_ABANDONED.into());
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        assert_eq!(q.on_reply(r(0), false, full("ok")), Ok(Decision::Pending));
+        assert_eq!(q.on_reply(r(1), false, abandoned()), Ok(Decision::Pending));
+        assert_eq!(q.on_reply(r(2), false, abandoned()), Ok(Decision::Pending));
+        assert_eq!(
+            q.on_reply(r(3), false, full("ok")),
+            Ok(Decision::Accepted(Bytes::from_static(b"ok")))
+        );
+
+        // No result yet, two replicas still silent: they may be the lagging
+        // designated repliers.
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        q.on_reply(r(1), false, abandoned()).unwrap();
+        assert_eq!(q.on_reply(r(2), false, abandoned()), Ok(Decision::Pending));
+        // A third says so too: one silent replica cannot make f+1 results.
+        assert_eq!(
+            q.on_reply(r(3), false, abandoned()),
+            Ok(Decision::Rejected(chorus_core::REJECT_ABANDONED.into()))
+        );
+
+        // Other rejections end the request at f+1 as before.
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        q.on_reply(r(1), false, ReplyBody::Rejected("too big".into()))
+            .unwrap();
         assert_eq!(
             q.on_reply(r(2), false, ReplyBody::Rejected("too big".into())),
             Ok(Decision::Rejected("too big".into()))
