@@ -11,8 +11,9 @@
 //!   back to an ordered request;
 //! * digest-only replies count as votes, but a result is only produced once a
 //!   full reply whose bytes hash to the winning digest has arrived;
-//! * `f+1` rejections end an ordered request with an error; `f+1` busy
-//!   answers ask the caller to back off and retry;
+//! * `f+1` matching rejections end an ordered request with an error (a
+//!   Byzantine replica's reason alone cannot, as long as results may still
+//!   win); `f+1` busy answers ask the caller to back off and retry;
 //! * except `f+1` "abandoned" answers (`chorus_core::REJECT_ABANDONED`):
 //!   those say the request counts as executed there with no reply left,
 //!   which is also what replicas answer once a request's reply fell out of
@@ -201,8 +202,12 @@ impl ReplyQuorum {
         match self.path {
             Path::Ordered => {
                 if self.count(|v| matches!(v, Vote::Rejected(_))) > self.f {
-                    let reason = self.rejection_reason();
-                    if reason != chorus_core::REJECT_ABANDONED || !self.results_still_possible() {
+                    // f+1 matching reasons: at least one correct replica
+                    // gave it. Without them, or for "abandoned", wait while
+                    // results can still win; else the most common reason.
+                    let (reason, votes) = self.rejection_reason();
+                    let matching = votes > self.f && reason != chorus_core::REJECT_ABANDONED;
+                    if matching || !self.results_still_possible() {
                         return Decision::Rejected(reason);
                     }
                 }
@@ -232,8 +237,9 @@ impl ReplyQuorum {
         best + open >= self.need
     }
 
-    /// The most common rejection reason (ties: the smallest string).
-    fn rejection_reason(&self) -> String {
+    /// The most common rejection reason (ties: the smallest string) and
+    /// how many replicas gave it.
+    fn rejection_reason(&self) -> (String, usize) {
         let mut reasons: Vec<&String> = self
             .votes
             .iter()
@@ -249,7 +255,7 @@ impl ReplyQuorum {
                 best = Some((group[0], group.len()));
             }
         }
-        best.map(|(s, _)| s.clone()).unwrap_or_default()
+        best.map(|(s, n)| (s.clone(), n)).unwrap_or_default()
     }
 
     /// Some result has enough matching votes but no full reply yet (the
@@ -384,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn f_plus_one_rejections_reject_with_the_most_common_reason() {
+    fn f_plus_one_matching_rejections_reject() {
         let mut q = ordered(7);
         assert_eq!(
             q.on_reply(r(0), false, ReplyBody::Rejected("bad auth".into())),
@@ -394,9 +400,38 @@ mod tests {
             q.on_reply(r(1), false, ReplyBody::Rejected("too big".into())),
             Ok(Decision::Pending)
         );
+        // f+1 rejections, but no reason from f+1 replicas: results may win.
         assert_eq!(
             q.on_reply(r(2), false, ReplyBody::Rejected("too big".into())),
+            Ok(Decision::Pending)
+        );
+        assert_eq!(
+            q.on_reply(r(3), false, ReplyBody::Rejected("too big".into())),
             Ok(Decision::Rejected("too big".into()))
+        );
+    }
+
+    /// Mixed reasons end the request once no result can win, with the most
+    /// common reason.
+    #[test]
+    fn mixed_rejections_reject_once_no_result_can_win() {
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        q.on_reply(r(0), false, ReplyBody::Rejected("b".into())).unwrap();
+        assert_eq!(
+            q.on_reply(r(1), false, ReplyBody::Rejected("a".into())),
+            Ok(Decision::Pending)
+        );
+        assert_eq!(
+            q.on_reply(r(2), false, ReplyBody::Rejected("b".into())),
+            Ok(Decision::Rejected("b".into()))
+        );
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        q.on_reply(r(0), false, ReplyBody::Rejected("b".into())).unwrap();
+        q.on_reply(r(1), false, ReplyBody::Rejected("a".into())).unwrap();
+        assert_eq!(
+            q.on_reply(r(2), false, ReplyBody::Rejected("c".into())),
+            Ok(Decision::Rejected("a".into())),
+            "one silent replica cannot make f+1 results: the smallest of the tied reasons"
         );
     }
 
@@ -428,7 +463,21 @@ mod tests {
             Ok(Decision::Rejected(chorus_core::REJECT_ABANDONED.into()))
         );
 
-        // Other rejections end the request at f+1 as before.
+        // A Byzantine replica's own reason does not end a request that
+        // executed (review of 51a6566: ties went to the smallest string).
+        let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
+        q.on_reply(r(0), false, full("ok")).unwrap();
+        q.on_reply(r(1), false, abandoned()).unwrap();
+        assert_eq!(
+            q.on_reply(r(3), false, ReplyBody::Rejected("a".into())),
+            Ok(Decision::Pending)
+        );
+        assert_eq!(
+            q.on_reply(r(2), false, full("ok")),
+            Ok(Decision::Accepted(Bytes::from_static(b"ok")))
+        );
+
+        // Other rejections end the request at f+1 matching as before.
         let mut q = ReplyQuorum::new(Path::Ordered, 4, 1, 3);
         q.on_reply(r(1), false, ReplyBody::Rejected("too big".into()))
             .unwrap();

@@ -149,9 +149,8 @@ struct Shared {
     /// Live inbound connections per peer (id, eviction signal), newest last.
     peers: RefCell<PeerConns>,
     core_status: watch::Receiver<crate::status::CoreStatus>,
-    /// Peers' signature keys, for checking their messages ahead of the core.
-    keys: chorus_order::sigkeys::ReplicaKeys,
-    pre_check: chorus_order::pre_check::PreCheckPolicy,
+    /// Checks peers' messages ahead of the core (`chorus_order::pre_check`).
+    pre_checker: RefCell<chorus_order::pre_check::PreChecker>,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
@@ -187,8 +186,10 @@ impl PillarThread {
             next_conn: RefCell::new(0),
             counters: self.counters.clone(),
             core_status: self.core_status.clone(),
-            keys: chorus_order::sigkeys::ReplicaKeys::new(&self.config),
-            pre_check: pre_check_policy(&self.config),
+            pre_checker: RefCell::new(chorus_order::pre_check::PreChecker::new(
+                &self.config,
+                pre_check_policy(&self.config),
+            )),
             responder: Responder::new(
                 self.identity.clone(),
                 PeerRole::Replica {
@@ -269,8 +270,6 @@ impl PillarThread {
     }
 }
 
-/// Queue a frame on the newest connection of `client` (dropped and counted
-/// when its queue is full; the client retransmits).
 /// Pillars verify every prepare on arrival only where the machine has a
 /// core for each of the replica's threads and one to spare (the pillars,
 /// the core, the outbox stage, the executor, the store): eager checks cost
@@ -287,6 +286,8 @@ fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheck
     chorus_order::pre_check::PreCheckPolicy { eager_prepares }
 }
 
+/// Queue a frame on the newest connection of `client` (dropped and counted
+/// when its queue is full; the client retransmits).
 fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
     let clients = shared.clients.borrow();
     if let Some((_, tx, _)) = clients.get(&client).and_then(|conns| conns.last()) {
@@ -557,14 +558,14 @@ async fn read_peer(
                 kind: msg.kind().into(),
             })
             .inc();
-        let pre = chorus_order::pre_check::pre_check(
-            &shared.config,
-            &shared.keys,
-            &shared.core_status.borrow(),
-            from,
-            &msg,
-            shared.pre_check,
-        );
+        // Copied out: the status is not held while signatures are checked.
+        let lane_now = msg
+            .lane()
+            .and_then(|l| chorus_order::pre_check::LaneNow::from_status(&shared.core_status.borrow(), l));
+        let pre = shared
+            .pre_checker
+            .borrow_mut()
+            .check(&shared.config, lane_now, from, &msg);
         if !pre.is_empty() {
             shared.metrics.signatures_pre_verified.inc_by(pre.len() as u64);
         }

@@ -11,13 +11,18 @@
 //! a digest memo is used only while the request holds the fields it
 //! hashed.
 //!
-//! Work is done only for messages the core will check in the normal case,
-//! judged from the core's last published status: the lane's current view,
-//! a slot inside its window, and (pre-prepares) the slot's rotation leader
-//! as sender or (prepares) a sender that is not. Anything else, view
-//! changes included, the core checks itself as before, so a Byzantine
-//! replica cannot make a pillar verify more than it could make the core
-//! verify.
+//! Work is done only for messages the core checks in the normal case,
+//! judged from the core's last published status (`LaneNow`): the lane's
+//! current view, no view change or RCC stop in progress, a slot inside its
+//! window, and (pre-prepares) the slot's rotation leader as sender or
+//! (prepares) a sender that is not. And at most once per (lane, view,
+//! slot, sender, kind) while the slot is undecided, as the core verifies at
+//! most one pre-prepare per slot from its leader and one prepare per
+//! sender: a Byzantine replica resending or varying a message gets no
+//! second verification here. Anything else, view changes included, the
+//! core checks itself as before. What a replica outside the published
+//! picture (a leader a NEW-VIEW excluded) can cost a pillar is one
+//! verification per slot of its rotation per view.
 
 use crate::roles::slot_leader;
 use crate::sigkeys::ReplicaKeys;
@@ -26,6 +31,7 @@ use chorus_core::verify_memo::PreVerified;
 use chorus_core::{
     ClusterConfig, LaneId, PrePrepare, Prepare, PrepareAuth, ReplicaId, ReplicaMsg, SigKind, Slot, View,
 };
+use std::collections::BTreeSet;
 
 /// Which checks a pillar makes ahead of the core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,62 +46,141 @@ pub struct PreCheckPolicy {
     pub eager_prepares: bool,
 }
 
-/// Check `msg` from `from` ahead of the core: the valid signatures found,
-/// for the core thread to install before it handles `msg`.
-pub fn pre_check(
-    cfg: &ClusterConfig,
-    keys: &ReplicaKeys,
-    status: &CoreStatus,
-    from: ReplicaId,
-    msg: &ReplicaMsg,
-    policy: PreCheckPolicy,
-) -> PreVerified {
-    let mut pre = PreVerified::default();
-    match msg {
-        ReplicaMsg::PrePrepare(pp) => {
-            if !in_normal_case(cfg, status, pp.lane, pp.view, pp.slot)
-                || from != slot_leader(cfg, pp.lane, pp.slot, pp.view)
-            {
-                return pre;
-            }
-            // The core names every request by its content digest (batch
-            // digest, authenticator check, pool): computed here once.
-            for r in &pp.batch.requests {
-                r.digest();
-            }
-            let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
-            keys.verify_ahead(from, SigKind::PrePrepare, &sd, &pp.sig, &mut pre);
-        }
-        ReplicaMsg::Prepare(p) => {
-            if !policy.eager_prepares
-                || cfg.params.prepare_auth != PrepareAuth::Signature
-                || p.replica != from
-                || !in_normal_case(cfg, status, p.lane, p.view, p.slot)
-                || from == slot_leader(cfg, p.lane, p.slot, p.view)
-            {
-                return pre;
-            }
-            let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
-            keys.verify_ahead(from, SigKind::Prepare, &sd, &p.sig, &mut pre);
-        }
-        _ => {}
-    }
-    pre
+/// One lane as the core last published it, copied out of its status so
+/// the status is not held while signatures are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneNow {
+    pub view: View,
+    pub next_undecided: Slot,
+    /// A view change or an RCC stop is in progress: the proposers differ
+    /// from the rotation, leave everything to the core.
+    pub unsettled: bool,
 }
 
-/// The lane's current view (as last published) and a slot the core would
-/// accept now: at or above its first undecided slot, inside its window.
-fn in_normal_case(cfg: &ClusterConfig, status: &CoreStatus, lane: LaneId, view: View, slot: Slot) -> bool {
-    let (Some(v), Some(d)) = (
-        status.views.get(lane.index()),
-        status.lane_detail.get(lane.index()),
-    ) else {
-        return false;
-    };
-    *v == view.0
-        && !d.view_changing
-        && slot.0 >= d.next_undecided
-        && slot.0 < d.next_undecided.saturating_add(cfg.params.window_slots)
+impl LaneNow {
+    pub fn from_status(status: &CoreStatus, lane: LaneId) -> Option<LaneNow> {
+        let view = *status.views.get(lane.index())?;
+        let d = status.lane_detail.get(lane.index())?;
+        Some(LaneNow {
+            view: View(view),
+            next_undecided: Slot(d.next_undecided),
+            unsettled: d.view_changing || d.stopped_until.is_some(),
+        })
+    }
+}
+
+/// What was checked already, per lane: (slot, view, sender, is a
+/// pre-prepare). Entries below the lane's first undecided slot are dropped,
+/// so each lane holds at most a window of slots times n senders.
+type Seen = BTreeSet<(Slot, View, ReplicaId, bool)>;
+
+/// A pillar's checker: the peers' keys, the policy, and what it checked.
+pub struct PreChecker {
+    keys: ReplicaKeys,
+    policy: PreCheckPolicy,
+    seen: Vec<Seen>,
+    /// Bound on one lane's `seen` (window × n, twice): only reached if the
+    /// core's published status stops moving; then the lane starts afresh.
+    seen_max: usize,
+}
+
+impl PreChecker {
+    pub fn new(cfg: &ClusterConfig, policy: PreCheckPolicy) -> PreChecker {
+        PreChecker {
+            keys: ReplicaKeys::new(cfg),
+            policy,
+            seen: vec![Seen::new(); cfg.lanes() as usize],
+            seen_max: 2 * cfg.params.window_slots as usize * cfg.n(),
+        }
+    }
+
+    pub fn policy(&self) -> PreCheckPolicy {
+        self.policy
+    }
+
+    /// Check `msg` from `from` ahead of the core, `lane` being its lane as
+    /// last published: the valid signatures found, for the core thread to
+    /// install before it handles `msg`.
+    pub fn check(
+        &mut self,
+        cfg: &ClusterConfig,
+        lane: Option<LaneNow>,
+        from: ReplicaId,
+        msg: &ReplicaMsg,
+    ) -> PreVerified {
+        let mut pre = PreVerified::default();
+        let Some(now) = lane else {
+            return pre;
+        };
+        match msg {
+            ReplicaMsg::PrePrepare(pp) => {
+                if from != slot_leader(cfg, pp.lane, pp.slot, pp.view)
+                    || !self.fresh(cfg, now, pp.lane, pp.view, pp.slot, from, true)
+                {
+                    return pre;
+                }
+                let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
+                if self
+                    .keys
+                    .verify_ahead(from, SigKind::PrePrepare, &sd, &pp.sig, &mut pre)
+                {
+                    // The core names every request by its content digest
+                    // (batch digest, authenticator check, pool): once, here.
+                    for r in &pp.batch.requests {
+                        r.digest();
+                    }
+                }
+            }
+            ReplicaMsg::Prepare(p) => {
+                if !self.policy.eager_prepares
+                    || cfg.params.prepare_auth != PrepareAuth::Signature
+                    || p.replica != from
+                    || from == slot_leader(cfg, p.lane, p.slot, p.view)
+                    || !self.fresh(cfg, now, p.lane, p.view, p.slot, from, false)
+                {
+                    return pre;
+                }
+                let sd = Prepare::signing_digest(p.lane, p.view, p.slot, &p.digest, p.replica);
+                self.keys
+                    .verify_ahead(from, SigKind::Prepare, &sd, &p.sig, &mut pre);
+            }
+            _ => {}
+        }
+        pre
+    }
+
+    /// The lane's current view, settled, a slot the core would accept now
+    /// (at or above its first undecided slot, inside its window), and not
+    /// checked before for this sender and kind; remembers it.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh(
+        &mut self,
+        cfg: &ClusterConfig,
+        now: LaneNow,
+        lane: LaneId,
+        view: View,
+        slot: Slot,
+        from: ReplicaId,
+        pre_prepare: bool,
+    ) -> bool {
+        if now.view != view
+            || now.unsettled
+            || slot < now.next_undecided
+            || slot.0 >= now.next_undecided.0.saturating_add(cfg.params.window_slots)
+        {
+            return false;
+        }
+        let Some(seen) = self.seen.get_mut(lane.index()) else {
+            return false;
+        };
+        while seen.first().is_some_and(|(s, ..)| *s < now.next_undecided) {
+            seen.pop_first();
+        }
+        if seen.len() >= self.seen_max {
+            seen.clear();
+        }
+        seen.insert((slot, view, from, pre_prepare))
+    }
 }
 
 #[cfg(test)]
@@ -138,6 +223,12 @@ mod tests {
         }
     }
 
+    impl Setup {
+        fn lane0(&self) -> Option<LaneNow> {
+            LaneNow::from_status(&self.status, LaneId(0))
+        }
+    }
+
     fn pre_prepare(s: &Setup, by: usize, slot: u64, corrupt: bool) -> PrePrepare {
         let req = Request::with_macs(
             &ClusterTag::of(&s.cfg),
@@ -170,79 +261,52 @@ mod tests {
 
     /// A valid pre-prepare from the slot's leader travels with its verdict,
     /// which the asking thread then answers from; a bad signature, another
-    /// sender, a slot outside the window or a stale view travel without.
+    /// sender, a slot outside the window, a stale view, a view change in
+    /// progress or a second copy travel without.
     #[test]
-    fn only_valid_normal_case_signatures_travel() {
+    fn only_valid_normal_case_signatures_travel_once() {
         let s = setup();
-        let keys = ReplicaKeys::new(&s.cfg);
         let leader = ReplicaId(0);
-        let pp = pre_prepare(&s, 0, 6, false);
-        let pre = pre_check(
-            &s.cfg,
-            &keys,
-            &s.status,
-            leader,
-            &ReplicaMsg::PrePrepare(pp.clone()),
-            EAGER,
-        );
+        let pp = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, 6, false));
+        let mut c = PreChecker::new(&s.cfg, EAGER);
+        let pre = c.check(&s.cfg, s.lane0(), leader, &pp);
         assert_eq!(pre.len(), 1);
-        let bad = pre_prepare(&s, 0, 6, true);
-        assert!(pre_check(
-            &s.cfg,
-            &keys,
-            &s.status,
-            leader,
-            &ReplicaMsg::PrePrepare(bad),
-            EAGER
-        )
-        .is_empty());
-        let by_backup = pre_prepare(&s, 1, 6, false);
         assert!(
-            pre_check(
-                &s.cfg,
-                &keys,
-                &s.status,
-                ReplicaId(1),
-                &ReplicaMsg::PrePrepare(by_backup),
-                EAGER
-            )
-            .is_empty(),
+            c.check(&s.cfg, s.lane0(), leader, &pp).is_empty(),
+            "a second copy is left to the core (and its memo)"
+        );
+        let mut c = PreChecker::new(&s.cfg, EAGER);
+        let bad = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, 7, true));
+        assert!(c.check(&s.cfg, s.lane0(), leader, &bad).is_empty());
+        let by_backup = ReplicaMsg::PrePrepare(pre_prepare(&s, 1, 6, false));
+        assert!(
+            c.check(&s.cfg, s.lane0(), ReplicaId(1), &by_backup).is_empty(),
             "a backup's pre-prepare is left to the core"
         );
-        let below = pre_prepare(&s, 0, 4, false);
-        assert!(pre_check(
-            &s.cfg,
-            &keys,
-            &s.status,
-            leader,
-            &ReplicaMsg::PrePrepare(below),
-            EAGER
-        )
-        .is_empty());
-        let beyond = pre_prepare(&s, 0, 5 + s.cfg.params.window_slots, false);
-        assert!(pre_check(
-            &s.cfg,
-            &keys,
-            &s.status,
-            leader,
-            &ReplicaMsg::PrePrepare(beyond),
-            EAGER
-        )
-        .is_empty());
-        let mut changed = s.status.clone();
-        changed.views[0] = 1;
-        assert!(pre_check(
-            &s.cfg,
-            &keys,
-            &changed,
-            leader,
-            &ReplicaMsg::PrePrepare(pp.clone()),
-            EAGER
-        )
-        .is_empty());
+        let below = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, 4, false));
+        assert!(c.check(&s.cfg, s.lane0(), leader, &below).is_empty());
+        let beyond = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, 5 + s.cfg.params.window_slots, false));
+        assert!(c.check(&s.cfg, s.lane0(), leader, &beyond).is_empty());
+        let mut later = s.status.clone();
+        later.views[0] = 1;
+        assert!(c
+            .check(&s.cfg, LaneNow::from_status(&later, LaneId(0)), leader, &pp)
+            .is_empty());
+        let mut changing = s.status.clone();
+        changing.lane_detail[0].view_changing = true;
+        assert!(c
+            .check(&s.cfg, LaneNow::from_status(&changing, LaneId(0)), leader, &pp)
+            .is_empty());
+        assert!(
+            c.check(&s.cfg, None, leader, &pp).is_empty(),
+            "no published status"
+        );
 
         memoize_verifications(64);
         pre.install();
+        let ReplicaMsg::PrePrepare(pp) = pp else {
+            unreachable!()
+        };
         let sd = PrePrepare::signing_digest(pp.lane, pp.view, pp.slot, &pp.digest);
         let msg = ClusterTag::of(&s.cfg).bind(SigKind::PrePrepare, &sd);
         let key = s.replicas[0].public().sign;
@@ -253,65 +317,75 @@ mod tests {
     }
 
     #[test]
-    fn prepares_from_backups_are_checked_ahead_and_the_leaders_are_not() {
+    fn prepares_from_backups_are_checked_once_and_only_when_eager() {
         let s = setup();
-        let keys = ReplicaKeys::new(&s.cfg);
         let tag = ClusterTag::of(&s.cfg);
-        let d = Digest::of(b"batch");
-        let prepare = |by: u32| {
+        let prepare = |by: u32, d: &[u8]| {
+            let d = Digest::of(d);
             let sd = Prepare::signing_digest(LaneId(0), View(0), Slot(7), &d, ReplicaId(by));
-            Prepare {
+            ReplicaMsg::Prepare(Prepare {
                 lane: LaneId(0),
                 view: View(0),
                 slot: Slot(7),
                 digest: d,
                 replica: ReplicaId(by),
                 sig: s.replicas[by as usize].sign_bound(&tag, SigKind::Prepare, &sd),
-            }
+            })
         };
-        let ok = pre_check(
-            &s.cfg,
-            &keys,
-            &s.status,
-            ReplicaId(2),
-            &ReplicaMsg::Prepare(prepare(2)),
-            EAGER,
+        let mut c = PreChecker::new(&s.cfg, EAGER);
+        assert_eq!(
+            c.check(&s.cfg, s.lane0(), ReplicaId(2), &prepare(2, b"x")).len(),
+            1
         );
-        assert_eq!(ok.len(), 1);
         assert!(
-            pre_check(
-                &s.cfg,
-                &keys,
-                &s.status,
-                ReplicaId(3),
-                &ReplicaMsg::Prepare(prepare(2)),
-                EAGER
-            )
-            .is_empty(),
+            c.check(&s.cfg, s.lane0(), ReplicaId(2), &prepare(2, b"y"))
+                .is_empty(),
+            "a second prepare for the slot, even with another digest, is the core's"
+        );
+        assert!(
+            c.check(&s.cfg, s.lane0(), ReplicaId(3), &prepare(2, b"x"))
+                .is_empty(),
             "a prepare claiming another sender"
         );
         assert!(
-            pre_check(
-                &s.cfg,
-                &keys,
-                &s.status,
-                ReplicaId(0),
-                &ReplicaMsg::Prepare(prepare(0)),
-                EAGER
-            )
-            .is_empty(),
+            c.check(&s.cfg, s.lane0(), ReplicaId(0), &prepare(0, b"x"))
+                .is_empty(),
             "the leader sends no prepare"
+        );
+        let mut lazy = PreChecker::new(
+            &s.cfg,
+            PreCheckPolicy {
+                eager_prepares: false,
+            },
+        );
+        assert!(
+            lazy.check(&s.cfg, s.lane0(), ReplicaId(2), &prepare(2, b"x"))
+                .is_empty(),
+            "without eager prepares the core verifies only those it needs"
         );
         let mut cfg = s.cfg.clone();
         cfg.params.prepare_auth = PrepareAuth::Mac;
-        assert!(pre_check(
-            &cfg,
-            &keys,
-            &s.status,
-            ReplicaId(2),
-            &ReplicaMsg::Prepare(prepare(2)),
-            EAGER
-        )
-        .is_empty());
+        let mut c = PreChecker::new(&cfg, EAGER);
+        assert!(c
+            .check(&cfg, s.lane0(), ReplicaId(2), &prepare(2, b"x"))
+            .is_empty());
+    }
+
+    /// What a lane remembers is dropped as its first undecided slot passes.
+    #[test]
+    fn the_memory_of_checked_slots_follows_the_window() {
+        let s = setup();
+        let mut c = PreChecker::new(&s.cfg, EAGER);
+        for slot in 5..9 {
+            let pp = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, slot, false));
+            assert_eq!(c.check(&s.cfg, s.lane0(), ReplicaId(0), &pp).len(), 1);
+        }
+        assert_eq!(c.seen[0].len(), 4);
+        let mut moved = s.status.clone();
+        moved.lane_detail[0].next_undecided = 8;
+        let pp = ReplicaMsg::PrePrepare(pre_prepare(&s, 0, 9, false));
+        let now = LaneNow::from_status(&moved, LaneId(0));
+        assert_eq!(c.check(&s.cfg, now, ReplicaId(0), &pp).len(), 1);
+        assert_eq!(c.seen[0].len(), 2, "slots 8 and 9 remain");
     }
 }
