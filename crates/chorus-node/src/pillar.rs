@@ -270,20 +270,28 @@ impl PillarThread {
     }
 }
 
-/// Pillars verify every prepare on arrival only where the machine has a
-/// core for each of the replica's threads and one to spare (the pillars,
-/// the core, the outbox stage, the executor, the store): eager checks cost
-/// more signatures in all and pay only in parallel (`PreCheckPolicy`).
-/// `CHORUS_EAGER_PREPARES=0|1` overrides this for measurements.
+/// Pillars check pre-prepares ahead of the core except in `rcc`, and every
+/// prepare on arrival only where the machine has a core for each of the
+/// replica's threads and one to spare (the pillars, the core, the outbox
+/// stage, the executor, the store): eager checks cost more signatures in
+/// all and pay only in parallel (`PreCheckPolicy` says what was measured).
+/// `CHORUS_PRE_CHECK=0|1` and `CHORUS_EAGER_PREPARES=0|1` override this
+/// for measurements.
 fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheckPolicy {
+    let flag = |name: &str| match std::env::var(name).as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = config.params.pillars as usize + 4;
-    let eager_prepares = match std::env::var("CHORUS_EAGER_PREPARES").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => cores > threads,
-    };
-    chorus_order::pre_check::PreCheckPolicy { eager_prepares }
+    let measured = config.params.mode != chorus_core::OrderingMode::Rcc;
+    let pre_prepares = flag("CHORUS_PRE_CHECK").unwrap_or(measured);
+    let eager_prepares = pre_prepares && flag("CHORUS_EAGER_PREPARES").unwrap_or(measured && cores > threads);
+    chorus_order::pre_check::PreCheckPolicy {
+        pre_prepares,
+        eager_prepares,
+    }
 }
 
 /// Queue a frame on the newest connection of `client` (dropped and counted
