@@ -97,6 +97,12 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         assert!(counter(&s0, "chorus_lane_proposals_total", Some(("lane", lane))) > 0.0);
     }
     assert!(counter(&s, "chorus_executed_requests_total", None) >= 60.0);
+    // The pillars checked pre-prepares ahead of the core (COP §4,
+    // `chorus_order::pre_check`): the mechanism is live, not only tested.
+    let pre_verified: f64 = (0..4)
+        .map(|r| counter(&scrape(&c, r), "chorus_signatures_pre_verified_total", None))
+        .sum();
+    assert!(pre_verified > 0.0, "no signature was checked in a pillar");
     // The client learnt the view from f + 1 replicas before sending to the
     // primary alone (leader-first, the default).
     let asked: f64 = (0..4)
