@@ -80,8 +80,10 @@ impl ClusterTag {
     /// message of `kind` in this cluster. Every signing and verifying path
     /// goes through here, so the binding cannot be forgotten at one site.
     pub fn bind(&self, kind: SigKind, digest: &Digest) -> Digest {
-        Digest::of_parts(
-            "chorus cluster-bound v1",
+        static BOUND: crate::crypto::DigestDomain =
+            crate::crypto::DigestDomain::new("chorus cluster-bound v1");
+        Digest::of_parts_in(
+            &BOUND,
             &[self.0.as_bytes(), kind.label().as_bytes(), digest.as_bytes()],
         )
     }

@@ -22,7 +22,7 @@ pub use config::{
     ClientAuthKind, ClientInfo, ClusterConfig, ConfigError, LeaderRotation, OrderingMode, PrepareAuth,
     ProtocolParams, ReplicaInfo, MAX_PILLARS,
 };
-pub use crypto::{Digest, Identity, Mac, MacKey, PublicIdentity, Signature};
+pub use crypto::{Digest, DigestDomain, Identity, Mac, MacKey, PublicIdentity, Signature};
 pub use digest_memo::DigestMemo;
 pub use domain::{ClusterTag, SigKind};
 pub use ids::*;

@@ -98,8 +98,9 @@ impl Request {
     /// (`ClusterTag::bind(SigKind::Request, ..)`), so a request authenticated
     /// for one cluster does not verify in another that shares the keys.
     pub fn content_digest(client: ClientId, seq: RequestSeq, flags: u8, op: &[u8]) -> Digest {
-        Digest::of_parts(
-            "chorus request v1",
+        static REQUEST: crate::crypto::DigestDomain = crate::crypto::DigestDomain::new("chorus request v1");
+        Digest::of_parts_in(
+            &REQUEST,
             &[&client.0.to_le_bytes(), &seq.0.to_le_bytes(), &[flags], op],
         )
     }
@@ -140,10 +141,9 @@ impl Request {
         keys: &[MacKey],
     ) -> Request {
         let d = Self::content_digest(client, seq, flags, &op);
-        let macs = keys
-            .iter()
-            .map(|k| k.mac_bound(tag, SigKind::Request, &d))
-            .collect();
+        // `MacKey::mac_bound` for each key, binding the digest to the cluster once.
+        let bound = tag.bind(SigKind::Request, &d);
+        let macs = keys.iter().map(|k| k.mac(bound.as_bytes())).collect();
         Request {
             memo: DigestMemo::filled(client, seq, flags, &op, d),
             client,
