@@ -25,7 +25,8 @@ pub fn partition_of_key(key: &[u8], partitions: u16) -> PartitionId {
         (1..=MAX_PARTITIONS).contains(&partitions),
         "partition count out of range"
     );
-    let d = Digest::of_parts("chorus sarek partition v1", &[key]);
+    static PARTITION: chorus_core::DigestDomain = chorus_core::DigestDomain::new("chorus sarek partition v1");
+    let d = Digest::of_parts_in(&PARTITION, &[key]);
     let mut low = [0u8; 8];
     low.copy_from_slice(&d.as_bytes()[..8]);
     PartitionId((u64::from_le_bytes(low) % u64::from(partitions)) as u16)
