@@ -339,6 +339,24 @@ mod tests {
         let (cfg, replicas, clients) =
             crate::ClusterConfig::for_testing(4, 1, crate::ProtocolParams::default(), 5);
         let tag = crate::ClusterTag::of(&cfg);
+        // The domains the per-request digests use, spelled as before.
+        let (c, q, op) = (crate::ClientId(9), crate::RequestSeq(4), &b"put k v"[..]);
+        assert_eq!(
+            crate::Request::content_digest(c, q, 2, op),
+            Digest::of_parts(
+                "chorus request v1",
+                &[&c.0.to_le_bytes(), &q.0.to_le_bytes(), &[2], op]
+            )
+        );
+        let d = Digest::of(b"d");
+        let kind = crate::SigKind::Request;
+        assert_eq!(
+            tag.bind(kind, &d),
+            Digest::of_parts(
+                "chorus cluster-bound v1",
+                &[tag.digest().as_bytes(), kind.label().as_bytes(), d.as_bytes()]
+            )
+        );
         let keys: Vec<MacKey> = replicas
             .iter()
             .map(|r| clients[0].pairwise_key(&r.public()))

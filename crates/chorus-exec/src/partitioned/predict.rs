@@ -149,6 +149,10 @@ mod tests {
             let p = partition_of_key(&i.to_le_bytes(), 7);
             assert!(p.0 < 7);
             assert_eq!(p, partition_of_key(&i.to_le_bytes(), 7));
+            // The domain derived once is the one derived per call before.
+            let d = Digest::of_parts("chorus sarek partition v1", &[&i.to_le_bytes()]);
+            let low = u64::from_le_bytes(d.as_bytes()[..8].try_into().unwrap());
+            assert_eq!(p, PartitionId((low % 7) as u16));
         }
     }
 
