@@ -410,3 +410,20 @@ fixed!(
     /// re-send every epoch it lacks that they still hold.
     dispel_n4_seed_52301142_slow_after_healing_with_twins: heavy(OrderingMode::Dispel, 1, 4, "all", 100, 20_000), seed 52301142, "a replica left behind catches up only by state transfer"
 );
+
+/// Found 2026-11-27 by a cop n=4 sweep with all-replica clients and the
+/// few-replies default (`chorus sim --mode cop --pillars 4 --n 4 --faults
+/// all --seed 9982058 --seeds 1 --clients 8 --requests 150
+/// --fault-window-ms 30000 --leader-first false`): twins r0 led lane 0 and
+/// kept it deciding a slot only every ~0.5 s (through the status
+/// retransmissions), each decision pushed the lane's timer back, and the
+/// other lanes, held at the drift bound, went at its pace: 128 of 1200
+/// requests missed their deadline (all done only at 64.9 s). Fixed by the
+/// throttling rule (RCC §IV, `lane/throttle.rs`) holding in `cop` too.
+#[test]
+fn cop_n4_all_seed_9982058_twins_leader_throttles_every_lane() {
+    let mut o = heavy(Cop, 4, 4, "all", 150, 30_000);
+    o.leader_first = false;
+    let r = run_one(&o, 9982058);
+    assert!(r.ok(), "a throttling cop lane held every lane back:\n{r}");
+}

@@ -9,11 +9,19 @@
 //! seen: the others are blocked on it. From the moment that starts, the
 //! lane's progress timer is no longer pushed back by its (slow) decisions:
 //! a lane that stays at the bound for a whole timeout is suspected, however
-//! many rounds it trickles through meanwhile. A lane that falls behind only
-//! briefly (a burst, a slow link) catches up long before.
+//! many rounds it trickles through meanwhile, unless they add up to σ (a
+//! whole drift window drained: a loaded lane, not a throttling one). A lane
+//! that falls behind only briefly (a burst, a slow link) catches up long
+//! before.
+//!
+//! COP has the same exposure (COP §4.2.2: pillars may not drift apart, and
+//! the merger interleaves the lanes), so the rule holds there too: a twins
+//! leader whose lane decided a slot only every ~0.5 s, through the status
+//! retransmissions, held every lane back for the rest of the run without a
+//! view change (sim seed 9982058, cop, n = 4).
 
 use super::Lane;
-use chorus_core::{Millis, OrderingMode, Seq};
+use chorus_core::{Millis, OrderingMode, Seq, Slot, View};
 
 impl Lane {
     /// `frontier`: the replica's round frontier (`Replica::frontier`, in rcc
@@ -25,27 +33,46 @@ impl Lane {
         frontier: Option<Seq>,
         timeout: u64,
     ) -> Option<Millis> {
-        if self.cfg.params.mode != OrderingMode::Rcc {
-            return None;
-        }
         let m = self.cfg.lanes().max(1) as u64;
+        // The rounds interleave (and the drift bound holds every lane to
+        // the slowest) only in `cop` and `rcc`; a `sarek` partition's stream
+        // is delivered on its own, and one lane cannot throttle itself.
+        let top_round = match self.cfg.params.mode {
+            OrderingMode::Rcc => frontier.map(|f| (f.0 / m).saturating_sub(1)),
+            OrderingMode::Cop if m > 1 => frontier.map(|f| f.0 / m),
+            _ => return None,
+        };
         let sigma = self.cfg.params.max_lane_drift_slots.max(2);
-        let top_round = frontier.map(|f| (f.0 / m).saturating_sub(1));
         let lag = top_round.map_or(0, |r| r.saturating_sub(self.next_undecided.0));
         if lag + 1 < sigma {
             self.timer.throttled_since = None;
             return None;
         }
-        // A new view (a stop, or its end) starts the measure afresh.
+        // A new view (a stop, or its end) starts the measure afresh, and so
+        // do σ decisions since it started: a correct but loaded lane (a
+        // pipeline σ deep, clients skewed to its pillar) sits at the bound
+        // too, but drains a whole drift window far faster than a timeout. A
+        // throttler must now decide σ rounds per timeout, not one.
         let view = self.view;
-        let (_, since) = *self.timer.throttled_since.get_or_insert((view, now));
-        let since = match self.timer.throttled_since {
-            Some((v, _)) if v != view => {
-                self.timer.throttled_since = Some((view, now));
-                now
-            }
-            _ => since,
+        let next = self.next_undecided;
+        let fresh = Throttled {
+            view,
+            since: now,
+            from: next,
         };
-        Some(since.plus(timeout))
+        let t = self.timer.throttled_since.get_or_insert(fresh);
+        if t.view != view || next.0 >= t.from.0.saturating_add(sigma) {
+            *t = fresh;
+        }
+        Some(t.since.plus(timeout))
     }
+}
+
+/// Since when, in which view and from which slot a lane has held the
+/// others at the drift bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Throttled {
+    pub view: View,
+    pub since: Millis,
+    pub from: Slot,
 }

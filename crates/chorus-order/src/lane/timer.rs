@@ -68,8 +68,8 @@ pub(crate) struct ProgressTimer {
     /// merger not waiting for us): suspected censorship.
     pub censorship_only: bool,
     /// RCC: since when this lane has held the other instances at the drift
-    /// bound (`throttle.rs`), in which view.
-    pub throttled_since: Option<(View, Millis)>,
+    /// bound (`throttle.rs`), in which view, from which slot.
+    pub throttled_since: Option<super::throttle::Throttled>,
     /// RCC: since when the lane has waited at the round where its stop
     /// ended for the primary's first proposal (`restart_probe.rs`).
     pub restart_waiting: Option<((View, Slot), Millis)>,

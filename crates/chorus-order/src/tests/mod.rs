@@ -41,6 +41,8 @@ mod steps_sarek;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_status_bundle;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_throttle;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_transfer;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_view_change;
