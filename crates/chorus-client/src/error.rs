@@ -17,13 +17,23 @@ pub enum ClientError {
     #[error("request rejected by f+1 replicas: {0}")]
     Rejected(String),
     /// f+1 replicas answered that their client table counts this seq as
-    /// executed but holds no reply for it (`chorus_core::REJECT_ABANDONED`):
-    /// the client ran more than the replicas' window ahead of it, or the
-    /// reply was evicted. It will not execute; retrying it is pointless.
+    /// executed but holds no reply for it (`chorus_core::REJECT_ABANDONED`).
+    /// The table says so for a seq its window slid past (a client more than
+    /// `pool_max_per_client` seqs ahead of it) or whose reply it evicted
+    /// (it keeps each client's latest `REPLY_CACHE_PER_CLIENT`). This client
+    /// never lets its seqs span more than the window, and a new client
+    /// starts above the seqs of earlier ones (`ClientOptions::first_seq`),
+    /// so here it is the second: the request **executed** (at least one
+    /// correct replica counts it, and counting follows execution), but its
+    /// reply was evicted before it reached the client (designated repliers
+    /// lagging while the client ran on). It will not run again; its result
+    /// is lost, so an application that needs it reads the state. (Only a
+    /// client whose `first_seq` reuses an earlier client's seqs cannot tell
+    /// its request from that earlier one.)
     #[error(
-        "request {0} was abandoned by the replicas (the client's window moved past it); it will not execute"
+        "request {0} executed, but its reply left the replicas' cache before it reached this client: its result is lost (it will not run again)"
     )]
-    Abandoned(RequestSeq),
+    ReplyLost(RequestSeq),
     #[error("operation of {len} bytes exceeds max_op_bytes = {max}")]
     OpTooLarge { len: usize, max: usize },
     #[error("client {0} is not in the cluster configuration")]
@@ -82,7 +92,7 @@ impl ClientError {
     /// The error for f+1 matching rejections of `seq` with reason `why`.
     pub fn rejected(seq: RequestSeq, why: String) -> ClientError {
         if why == chorus_core::REJECT_ABANDONED {
-            ClientError::Abandoned(seq)
+            ClientError::ReplyLost(seq)
         } else {
             ClientError::Rejected(why)
         }
@@ -96,7 +106,7 @@ mod tests {
     #[test]
     fn the_abandoned_reason_becomes_its_own_error() {
         let e = ClientError::rejected(RequestSeq(7), chorus_core::REJECT_ABANDONED.into());
-        assert!(matches!(e, ClientError::Abandoned(RequestSeq(7))), "{e}");
+        assert!(matches!(e, ClientError::ReplyLost(RequestSeq(7))), "{e}");
         let e = ClientError::rejected(RequestSeq(7), "Oversized".into());
         assert!(matches!(e, ClientError::Rejected(ref w) if w == "Oversized"));
     }
