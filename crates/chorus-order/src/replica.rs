@@ -602,6 +602,16 @@ impl Replica {
         }
     }
 
+    /// The highest round (slot) pre-prepared or decided in any lane, from
+    /// `frontier`.
+    pub(crate) fn top_round(&self, frontier: Option<Seq>) -> Option<u64> {
+        let m = self.cfg.lanes().max(1) as u64;
+        match self.cfg.params.mode {
+            OrderingMode::Rcc => frontier.map(|f| (f.0 / m).saturating_sub(1)),
+            _ => frontier.map(|f| f.0 / m),
+        }
+    }
+
     /// Highest global position pre-prepared or decided in any lane. In `rcc`
     /// the position just above the highest such round: an instance is behind
     /// as soon as another one proposed for its round (RCC §III-E: an idle
@@ -629,6 +639,15 @@ impl Replica {
             .max()
     }
 
+    /// The round (slot) delivery of lane `l` has reached: in `sarek` its own
+    /// stream's, elsewhere the merger's.
+    fn delivered_round(&self, l: usize) -> u64 {
+        match self.merger.stream_next(LaneId(l as u32)) {
+            Some(s) => s.0,
+            None => self.merger.next().0 / self.cfg.lanes() as u64,
+        }
+    }
+
     /// Proposals of a lane stay below its window and at most
     /// `max_lane_drift_slots` above the delivery point (COP §4.2.2: pillars may
     /// not drift apart; a lane ahead stops proposing).
@@ -636,17 +655,27 @@ impl Replica {
         // SAREK: a partition's drift is measured against its own stream, so
         // a stalled partition does not stop the others (the window and the
         // checkpoint cuts still bound how far they run ahead).
-        let delivered = match self.merger.stream_next(LaneId(l as u32)) {
-            Some(s) => s.0,
-            None => self.merger.next().0 / self.cfg.lanes() as u64,
-        };
-        let drift = Slot(delivered.saturating_add(self.cfg.params.max_lane_drift_slots));
+        let drift = Slot(
+            self.delivered_round(l)
+                .saturating_add(self.cfg.params.max_lane_drift_slots),
+        );
         let limit = drift.min(self.lanes[l].high());
         // SAREK §IV-A: no proposal past a planned return to the preferred leader.
         match self.lanes[l].preferred_return_boundary() {
             Some(b) => limit.min(b),
             None => limit,
         }
+    }
+
+    /// The round the throttling rule measures lane `l` against: the highest
+    /// seen (`top_round`), but at most the highest a correct leader may
+    /// propose now, one below the drift bound (`proposal_limit`): a
+    /// Byzantine leader may pre-prepare anywhere in the window.
+    fn throttle_top(&self, l: usize, frontier: Option<Seq>) -> Option<Slot> {
+        let delivered = self.delivered_round(l);
+        let sigma = self.cfg.params.max_lane_drift_slots;
+        let drift_top = delivered.saturating_add(sigma.saturating_sub(1));
+        self.top_round(frontier).map(|r| Slot(r.min(drift_top)))
     }
 
     /// SAREK §IV-A: start the planned view changes back to preferred leaders
@@ -731,11 +760,20 @@ impl Replica {
         // batch always goes, up to the window.
         let depth = self.proposal_depth();
         let open = self.lanes[l].open_slots(depth);
-        if open >= depth && !self.pool_of(lane).full_batch_pending(lane) {
+        let cell = Cell { lane, slot };
+        let frontier = self.frontier();
+        let behind = frontier.is_some_and(|f| self.cfg.seq_of(cell) < f);
+        // An idle lane behind fills every round up to the frontier at once:
+        // its no-ops are what delivery waits for, and filling two per round
+        // trip left it at the drift bound behind one loaded lane, where the
+        // throttling rule (`lane/throttle.rs`) would suspect its correct
+        // leader once a round trip exceeds timeout / (σ/2) (found by
+        // review). Requests still wait for the depth, as adaptive batching
+        // wants.
+        let noop_fill = behind && self.pool_of(lane).lane_idle(lane);
+        if open >= depth && !noop_fill && !self.pool_of(lane).full_batch_pending(lane) {
             return false;
         }
-        let cell = Cell { lane, slot };
-        let behind = self.frontier().is_some_and(|f| self.cfg.seq_of(cell) < f);
         // With none of this lane's proposals undecided the pipeline is idle:
         // waiting `batch_delay_ms` for more requests would only add that
         // delay to these (2.5 ms of a 5 ms request at 1k ops/s on loopback,
@@ -826,7 +864,10 @@ impl Replica {
             } else {
                 None
             };
-            self.with_lane(now, l, out, |ln, cx, _| ln.refresh_timer(cx, oldest, frontier));
+            let top = self.throttle_top(l, frontier);
+            self.with_lane(now, l, out, |ln, cx, _| {
+                ln.refresh_timer(cx, oldest, frontier, top)
+            });
         }
     }
 }

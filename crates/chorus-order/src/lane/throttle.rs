@@ -21,30 +21,46 @@
 //! view change (sim seed 9982058, cop, n = 4).
 
 use super::Lane;
-use chorus_core::{Millis, OrderingMode, Seq, Slot, View};
+use chorus_core::{Millis, OrderingMode, Slot, View};
 
 impl Lane {
-    /// `frontier`: the replica's round frontier (`Replica::frontier`, in rcc
-    /// the position just above the highest round seen). The latest deadline
-    /// the throttling rule allows, if this lane is throttling the others.
+    /// `top_round`: the highest round pre-prepared or decided in any lane,
+    /// but at most the highest a correct leader may propose now (the
+    /// delivery point's round + σ − 1: a Byzantine leader that pre-prepares
+    /// far above it, inside the window, must not make every lane look
+    /// behind; `Replica::throttle_top`). The latest deadline the throttling
+    /// rule allows, if this lane is throttling the others.
     pub(crate) fn throttle_deadline(
         &mut self,
         now: Millis,
-        frontier: Option<Seq>,
+        top_round: Option<Slot>,
         timeout: u64,
     ) -> Option<Millis> {
-        let m = self.cfg.lanes().max(1) as u64;
         // The rounds interleave (and the drift bound holds every lane to
         // the slowest) only in `cop` and `rcc`; a `sarek` partition's stream
         // is delivered on its own, and one lane cannot throttle itself.
-        let top_round = match self.cfg.params.mode {
-            OrderingMode::Rcc => frontier.map(|f| (f.0 / m).saturating_sub(1)),
-            OrderingMode::Cop if m > 1 => frontier.map(|f| f.0 / m),
-            _ => return None,
+        let interleaved = match self.cfg.params.mode {
+            OrderingMode::Rcc => true,
+            OrderingMode::Cop => self.cfg.lanes() > 1,
+            _ => false,
         };
+        if !interleaved {
+            return None;
+        }
         let sigma = self.cfg.params.max_lane_drift_slots.max(2);
-        let lag = top_round.map_or(0, |r| r.saturating_sub(self.next_undecided.0));
-        if lag + 1 < sigma {
+        let lag = top_round.map_or(0, |r| r.0.saturating_sub(self.next_undecided.0));
+        // Hysteresis: the lane starts throttling at σ − 1 rounds behind and
+        // stops only once it is less than σ/2 behind. Each trickled decision
+        // takes it one round below the bound until delivery lets the others
+        // propose the next round; at a replica that leads none of them
+        // nothing is proposed in between, and the measure restarted on every
+        // decision (found by review: with 2 pillars, fixed rotation, no
+        // correct replica but the leader's would ever have suspected it).
+        let throttling = match self.timer.throttled_since {
+            None => lag + 1 >= sigma,
+            Some(_) => lag >= sigma / 2,
+        };
+        if !throttling {
             self.timer.throttled_since = None;
             return None;
         }

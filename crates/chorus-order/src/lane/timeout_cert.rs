@@ -140,7 +140,7 @@ impl Lane {
             // at failed (`penalty.rs`); a leader whose pre-prepare we hold
             // is blamed only on our own timeout, as for the f+1 join rule.
             let stuck = self.next_undecided;
-            let ours = self.suspecting;
+            let ours = self.suspecting && !self.timer.throttle_armed;
             let unproposed = || {
                 self.slots
                     .get(&stuck)

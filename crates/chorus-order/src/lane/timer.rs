@@ -70,6 +70,12 @@ pub(crate) struct ProgressTimer {
     /// RCC: since when this lane has held the other instances at the drift
     /// bound (`throttle.rs`), in which view, from which slot.
     pub throttled_since: Option<super::throttle::Throttled>,
+    /// The deadline, or the suspicion it led to, came from the throttling
+    /// rule: the lane is slow as a whole, and which slot it happens to
+    /// wait at when the timer fires says nothing about who slowed it (a
+    /// throttler releases its own slot just before the deadline), so
+    /// leaving on it blames nobody (`timeout_cert.rs`).
+    pub throttle_armed: bool,
     /// RCC: since when the lane has waited at the round where its stop
     /// ended for the primary's first proposal (`restart_probe.rs`).
     pub restart_waiting: Option<((View, Slot), Millis)>,
@@ -141,8 +147,14 @@ impl Lane {
     /// oldest proposable request of this lane has waited (`None` if there is
     /// none, or the lane may not propose because of the window or the drift
     /// bound). `frontier`: the highest global position pre-prepared or decided
-    /// in any lane.
-    pub fn refresh_timer(&mut self, cx: &mut Cx, oldest_pending: Option<Millis>, frontier: Option<Seq>) {
+    /// in any lane. `top_round`: for the throttling rule (`throttle.rs`).
+    pub fn refresh_timer(
+        &mut self,
+        cx: &mut Cx,
+        oldest_pending: Option<Millis>,
+        frontier: Option<Seq>,
+        top_round: Option<Slot>,
+    ) {
         let moved = self.timer.seen_next != self.next_undecided;
         self.timer.seen_next = self.next_undecided;
         let progressed = std::mem::take(&mut self.progressed) || moved;
@@ -166,6 +178,7 @@ impl Lane {
         if self.awaiting_peers {
             let heard = self.peer_next.iter().flatten().count();
             if heard <= self.cfg.f() {
+                self.timer.throttled_since = None;
                 return self.set_deadline(cx, None);
             }
             self.awaiting_peers = false;
@@ -181,6 +194,8 @@ impl Lane {
                 Some(d) if !progressed => d,
                 _ => cx.now.plus(timeout),
             };
+            // Not a throttling measure: its lag is ours, not the leader's.
+            self.timer.throttled_since = None;
             return self.set_deadline(cx, Some(at));
         }
         let visible = self.has_open_slots() || self.behind(frontier);
@@ -203,13 +218,21 @@ impl Lane {
         // Like a waiting request: once our timeout is out for confirmation,
         // throttling no longer pulls the deadline in (it would re-fire at
         // once, for ever, and re-announce the suspicion each time).
-        let throttle = self.throttle_deadline(cx.now, frontier, timeout);
+        let throttle = self.throttle_deadline(cx.now, top_round, timeout);
+        let mut by_throttle = false;
         if let Some(t) = throttle.filter(|_| !self.suspecting) {
-            at = at.min(t.max(cx.now));
+            let t = t.max(cx.now);
+            by_throttle = t <= at;
+            at = at.min(t);
         }
         let probe = self.restart_probe_deadline(cx.now, timeout);
         if let Some(t) = probe.filter(|_| !self.suspecting) {
-            at = at.min(t.max(cx.now));
+            let t = t.max(cx.now);
+            by_throttle &= t >= at;
+            at = at.min(t);
+        }
+        if !self.suspecting {
+            self.timer.throttle_armed = by_throttle;
         }
         self.set_deadline(cx, Some(at));
     }
