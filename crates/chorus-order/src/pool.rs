@@ -628,12 +628,6 @@ impl Pool {
         })
     }
 
-    /// No request waits to be proposed in `lane` (what `readiness` calls
-    /// `Empty`), without touching the oldest-request cache.
-    pub fn lane_idle(&self, lane: LaneId) -> bool {
-        self.load.get(lane.index()).is_none_or(|l| l.count == 0)
-    }
-
     /// Should the leader of `lane` cut a batch at `now`?
     pub fn readiness(&mut self, lane: LaneId, now: Millis) -> Readiness {
         let Some(oldest) = self.oldest_pending(lane) else {

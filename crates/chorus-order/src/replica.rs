@@ -763,15 +763,16 @@ impl Replica {
         let cell = Cell { lane, slot };
         let frontier = self.frontier();
         let behind = frontier.is_some_and(|f| self.cfg.seq_of(cell) < f);
-        // An idle lane behind fills every round up to the frontier at once:
-        // its no-ops are what delivery waits for, and filling two per round
-        // trip left it at the drift bound behind one loaded lane, where the
-        // throttling rule (`lane/throttle.rs`) would suspect its correct
-        // leader once a round trip exceeds timeout / (σ/2) (found by
-        // review). Requests still wait for the depth, as adaptive batching
-        // wants.
-        let noop_fill = behind && self.pool_of(lane).lane_idle(lane);
-        if open >= depth && !noop_fill && !self.pool_of(lane).full_batch_pending(lane) {
+        // A lane behind fills every position up to the frontier at once,
+        // its pipeline depth notwithstanding: those slots are what delivery
+        // waits for (every round needs one of each lane, so this adds no
+        // slot, it only fills them sooner), and filling two per round trip
+        // left a lane with little load at the drift bound behind one loaded
+        // lane, where the throttling rule (`lane/throttle.rs`) would suspect
+        // its correct leader once a round trip exceeds timeout / (σ/2)
+        // (found by review). Ahead of the frontier the depth rules as
+        // adaptive batching wants.
+        if open >= depth && !behind && !self.pool_of(lane).full_batch_pending(lane) {
             return false;
         }
         // With none of this lane's proposals undecided the pipeline is idle:

@@ -140,13 +140,14 @@ impl Lane {
             // at failed (`penalty.rs`); a leader whose pre-prepare we hold
             // is blamed only on our own timeout, as for the f+1 join rule.
             let stuck = self.next_undecided;
-            let ours = self.suspecting && !self.timer.throttle_armed;
-            let unproposed = || {
-                self.slots
-                    .get(&stuck)
-                    .is_none_or(|st| st.accepted_in(self.view).is_none())
-            };
-            if !planned && (ours || unproposed()) {
+            let ours = self.suspecting;
+            let unproposed = self
+                .slots
+                .get(&stuck)
+                .is_none_or(|st| st.accepted_in(self.view).is_none());
+            // A throttling suspicion blames whom the lane waited for longest.
+            let blamed = !planned && ours && self.timer.throttle_armed && self.blame_throttler(cx.now);
+            if !planned && !blamed && (ours || unproposed) {
                 self.blame_stuck_slot();
             }
         } else {

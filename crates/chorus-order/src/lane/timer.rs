@@ -72,9 +72,10 @@ pub(crate) struct ProgressTimer {
     pub throttled_since: Option<super::throttle::Throttled>,
     /// The deadline, or the suspicion it led to, came from the throttling
     /// rule: the lane is slow as a whole, and which slot it happens to
-    /// wait at when the timer fires says nothing about who slowed it (a
+    /// wait at when the timer fires says little about who slowed it (a
     /// throttler releases its own slot just before the deadline), so
-    /// leaving on it blames nobody (`timeout_cert.rs`).
+    /// leaving on it blames whoever the lane waited for longest
+    /// (`Lane::blame_throttler`).
     pub throttle_armed: bool,
     /// RCC: since when the lane has waited at the round where its stop
     /// ended for the primary's first proposal (`restart_probe.rs`).
@@ -179,6 +180,7 @@ impl Lane {
             let heard = self.peer_next.iter().flatten().count();
             if heard <= self.cfg.f() {
                 self.timer.throttled_since = None;
+                self.timer.throttle_armed = false;
                 return self.set_deadline(cx, None);
             }
             self.awaiting_peers = false;
@@ -196,6 +198,7 @@ impl Lane {
             };
             // Not a throttling measure: its lag is ours, not the leader's.
             self.timer.throttled_since = None;
+            self.timer.throttle_armed = false;
             return self.set_deadline(cx, Some(at));
         }
         let visible = self.has_open_slots() || self.behind(frontier);
