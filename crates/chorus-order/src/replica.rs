@@ -602,6 +602,26 @@ impl Replica {
         }
     }
 
+    /// `frontier`, but no further than a correct leader may propose now (the
+    /// delivery point's round + σ − 1) in `cop` and `rcc`: a Byzantine
+    /// pre-prepare deep in the window must not make every correct lane
+    /// fill up to the drift bound at once (third review).
+    fn proposable_frontier(&self) -> Option<Seq> {
+        let f = self.frontier()?;
+        let m = self.cfg.lanes().max(1) as u64;
+        let top = self
+            .delivered_round(0)
+            .saturating_add(self.cfg.params.max_lane_drift_slots.saturating_sub(1));
+        let cap = match self.cfg.params.mode {
+            // Just above the highest round.
+            OrderingMode::Rcc => top.saturating_add(1).saturating_mul(m),
+            // The last position of the highest round.
+            OrderingMode::Cop => top.saturating_mul(m).saturating_add(m - 1),
+            _ => return Some(f),
+        };
+        Some(Seq(f.0.min(cap)))
+    }
+
     /// The highest round (slot) pre-prepared or decided in any lane, from
     /// `frontier`.
     pub(crate) fn top_round(&self, frontier: Option<Seq>) -> Option<u64> {
@@ -761,7 +781,7 @@ impl Replica {
         let depth = self.proposal_depth();
         let open = self.lanes[l].open_slots(depth);
         let cell = Cell { lane, slot };
-        let frontier = self.frontier();
+        let frontier = self.proposable_frontier();
         let behind = frontier.is_some_and(|f| self.cfg.seq_of(cell) < f);
         // A lane behind fills every position up to the frontier at once,
         // its pipeline depth notwithstanding: those slots are what delivery

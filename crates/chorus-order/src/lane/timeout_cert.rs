@@ -145,8 +145,11 @@ impl Lane {
                 .slots
                 .get(&stuck)
                 .is_none_or(|st| st.accepted_in(self.view).is_none());
-            // A throttling suspicion blames whom the lane waited for longest.
-            let blamed = !planned && ours && self.timer.throttle_armed && self.blame_throttler(cx.now);
+            // A throttling suspicion blames whom the lane waited for longest
+            // (`throttle.rs`); without a measure, only an unproposed slot.
+            let by_throttle = !planned && ours && self.timer.throttle_armed;
+            let blamed = by_throttle && self.blame_throttler(cx.now);
+            let ours = ours && !by_throttle;
             if !planned && !blamed && (ours || unproposed) {
                 self.blame_stuck_slot();
             }

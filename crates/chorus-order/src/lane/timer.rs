@@ -180,7 +180,8 @@ impl Lane {
             let heard = self.peer_next.iter().flatten().count();
             if heard <= self.cfg.f() {
                 self.timer.throttled_since = None;
-                self.timer.throttle_armed = false;
+                // A pending throttling suspicion keeps its cause.
+                self.timer.throttle_armed &= self.suspecting;
                 return self.set_deadline(cx, None);
             }
             self.awaiting_peers = false;
@@ -198,7 +199,7 @@ impl Lane {
             };
             // Not a throttling measure: its lag is ours, not the leader's.
             self.timer.throttled_since = None;
-            self.timer.throttle_armed = false;
+            self.timer.throttle_armed &= self.suspecting;
             return self.set_deadline(cx, Some(at));
         }
         let visible = self.has_open_slots() || self.behind(frontier);
