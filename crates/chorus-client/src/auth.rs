@@ -49,6 +49,8 @@ impl RequestAuth {
     }
 
     fn build(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
+        // Every request digests with SHA-256 (`flags::DIGEST_SHA256`).
+        let fl = fl | flags::DIGEST_SHA256;
         match self.kind {
             ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.client, seq, fl, op, &self.keys),
             ClientAuthKind::Signature => {

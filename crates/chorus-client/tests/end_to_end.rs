@@ -221,7 +221,10 @@ async fn read_only_fast_path_needs_no_ordering_when_2f_plus_1_agree() {
     assert!(!t.fell_back);
     let s = c.stats();
     assert_eq!((s.fast_path_completed, s.fallbacks), (1, 0));
-    assert!(fake.seen_by(0).iter().all(|q| q.flags == flags::READ_ONLY));
+    assert!(fake
+        .seen_by(0)
+        .iter()
+        .all(|q| q.flags == flags::READ_ONLY | flags::DIGEST_SHA256));
 }
 
 #[tokio::test]

@@ -63,7 +63,9 @@ use x25519_dalek::{EphemeralSecret, PublicKey as DhPublic};
 /// as an unknown flag (the client would wait for replies that never come).
 /// 6: clients resend as `ClientMsg::Resend`, which a v5 replica cannot
 /// decode (it would close the connection on every retransmission).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// 7: requests carry `flags::DIGEST_SHA256`, which a v6 replica refuses as
+/// an unknown flag.
+pub const PROTOCOL_VERSION: u16 = 7;
 const MAGIC: [u8; 8] = *b"CHORUSv6";
 /// No handshake message is anywhere near this long; anything longer is refused.
 const MAX_HANDSHAKE_FRAME_BYTES: usize = 256;

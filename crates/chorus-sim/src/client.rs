@@ -94,6 +94,8 @@ impl Credentials {
     }
 
     fn request_with(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
+        // As `chorus-client` does: SHA-256 request digests.
+        let fl = fl | chorus_core::flags::DIGEST_SHA256;
         match self.auth {
             ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.id, seq, fl, op, &self.keys),
             ClientAuthKind::Signature => {
