@@ -339,9 +339,6 @@ impl MacKey {
 mod tests {
     use super::*;
 
-    /// A domain with its key derived once gives the digests the plain
-    /// derivation gives (every stored and signed digest depends on it), and
-    /// binding a request's digest once gives each replica's MAC unchanged.
     /// The SHA-256 request digest's construction, pinned byte for byte:
     /// SHA-256 of the length-framed label and parts (FIPS 180-4's "abc"
     /// vector checks the hash itself); the flag picks it, and requests
@@ -380,6 +377,9 @@ mod tests {
         );
     }
 
+    /// A domain with its key derived once gives the digests the plain
+    /// derivation gives (every stored and signed digest depends on it), and
+    /// binding a request's digest once gives each replica's MAC unchanged.
     #[test]
     fn a_domain_derived_once_digests_as_before() {
         static D: DigestDomain = DigestDomain::new("chorus request v1");

@@ -219,7 +219,8 @@ fn transcript(cluster: &Digest, hello_i: &[u8], cookie: &[u8; 16], hello_r: &[u8
 }
 
 /// What the proof MACs: domain-separated from request authenticators, which
-/// use the same pairwise key over `chorus request v1` digests.
+/// use the same pairwise key over cluster-bound request digests
+/// (`ClusterTag::bind`).
 fn proof_message(cluster: &Digest, hello_i: &[u8], cookie: &[u8; 16]) -> Digest {
     Digest::of_parts("chorus net proof v2", &[cluster.as_bytes(), hello_i, cookie])
 }

@@ -26,14 +26,18 @@ use std::fmt::Display;
 /// its version instead of failing on the first such record as corrupt. 4:
 /// an accepted batch that is also decided is kept once, in the ledger, and
 /// the log refers to it (`LogEntry::AcceptedDecided`); a version-3 store
-/// opens and is marked 4.
-pub const FORMAT_VERSION: u32 = 4;
+/// opens and is marked 4. 5: requests may carry `flags::DIGEST_SHA256`,
+/// whose digests an older binary would recompute with BLAKE3 and report as
+/// tampering; a version-2, -3 or -4 store opens and is marked 5.
+pub const FORMAT_VERSION: u32 = 5;
 /// The version before the segment log, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_WAL: u32 = 1;
 /// The version before `TimeoutCert` records, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_TIMEOUT_CERT: u32 = 2;
 /// The version before `LogEntry::AcceptedDecided`, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_ACCEPTED_REF: u32 = 3;
+/// The version before SHA-256 request digests, upgraded on open.
+pub(crate) const FORMAT_VERSION_PRE_SHA256: u32 = 4;
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");

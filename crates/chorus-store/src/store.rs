@@ -7,8 +7,9 @@ use crate::policy::{FsyncPolicy, StoreOptions, LANES_MAX};
 use crate::read;
 use crate::schema::{
     corrupt, decode, decode_ledger_head, decode_u32, encode, ChainState, Layout, CHAIN, CHECKPOINTS,
-    FORMAT_VERSION, FORMAT_VERSION_PRE_ACCEPTED_REF, FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL,
-    LEDGER, LOG, META, META_CHAIN, META_LANES, META_VERSION, META_WAL,
+    FORMAT_VERSION, FORMAT_VERSION_PRE_ACCEPTED_REF, FORMAT_VERSION_PRE_SHA256,
+    FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META, META_CHAIN, META_LANES,
+    META_VERSION, META_WAL,
 };
 use crate::wal::Wal;
 use crate::writer::{SkipCounts, WriteState, Writer};
@@ -683,8 +684,14 @@ pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(W
                 // everything, so the log simply starts at segment 0.
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
                 tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
-            } else if found == FORMAT_VERSION_PRE_TIMEOUT_CERT || found == FORMAT_VERSION_PRE_ACCEPTED_REF {
-                // Every version-2 or -3 record means the same in version 4.
+            } else if [
+                FORMAT_VERSION_PRE_TIMEOUT_CERT,
+                FORMAT_VERSION_PRE_ACCEPTED_REF,
+                FORMAT_VERSION_PRE_SHA256,
+            ]
+            .contains(&found)
+            {
+                // Every version-2, -3 or -4 record means the same in version 5.
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
                 tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
             } else if found != FORMAT_VERSION {

@@ -138,12 +138,13 @@ fn a_store_of_another_format_version_is_refused() {
     );
 }
 
-/// A version-2 store (before `TimeoutCert` records) or version-3 store
-/// (before accepted batches referred to the ledger) opens, keeps its
-/// records, and is marked version 4, so an older binary refuses it cleanly.
+/// A version-2 store (before `TimeoutCert` records), version-3 store
+/// (before accepted batches referred to the ledger) or version-4 store
+/// (before SHA-256 request digests) opens, keeps its records, and is marked
+/// version 5, so an older binary refuses it cleanly.
 #[test]
-fn version_2_and_3_stores_open_and_are_marked_version_4() {
-    for old in [2u32, 3] {
+fn version_2_3_and_4_stores_open_and_are_marked_version_5() {
+    for old in [2u32, 3, 4] {
         let d = dir();
         ledger_of_five(d.path());
         let before = Store::open(d.path(), FsyncPolicy::Always, 1)
@@ -167,7 +168,7 @@ fn version_2_and_3_stores_open_and_are_marked_version_4() {
         });
         assert_eq!(version, FORMAT_VERSION, "from version {old}");
     }
-    assert_eq!(FORMAT_VERSION, 4);
+    assert_eq!(FORMAT_VERSION, 5);
 }
 
 /// Issue 14 item 1: a truncated database file tripped an assertion inside
