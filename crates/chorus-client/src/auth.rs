@@ -16,6 +16,8 @@ pub struct RequestAuth {
     /// The cluster the requests are for: replicas of any other cluster
     /// reject them even where the keys are the same (`chorus_core::domain`).
     tag: ClusterTag,
+    /// `flags::DIGEST_SHA256` on every request (`ClientOptions::sha256_digests`).
+    digest_flag: u8,
 }
 
 impl RequestAuth {
@@ -34,7 +36,14 @@ impl RequestAuth {
             identity,
             keys,
             tag: ClusterTag::of(config),
+            digest_flag: flags::DIGEST_SHA256,
         }
+    }
+
+    /// Digest requests with SHA-256 (the default) or with BLAKE3.
+    pub fn with_sha256_digests(mut self, on: bool) -> RequestAuth {
+        self.digest_flag = if on { flags::DIGEST_SHA256 } else { 0 };
+        self
     }
 
     /// `extra`: further flags (`flags::FEW_REPLIES`).
@@ -49,8 +58,7 @@ impl RequestAuth {
     }
 
     fn build(&self, seq: RequestSeq, fl: u8, op: Bytes) -> Request {
-        // Every request digests with SHA-256 (`flags::DIGEST_SHA256`).
-        let fl = fl | flags::DIGEST_SHA256;
+        let fl = fl | self.digest_flag;
         match self.kind {
             ClientAuthKind::MacVector => Request::with_macs(&self.tag, self.client, seq, fl, op, &self.keys),
             ClientAuthKind::Signature => {
@@ -64,6 +72,27 @@ impl RequestAuth {
 mod tests {
     use super::*;
     use chorus_core::{Authenticator, ProtocolParams, ReplicaId};
+
+    /// SHA-256 digests by default, BLAKE3 when turned off; either verifies
+    /// at every replica.
+    #[test]
+    fn the_digest_hash_is_the_clients_choice() {
+        let (config, replicas, clients) = ClusterConfig::for_testing(4, 2, ProtocolParams::default(), 3);
+        let tag = ClusterTag::of(&config);
+        let op = Bytes::from_static(b"op");
+        for (on, flag) in [(true, flags::DIGEST_SHA256), (false, 0)] {
+            let auth = RequestAuth::new(&config, ClientId(1), clients[1].clone()).with_sha256_digests(on);
+            let r = auth.request(RequestSeq(5), false, 0, op.clone());
+            assert_eq!(r.flags & flags::DIGEST_SHA256, flag);
+            for (i, id) in replicas.iter().enumerate() {
+                let key = id.pairwise_key(&clients[1].public());
+                assert!(
+                    r.verify(&tag, ReplicaId(i as u32), &key, &clients[1].public()),
+                    "{on} {i}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_replica_verifies_both_kinds_of_authenticator() {

@@ -98,7 +98,7 @@ impl Client {
         });
         let (cmd_tx, cmd_rx) = mpsc::channel(opts.max_in_flight);
         let permits = Arc::new(Semaphore::new(opts.max_in_flight));
-        let auth = RequestAuth::new(&config, id, identity);
+        let auth = RequestAuth::new(&config, id, identity).with_sha256_digests(opts.sha256_digests);
         let connect_timeout = opts.connect_timeout;
         let max_in_flight = opts.max_in_flight;
         let driver = Driver::new(
