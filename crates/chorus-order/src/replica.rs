@@ -791,8 +791,12 @@ impl Replica {
         // lane, where the throttling rule (`lane/throttle.rs`) would suspect
         // its correct leader once a round trip exceeds timeout / (σ/2)
         // (found by review). Ahead of the frontier the depth rules as
-        // adaptive batching wants.
-        if open >= depth && !behind && !self.pool_of(lane).full_batch_pending(lane) {
+        // adaptive batching wants. Only where rounds interleave: a `sarek`
+        // partition's stream is delivered on its own, so there the argument
+        // does not hold and its batching stays as it was.
+        let interleaved = matches!(self.cfg.params.mode, OrderingMode::Cop | OrderingMode::Rcc);
+        let fill = behind && interleaved;
+        if open >= depth && !fill && !self.pool_of(lane).full_batch_pending(lane) {
             return false;
         }
         // With none of this lane's proposals undecided the pipeline is idle:
