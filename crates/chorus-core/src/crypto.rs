@@ -90,7 +90,7 @@ impl DigestDomain {
         }
     }
 
-    fn hasher(&self) -> blake3::Hasher {
+    pub(crate) fn hasher(&self) -> blake3::Hasher {
         use blake3::hazmat::HasherExt;
         let key = self
             .key

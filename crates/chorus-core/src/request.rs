@@ -234,17 +234,23 @@ impl Batch {
 
     /// The digest consensus agrees on: over each request's content digest and
     /// authenticator, so two batches with the same digest carry the same requests.
+    ///
+    /// The bytes are laid out in one buffer and hashed by one `update`:
+    /// blake3 then compresses whole 1 KiB chunks side by side (SIMD across
+    /// chunks) instead of a request's ~2 blocks at a time, one after the
+    /// other (~190 ns per request before, on the core thread of every
+    /// replica). The bytes, and so the digest, are what they were.
     pub fn digest(&self) -> Digest {
-        let mut h = blake3::Hasher::new_derive_key("chorus batch v2");
-        h.update(&self.time_ms.to_le_bytes());
-        h.update(&(self.requests.len() as u64).to_le_bytes());
+        let mut buf = Vec::with_capacity(16 + self.requests.len() * BATCH_DIGEST_BYTES_PER_REQUEST);
+        buf.extend_from_slice(&self.time_ms.to_le_bytes());
+        buf.extend_from_slice(&(self.requests.len() as u64).to_le_bytes());
         for r in &self.requests {
-            h.update(r.digest().as_bytes());
-            with_auth_bytes(&r.auth, |auth| {
-                h.update(&(auth.len() as u64).to_le_bytes());
-                h.update(auth);
-            });
+            buf.extend_from_slice(r.digest().as_bytes());
+            append_auth_bytes(&r.auth, &mut buf);
         }
+        static BATCH: crate::crypto::DigestDomain = crate::crypto::DigestDomain::new("chorus batch v2");
+        let mut h = BATCH.hasher();
+        h.update(&buf);
         Digest(*h.finalize().as_bytes())
     }
 
@@ -254,6 +260,58 @@ impl Batch {
 
     pub fn op_bytes(&self) -> usize {
         self.requests.iter().map(|r| r.op.len()).sum()
+    }
+}
+
+/// A request's share of a batch digest's input with a MAC vector at n = 4:
+/// its content digest, a length and the encoded authenticator.
+const BATCH_DIGEST_BYTES_PER_REQUEST: usize = 32 + 8 + 72;
+
+/// Appends the authenticator's postcard encoding, after its length as a
+/// little-endian u64, to `buf`: the bytes `with_auth_bytes` hands out
+/// (nothing if it cannot be encoded), written in place, so nothing is
+/// zeroed or copied per request.
+fn append_auth_bytes(auth: &Authenticator, buf: &mut Vec<u8>) {
+    let at = buf.len();
+    buf.extend_from_slice(&0u64.to_le_bytes());
+    if let Authenticator::Macs(macs) = auth {
+        // postcard's layout written directly (serde feeds a `[u8; 16]` to
+        // the encoder a byte at a time): the variant index 0 and the length
+        // as LEB128 varints, then the MACs' bytes.
+        buf.push(0);
+        push_varint(buf, macs.len() as u64);
+        for m in macs.iter() {
+            buf.extend_from_slice(&m.0);
+        }
+        let len = (buf.len() - at - 8) as u64;
+        buf[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        return;
+    }
+    match postcard::to_extend(auth, ExtendVec(buf)) {
+        Ok(_) => {
+            let len = (buf.len() - at - 8) as u64;
+            buf[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+        Err(_) => buf.truncate(at + 8),
+    }
+}
+
+/// An unsigned LEB128 varint, as postcard encodes lengths and variant indices.
+fn push_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+/// `Extend<u8>` for a borrowed `Vec` (postcard's `to_extend` takes its
+/// writer by value).
+struct ExtendVec<'a>(&'a mut Vec<u8>);
+
+impl Extend<u8> for ExtendVec<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        self.0.extend(iter)
     }
 }
 
@@ -419,11 +477,12 @@ mod tests {
         assert_eq!(a.digest(), a.clone().digest());
     }
 
-    /// Batch digests are stored and agreed on: encoding the authenticators
-    /// on the stack (and on the heap when too large) gives the digest the
-    /// heap-only encoding gave, for signatures and MAC vectors of every size.
+    /// Batch digests are stored and agreed on: the one-buffer layout (MAC
+    /// vectors encoded by hand, signatures by postcard in place) gives the
+    /// digest a field-at-a-time, heap-encoded hash gave, for signatures and
+    /// MAC vectors of every size and for batches over many chunks.
     #[test]
-    fn batch_digests_are_unchanged_by_the_stack_encoding() {
+    fn batch_digests_are_unchanged_by_the_encoding() {
         fn heap_only(b: &Batch) -> Digest {
             let mut h = blake3::Hasher::new_derive_key("chorus batch v2");
             h.update(&b.time_ms.to_le_bytes());
@@ -465,10 +524,23 @@ mod tests {
                 Digest::of(&postcard::to_allocvec(&r.auth).unwrap())
             );
         }
+        // Many requests: the one-buffer input spans several 1 KiB chunks.
+        let keys: Vec<MacKey> = (0..4).map(|k| MacKey([k as u8; 32])).collect();
+        for s in 1..=300u64 {
+            requests.push(Request::with_macs(
+                &tag("a"),
+                ClientId(3),
+                RequestSeq(s),
+                0,
+                Bytes::from(vec![s as u8; (s as usize * 7) % 600]),
+                &keys,
+            ));
+        }
         let batch = Batch {
             requests,
             time_ms: 42,
         };
         assert_eq!(batch.digest(), heap_only(&batch));
+        assert_eq!(Batch::noop().digest(), heap_only(&Batch::noop()));
     }
 }
