@@ -80,7 +80,9 @@ pub enum PersistRecord {
         view: View,
         slot: Slot,
         digest: Digest,
-        batch: Batch,
+        /// Shared with the lane's slot: a batch of ~200 requests is ~40 KB
+        /// of `Request`s, which a deep copy per record moved and dropped.
+        batch: Arc<Batch>,
     },
     /// We collected a prepared certificate (and are about to send our commit).
     Prepared { cert: chorus_core::PreparedCert },
@@ -88,7 +90,7 @@ pub enum PersistRecord {
     Decided {
         cell: Cell,
         digest: Digest,
-        batch: Batch,
+        batch: Arc<Batch>,
     },
     /// A stable checkpoint and the state at it; everything below may be discarded.
     Stable { cert: CheckpointCert, snapshot: Bytes },

@@ -131,7 +131,7 @@ mod tests {
                 slot: Slot(slot),
             },
             digest: Batch::noop_digest(),
-            batch: Batch::noop(),
+            batch: std::sync::Arc::new(Batch::noop()),
         }
     }
 

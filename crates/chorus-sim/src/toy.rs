@@ -105,7 +105,7 @@ impl<const SEND_BEFORE_PERSIST: bool> Sequencer<SEND_BEFORE_PERSIST> {
         let record = PersistRecord::Decided {
             cell,
             digest: batch.digest(),
-            batch: batch.clone(),
+            batch: Arc::new(batch.clone()),
         };
         let msg = ReplicaMsg::BatchReply(BatchReply {
             lane: LaneId(0),
@@ -132,7 +132,7 @@ impl<const SEND_BEFORE_PERSIST: bool> Sequencer<SEND_BEFORE_PERSIST> {
                 out.persist(PersistRecord::Decided {
                     cell,
                     digest: batch.digest(),
-                    batch: batch.clone(),
+                    batch: Arc::new(batch.clone()),
                 });
             }
             self.proposed
@@ -190,9 +190,9 @@ impl<const SEND_BEFORE_PERSIST: bool> SimReplica for Sequencer<SEND_BEFORE_PERSI
             if let PersistRecord::Decided { cell, batch, .. } = r {
                 let slot = s.config.seq_of(cell).0;
                 if me == SEQUENCER {
-                    s.sent.insert(slot, batch.clone());
+                    s.sent.insert(slot, (*batch).clone());
                 }
-                s.received.insert(slot, batch);
+                s.received.insert(slot, Arc::unwrap_or_clone(batch));
             }
         }
         s.deliver_ready(out);

@@ -97,7 +97,7 @@ fn main() {
     // Built before timing: the store's cost only.
     let rounds_records: Vec<Vec<PersistRecord>> = (0..rounds)
         .map(|slot| {
-            let b = batch(&sets, slot);
+            let b = std::sync::Arc::new(batch(&sets, slot));
             let d = b.digest();
             let mut rs = vec![
                 PersistRecord::Accepted {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use chorus_core::{Batch, Cell, CheckpointCert, Digest};
 use chorus_order::PersistRecord;
 use redb::{ReadTransaction, ReadableTable};
+use std::sync::Arc;
 
 /// What `Replica::recover` replays: the latest stable checkpoint first, then
 /// the protocol log in append order, decided cells filled in from the ledger.
@@ -35,7 +36,7 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
             ) => out.push(r),
             LogEntry::Record(_) => return Err(corrupt("log", key, "record kind never stored in the log")),
             LogEntry::Decided { cell, digest } => {
-                let batch = decided_batch(&ledger, layout, key, cell, digest)?;
+                let batch = Arc::new(decided_batch(&ledger, layout, key, cell, digest)?);
                 out.push(PersistRecord::Decided { cell, digest, batch });
             }
             LogEntry::AcceptedDecided(AcceptedHead {
@@ -44,7 +45,7 @@ pub(crate) fn load(txn: &ReadTransaction, layout: Layout) -> Result<Vec<PersistR
                 slot,
                 digest,
             }) => {
-                let batch = decided_batch(&ledger, layout, key, Cell { lane, slot }, digest)?;
+                let batch = Arc::new(decided_batch(&ledger, layout, key, Cell { lane, slot }, digest)?);
                 out.push(PersistRecord::Accepted {
                     lane,
                     view,

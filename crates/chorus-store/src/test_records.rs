@@ -20,7 +20,7 @@ pub(crate) fn accepted(slot: u64) -> PersistRecord {
         view: View(0),
         slot: Slot(slot),
         digest: b.digest(),
-        batch: b,
+        batch: std::sync::Arc::new(b),
     }
 }
 
@@ -32,7 +32,7 @@ pub(crate) fn decided(slot: u64) -> PersistRecord {
             slot: Slot(slot),
         },
         digest: b.digest(),
-        batch: b,
+        batch: std::sync::Arc::new(b),
     }
 }
 

@@ -47,7 +47,7 @@ fn run(s: &mut Store, rounds: u64) -> Vec<chorus_store::StoreStats> {
             s.append(&[stable_with(pos, snapshot(r, 1 << 20))]).unwrap();
         } else {
             for seq in pos..pos + K {
-                let b = batch(seq, 16);
+                let b = std::sync::Arc::new(batch(seq, 16));
                 s.append(&[
                     PersistRecord::Accepted {
                         lane: chorus_core::LaneId(0),
@@ -59,7 +59,7 @@ fn run(s: &mut Store, rounds: u64) -> Vec<chorus_store::StoreStats> {
                     prepared(0, 0, seq),
                 ])
                 .unwrap();
-                s.append(&[decided_with(0, seq, b)]).unwrap();
+                s.append(&[decided_with(0, seq, (*b).clone())]).unwrap();
             }
             pos += K;
             s.append(&[stable_with(pos, snapshot(r, 64 << 10))]).unwrap();

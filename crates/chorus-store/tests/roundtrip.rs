@@ -31,7 +31,14 @@ fn every_record_kind_roundtrips_in_order() {
     assert_eq!(s.ledger_head().unwrap().0, 2);
     assert_eq!(s.verify_ledger().unwrap(), 2);
     let (cell, digest, batch) = s.ledger_entry(Seq(1)).unwrap().unwrap();
-    assert_eq!(PersistRecord::Decided { cell, digest, batch }, records[7]);
+    assert_eq!(
+        PersistRecord::Decided {
+            cell,
+            digest,
+            batch: std::sync::Arc::new(batch)
+        },
+        records[7]
+    );
     assert_eq!(s.ledger_entry(Seq(2)).unwrap(), None);
 }
 
@@ -158,7 +165,7 @@ fn an_accepted_batch_decided_in_the_same_transaction_is_stored_once() {
         view: chorus_core::View(1),
         slot: chorus_core::Slot(slot),
         digest: b.digest(),
-        batch: b,
+        batch: std::sync::Arc::new(b),
     };
     let records = vec![
         accepted_with(0, big(0)),

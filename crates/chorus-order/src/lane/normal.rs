@@ -204,7 +204,7 @@ impl Lane {
             view,
             slot,
             digest,
-            batch: (*batch).clone(),
+            batch: batch.clone(),
         });
         cx.out.broadcast(ReplicaMsg::PrePrepare(PrePrepare {
             lane,
@@ -517,7 +517,7 @@ impl Lane {
             view,
             slot,
             digest,
-            batch: (*batch).clone(),
+            batch: batch.clone(),
         });
         cx.out.broadcast(ReplicaMsg::Prepare(prepare));
         self.note_seen(slot);
@@ -722,7 +722,7 @@ impl Lane {
         cx.out.persist(PersistRecord::Decided {
             cell,
             digest,
-            batch: (*batch).clone(),
+            batch: batch.clone(),
         });
         self.wants.remove(&slot);
         self.notices.remove(&slot);

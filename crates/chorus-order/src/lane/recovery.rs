@@ -36,7 +36,7 @@ pub(crate) enum Deferred {
     Accepted {
         view: View,
         digest: Digest,
-        batch: Batch,
+        batch: Arc<Batch>,
     },
     Prepared(PreparedCert),
     /// A slot decided before the crash: a fact, so once the window reaches
@@ -44,7 +44,7 @@ pub(crate) enum Deferred {
     /// slot was decided again or fetched, if peers still held it).
     Decided {
         digest: Digest,
-        batch: Batch,
+        batch: Arc<Batch>,
     },
 }
 
@@ -136,7 +136,7 @@ impl Lane {
         view: View,
         slot: Slot,
         digest: Digest,
-        batch: Batch,
+        batch: Arc<Batch>,
     ) {
         if batch.digest() != digest {
             return;
@@ -153,7 +153,7 @@ impl Lane {
         if st.pp.as_ref().is_some_and(|p| p.view > view) {
             return;
         }
-        st.store_batch(digest, Arc::new(batch));
+        st.store_batch(digest, batch);
         st.pp = Some(Accepted {
             view,
             digest,
@@ -177,7 +177,12 @@ impl Lane {
 
     /// Returns the batch for the merger; a slot above the window waits for
     /// it (`defer`), as `Accepted` and `Prepared` records do.
-    pub(crate) fn restore_decided(&mut self, slot: Slot, digest: Digest, batch: Batch) -> Option<Arc<Batch>> {
+    pub(crate) fn restore_decided(
+        &mut self,
+        slot: Slot,
+        digest: Digest,
+        batch: Arc<Batch>,
+    ) -> Option<Arc<Batch>> {
         if batch.digest() != digest {
             return None;
         }
@@ -189,7 +194,6 @@ impl Lane {
             debug_assert_eq!(self.slots.get(&slot).and_then(|s| s.decided), Some(digest));
             return None;
         }
-        let batch = Arc::new(batch);
         let st = self.slot_mut(slot);
         st.store_batch(digest, batch.clone());
         st.decided = Some(digest);

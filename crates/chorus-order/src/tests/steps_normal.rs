@@ -66,7 +66,7 @@ fn backup_accepts_pre_prepare_persists_then_broadcasts_prepare() {
                 view: View(0),
                 slot: Slot(0),
                 digest: batch.digest(),
-                batch: batch.clone(),
+                batch: Arc::new(batch.clone()),
             }),
             Action::Broadcast {
                 msg: ReplicaMsg::Prepare(s.prepare(1, 0, 0, 0, batch.digest())),
@@ -132,7 +132,7 @@ fn prepared_persists_certificate_then_broadcasts_commit_and_commit_quorum_delive
             Action::Persist(PersistRecord::Decided {
                 cell,
                 digest: d,
-                batch: batch.clone(),
+                batch: Arc::new(batch.clone()),
             }),
             Action::Deliver {
                 seq: Seq(0),
@@ -173,7 +173,7 @@ fn leader_cuts_a_batch_persists_then_broadcasts_pre_prepare() {
                 view: View(0),
                 slot: Slot(0),
                 digest: batch.digest(),
-                batch: batch.clone(),
+                batch: Arc::new(batch.clone()),
             }),
             Action::Broadcast {
                 msg: ReplicaMsg::PrePrepare(s.pre_prepare(0, 0, 0, 0, &batch)),

@@ -7,6 +7,7 @@ use crate::replica::Replica;
 use chorus_core::{
     LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Slot, Status, View, ViewChange,
 };
+use std::sync::Arc;
 
 const L0: LaneId = LaneId(0);
 
@@ -253,7 +254,7 @@ fn recovery_delivers_every_lanes_decisions_written_before_the_stable_record() {
                     slot: Slot(slot),
                 },
                 digest: batch.digest(),
-                batch,
+                batch: Arc::new(batch),
             });
         }
     }
@@ -339,7 +340,7 @@ fn no_view_change_omits_a_slot_prepared_above_the_recovered_window() {
             view: View(1),
             slot: Slot(w),
             digest: batch.digest(),
-            batch: batch.clone(),
+            batch: Arc::new(batch.clone()),
         },
         PersistRecord::Prepared { cert: cert.clone() },
     ];

@@ -10,6 +10,7 @@ use chorus_core::{
     Authenticator, Batch, ClientId, LaneId, LeaderRotation, Mac, Millis, OrderingMode, ProtocolParams,
     ReplicaId, ReplicaMsg, Request, RequestSeq, Slot, UnverifiableRequest, View,
 };
+use std::sync::Arc;
 
 fn pbft() -> ProtocolParams {
     params(OrderingMode::Pbft, 1)
@@ -104,7 +105,7 @@ fn a_backup_holds_a_batch_it_cannot_verify_until_f_plus_one_vouch() {
                 view: View(0),
                 slot: Slot(0),
                 digest: batch.digest(),
-                batch: batch.clone(),
+                batch: Arc::new(batch.clone()),
             }),
             Action::Broadcast {
                 msg: ReplicaMsg::Prepare(s.prepare(2, 0, 0, 0, batch.digest())),

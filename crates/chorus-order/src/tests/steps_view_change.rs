@@ -9,6 +9,7 @@ use chorus_core::{
     Batch, BatchReply, FetchBatch, LaneId, Millis, NewView, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg,
     Reproposal, Slot, View, ViewChange,
 };
+use std::sync::Arc;
 
 const L0: LaneId = LaneId(0);
 
@@ -222,7 +223,7 @@ fn new_view_reproposes_prepared_digests_and_fills_gaps_with_noops() {
                 view: View(1),
                 slot: Slot(2),
                 digest: sc.b.digest(),
-                batch: sc.b.clone()
+                batch: Arc::new(sc.b.clone())
             }),
             Action::Broadcast {
                 msg: ReplicaMsg::PrePrepare(s.pre_prepare(1, 0, 1, 2, &sc.b)),
@@ -265,7 +266,7 @@ fn backup_validates_and_accepts_new_view_then_prepares_reproposals() {
                 view: View(1),
                 slot: Slot(1),
                 digest: Batch::noop_digest(),
-                batch: Batch::noop()
+                batch: Arc::new(Batch::noop())
             }),
             Action::Broadcast {
                 msg: ReplicaMsg::Prepare(s.prepare(2, 0, 1, 1, Batch::noop_digest())),

@@ -100,7 +100,7 @@ impl Setup {
                         slot: Slot(slot),
                     },
                     digest: batch.digest(),
-                    batch,
+                    batch: Arc::new(batch),
                 }
             })
             .collect()

@@ -49,7 +49,7 @@ pub fn accepted(lane: u32, v: u64, slot: u64) -> PersistRecord {
         view: View(v),
         slot: Slot(slot),
         digest: b.digest(),
-        batch: b,
+        batch: std::sync::Arc::new(b),
     }
 }
 
@@ -87,7 +87,7 @@ pub fn decided_with(lane: u32, slot: u64, b: Batch) -> PersistRecord {
     PersistRecord::Decided {
         cell: cell(lane, slot),
         digest: b.digest(),
-        batch: b,
+        batch: std::sync::Arc::new(b),
     }
 }
 
