@@ -271,6 +271,53 @@ fn a_peer_with_the_wrong_key_is_refused_and_random_bytes_close_only_that_connect
 }
 
 #[test]
+fn a_dead_backup_costs_the_leader_bounded_memory() {
+    // Found 2026-11-27 (BENCHMARKS.md "a dead peer's queue"): the leader's
+    // link to a killed backup queued up to 8 192 frames whatever their size,
+    // most of them pre-prepares of ~100 KB, and the leader grew past 1 GiB.
+    // Here 1 200 puts of 192 KB send ~230 MB towards the dead backup; its
+    // queue may hold ~43 MiB (`frame_queue.rs`, 1 pillar, n = 4).
+    let mut c = TestCluster::new(OrderingMode::Cop, 1, 4, |p| p.max_op_bytes = 256 << 10);
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    c.kill(3);
+    let rt = rt();
+    let acked = rt.block_on(async {
+        let value = Bytes::from(vec![b'v'; 192 << 10]);
+        let mut tasks = Vec::new();
+        for ci in 0..4 {
+            let client = Arc::new(c.client(ci).await);
+            for lane in 0..4 {
+                let (client, value) = (client.clone(), value.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut ok = 0;
+                    for _ in 0..75 {
+                        // Overwrites: the state stays ~3 MB, the traffic is not.
+                        let k = format!("big-{ci}-{lane}");
+                        if client.invoke(KvOp::put(k, value.clone())).await.is_ok() {
+                            ok += 1;
+                        }
+                    }
+                    ok
+                }));
+            }
+        }
+        let mut ok = 0;
+        for t in tasks {
+            ok += t.await.unwrap();
+        }
+        ok
+    });
+    assert_eq!(acked, 1_200, "every put completes with one backup down");
+    let leader = c.peak_rss_mib(0).expect("leader alive");
+    let backup = c.peak_rss_mib(2).expect("backup alive");
+    eprintln!("peak RSS: leader {leader:.0} MiB, backup {backup:.0} MiB");
+    assert!(
+        leader < backup + 150.0,
+        "the leader kept what it queued for the dead backup: {leader:.0} MiB vs a backup's {backup:.0} MiB"
+    );
+}
+
+#[test]
 fn a_client_flood_gets_back_pressure_not_unbounded_memory() {
     // Tiny pool and per-client share so the flood hits the limits: five
     // clients with 16 requests in flight each against a pool of 32.

@@ -5,6 +5,7 @@ pub mod core_thread;
 pub mod embed;
 pub mod exec_thread;
 pub mod fatal;
+pub mod frame_queue;
 pub mod keygen;
 pub mod latency;
 pub mod metrics;

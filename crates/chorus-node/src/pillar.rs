@@ -5,6 +5,7 @@
 //! authenticator checks and reply writing.
 
 use crate::channels::{CoreInput, ExecInput, PillarInput};
+use crate::frame_queue::{frame_queue, FrameQueueRx, FrameQueueTx, CLIENT_QUEUE_BYTES};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use chorus_core::{
@@ -18,9 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-/// Frames queued towards one peer pillar before new ones are dropped.
+/// Frames queued towards one peer pillar before new ones are dropped (its
+/// bytes are bounded too: `frame_queue.rs`).
 const PEER_LINK_QUEUE: usize = 8_192;
-/// Frames queued towards one client before new ones are dropped.
+/// Frames queued towards one client before new ones are dropped (and
+/// `CLIENT_QUEUE_BYTES`).
 const CLIENT_QUEUE: usize = 4_096;
 /// Reconnect back-off bounds.
 const BACKOFF_MIN_MS: u64 = 50;
@@ -122,7 +125,7 @@ fn replica_addresses(config: &ClusterConfig) -> std::collections::HashSet<std::n
 /// id, eviction signal), newest last, at most `PEER_CONNS_MAX`.
 type PeerConns = HashMap<ReplicaId, Vec<(u64, Rc<tokio::sync::Notify>)>>;
 
-type ClientConns = HashMap<ClientId, Vec<(u64, mpsc::Sender<Bytes>, Rc<tokio::sync::Notify>)>>;
+type ClientConns = HashMap<ClientId, Vec<(u64, FrameQueueTx, Rc<tokio::sync::Notify>)>>;
 
 struct Shared {
     index: usize,
@@ -208,9 +211,11 @@ impl PillarThread {
             peers: RefCell::new(HashMap::new()),
         });
         // Outbound private links to pillar `index` of every other replica.
-        let mut links: HashMap<ReplicaId, mpsc::Sender<Bytes>> = HashMap::new();
+        let mut links: HashMap<ReplicaId, FrameQueueTx> = HashMap::new();
+        let link_count = self.config.n().saturating_sub(1) * self.config.params.pillars.max(1) as usize;
+        let link_bytes = crate::frame_queue::bytes_per_link(link_count);
         for peer in self.config.replica_ids().filter(|r| *r != self.me) {
-            let (tx, rx) = mpsc::channel(PEER_LINK_QUEUE);
+            let (tx, rx) = frame_queue(PEER_LINK_QUEUE, link_bytes);
             links.insert(peer, tx);
             tokio::task::spawn_local(peer_link(shared.clone(), peer, rx));
         }
@@ -239,14 +244,14 @@ impl PillarThread {
                     match input {
                         PillarInput::SendPeer { to, frame } => {
                             if let Some(l) = links.get(&to) {
-                                if l.try_send(frame).is_err() {
+                                if !l.offer(frame) {
                                     self.metrics.drop_frame("peer-link-queue-full");
                                 }
                             }
                         }
                         PillarInput::BroadcastPeer { frame } => {
                             for l in links.values() {
-                                if l.try_send(frame.clone()).is_err() {
+                                if !l.offer(frame.clone()) {
                                     self.metrics.drop_frame("peer-link-queue-full");
                                 }
                             }
@@ -299,7 +304,7 @@ fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheck
 fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
     let clients = shared.clients.borrow();
     if let Some((_, tx, _)) = clients.get(&client).and_then(|conns| conns.last()) {
-        if tx.try_send(frame).is_err() {
+        if !tx.offer(frame) {
             shared.metrics.drop_frame("client-queue-full");
         }
     }
@@ -308,7 +313,7 @@ fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
 /// Keep one authenticated outbound connection to `peer`'s pillar alive and
 /// write queued frames to it. Frames queued while disconnected wait in the
 /// bounded queue; PBFT's status exchange retransmits anything lost.
-async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<Bytes>) {
+async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: FrameQueueRx) {
     let Some(info) = shared.config.replica(peer).cloned() else {
         return;
     };
@@ -354,7 +359,7 @@ async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: mpsc::Receiver<B
                 break 'conn;
             }
             // Coalesce whatever else is queued into one flush.
-            while let Ok(more) = rx.try_recv() {
+            while let Some(more) = rx.try_recv() {
                 if writer.feed(&more).await.is_err() {
                     break 'conn;
                 }
@@ -671,7 +676,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
         *n += 1;
         *n
     };
-    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_QUEUE);
+    let (tx, mut rx) = frame_queue(CLIENT_QUEUE, CLIENT_QUEUE_BYTES);
     let evicted = Rc::new(tokio::sync::Notify::new());
     {
         let mut clients = shared.clients.borrow_mut();
@@ -693,7 +698,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             if writer.feed(&frame).await.is_err() {
                 return;
             }
-            while let Ok(more) = rx.try_recv() {
+            while let Some(more) = rx.try_recv() {
                 if writer.feed(&more).await.is_err() {
                     return;
                 }
