@@ -20,4 +20,4 @@ for t in 6 10; do
   for i in 0 1 2 3; do [ "$i" = "$K" ] || echo -n " r$i $(awk '/VmRSS/{print int($2/1024)}' "/proc/${pids[$i]}/status") MiB"; done; echo
 done
 wait $bench; grep -E "^run" "$D/bench.log" | cut -c1-100
-curl -s localhost:27391/metrics | grep -E '^chorus_frames_dropped_total\{reason="peer-link-queue-full"\}' || true
+curl -s localhost:27391/metrics | grep -E '^chorus_frames_dropped_total\{reason="peer-link-queue' || true

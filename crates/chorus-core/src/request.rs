@@ -542,5 +542,15 @@ mod tests {
         };
         assert_eq!(batch.digest(), heap_only(&batch));
         assert_eq!(Batch::noop().digest(), heap_only(&Batch::noop()));
+        // Pinned, so a postcard or blake3 upgrade that changed the bytes
+        // fails here and not between replicas or against a store.
+        assert_eq!(
+            batch.digest().to_hex(),
+            "55b326676da76191fc22ad7e69ed23cf3d572a45924f41b1e2a9dcafb2168bb5"
+        );
+        assert_eq!(
+            Batch::noop_digest().to_hex(),
+            "da4769fcf8187442d81280ca65d207ef241ae00db51008365049d79f171be09e"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! authenticator checks and reply writing.
 
 use crate::channels::{CoreInput, ExecInput, PillarInput};
-use crate::frame_queue::{frame_queue, FrameQueueRx, FrameQueueTx, CLIENT_QUEUE_BYTES};
+use crate::frame_queue::{frame_queue, FrameQueueRx, FrameQueueTx, Offer, CLIENT_QUEUE_BYTES};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use chorus_core::{
@@ -244,16 +244,12 @@ impl PillarThread {
                     match input {
                         PillarInput::SendPeer { to, frame } => {
                             if let Some(l) = links.get(&to) {
-                                if !l.offer(frame) {
-                                    self.metrics.drop_frame("peer-link-queue-full");
-                                }
+                                note_peer_drop(&self.metrics, l.offer(frame));
                             }
                         }
                         PillarInput::BroadcastPeer { frame } => {
                             for l in links.values() {
-                                if !l.offer(frame.clone()) {
-                                    self.metrics.drop_frame("peer-link-queue-full");
-                                }
+                                note_peer_drop(&self.metrics, l.offer(frame.clone()));
                             }
                         }
                         PillarInput::ToClient { client, frame } => {
@@ -304,9 +300,20 @@ fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheck
 fn to_client(shared: &Shared, client: ClientId, frame: Bytes) {
     let clients = shared.clients.borrow();
     if let Some((_, tx, _)) = clients.get(&client).and_then(|conns| conns.last()) {
-        if !tx.offer(frame) {
-            shared.metrics.drop_frame("client-queue-full");
+        match tx.offer(frame) {
+            Offer::Queued => {}
+            Offer::FullBytes => shared.metrics.drop_frame("client-queue-bytes"),
+            Offer::FullFrames => shared.metrics.drop_frame("client-queue-full"),
         }
+    }
+}
+
+/// Count a frame a peer link's queue dropped, by the bound it hit.
+fn note_peer_drop(metrics: &Metrics, offer: Offer) {
+    match offer {
+        Offer::Queued => {}
+        Offer::FullBytes => metrics.drop_frame("peer-link-queue-bytes"),
+        Offer::FullFrames => metrics.drop_frame("peer-link-queue-full"),
     }
 }
 
