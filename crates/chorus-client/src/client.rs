@@ -76,6 +76,7 @@ impl Client {
             handshake_timeout: opts.handshake_timeout,
             hello_timeout: NetLimits::DEFAULT_HELLO_TIMEOUT,
             max_buffered_frames: opts.link_queue_frames,
+            max_queued_bytes: NetLimits::DEFAULT_MAX_QUEUED_BYTES,
         };
         let net = Arc::new(Counters::default());
         let me = Arc::new(identity.clone());

@@ -16,12 +16,18 @@ pub struct NetLimits {
     /// Frames a writer buffers before it flushes on its own, and the queue
     /// capacity of a peer link.
     pub max_buffered_frames: usize,
+    /// Bytes below which a peer link's queue takes another frame (so it
+    /// overshoots by at most one frame): a link to a peer that is down
+    /// holds what was queued for it, and a frame count alone does not bound
+    /// that when frames are large.
+    pub max_queued_bytes: usize,
 }
 
 impl NetLimits {
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
     pub const DEFAULT_MAX_BUFFERED_FRAMES: usize = 4096;
     pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_millis(500);
+    pub const DEFAULT_MAX_QUEUED_BYTES: usize = 16 << 20;
 
     /// Limits for replica-to-replica connections: frames as large as the
     /// largest replica message the codec admits for this configuration (a
@@ -42,6 +48,7 @@ impl NetLimits {
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             hello_timeout: Self::DEFAULT_HELLO_TIMEOUT,
             max_buffered_frames: Self::DEFAULT_MAX_BUFFERED_FRAMES,
+            max_queued_bytes: Self::DEFAULT_MAX_QUEUED_BYTES,
         }
     }
 }
@@ -53,6 +60,7 @@ impl Default for NetLimits {
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             hello_timeout: Self::DEFAULT_HELLO_TIMEOUT,
             max_buffered_frames: Self::DEFAULT_MAX_BUFFERED_FRAMES,
+            max_queued_bytes: Self::DEFAULT_MAX_QUEUED_BYTES,
         }
     }
 }

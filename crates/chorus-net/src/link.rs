@@ -3,8 +3,9 @@
 //! writes the frames queued for it.
 //!
 //! Queue policy: a bounded `mpsc` channel of already-encoded frames
-//! (`NetLimits::max_buffered_frames`). When it is full, **the new frame is
-//! dropped** (and counted in `Counters::link_dropped`): the protocols above
+//! (`NetLimits::max_buffered_frames`), which takes a frame only while it
+//! holds fewer than `NetLimits::max_queued_bytes` bytes. When it is full,
+//! **the new frame is dropped** (and counted in `Counters::link_dropped`): the protocols above
 //! recover lost messages through retransmission and status exchange, and
 //! dropping the newest keeps the queue lock-free and never reorders what is
 //! already queued. Delivery is at most once: frames written to a connection
@@ -18,7 +19,7 @@ use crate::session::{FrameReader, FrameWriter};
 use bytes::Bytes;
 use chorus_core::{ClientId, ClusterConfig, Identity, ReplicaId};
 use rand::Rng;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -157,6 +158,9 @@ impl std::fmt::Display for DialFailure {
 #[derive(Debug)]
 pub struct PeerLink {
     tx: mpsc::Sender<Bytes>,
+    /// Bytes of the frames in `tx` (the link task subtracts what it takes).
+    queued_bytes: Arc<AtomicUsize>,
+    max_queued_bytes: usize,
     state: Arc<LinkState>,
     counters: Arc<Counters>,
     task: JoinHandle<()>,
@@ -166,13 +170,26 @@ impl PeerLink {
     /// Queue an encoded frame. `false` = the queue was full and the frame was
     /// dropped (counted). Never blocks.
     pub fn try_send(&self, frame: Bytes) -> bool {
+        let len = frame.len();
+        // Added before the send, so the link task never subtracts first.
+        if self.queued_bytes.fetch_add(len, Ordering::AcqRel) >= self.max_queued_bytes {
+            self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            Counters::bump(&self.counters.link_dropped);
+            return false;
+        }
         match self.tx.try_send(frame) {
             Ok(()) => true,
             Err(_) => {
+                self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
                 Counters::bump(&self.counters.link_dropped);
                 false
             }
         }
+    }
+
+    /// Bytes waiting in the queue.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes.load(Ordering::Acquire)
     }
 
     /// Whether the link currently has an authenticated connection.
@@ -222,6 +239,8 @@ pub fn spawn_peer_link(
         "link queue must hold at least one frame"
     );
     let (tx, rx) = mpsc::channel(limits.max_buffered_frames);
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
+    let max_queued_bytes = limits.max_queued_bytes;
     let state = Arc::new(LinkState::default());
     let task = tokio::spawn(run_link(
         spec,
@@ -229,14 +248,39 @@ pub fn spawn_peer_link(
         limits,
         counters.clone(),
         inbound,
-        rx,
+        Queue {
+            rx,
+            bytes: queued_bytes.clone(),
+        },
         state.clone(),
     ));
     PeerLink {
         tx,
+        queued_bytes,
+        max_queued_bytes,
         state,
         counters,
         task,
+    }
+}
+
+/// The link task's end of the queue: frames, and the byte count it releases.
+struct Queue {
+    rx: mpsc::Receiver<Bytes>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    async fn recv(&mut self) -> Option<Bytes> {
+        let frame = self.rx.recv().await?;
+        self.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
+        Some(frame)
+    }
+
+    fn try_recv(&mut self) -> Option<Bytes> {
+        let frame = self.rx.try_recv().ok()?;
+        self.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
+        Some(frame)
     }
 }
 
@@ -246,7 +290,7 @@ async fn run_link(
     limits: NetLimits,
     counters: Arc<Counters>,
     mut inbound: Option<mpsc::Sender<Inbound>>,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: Queue,
     state: Arc<LinkState>,
 ) {
     let mut delay = spec.backoff.min;
@@ -312,7 +356,7 @@ async fn serve(
     peer: PeerRole,
     mut reader: FrameReader,
     mut writer: FrameWriter,
-    rx: &mut mpsc::Receiver<Bytes>,
+    rx: &mut Queue,
     inbound: &mut Option<mpsc::Sender<Inbound>>,
     batch_frames: usize,
 ) -> End {
@@ -355,7 +399,7 @@ async fn serve(
                 }
                 fed += 1;
                 if fed < batch_frames {
-                    next = rx.try_recv().ok();
+                    next = rx.try_recv();
                 }
             }
             if let Err(e) = writer.flush().await {

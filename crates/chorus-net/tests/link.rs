@@ -57,6 +57,7 @@ async fn link_survives_restarts_of_the_peer() {
         }
         assert!(link.try_send(Bytes::from(vec![round; 5])));
         assert_eq!(&rd.next().await.unwrap().unwrap()[..], &[round; 5]);
+        assert_eq!(link.queued_bytes(), 0, "frames taken release their bytes");
         // The peer talks back on the same connection.
         wr.send(b"back").await.unwrap();
         let got: Inbound = in_rx.recv().await.unwrap();
@@ -95,5 +96,36 @@ async fn a_full_queue_drops_the_new_frame_and_counts_it() {
     let sent: Vec<bool> = (0..5).map(|i| link.try_send(Bytes::from(vec![i]))).collect();
     assert_eq!(sent, vec![true, true, true, false, false]);
     assert_eq!(link.queued(), 3);
+    assert_eq!(lc.snapshot().link_dropped, 2);
+}
+
+#[tokio::test]
+async fn a_queue_holding_its_bytes_drops_the_new_frame() {
+    // A link to a replica that is down holds what was queued for it: large
+    // frames must not pile up to the frame bound (a byte bound, like the
+    // replica's own peer queues; BENCHMARKS.md "a dead peer's queue").
+    let c = cluster();
+    let port = listener().await.1; // nobody listens: frames pile up
+    let mut spec = LinkSpec::client_port(&c.config, chorus_core::ClientId(0), ReplicaId(2)).unwrap();
+    spec.port = port;
+    spec.backoff = Backoff {
+        min: Duration::from_secs(5),
+        max: Duration::from_secs(5),
+    };
+    let mut lim = limits();
+    lim.max_buffered_frames = 100;
+    lim.max_queued_bytes = 1_000;
+    let lc = counters();
+    let link = spawn_peer_link(spec, Arc::new(c.clients[0].clone()), lim, lc.clone(), None);
+    let sent: Vec<bool> = (0..4)
+        .map(|_| link.try_send(Bytes::from(vec![0u8; 600])))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![true, true, false, false],
+        "below the bound: one frame over it, then none"
+    );
+    assert_eq!(link.queued(), 2);
+    assert_eq!(link.queued_bytes(), 1_200);
     assert_eq!(lc.snapshot().link_dropped, 2);
 }

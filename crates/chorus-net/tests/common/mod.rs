@@ -29,6 +29,7 @@ pub fn limits() -> NetLimits {
         handshake_timeout: Duration::from_secs(2),
         hello_timeout: Duration::from_millis(500),
         max_buffered_frames: 64,
+        max_queued_bytes: 1 << 20,
     }
 }
 
