@@ -79,8 +79,9 @@ async fn link_reconnects_on_a_multi_thread_runtime() {
     link_survives_restarts_of_the_peer().await;
 }
 
-#[tokio::test]
-async fn a_full_queue_drops_the_new_frame_and_counts_it() {
+/// A client's link to a port nobody listens on (no retry for 5 s): what
+/// is sent piles up in its queue.
+async fn link_to_nobody(lim: chorus_net::NetLimits) -> (chorus_net::PeerLink, Arc<chorus_net::Counters>) {
     let c = cluster();
     let port = listener().await.1; // nobody listens: frames pile up
     let mut spec = LinkSpec::client_port(&c.config, chorus_core::ClientId(0), ReplicaId(2)).unwrap();
@@ -89,10 +90,16 @@ async fn a_full_queue_drops_the_new_frame_and_counts_it() {
         min: Duration::from_secs(5),
         max: Duration::from_secs(5),
     };
-    let mut lim = limits();
-    lim.max_buffered_frames = 3;
     let lc = counters();
     let link = spawn_peer_link(spec, Arc::new(c.clients[0].clone()), lim, lc.clone(), None);
+    (link, lc)
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_the_new_frame_and_counts_it() {
+    let mut lim = limits();
+    lim.max_buffered_frames = 3;
+    let (link, lc) = link_to_nobody(lim).await;
     let sent: Vec<bool> = (0..5).map(|i| link.try_send(Bytes::from(vec![i]))).collect();
     assert_eq!(sent, vec![true, true, true, false, false]);
     assert_eq!(link.queued(), 3);
@@ -104,19 +111,10 @@ async fn a_queue_holding_its_bytes_drops_the_new_frame() {
     // A link to a replica that is down holds what was queued for it: large
     // frames must not pile up to the frame bound (a byte bound, like the
     // replica's own peer queues; BENCHMARKS.md "a dead peer's queue").
-    let c = cluster();
-    let port = listener().await.1; // nobody listens: frames pile up
-    let mut spec = LinkSpec::client_port(&c.config, chorus_core::ClientId(0), ReplicaId(2)).unwrap();
-    spec.port = port;
-    spec.backoff = Backoff {
-        min: Duration::from_secs(5),
-        max: Duration::from_secs(5),
-    };
     let mut lim = limits();
     lim.max_buffered_frames = 100;
     lim.max_queued_bytes = 1_000;
-    let lc = counters();
-    let link = spawn_peer_link(spec, Arc::new(c.clients[0].clone()), lim, lc.clone(), None);
+    let (link, lc) = link_to_nobody(lim).await;
     let sent: Vec<bool> = (0..4)
         .map(|_| link.try_send(Bytes::from(vec![0u8; 600])))
         .collect();
