@@ -15,7 +15,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn cluster() -> TestCluster {
-    TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, 2, 2, |_| {})
+    cluster_with(2)
+}
+
+/// With one pillar the core and its storage writes run on pillar 0's thread
+/// (`runtime::core_on_pillar`); with two, on threads of their own.
+fn cluster_with(pillars: u32) -> TestCluster {
+    TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, pillars, 2, |_| {})
 }
 
 fn data_dir(c: &TestCluster, r: usize) -> PathBuf {
@@ -150,11 +156,22 @@ fn is_root() -> bool {
 
 #[test]
 fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowledged_is_lost() {
+    full_file_system_stops_the_replica(2);
+}
+
+/// The same when the failing write runs on the pillar thread that hosts the
+/// core: the pillar stops the replica with the store's message.
+#[test]
+fn a_full_file_system_stops_a_replica_whose_core_runs_on_its_pillar() {
+    full_file_system_stops_the_replica(1);
+}
+
+fn full_file_system_stops_the_replica(pillars: u32) {
     if !is_root() {
         eprintln!("skipped: mounting a small tmpfs as the data directory needs root");
         return;
     }
-    let mut c = cluster();
+    let mut c = cluster_with(pillars);
     c.kill(3);
     let dir = data_dir(&c, 3);
     let _ = std::fs::remove_dir_all(&dir);
@@ -189,6 +206,12 @@ fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowl
     );
     let log = c.log(3);
     eprintln!("replica 3 said:\n{}", common::tail(&log, 3));
+    let host = if pillars == 1 {
+        "core on pillar 0"
+    } else {
+        "core on its own thread"
+    };
+    assert!(log.contains(host), "ran with the {host}:\n{log}");
     assert!(log.contains("full"), "the message says the disk is full:\n{log}");
     assert!(log.contains(&dir.display().to_string()), "and where:\n{log}");
     // The rest of the cluster keeps serving and lost nothing it acknowledged.

@@ -6,7 +6,7 @@
 
 use crate::channels::CoreInput;
 use crate::metrics::Metrics;
-use crate::outbox_thread::Round;
+use crate::outbox_thread::{OutboxStage, Round};
 use crate::status::CoreStatus;
 use anyhow::{bail, Result};
 use chorus_core::{ClusterConfig, Identity, Millis, ReplicaId};
@@ -32,8 +32,9 @@ pub struct CoreThread {
     /// From the execution thread, read before `input`: it never blocks on
     /// us (`exec_thread.rs`, `ExecThread::core`).
     pub from_exec: mpsc::UnboundedReceiver<CoreInput>,
-    /// The outbox stage, which owns the store.
-    pub outbox: crate::queue::Sender<Round>,
+    /// The outbox stage, which owns the store: on its own thread, or run
+    /// inline by this core (`Downstream`).
+    pub outbox: Downstream,
     pub status: watch::Sender<CoreStatus>,
     pub metrics: Arc<Metrics>,
     pub shutdown: watch::Receiver<bool>,
@@ -41,13 +42,27 @@ pub struct CoreThread {
     pub predictor: Option<chorus_order::sarek::Predictor>,
 }
 
+/// Where the core's rounds go to be persisted, then sent.
+pub enum Downstream {
+    /// The outbox stage's thread (`outbox_thread.rs`), over a bounded queue:
+    /// a full queue blocks the core.
+    Thread(crate::queue::Sender<Round>),
+    /// The stage itself, run on the core's thread as each round ends: no
+    /// thread hop between a round and its writes (COP §4: a pillar that
+    /// hosts the core keeps the whole normal case on its thread). A sync
+    /// (`fsync = batch`) then holds that thread for its duration; rounds
+    /// read meanwhile share the next one.
+    Inline(Box<OutboxStage>),
+}
+
 struct Driver {
-    outbox: crate::queue::Sender<Round>,
+    outbox: Downstream,
     timers: BTreeMap<TimerId, Millis>,
     start: Instant,
 }
 
 impl CoreThread {
+    /// On a thread of its own.
     pub fn run(self) -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -55,7 +70,9 @@ impl CoreThread {
         rt.block_on(self.run_async())
     }
 
-    async fn run_async(mut self) -> Result<()> {
+    /// Until shutdown, or a fatal error (returned). Runs on its own thread
+    /// (`run`) or as a task of the pillar that hosts it (`pillar.rs`).
+    pub async fn run_async(mut self) -> Result<()> {
         // Receives the signature verdicts the pillars reached ahead of us
         // (`chorus_order::pre_check`); a verdict is a pure function, so a
         // memo changes no outcome.
@@ -89,6 +106,7 @@ impl CoreThread {
         // may hold small messages until then (`Replica::end_of_burst`).
         replica.set_burst_mode(true);
         driver.perform(&mut out)?;
+        driver.settle().await?;
         // Published on the first tick, not 100 ms later: a client asking a
         // just-started replica for its views must not get the empty default.
         let mut last_status = Instant::now()
@@ -109,6 +127,7 @@ impl CoreThread {
                     feed(&mut replica, driver.now(), msg, &mut out);
                     replica.end_of_burst(driver.now(), &mut out);
                     driver.perform(&mut out)?;
+                    driver.settle().await?;
                 }
                 msg = self.input.recv() => {
                     let Some(msg) = msg else { break };
@@ -127,6 +146,7 @@ impl CoreThread {
                     }
                     replica.end_of_burst(driver.now(), &mut out);
                     driver.perform(&mut out)?;
+                    driver.settle().await?;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = driver.now();
@@ -138,10 +158,14 @@ impl CoreThread {
                     }
                     replica.end_of_burst(now, &mut out);
                     driver.perform(&mut out)?;
+                    driver.settle().await?;
                 }
             }
             if last_status.elapsed() >= STATUS_PUBLISH {
                 last_status = Instant::now();
+                if let Downstream::Inline(stage) = &mut driver.outbox {
+                    stage.note_storage_size();
+                }
                 let s = replica.status();
                 crate::metrics_status::publish(&self.metrics, &s);
                 let mut cs = crate::status::core_status(&s);
@@ -149,8 +173,8 @@ impl CoreThread {
                 let _ = self.status.send(cs);
             }
         }
-        // Dropping the driver closes the outbox stage's queue: it writes what
-        // is left and stops (the runtime waits for it).
+        // Dropping the driver closes the outbox stage's queue (it writes what
+        // is left and stops; the runtime waits for it), or, inline, the store.
         Ok(())
     }
 }
@@ -195,7 +219,28 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
     replica.handle(now, event, out);
 }
 
+/// How long a hosted core waits before it offers a full executor the rest
+/// of a round again.
+const EXEC_BACKLOG_RETRY: Duration = Duration::from_millis(1);
+
 impl Driver {
+    /// Inline only: let the pillar thread that hosts us move this round's
+    /// frames onto its connections before the next round (and its sync)
+    /// starts, and wait, without holding that thread, until the executor
+    /// took all of the round's deliveries. No new input is taken meanwhile:
+    /// a full executor still back-pressures ordering.
+    async fn settle(&mut self) -> Result<()> {
+        let Downstream::Inline(stage) = &mut self.outbox else {
+            return Ok(());
+        };
+        tokio::task::yield_now().await;
+        while stage.backlogged() {
+            tokio::time::sleep(EXEC_BACKLOG_RETRY).await;
+            stage.retry_backlog()?;
+        }
+        Ok(())
+    }
+
     fn now(&self) -> Millis {
         Millis(self.start.elapsed().as_millis() as u64)
     }
@@ -230,9 +275,14 @@ impl Driver {
         if round.records.is_empty() && round.actions.is_empty() {
             return Ok(());
         }
-        if self.outbox.send(round).is_err() {
-            bail!("the outbox stage stopped; nothing this replica decides could be stored or sent");
+        match &mut self.outbox {
+            Downstream::Thread(queue) => {
+                if queue.send(round).is_err() {
+                    bail!("the outbox stage stopped; nothing this replica decides could be stored or sent");
+                }
+                Ok(())
+            }
+            Downstream::Inline(stage) => stage.write(&mut vec![round]),
         }
-        Ok(())
     }
 }

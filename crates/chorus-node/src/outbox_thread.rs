@@ -3,13 +3,16 @@
 //! core rounds, in the order the core emitted them (persist-before-send,
 //! DESIGN §2).
 //!
-//! Why a thread of its own: the core thread is the one serial part of a
-//! replica (docs/decisions.md "Runtime"). On a 16-core machine its storage
+//! Where it runs: with more than one pillar, on a thread of its own
+//! ([`OutboxThread`]). The core thread is then the one serial part of a
+//! replica (docs/decisions.md "Runtime"); on a 16-core machine its storage
 //! append, `fdatasync` and message encoding were a quarter of its time
-//! (docs/performance.md, 2026-11-26), and with `fsync = batch` it waited
-//! for every sync. Here the core goes on ordering while this thread writes,
-//! and rounds that queued up meanwhile share one write and one sync
-//! (group commit).
+//! (docs/performance.md, 2026-11-26). There the core goes on ordering
+//! while this thread writes, and rounds that queued up meanwhile share one
+//! write and one sync (group commit). With one pillar the core runs on the
+//! pillar's thread and so does this stage ([`OutboxStage`] inline): no
+//! thread hop between a message read, the round it causes and the writes
+//! that follow (docs/decisions.md "The core on its pillar").
 
 use crate::channels::{ExecInput, PillarInput};
 use crate::metrics::Metrics;
@@ -67,14 +70,30 @@ impl Round {
     }
 }
 
-pub struct OutboxThread {
+/// What an outbox stage does with core rounds, wherever it runs: on its
+/// own thread ([`OutboxThread`]) or inline on the pillar thread that hosts
+/// the core (`core_thread.rs`, `Downstream::Inline`).
+pub struct OutboxStage {
     pub store: Store,
-    pub input: crate::queue::Receiver<Round>,
     pub pillars: Vec<mpsc::Sender<PillarInput>>,
     pub exec: crate::queue::Sender<ExecInput>,
     pub metrics: Arc<Metrics>,
     /// What peers decode under: every outgoing message must fit.
     pub limits: Limits,
+    records: Vec<PersistRecord>,
+    last_size: Option<Instant>,
+    /// Inline, a full executor queue must not park the pillar thread (its
+    /// connections would stall with it): what the executor could not take
+    /// waits here, in order, and the core takes no new input until it is
+    /// handed on (`CoreThread`, `Driver::settle`). At most the deliveries
+    /// of one round. Always empty on the stage's own thread, which blocks.
+    exec_backlog: std::collections::VecDeque<ExecInput>,
+    inline: bool,
+}
+
+pub struct OutboxThread {
+    pub stage: OutboxStage,
+    pub input: crate::queue::Receiver<Round>,
 }
 
 impl OutboxThread {
@@ -82,8 +101,6 @@ impl OutboxThread {
     /// storage error is returned, which stops the replica (`fatal`).
     pub fn run(mut self) -> Result<()> {
         let mut rounds: Vec<Round> = Vec::new();
-        let mut records: Vec<PersistRecord> = Vec::new();
-        let mut last_size = Instant::now() - STORAGE_SIZE_EVERY;
         loop {
             match self.input.recv_timeout(STORAGE_SIZE_EVERY) {
                 Ok(first) => rounds.push(first),
@@ -98,25 +115,103 @@ impl OutboxThread {
             {
                 bytes += rounds.last().map_or(0, Round::record_bytes);
             }
-            for r in rounds.iter_mut() {
-                records.append(&mut r.records);
-            }
-            // Persist-before-send: every record of these rounds is durable
-            // before any of their messages leaves.
-            self.persist(&mut records)?;
-            for r in rounds.drain(..) {
-                for action in r.actions {
-                    self.perform(action);
+            self.stage.write(&mut rounds)?;
+            self.stage.note_storage_size();
+        }
+        Ok(())
+    }
+}
+
+impl OutboxStage {
+    /// `inline`: run on the thread that hosts the core, which must never
+    /// block on the executor (`exec_backlog`).
+    pub fn new(
+        store: Store,
+        pillars: Vec<mpsc::Sender<PillarInput>>,
+        exec: crate::queue::Sender<ExecInput>,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+        inline: bool,
+    ) -> OutboxStage {
+        OutboxStage {
+            store,
+            pillars,
+            exec,
+            metrics,
+            limits,
+            records: Vec::new(),
+            last_size: None,
+            exec_backlog: std::collections::VecDeque::new(),
+            inline,
+        }
+    }
+
+    /// Whether the executor still has to take some of what was written.
+    pub fn backlogged(&self) -> bool {
+        !self.exec_backlog.is_empty()
+    }
+
+    /// Hand the executor what it could not take before, in order, as far as
+    /// it takes it now. An error when the executor is gone (fatal).
+    pub fn retry_backlog(&mut self) -> Result<()> {
+        while let Some(input) = self.exec_backlog.pop_front() {
+            if let Err(input) = self.exec.try_send(input) {
+                self.exec_backlog.push_front(input);
+                if !self.exec.receiver_alive() {
+                    anyhow::bail!("the execution thread stopped; decided batches cannot be executed");
                 }
-            }
-            if last_size.elapsed() >= STORAGE_SIZE_EVERY {
-                last_size = Instant::now();
-                if let Ok(bytes) = self.store.disk_bytes() {
-                    self.metrics.storage_bytes.set(bytes as i64);
-                }
+                return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// To the executor, in order: blocking on the stage's own thread (a full
+    /// executor back-pressures ordering), through `exec_backlog` inline.
+    fn to_exec(&mut self, input: ExecInput) {
+        if !self.inline {
+            let _ = self.exec.send(input);
+            return;
+        }
+        if self.exec_backlog.is_empty() {
+            match self.exec.try_send(input) {
+                Ok(()) => return,
+                Err(input) => self.exec_backlog.push_back(input),
+            }
+        } else {
+            self.exec_backlog.push_back(input);
+        }
+    }
+
+    /// Persist every record of `rounds` (one write, at most one sync), then
+    /// perform their other actions in the core's order; empties `rounds`.
+    /// Persist-before-send: nothing of these rounds leaves before all their
+    /// records are durable.
+    pub fn write(&mut self, rounds: &mut Vec<Round>) -> Result<()> {
+        let mut records = std::mem::take(&mut self.records);
+        for r in rounds.iter_mut() {
+            records.append(&mut r.records);
+        }
+        let persisted = self.persist(&mut records);
+        self.records = records;
+        persisted?;
+        for r in rounds.drain(..) {
+            for action in r.actions {
+                self.perform(action);
+            }
+        }
+        Ok(())
+    }
+
+    /// Publish the database's size, at most every `STORAGE_SIZE_EVERY`.
+    pub fn note_storage_size(&mut self) {
+        if self.last_size.is_some_and(|t| t.elapsed() < STORAGE_SIZE_EVERY) {
+            return;
+        }
+        self.last_size = Some(Instant::now());
+        if let Ok(bytes) = self.store.disk_bytes() {
+            self.metrics.storage_bytes.set(bytes as i64);
+        }
     }
 
     /// Append and make durable (per the fsync policy) `records`: one
@@ -172,17 +267,17 @@ impl OutboxThread {
                 self.metrics.delivered_batches.inc();
                 // Blocking send: a full executor back-pressures ordering.
                 let at = Instant::now();
-                let _ = self.exec.send(ExecInput::Deliver { seq, batch, at });
+                self.to_exec(ExecInput::Deliver { seq, batch, at });
             }
             Action::DeliverStream { cell, batch } => {
                 self.metrics.delivered_batches.inc();
-                let _ = self.exec.send(ExecInput::DeliverStream { cell, batch });
+                self.to_exec(ExecInput::DeliverStream { cell, batch });
             }
             Action::TakeCheckpoint { seq } => {
-                let _ = self.exec.send(ExecInput::TakeCheckpoint { seq });
+                self.to_exec(ExecInput::TakeCheckpoint { seq });
             }
             Action::InstallState { cert, snapshot } => {
-                let _ = self.exec.send(ExecInput::InstallState { cert, snapshot });
+                self.to_exec(ExecInput::InstallState { cert, snapshot });
             }
             Action::Reject { client, seq, reason } => {
                 self.metrics.reject(&format!("{reason:?}"));
@@ -259,14 +354,18 @@ mod tests {
         let (exec_tx, exec) = crate::queue::bounded(64);
         let metrics = Arc::new(Metrics::default());
         let stage = OutboxThread {
-            store,
-            input,
-            pillars: vec![pillar_tx],
-            exec: exec_tx,
-            metrics: metrics.clone(),
-            limits: Limits::from_config(
-                &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
+            stage: OutboxStage::new(
+                store,
+                vec![pillar_tx],
+                exec_tx,
+                metrics.clone(),
+                Limits::from_config(
+                    &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1)
+                        .0,
+                ),
+                false,
             ),
+            input,
         };
         let handle = std::thread::spawn(move || stage.run());
         Stage {
@@ -320,6 +419,51 @@ mod tests {
         s.handle.join().unwrap().unwrap();
         let mut store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
         assert_eq!(store.load().unwrap().len(), 40, "every record is in the store");
+    }
+
+    /// Run inline (the core on its pillar's thread): `write` returns only
+    /// after the round's records are durable, and hands on its messages and
+    /// deliveries then, in the core's order.
+    #[test]
+    fn the_inline_stage_persists_a_round_before_it_hands_anything_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
+        let (pillar_tx, mut pillar) = mpsc::channel(64);
+        let (exec_tx, exec) = crate::queue::bounded(64);
+        let metrics = Arc::new(Metrics::default());
+        let limits = Limits::from_config(
+            &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
+        );
+        let mut stage = OutboxStage::new(store, vec![pillar_tx], exec_tx, metrics.clone(), limits, true);
+        for round in 1..=3u64 {
+            let mut rounds = vec![Round {
+                records: vec![record(round)],
+                actions: vec![
+                    Action::Send {
+                        to: ReplicaId(2),
+                        msg: message(),
+                    },
+                    Action::TakeCheckpoint { seq: Seq(round) },
+                ],
+            }];
+            assert!(
+                pillar.try_recv().is_err(),
+                "nothing sent before the round is written"
+            );
+            stage.write(&mut rounds).unwrap();
+            assert!(rounds.is_empty());
+            assert_eq!(metrics.persisted_records.get(), round, "durable first");
+            assert!(matches!(pillar.try_recv(), Ok(PillarInput::SendPeer { .. })));
+            match exec.recv_timeout(Duration::from_secs(1)) {
+                Ok(ExecInput::TakeCheckpoint { seq }) => assert_eq!(seq, Seq(round)),
+                _ => panic!("round {round}'s checkpoint request"),
+            }
+        }
+        stage.note_storage_size();
+        assert!(metrics.storage_bytes.get() > 0, "the store's size is published");
+        drop(stage);
+        let mut store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
+        assert_eq!(store.load().unwrap().len(), 3);
     }
 
     /// The core's end closes the queue: what is still queued is written and

@@ -47,6 +47,9 @@ pub struct PillarThread {
     pub gates: Gates,
     /// The core's published status: view questions are answered from it.
     pub core_status: watch::Receiver<crate::status::CoreStatus>,
+    /// The protocol core, when this pillar hosts it (`runtime::core_on_pillar`):
+    /// it runs as a task of this thread, and its end ends the pillar.
+    pub hosted_core: Option<crate::core_thread::CoreThread>,
 }
 
 /// Admission gates shared by all pillars of a replica: one for the client
@@ -170,7 +173,13 @@ impl PillarThread {
             .enable_all()
             .build()?;
         let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, self.run_async())
+        let outcome = local.block_on(&rt, self.run_async());
+        // A reconnecting link may be resolving a host name on a blocking
+        // thread; the process must not wait for it to stop (the hosted
+        // core's store is closed by now).
+        drop(local);
+        rt.shutdown_timeout(Duration::from_millis(100));
+        outcome
     }
 
     async fn run_async(mut self) -> anyhow::Result<()> {
@@ -191,7 +200,7 @@ impl PillarThread {
             core_status: self.core_status.clone(),
             pre_checker: RefCell::new(chorus_order::pre_check::PreChecker::new(
                 &self.config,
-                pre_check_policy(&self.config),
+                pre_check_policy(&self.config, self.hosted_core.is_some()),
             )),
             responder: Responder::new(
                 self.identity.clone(),
@@ -236,9 +245,16 @@ impl PillarThread {
                 self.gates.client.clone(),
             ));
         }
+        let mut core = self
+            .hosted_core
+            .take()
+            .map(|c| tokio::task::spawn_local(c.run_async()));
         loop {
             tokio::select! {
                 _ = self.shutdown.changed() => break,
+                ended = core_ended(&mut core) => {
+                    return hosted_core_outcome(ended, *self.shutdown.borrow());
+                }
                 input = self.input.recv() => {
                     let Some(input) = input else { break };
                     match input {
@@ -267,7 +283,38 @@ impl PillarThread {
                 }
             }
         }
+        // A hosted core sees the shutdown too: let it end its round, so its
+        // store is closed cleanly before this thread ends.
+        if let Some(task) = core {
+            return hosted_core_outcome(task.await, true);
+        }
         Ok(())
+    }
+}
+
+type CoreTask = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// When the hosted core's task ends (never, if this pillar hosts none).
+async fn core_ended(core: &mut Option<CoreTask>) -> Result<anyhow::Result<()>, tokio::task::JoinError> {
+    match core {
+        Some(task) => task.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The pillar's own outcome once the core it hosts has ended: the core's
+/// error or panic is the pillar's (fatal: `fatal::spawn` stops the replica),
+/// and so is a core that stopped outside a shutdown.
+fn hosted_core_outcome(
+    ended: Result<anyhow::Result<()>, tokio::task::JoinError>,
+    stopping: bool,
+) -> anyhow::Result<()> {
+    match ended {
+        Ok(Ok(())) if stopping => Ok(()),
+        Ok(Ok(())) => anyhow::bail!("the protocol core it hosts stopped unexpectedly"),
+        Ok(Err(e)) => Err(e.context("the protocol core it hosts failed")),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => anyhow::bail!("the protocol core it hosts was cancelled: {e}"),
     }
 }
 
@@ -276,9 +323,11 @@ impl PillarThread {
 /// replica's threads and one to spare (the pillars, the core, the outbox
 /// stage, the executor, the store): eager checks cost more signatures in
 /// all and pay only in parallel (`PreCheckPolicy` says what was measured).
+/// A pillar that hosts the core checks nothing ahead of it: the core runs
+/// on the same thread, so a check "ahead" is only extra work there.
 /// `CHORUS_PRE_CHECK=0|1` and `CHORUS_EAGER_PREPARES=0|1` override this
 /// for measurements.
-fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheckPolicy {
+fn pre_check_policy(config: &ClusterConfig, hosts_core: bool) -> chorus_order::pre_check::PreCheckPolicy {
     let flag = |name: &str| match std::env::var(name).as_deref() {
         Ok("1") => Some(true),
         Ok("0") => Some(false),
@@ -286,7 +335,7 @@ fn pre_check_policy(config: &ClusterConfig) -> chorus_order::pre_check::PreCheck
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = config.params.pillars as usize + 4;
-    let measured = config.params.mode != chorus_core::OrderingMode::Rcc;
+    let measured = config.params.mode != chorus_core::OrderingMode::Rcc && !hosts_core;
     let pre_prepares = flag("CHORUS_PRE_CHECK").unwrap_or(measured);
     let eager_prepares = pre_prepares && flag("CHORUS_EAGER_PREPARES").unwrap_or(measured && cores > threads);
     chorus_order::pre_check::PreCheckPolicy {

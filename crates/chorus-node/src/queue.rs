@@ -92,6 +92,11 @@ impl<T> Sender<T> {
         }
     }
 
+    /// Whether the receiver still exists.
+    pub fn receiver_alive(&self) -> bool {
+        self.shared.lock().receiver_alive
+    }
+
     /// `Err` gives the item back when the queue is full or the receiver gone.
     pub fn try_send(&self, item: T) -> Result<(), T> {
         let mut st = self.shared.lock();

@@ -1,11 +1,11 @@
 //! Starting a replica process: storage, executor, core, pillars, metrics.
 
 use crate::channels::*;
-use crate::core_thread::CoreThread;
+use crate::core_thread::{CoreThread, Downstream};
 use crate::exec_thread::ExecThread;
 use crate::metrics::Metrics;
 use crate::node_config::LoadedNode;
-use crate::outbox_thread::{OutboxThread, OUTBOX_CHANNEL_CAP};
+use crate::outbox_thread::{OutboxStage, OutboxThread, OUTBOX_CHANNEL_CAP};
 use crate::pillar::PillarThread;
 use crate::status::CoreStatus;
 use anyhow::{bail, Context, Result};
@@ -173,21 +173,32 @@ fn run_replica_parts(
         pillar_rxs.push(rx);
     }
 
-    let (outbox_tx, outbox_rx) = crate::queue::bounded(OUTBOX_CHANNEL_CAP);
-    let outbox = OutboxThread {
+    let hosted = core_on_pillar(&config);
+    let stage = OutboxStage::new(
         store,
-        input: outbox_rx,
-        pillars: pillar_txs.clone(),
-        exec: exec_tx.clone(),
-        metrics: metrics.clone(),
-        limits: chorus_core::Limits::from_config(&config),
+        pillar_txs.clone(),
+        exec_tx.clone(),
+        metrics.clone(),
+        chorus_core::Limits::from_config(&config),
+        hosted,
+    );
+    let mut outbox_handle = None;
+    let downstream = if hosted {
+        Downstream::Inline(Box::new(stage))
+    } else {
+        let (outbox_tx, outbox_rx) = crate::queue::bounded(OUTBOX_CHANNEL_CAP);
+        let outbox = OutboxThread {
+            stage,
+            input: outbox_rx,
+        };
+        outbox_handle = Some(crate::fatal::spawn(
+            "chorus-outbox",
+            fatal_tx.clone(),
+            shutdown_rx.clone(),
+            move || outbox.run(),
+        )?);
+        Downstream::Thread(outbox_tx)
     };
-    let outbox_handle = crate::fatal::spawn(
-        "chorus-outbox",
-        fatal_tx.clone(),
-        shutdown_rx.clone(),
-        move || outbox.run(),
-    )?;
     let core = CoreThread {
         config: config.clone(),
         me,
@@ -195,15 +206,23 @@ fn run_replica_parts(
         records,
         input: core_rx,
         from_exec: exec_core_rx,
-        outbox: outbox_tx,
+        outbox: downstream,
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
         predictor,
     };
-    let core_handle = crate::fatal::spawn("chorus-core", fatal_tx.clone(), shutdown_rx.clone(), move || {
-        core.run()
-    })?;
+    let (mut hosted_core, mut core_handle) = (None, None);
+    if hosted {
+        hosted_core = Some(core);
+    } else {
+        core_handle = Some(crate::fatal::spawn(
+            "chorus-core",
+            fatal_tx.clone(),
+            shutdown_rx.clone(),
+            move || core.run(),
+        )?);
+    }
 
     let exec = ExecThread {
         config: config.clone(),
@@ -240,13 +259,18 @@ fn run_replica_parts(
             counters: net_counters.clone(),
             gates: gates.clone(),
             core_status: status_rx.clone(),
+            hosted_core: if p == 0 { hosted_core.take() } else { None },
         };
-        crate::fatal::spawn(
+        let handle = crate::fatal::spawn(
             &format!("chorus-pillar-{p}"),
             fatal_tx.clone(),
             shutdown_rx.clone(),
             move || pillar.run(),
         )?;
+        if p == 0 && hosted {
+            // It owns the core and its store: joined at shutdown.
+            core_handle = Some(handle);
+        }
     }
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -264,9 +288,14 @@ fn run_replica_parts(
             });
         }
         eprintln!(
-            "replica {me} up: {} mode, {} pillar(s), peers on {}:{}.., clients on {}:{}",
+            "replica {me} up: {} mode, {} pillar(s), core {}, peers on {}:{}.., clients on {}:{}",
             format!("{:?}", config.params.mode).to_lowercase(),
             pillars,
+            if hosted {
+                "on pillar 0"
+            } else {
+                "on its own thread"
+            },
             info.host,
             info.peer_base_port,
             info.host,
@@ -286,13 +315,41 @@ fn run_replica_parts(
         return Err(f.into());
     }
     let _ = shutdown_tx.send(true);
-    let _ = core_handle.join();
+    // The core's thread, or the pillar that hosts it (and its store).
+    if let Some(h) = core_handle {
+        let _ = h.join();
+    }
     // The core's end closes the outbox stage's queue; the stage writes what
     // is left and stops. A failure there is fatal too.
-    let _ = outbox_handle.join();
+    if let Some(h) = outbox_handle {
+        let _ = h.join();
+    }
     match fatal_rx.try_recv() {
         Ok(f) => Err(f.into()),
         Err(_) => Ok(()),
+    }
+}
+
+/// Whether the protocol core and its outbox stage run on pillar 0's thread
+/// (COP §4: the normal case of a request never leaves its pillar) rather
+/// than on threads of their own. With one pillar every lane belongs to
+/// pillar 0, so it hosts them: no thread hop between reading a message,
+/// ordering it and writing what follows (docs/decisions.md "The core on
+/// its pillar"). With more pillars the lanes' consensus still runs on one
+/// core thread until the lane split lands (issue 13 item 1).
+/// `CHORUS_CORE_THREAD=own|pillar` overrides this for measurements.
+fn core_on_pillar(config: &chorus_core::ClusterConfig) -> bool {
+    match std::env::var("CHORUS_CORE_THREAD").as_deref() {
+        Ok("own") => false,
+        Ok("pillar") => true,
+        Ok(other) => {
+            tracing::warn!(
+                value = other,
+                "CHORUS_CORE_THREAD is own or pillar; using the default"
+            );
+            config.params.pillars == 1
+        }
+        Err(_) => config.params.pillars == 1,
     }
 }
 
