@@ -168,17 +168,12 @@ impl OutboxStage {
 
     /// To the executor, in order: blocking on the stage's own thread (a full
     /// executor back-pressures ordering), through `exec_backlog` inline.
-    fn to_exec(&mut self, input: ExecInput) {
+    fn hand_to_exec(&mut self, input: ExecInput) {
         if !self.inline {
             let _ = self.exec.send(input);
-            return;
-        }
-        if self.exec_backlog.is_empty() {
-            match self.exec.try_send(input) {
-                Ok(()) => return,
-                Err(input) => self.exec_backlog.push_back(input),
-            }
-        } else {
+        } else if !self.exec_backlog.is_empty() {
+            self.exec_backlog.push_back(input);
+        } else if let Err(input) = self.exec.try_send(input) {
             self.exec_backlog.push_back(input);
         }
     }
@@ -267,17 +262,17 @@ impl OutboxStage {
                 self.metrics.delivered_batches.inc();
                 // Blocking send: a full executor back-pressures ordering.
                 let at = Instant::now();
-                self.to_exec(ExecInput::Deliver { seq, batch, at });
+                self.hand_to_exec(ExecInput::Deliver { seq, batch, at });
             }
             Action::DeliverStream { cell, batch } => {
                 self.metrics.delivered_batches.inc();
-                self.to_exec(ExecInput::DeliverStream { cell, batch });
+                self.hand_to_exec(ExecInput::DeliverStream { cell, batch });
             }
             Action::TakeCheckpoint { seq } => {
-                self.to_exec(ExecInput::TakeCheckpoint { seq });
+                self.hand_to_exec(ExecInput::TakeCheckpoint { seq });
             }
             Action::InstallState { cert, snapshot } => {
-                self.to_exec(ExecInput::InstallState { cert, snapshot });
+                self.hand_to_exec(ExecInput::InstallState { cert, snapshot });
             }
             Action::Reject { client, seq, reason } => {
                 self.metrics.reject(&format!("{reason:?}"));
