@@ -461,6 +461,52 @@ mod tests {
         assert_eq!(store.load().unwrap().len(), 3);
     }
 
+    /// Inline, a full executor queue never blocks the thread (it hosts the
+    /// replica's connections): what the executor cannot take waits in the
+    /// stage, and is handed on in the core's order as room frees up.
+    #[test]
+    fn the_inline_stage_keeps_what_a_full_executor_cannot_take_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), FsyncPolicy::Off, 1).unwrap();
+        let (pillar_tx, _pillar) = mpsc::channel(64);
+        let (exec_tx, exec) = crate::queue::bounded(1);
+        let limits = Limits::from_config(
+            &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
+        );
+        let mut stage = OutboxStage::new(
+            store,
+            vec![pillar_tx],
+            exec_tx,
+            Arc::new(Metrics::default()),
+            limits,
+            true,
+        );
+        let checkpoints = |from: u64, to: u64| Round {
+            records: vec![record(from)],
+            actions: (from..=to)
+                .map(|s| Action::TakeCheckpoint { seq: Seq(s) })
+                .collect(),
+        };
+        stage.write(&mut vec![checkpoints(1, 3)]).unwrap();
+        assert!(stage.backlogged(), "two of three wait");
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            match exec.recv_timeout(Duration::from_secs(1)) {
+                Ok(ExecInput::TakeCheckpoint { seq }) => got.push(seq.0),
+                _ => panic!("the executor got {got:?} only"),
+            }
+            stage.retry_backlog().unwrap();
+        }
+        assert_eq!(got, vec![1, 2, 3]);
+        assert!(!stage.backlogged());
+        drop(exec);
+        stage.write(&mut vec![checkpoints(4, 5)]).unwrap();
+        assert!(
+            stage.retry_backlog().is_err(),
+            "a gone executor is an error, not a wait forever"
+        );
+    }
+
     /// The core's end closes the queue: what is still queued is written and
     /// sent before the stage stops cleanly.
     #[test]
