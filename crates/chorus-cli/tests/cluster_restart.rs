@@ -14,12 +14,16 @@
 mod common;
 
 use chorus_core::OrderingMode;
-use common::{drive_writes, rt, spawn_replica, Load, TestCluster};
+use common::{drive_writes, rt, spawn_replica, Load, ServiceSpec, TestCluster};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn whole_cluster_restart(mode: OrderingMode, pillars: u32) {
-    let mut c = TestCluster::new(mode, pillars, 4, |p| {
+    whole_cluster_restart_with(mode, pillars, ServiceSpec::default())
+}
+
+fn whole_cluster_restart_with(mode: OrderingMode, pillars: u32, service: ServiceSpec) {
+    let mut c = TestCluster::new_service(mode, pillars, 4, service, |p| {
         p.view_change_timeout_ms = 800;
     });
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
@@ -66,6 +70,13 @@ fn whole_cluster_restart(mode: OrderingMode, pillars: u32) {
         "the restarted cluster served only {after} writes in the last 6 s of the load"
     );
     c.wait_converged(Duration::from_secs(60));
+    // What ran: with one pillar the pillar hosts the core.
+    let host = if pillars == 1 {
+        "core on pillar 0"
+    } else {
+        "core on its own thread"
+    };
+    assert!(c.log(0).contains(host), "ran with the {host}:\n{}", c.log(0));
     let acked = std::mem::take(&mut load.lock().unwrap().acked);
     rt.block_on(common::check_readable(&c, 0, &acked, 3));
 }
@@ -78,4 +89,20 @@ fn dispel_cluster_sigkilled_under_load_restarts_and_loses_nothing() {
 #[test]
 fn cop_cluster_sigkilled_under_load_restarts_and_loses_nothing() {
     whole_cluster_restart(OrderingMode::Cop, 2);
+}
+
+/// One pillar without syncs: the core and its storage writes run inline on
+/// the pillar's thread (`runtime::core_on_pillar`, `outbox_inline`). Under
+/// `fsync = off` a killed process still loses nothing (the page cache
+/// keeps its appends).
+#[test]
+fn pbft_cluster_without_fsync_sigkilled_under_load_restarts_and_loses_nothing() {
+    whole_cluster_restart_with(
+        OrderingMode::Pbft,
+        1,
+        ServiceSpec {
+            fsync: "off",
+            ..ServiceSpec::default()
+        },
+    );
 }

@@ -174,6 +174,7 @@ fn signed_transfers_survive_a_sigkill_conserve_supply_and_refuse_forgeries_and_r
             options: OPTIONS,
             // CBASE: transfers between disjoint accounts execute in parallel.
             executor: "parallel",
+            ..ServiceSpec::default()
         },
         |_| {},
     );

@@ -44,16 +44,45 @@ pub struct CoreThread {
 
 /// Where the core's rounds go to be persisted, then sent.
 pub enum Downstream {
-    /// The outbox stage's thread (`outbox_thread.rs`), over a bounded queue:
-    /// a full queue blocks the core.
-    Thread(crate::queue::Sender<Round>),
+    /// The outbox stage's thread (`outbox_thread.rs`), over a bounded queue.
+    /// A full queue holds the core (storage back-pressures ordering): on its
+    /// own thread the core blocks; hosted by a pillar (`hosted`) it keeps
+    /// the round in `waiting` and waits asynchronously (`Driver::settle`),
+    /// so the pillar's connections are still served.
+    Thread {
+        queue: crate::queue::Sender<Round>,
+        hosted: bool,
+        waiting: Option<Round>,
+    },
     /// The stage itself, run on the core's thread as each round ends: no
     /// thread hop between a round and its writes (COP §4: a pillar that
-    /// hosts the core keeps the whole normal case on its thread). A sync
-    /// (`fsync = batch`) then holds that thread for its duration; rounds
-    /// read meanwhile share the next one.
+    /// hosts the core keeps the whole normal case on its thread). Only
+    /// without syncs (`fsync = off`): a sync would hold the pillar's
+    /// connections (docs/decisions.md "The core on its pillar").
     Inline(Box<OutboxStage>),
 }
+
+impl Downstream {
+    /// To the stage's thread, blocking.
+    pub fn thread(queue: crate::queue::Sender<Round>) -> Downstream {
+        Downstream::Thread {
+            queue,
+            hosted: false,
+            waiting: None,
+        }
+    }
+
+    /// To the stage's thread from a core a pillar hosts: never blocks.
+    pub fn thread_from_pillar(queue: crate::queue::Sender<Round>) -> Downstream {
+        Downstream::Thread {
+            queue,
+            hosted: true,
+            waiting: None,
+        }
+    }
+}
+
+const STAGE_GONE: &str = "the outbox stage stopped; nothing this replica decides could be stored or sent";
 
 struct Driver {
     outbox: Downstream,
@@ -219,24 +248,37 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
     replica.handle(now, event, out);
 }
 
-/// How long a hosted core waits before it offers a full executor the rest
-/// of a round again.
-const EXEC_BACKLOG_RETRY: Duration = Duration::from_millis(1);
+/// How long a hosted core waits before it offers a full executor (inline)
+/// or a full outbox stage its round again.
+const HOSTED_RETRY: Duration = Duration::from_millis(1);
 
 impl Driver {
-    /// Inline only: let the pillar thread that hosts us move this round's
-    /// frames onto its connections before the next round (and its sync)
-    /// starts, and wait, without holding that thread, until the executor
-    /// took all of the round's deliveries. No new input is taken meanwhile:
-    /// a full executor still back-pressures ordering.
+    /// Hosted only. Inline: let the pillar thread move this round's frames
+    /// onto its connections before the next round starts, and wait, without
+    /// holding that thread, until the executor took all of the round's
+    /// deliveries. To a stage thread: wait the same way until its queue
+    /// took the round. No new input is taken meanwhile: a full executor or
+    /// a slow disk still back-pressures ordering.
     async fn settle(&mut self) -> Result<()> {
-        let Downstream::Inline(stage) = &mut self.outbox else {
-            return Ok(());
-        };
-        tokio::task::yield_now().await;
-        while stage.backlogged() {
-            tokio::time::sleep(EXEC_BACKLOG_RETRY).await;
-            stage.retry_backlog()?;
+        match &mut self.outbox {
+            Downstream::Inline(stage) => {
+                tokio::task::yield_now().await;
+                while stage.backlogged() {
+                    tokio::time::sleep(HOSTED_RETRY).await;
+                    stage.retry_backlog()?;
+                }
+            }
+            Downstream::Thread { queue, waiting, .. } => {
+                while let Some(round) = waiting.take() {
+                    tokio::time::sleep(HOSTED_RETRY).await;
+                    if let Err(round) = queue.try_send(round) {
+                        if !queue.receiver_alive() {
+                            bail!(STAGE_GONE);
+                        }
+                        *waiting = Some(round);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -276,9 +318,26 @@ impl Driver {
             return Ok(());
         }
         match &mut self.outbox {
-            Downstream::Thread(queue) => {
+            Downstream::Thread {
+                queue, hosted: false, ..
+            } => {
                 if queue.send(round).is_err() {
-                    bail!("the outbox stage stopped; nothing this replica decides could be stored or sent");
+                    bail!(STAGE_GONE);
+                }
+                Ok(())
+            }
+            Downstream::Thread {
+                queue,
+                hosted: true,
+                waiting,
+            } => {
+                // `settle` ran after the previous round: nothing waits.
+                debug_assert!(waiting.is_none(), "a round overtook one still waiting");
+                if let Err(round) = queue.try_send(round) {
+                    if !queue.receiver_alive() {
+                        bail!(STAGE_GONE);
+                    }
+                    *waiting = Some(round);
                 }
                 Ok(())
             }

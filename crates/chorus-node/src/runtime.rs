@@ -174,16 +174,17 @@ fn run_replica_parts(
     }
 
     let hosted = core_on_pillar(&config);
+    let inline = hosted && outbox_inline(fsync);
     let stage = OutboxStage::new(
         store,
         pillar_txs.clone(),
         exec_tx.clone(),
         metrics.clone(),
         chorus_core::Limits::from_config(&config),
-        hosted,
+        inline,
     );
     let mut outbox_handle = None;
-    let downstream = if hosted {
+    let downstream = if inline {
         Downstream::Inline(Box::new(stage))
     } else {
         let (outbox_tx, outbox_rx) = crate::queue::bounded(OUTBOX_CHANNEL_CAP);
@@ -197,7 +198,11 @@ fn run_replica_parts(
             shutdown_rx.clone(),
             move || outbox.run(),
         )?);
-        Downstream::Thread(outbox_tx)
+        if hosted {
+            Downstream::thread_from_pillar(outbox_tx)
+        } else {
+            Downstream::thread(outbox_tx)
+        }
     };
     let core = CoreThread {
         config: config.clone(),
@@ -350,6 +355,17 @@ fn core_on_pillar(config: &chorus_core::ClusterConfig) -> bool {
             config.params.pillars == 1
         }
         Err(_) => config.params.pillars == 1,
+    }
+}
+
+/// Whether a hosted core runs its outbox stage inline too (see
+/// `core_on_pillar`). `CHORUS_OUTBOX=inline|thread` overrides it for
+/// measurements.
+fn outbox_inline(fsync: chorus_store::FsyncPolicy) -> bool {
+    match std::env::var("CHORUS_OUTBOX").as_deref() {
+        Ok("inline") => true,
+        Ok("thread") => false,
+        _ => fsync == chorus_store::FsyncPolicy::Off,
     }
 }
 

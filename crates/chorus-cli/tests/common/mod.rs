@@ -14,6 +14,8 @@ pub struct ServiceSpec {
     pub service: &'static str,
     pub options: &'static str,
     pub executor: &'static str,
+    /// The replicas' `fsync` policy.
+    pub fsync: &'static str,
 }
 
 impl Default for ServiceSpec {
@@ -22,6 +24,7 @@ impl Default for ServiceSpec {
             service: "kv",
             options: "",
             executor: "sequential",
+            fsync: "batch",
         }
     }
 }
@@ -100,6 +103,17 @@ impl TestCluster {
         Self::new_full(base_port, mode, pillars, clients, ServiceSpec::default(), tweak)
     }
 
+    /// Like `new`, running another service, executor or fsync policy.
+    pub fn new_service(
+        mode: OrderingMode,
+        pillars: u32,
+        clients: usize,
+        service: ServiceSpec,
+        tweak: impl FnOnce(&mut ProtocolParams),
+    ) -> TestCluster {
+        Self::new_full(free_base(), mode, pillars, clients, service, tweak)
+    }
+
     /// Like `new_in_range`, running another service or executor.
     pub fn new_service_in_range(
         lo: u16,
@@ -142,7 +156,7 @@ impl TestCluster {
             service_options: service.options.into(),
             executor: service.executor.into(),
             workers: 2,
-            fsync: "batch".into(),
+            fsync: service.fsync.into(),
             sleep_us: 1000,
             sleep_buckets: 1,
         })
