@@ -23,6 +23,7 @@ fn whole_cluster_restart(mode: OrderingMode, pillars: u32) {
 }
 
 fn whole_cluster_restart_with(mode: OrderingMode, pillars: u32, service: ServiceSpec) {
+    let fsync = service.fsync;
     let mut c = TestCluster::new_service(mode, pillars, 4, service, |p| {
         p.view_change_timeout_ms = 800;
     });
@@ -71,10 +72,10 @@ fn whole_cluster_restart_with(mode: OrderingMode, pillars: u32, service: Service
     );
     c.wait_converged(Duration::from_secs(60));
     // What ran: with one pillar the pillar hosts the core.
-    let host = if pillars == 1 {
-        "core on pillar 0"
-    } else {
-        "core on its own thread"
+    let host = match (pillars, fsync) {
+        (1, "off") => "core on pillar 0 (outbox inline)",
+        (1, _) => "core on pillar 0 (outbox on its own thread)",
+        _ => "core on its own thread",
     };
     assert!(c.log(0).contains(host), "ran with the {host}:\n{}", c.log(0));
     let acked = std::mem::take(&mut load.lock().unwrap().acked);

@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use chorus_apps::kv_op::KvOp;
 use chorus_core::OrderingMode;
-use common::{rt, TestCluster};
+use common::{rt, ServiceSpec, TestCluster};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,10 +18,23 @@ fn cluster() -> TestCluster {
     cluster_with(2)
 }
 
-/// With one pillar the core and its storage writes run on pillar 0's thread
-/// (`runtime::core_on_pillar`); with two, on threads of their own.
+/// With one pillar and `fsync = off` the core and its storage writes run on
+/// pillar 0's thread (`runtime::core_on_pillar`, `outbox_inline`); with two
+/// pillars, on threads of their own.
 fn cluster_with(pillars: u32) -> TestCluster {
-    TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, pillars, 2, |_| {})
+    let fsync = if pillars == 1 { "off" } else { "batch" };
+    TestCluster::new_service_in_range(
+        6_000,
+        10,
+        OrderingMode::Cop,
+        pillars,
+        2,
+        ServiceSpec {
+            fsync,
+            ..ServiceSpec::default()
+        },
+        |_| {},
+    )
 }
 
 fn data_dir(c: &TestCluster, r: usize) -> PathBuf {
@@ -160,7 +173,8 @@ fn a_full_file_system_stops_the_replica_with_a_clear_message_and_nothing_acknowl
 }
 
 /// The same when the failing write runs on the pillar thread that hosts the
-/// core: the pillar stops the replica with the store's message.
+/// core and its outbox stage (`fsync = off`): the pillar stops the replica
+/// with the store's message.
 #[test]
 fn a_full_file_system_stops_a_replica_whose_core_runs_on_its_pillar() {
     full_file_system_stops_the_replica(1);
@@ -206,12 +220,16 @@ fn full_file_system_stops_the_replica(pillars: u32) {
     );
     let log = c.log(3);
     eprintln!("replica 3 said:\n{}", common::tail(&log, 3));
-    let host = if pillars == 1 {
-        "core on pillar 0"
+    let (host, thread) = if pillars == 1 {
+        ("core on pillar 0 (outbox inline)", "chorus-pillar-0")
     } else {
-        "core on its own thread"
+        ("core on its own thread", "chorus-outbox")
     };
     assert!(log.contains(host), "ran with the {host}:\n{log}");
+    assert!(
+        log.contains(&format!("fatal error in thread {thread}")),
+        "the failing write ran on {thread}:\n{log}"
+    );
     assert!(log.contains("full"), "the message says the disk is full:\n{log}");
     assert!(log.contains(&dir.display().to_string()), "and where:\n{log}");
     // The rest of the cluster keeps serving and lost nothing it acknowledged.

@@ -57,8 +57,10 @@ pub enum Downstream {
     /// The stage itself, run on the core's thread as each round ends: no
     /// thread hop between a round and its writes (COP §4: a pillar that
     /// hosts the core keeps the whole normal case on its thread). Only
-    /// without syncs (`fsync = off`): a sync would hold the pillar's
-    /// connections (docs/decisions.md "The core on its pillar").
+    /// under `fsync = off`, where a round's write syncs nothing (the store
+    /// still syncs at its periodic hand-overs, every 512 appends): a sync
+    /// per round would hold the pillar's connections (docs/decisions.md
+    /// "The core on its pillar").
     Inline(Box<OutboxStage>),
 }
 
@@ -268,7 +270,10 @@ impl Driver {
                     stage.retry_backlog()?;
                 }
             }
+            Downstream::Thread { hosted: false, .. } => {}
             Downstream::Thread { queue, waiting, .. } => {
+                // The pillar's connections get their turn after each round.
+                tokio::task::yield_now().await;
                 while let Some(round) = waiting.take() {
                     tokio::time::sleep(HOSTED_RETRY).await;
                     if let Err(round) = queue.try_send(round) {
@@ -294,9 +299,10 @@ impl Driver {
         tokio::time::Instant::now() + Duration::from_millis(wait)
     }
 
-    /// Hand the round's outbox to the outbox stage, keeping the timers.
-    /// Blocks while the stage's queue is full (storage back-pressures
-    /// ordering); fails only when the stage is gone, which is fatal.
+    /// Hand the round's outbox to the outbox stage, keeping the timers. On
+    /// its own thread the core blocks while the stage's queue is full
+    /// (storage back-pressures ordering); hosted, the round waits for
+    /// `settle`. Fails only when the stage is gone, which is fatal.
     fn perform(&mut self, out: &mut Outbox) -> Result<()> {
         let mut round = Round {
             records: Vec::new(),

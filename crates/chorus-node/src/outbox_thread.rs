@@ -10,9 +10,10 @@
 //! (docs/performance.md, 2026-11-26). There the core goes on ordering
 //! while this thread writes, and rounds that queued up meanwhile share one
 //! write and one sync (group commit). With one pillar the core runs on the
-//! pillar's thread and so does this stage ([`OutboxStage`] inline): no
-//! thread hop between a message read, the round it causes and the writes
-//! that follow (docs/decisions.md "The core on its pillar").
+//! pillar's thread, and without syncs (`fsync = off`) so does this stage
+//! ([`OutboxStage`] inline): no thread hop between a message read, the
+//! round it causes and the writes that follow (docs/decisions.md "The
+//! core on its pillar"). With syncs it keeps its thread.
 
 use crate::channels::{ExecInput, PillarInput};
 use crate::metrics::Metrics;
@@ -26,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-/// Core rounds that may wait for this stage; a full queue blocks the core
-/// (back-pressure from storage to ordering).
+/// Core rounds that may wait for this stage; a full queue holds the core
+/// (back-pressure from storage to ordering: `core_thread.rs`, `Downstream`).
 pub const OUTBOX_CHANNEL_CAP: usize = 1_024;
 /// Rounds written and synced together at most (bounds the delay one slow
 /// sync adds to the messages of the first round).
@@ -260,7 +261,7 @@ impl OutboxStage {
             }
             Action::Deliver { seq, batch, .. } => {
                 self.metrics.delivered_batches.inc();
-                // Blocking send: a full executor back-pressures ordering.
+                // A full executor back-pressures ordering (`hand_to_exec`).
                 let at = Instant::now();
                 self.hand_to_exec(ExecInput::Deliver { seq, batch, at });
             }
@@ -416,49 +417,73 @@ mod tests {
         assert_eq!(store.load().unwrap().len(), 40, "every record is in the store");
     }
 
-    /// Run inline (the core on its pillar's thread): `write` returns only
-    /// after the round's records are durable, and hands on its messages and
-    /// deliveries then, in the core's order.
-    #[test]
-    fn the_inline_stage_persists_a_round_before_it_hands_anything_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
-        let (pillar_tx, mut pillar) = mpsc::channel(64);
-        let (exec_tx, exec) = crate::queue::bounded(64);
+    fn decided(slot: u64, digest: u8) -> PersistRecord {
+        PersistRecord::Decided {
+            cell: chorus_core::Cell {
+                lane: LaneId(0),
+                slot: Slot(slot),
+            },
+            digest: Digest([digest; 32]),
+            batch: Arc::new(Batch::noop()),
+        }
+    }
+
+    fn inline_stage(
+        dir: &std::path::Path,
+        exec_cap: usize,
+    ) -> (
+        OutboxStage,
+        mpsc::Receiver<PillarInput>,
+        crate::queue::Receiver<ExecInput>,
+        Arc<Metrics>,
+    ) {
+        let store = Store::open(dir, FsyncPolicy::Off, 1).unwrap();
+        let (pillar_tx, pillar) = mpsc::channel(64);
+        let (exec_tx, exec) = crate::queue::bounded(exec_cap);
         let metrics = Arc::new(Metrics::default());
         let limits = Limits::from_config(
             &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
         );
-        let mut stage = OutboxStage::new(store, vec![pillar_tx], exec_tx, metrics.clone(), limits, true);
-        for round in 1..=3u64 {
-            let mut rounds = vec![Round {
-                records: vec![record(round)],
-                actions: vec![
-                    Action::Send {
-                        to: ReplicaId(2),
-                        msg: message(),
-                    },
-                    Action::TakeCheckpoint { seq: Seq(round) },
-                ],
-            }];
-            assert!(
-                pillar.try_recv().is_err(),
-                "nothing sent before the round is written"
-            );
-            stage.write(&mut rounds).unwrap();
-            assert!(rounds.is_empty());
-            assert_eq!(metrics.persisted_records.get(), round, "durable first");
-            assert!(matches!(pillar.try_recv(), Ok(PillarInput::SendPeer { .. })));
-            match exec.recv_timeout(Duration::from_secs(1)) {
-                Ok(ExecInput::TakeCheckpoint { seq }) => assert_eq!(seq, Seq(round)),
-                _ => panic!("round {round}'s checkpoint request"),
-            }
-        }
+        let stage = OutboxStage::new(store, vec![pillar_tx], exec_tx, metrics.clone(), limits, true);
+        (stage, pillar, exec, metrics)
+    }
+
+    /// Run inline (the core on its pillar's thread): a round's messages and
+    /// deliveries are handed on only once all its records are written; a
+    /// round the store refuses (here: a second, different decision for a
+    /// slot) hands on nothing.
+    #[test]
+    fn the_inline_stage_persists_a_round_before_it_hands_anything_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut stage, mut pillar, exec, metrics) = inline_stage(dir.path(), 64);
+        let round = |records: Vec<PersistRecord>, seq: u64| Round {
+            records,
+            actions: vec![
+                Action::Send {
+                    to: ReplicaId(2),
+                    msg: message(),
+                },
+                Action::TakeCheckpoint { seq: Seq(seq) },
+            ],
+        };
+        stage
+            .write(&mut vec![round(vec![record(1), decided(1, 1)], 1)])
+            .unwrap();
+        assert_eq!(metrics.persisted_records.get(), 2);
+        assert!(matches!(pillar.try_recv(), Ok(PillarInput::SendPeer { .. })));
+        assert!(matches!(
+            exec.recv_timeout(Duration::from_secs(1)),
+            Ok(ExecInput::TakeCheckpoint { seq: Seq(1) })
+        ));
+        let refused = stage.write(&mut vec![round(vec![record(2), decided(1, 2)], 2)]);
+        assert!(refused.is_err(), "the store refuses a conflicting decision");
+        assert!(pillar.try_recv().is_err(), "nothing of a refused round is sent");
+        assert!(
+            exec.recv_timeout(Duration::from_millis(50)).is_err(),
+            "nor delivered"
+        );
         stage.note_storage_size();
         assert!(metrics.storage_bytes.get() > 0, "the store's size is published");
-        drop(stage);
-        let mut store = Store::open(dir.path(), FsyncPolicy::Batch, 1).unwrap();
-        assert_eq!(store.load().unwrap().len(), 3);
     }
 
     /// Inline, a full executor queue never blocks the thread (it hosts the
@@ -467,20 +492,7 @@ mod tests {
     #[test]
     fn the_inline_stage_keeps_what_a_full_executor_cannot_take_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), FsyncPolicy::Off, 1).unwrap();
-        let (pillar_tx, _pillar) = mpsc::channel(64);
-        let (exec_tx, exec) = crate::queue::bounded(1);
-        let limits = Limits::from_config(
-            &chorus_core::ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
-        );
-        let mut stage = OutboxStage::new(
-            store,
-            vec![pillar_tx],
-            exec_tx,
-            Arc::new(Metrics::default()),
-            limits,
-            true,
-        );
+        let (mut stage, _pillar, exec, _metrics) = inline_stage(dir.path(), 1);
         let checkpoints = |from: u64, to: u64| Round {
             records: vec![record(from)],
             actions: (from..=to)
@@ -489,18 +501,23 @@ mod tests {
         };
         stage.write(&mut vec![checkpoints(1, 3)]).unwrap();
         assert!(stage.backlogged(), "two of three wait");
+        let take = || match exec.recv_timeout(Duration::from_secs(1)) {
+            Ok(ExecInput::TakeCheckpoint { seq }) => seq.0,
+            _ => panic!("no checkpoint request"),
+        };
+        assert_eq!(take(), 1);
+        // Room for one now, but a later round's request queues behind the
+        // backlog instead of overtaking it.
+        stage.write(&mut vec![checkpoints(4, 4)]).unwrap();
         let mut got = Vec::new();
         while got.len() < 3 {
-            match exec.recv_timeout(Duration::from_secs(1)) {
-                Ok(ExecInput::TakeCheckpoint { seq }) => got.push(seq.0),
-                _ => panic!("the executor got {got:?} only"),
-            }
             stage.retry_backlog().unwrap();
+            got.push(take());
         }
-        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!(got, vec![2, 3, 4]);
         assert!(!stage.backlogged());
         drop(exec);
-        stage.write(&mut vec![checkpoints(4, 5)]).unwrap();
+        stage.write(&mut vec![checkpoints(5, 6)]).unwrap();
         assert!(
             stage.retry_backlog().is_err(),
             "a gone executor is an error, not a wait forever"

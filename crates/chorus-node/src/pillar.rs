@@ -175,8 +175,8 @@ impl PillarThread {
         let local = tokio::task::LocalSet::new();
         let outcome = local.block_on(&rt, self.run_async());
         // A reconnecting link may be resolving a host name on a blocking
-        // thread; the process must not wait for it to stop (the hosted
-        // core's store is closed by now).
+        // thread; the process must not wait for it to stop (a hosted core
+        // has ended by now, and with it an inline stage's store).
         drop(local);
         rt.shutdown_timeout(Duration::from_millis(100));
         outcome
@@ -313,7 +313,12 @@ fn hosted_core_outcome(
         Ok(Ok(())) if stopping => Ok(()),
         Ok(Ok(())) => anyhow::bail!("the protocol core it hosts stopped unexpectedly"),
         Ok(Err(e)) => Err(e.context("the protocol core it hosts failed")),
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // An error, not a resumed panic: unwinding would skip `run`'s
+        // bounded runtime shutdown.
+        Err(e) if e.is_panic() => anyhow::bail!(
+            "the protocol core it hosts panicked: {}",
+            crate::fatal::panic_message(e.into_panic().as_ref())
+        ),
         Err(e) => anyhow::bail!("the protocol core it hosts was cancelled: {e}"),
     }
 }

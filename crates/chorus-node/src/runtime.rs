@@ -296,10 +296,10 @@ fn run_replica_parts(
             "replica {me} up: {} mode, {} pillar(s), core {}, peers on {}:{}.., clients on {}:{}",
             format!("{:?}", config.params.mode).to_lowercase(),
             pillars,
-            if hosted {
-                "on pillar 0"
-            } else {
-                "on its own thread"
+            match (hosted, inline) {
+                (true, true) => "on pillar 0 (outbox inline)",
+                (true, false) => "on pillar 0 (outbox on its own thread)",
+                _ => "on its own thread",
             },
             info.host,
             info.peer_base_port,
