@@ -14,7 +14,7 @@
 mod common;
 
 use chorus_core::OrderingMode;
-use common::{drive_writes, rt, spawn_replica, Load, ServiceSpec, TestCluster};
+use common::{drive_writes, rt, spawn_replica, Load, ServiceSpec, TestCluster, DEFAULT_PORTS};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,10 @@ fn whole_cluster_restart(mode: OrderingMode, pillars: u32) {
 
 fn whole_cluster_restart_with(mode: OrderingMode, pillars: u32, service: ServiceSpec) {
     let fsync = service.fsync;
-    let mut c = TestCluster::new_service(mode, pillars, 4, service, |p| {
-        p.view_change_timeout_ms = 800;
-    });
+    let mut c =
+        TestCluster::new_service_in_range(DEFAULT_PORTS.0, DEFAULT_PORTS.1, mode, pillars, 4, service, |p| {
+            p.view_change_timeout_ms = 800;
+        });
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
     let rt = rt();
     let load = Arc::new(Mutex::new(Load::default()));

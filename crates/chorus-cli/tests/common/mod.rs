@@ -39,8 +39,11 @@ pub struct TestCluster {
 /// process must not probe the same range (both would see it free).
 static CLUSTERS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
+/// The port range of tests that name none (`new`).
+pub const DEFAULT_PORTS: (u16, u16) = (12_000, 50);
+
 fn free_base() -> u16 {
-    free_base_in(12_000, 50)
+    free_base_in(DEFAULT_PORTS.0, DEFAULT_PORTS.1)
 }
 
 /// A free base port in `lo .. lo + 400 * slots` (tests in other binaries use
@@ -103,18 +106,7 @@ impl TestCluster {
         Self::new_full(base_port, mode, pillars, clients, ServiceSpec::default(), tweak)
     }
 
-    /// Like `new`, running another service, executor or fsync policy.
-    pub fn new_service(
-        mode: OrderingMode,
-        pillars: u32,
-        clients: usize,
-        service: ServiceSpec,
-        tweak: impl FnOnce(&mut ProtocolParams),
-    ) -> TestCluster {
-        Self::new_full(free_base(), mode, pillars, clients, service, tweak)
-    }
-
-    /// Like `new_in_range`, running another service or executor.
+    /// Like `new_in_range`, running another service, executor or fsync policy.
     pub fn new_service_in_range(
         lo: u16,
         slots: u16,
