@@ -7,6 +7,14 @@ use crate::ids::{Cell, ClientId, LaneId, ReplicaId, Seq, Slot, View};
 use crate::quorum;
 use serde::{Deserialize, Serialize};
 
+/// The pillar whose private connections (and, with consensus in the
+/// pillars, whose thread) carry lane `lane` among `pillars`: COP §4, lane l
+/// on pillar l mod P. A replica message without a lane travels on pillar 0
+/// (`ReplicaMsg::pillar`).
+pub fn pillar_of_lane(lane: LaneId, pillars: usize) -> usize {
+    lane.index() % pillars.max(1)
+}
+
 /// How cells are decided and merged (DESIGN §1). Only the modes that exist are
 /// listed; `dispel` and `sarek` plug in as described in docs/modes.md.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -312,6 +320,11 @@ impl ClusterConfig {
     }
     pub fn weak_quorum(&self) -> usize {
         quorum::weak_quorum(self.n())
+    }
+
+    /// The pillar that carries lane `lane` ([`pillar_of_lane`]).
+    pub fn pillar_of_lane(&self, lane: LaneId) -> usize {
+        pillar_of_lane(lane, self.params.pillars as usize)
     }
 
     pub fn lanes(&self) -> u32 {

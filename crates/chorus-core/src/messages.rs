@@ -399,6 +399,13 @@ pub struct UnverifiableRequest {
 }
 
 impl ReplicaMsg {
+    /// The pillar, among `pillars`, whose connections carry this message:
+    /// its lane's ([`crate::config::pillar_of_lane`]), else pillar 0.
+    pub fn pillar(&self, pillars: usize) -> usize {
+        self.lane()
+            .map_or(0, |l| crate::config::pillar_of_lane(l, pillars))
+    }
+
     /// The lane a message belongs to, if any (the runtime routes by it: COP's
     /// pillar of lane `l` is `l mod P`).
     pub fn lane(&self) -> Option<LaneId> {

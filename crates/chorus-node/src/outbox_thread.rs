@@ -240,9 +240,7 @@ impl OutboxStage {
     }
 
     fn pillar_of(&self, msg: &ReplicaMsg) -> usize {
-        // COP: lane l travels on pillar l mod P's private connections.
-        let p = self.pillars.len();
-        msg.lane().map(|l| l.index() % p).unwrap_or(0)
+        msg.pillar(self.pillars.len())
     }
 
     fn perform(&mut self, action: Action) {

@@ -620,8 +620,7 @@ async fn read_peer(
             }
         };
         // COP: lane l only travels on pillar l mod P.
-        let expected_pillar = msg.lane().map(|l| l.index() % pillars.max(1)).unwrap_or(0);
-        if msg.lane().is_some_and(|l| l.index() >= lanes) || expected_pillar != shared.index {
+        if msg.lane().is_some_and(|l| l.index() >= lanes) || msg.pillar(pillars) != shared.index {
             shared.metrics.drop_frame("peer-wrong-pillar");
             continue;
         }

@@ -114,12 +114,13 @@ pub fn slot_leader_in(
 
 /// COP §4.2.2: checkpoint duty rotates round-robin over pillars. The
 /// checkpoint at global position `seq` (a multiple of K) is the duty of lane
-/// `(seq / K) mod P`: in the runtime that lane's pillar gathers the votes and
-/// tells the other pillars when the checkpoint is stable. (The lane owning
-/// position `seq - 1` would always be lane `P - 1`, because K is a multiple
-/// of P, so it would not rotate.) In this single state machine the
-/// `Checkpointer` is one component; this function is what the runtime routes
-/// checkpoint votes by.
+/// `(seq / K) mod P`: that lane's pillar is to gather the votes and tell the
+/// other pillars when the checkpoint is stable. (The lane owning position
+/// `seq - 1` would always be lane `P - 1`, because K is a multiple of P, so
+/// it would not rotate.) In this single state machine the `Checkpointer` is
+/// one component and checkpoint votes carry no lane, so they travel on
+/// pillar 0 today; this function is what the lane split is to route them
+/// by (docs/lane-split.md).
 pub fn checkpoint_duty_lane(cfg: &ClusterConfig, seq: Seq) -> LaneId {
     let k = cfg.params.checkpoint_interval.max(1);
     LaneId(((seq.0 / k) % cfg.lanes() as u64) as u32)

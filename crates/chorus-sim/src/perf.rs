@@ -280,7 +280,8 @@ impl PerfState {
         }
         match lane {
             Some(l) if self.model.consensus_on_pillars => {
-                (l % pillars.max(1)) as usize % consensus_cores(cores.len())
+                chorus_core::config::pillar_of_lane(chorus_core::LaneId(l), pillars as usize)
+                    % consensus_cores(cores.len())
             }
             _ => 0,
         }

@@ -14,10 +14,9 @@ impl Replica {
     pub(super) fn broadcast_status_bundles(&mut self, entries: Vec<LaneProgress>, out: &mut Outbox) {
         let pillars = self.cfg.params.pillars.max(1) as usize;
         let stable_seq = self.checkpointer.stable_seq();
-        let groups = pillars.min(entries.len());
-        let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); groups];
+        let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); pillars];
         for e in entries {
-            bundles[e.lane.index() % groups].push(e);
+            bundles[self.cfg.pillar_of_lane(e.lane)].push(e);
         }
         for lanes in bundles.into_iter().filter(|b| !b.is_empty()) {
             debug_assert!(lanes.windows(2).all(|w| w[0].lane < w[1].lane));
@@ -72,12 +71,12 @@ impl Replica {
         b: StatusBundle,
         out: &mut Outbox,
     ) {
-        let (lanes, pillars) = (self.cfg.lanes() as usize, self.cfg.params.pillars.max(1) as usize);
-        let pillar = b.lanes.first().map_or(0, |e| e.lane.index() % pillars);
+        let lanes = self.cfg.lanes() as usize;
+        let pillar = b.lanes.first().map_or(0, |e| self.cfg.pillar_of_lane(e.lane));
         let well_formed = b
             .lanes
             .iter()
-            .all(|e| e.lane.index() < lanes && e.lane.index() % pillars == pillar);
+            .all(|e| e.lane.index() < lanes && self.cfg.pillar_of_lane(e.lane) == pillar);
         if !well_formed || self.dispel.is_some() {
             return Cx::new(now, out, &mut self.counters).reject("bad-status-bundle");
         }
