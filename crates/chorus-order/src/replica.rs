@@ -1,7 +1,9 @@
 //! `Replica`: the composite the simulator and the runtime drive.
 //!
-//! It owns one `Lane` per lane, the `Pool`, the `Merger`, the `Checkpointer`
-//! and the `StateTransfer`, and wires them together with plain method calls:
+//! It owns one `Lane` per lane, the `Pool`, and the replica-wide `Hub`
+//! (`Merger`, `Checkpointer`, `StateTransfer`, RCC assignments: the part
+//! that stays in one place when the lanes move into their pillars,
+//! docs/lane-split.md), and wires them together with plain method calls:
 //! lanes return `LaneOutput`s (decisions, in-flight batches) that the replica
 //! hands to the pool and the merger; the merger yields deliveries that tell
 //! the checkpointer when to snapshot; stable checkpoints move every lane's
@@ -11,25 +13,25 @@
 //! the merger delivers what is contiguous, and the lane timers are refreshed.
 
 mod dispel;
+mod hub;
 mod recover;
 mod repredict;
 mod status_bundle;
 mod switch;
 
-use crate::checkpoint::{Checkpointer, StableCheckpoint, VoteOutcome};
+use crate::checkpoint::{StableCheckpoint, VoteOutcome};
 use crate::counters::{Counters, Cx};
 use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::lane::{Lane, LaneEnv, LaneOutput};
-use crate::merger::Merger;
 use crate::pool::{Admitted, Pool, Readiness};
-use crate::rcc_switch::{self, OwnerView, SwitchGate};
+use crate::rcc_switch::{self, SwitchGate};
 use crate::sarek::{Predictor, SarekPools};
-use crate::transfer::{Installed, StateTransfer};
+use crate::transfer::Installed;
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Assignments, Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis,
-    OrderingMode, ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
+    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
+    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 
@@ -97,16 +99,12 @@ pub struct Replica {
     pub(crate) limits: Limits,
     pub(crate) lanes: Vec<Lane>,
     pub(crate) pool: Pool,
-    pub(crate) merger: Merger,
-    /// Per peer: when we last re-sent it our checkpoint votes (`status_bundle.rs`).
-    votes_sent: Vec<Option<Millis>>,
-    pub(crate) checkpointer: Checkpointer,
-    pub(crate) transfer: StateTransfer,
+    /// Merger, checkpoints, state transfer, RCC assignments: the
+    /// replica-wide part (`hub.rs`).
+    pub(crate) hub: hub::Hub,
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     pub(crate) batch_deadline: Vec<Option<Millis>>,
-    /// RCC §III-E: instance assignments, from delivered switches.
-    pub(crate) assignments: Assignments,
     pub(crate) switch_gate: SwitchGate,
     /// RCC §III-E: hand-overs whose new owner may not propose the client
     /// yet: (client, new owner, delivery round). Bounded by the clients.
@@ -137,14 +135,10 @@ impl Replica {
                 .collect(),
             dispel,
             pool: Pool::new(cfg.clone(), me, identity.clone()),
-            merger: Merger::new(cfg.clone()),
-            votes_sent: vec![None; cfg.n()],
-            checkpointer: Checkpointer::new(cfg.clone(), me, identity),
-            transfer: StateTransfer::new(cfg.clone(), me),
+            hub: hub::Hub::new(&cfg, me, identity),
             counters: Counters::default(),
             status_deadline: None,
             batch_deadline: vec![None; lanes as usize],
-            assignments: Assignments::default(),
             switch_gate: SwitchGate::default(),
             handing_over: Vec::new(),
             sarek,
@@ -241,8 +235,8 @@ impl Replica {
     pub fn status(&self) -> ReplicaStatus {
         ReplicaStatus {
             me: self.me,
-            next_delivery: self.merger.next(),
-            stable_seq: self.checkpointer.stable_seq(),
+            next_delivery: self.hub.merger.next(),
+            stable_seq: self.hub.checkpointer.stable_seq(),
             views: self.lanes.iter().map(|l| l.view()).collect(),
             view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
             next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
@@ -264,11 +258,11 @@ impl Replica {
                         LaneId(l as u32),
                         self.lanes[l].view(),
                     ),
-                    stream_next: self.merger.stream_next(LaneId(l as u32)),
+                    stream_next: self.hub.merger.stream_next(LaneId(l as u32)),
                 })
                 .collect(),
             counters: self.counters.clone(),
-            state_divergences: self.checkpointer.divergences(),
+            state_divergences: self.hub.checkpointer.divergences(),
         }
     }
 
@@ -312,14 +306,10 @@ impl Replica {
         out: &mut Outbox,
         f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> R,
     ) -> R {
-        let owners = OwnerView {
-            cfg: &self.cfg,
-            table: &self.assignments,
-            delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
-        };
+        let owners = self.hub.owner_view(&self.cfg);
         let env = LaneEnv {
-            stable: self.checkpointer.stable_cert(),
-            stable_seq: self.checkpointer.stable_seq(),
+            stable: self.hub.checkpointer.stable_cert(),
+            stable_seq: self.hub.checkpointer.stable_seq(),
             hint: match &self.sarek {
                 Some(s) => s.pool(LaneId(l as u32)),
                 None => &self.pool,
@@ -347,7 +337,7 @@ impl Replica {
                 self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
                 s.repredictions.on_decided(lane, &d.batch);
             }
-            self.merger.insert(cell, d.batch);
+            self.hub.merger.insert(cell, d.batch);
         }
         for (from, pp) in lo.owner_held {
             self.hold_for_owner(from, pp);
@@ -355,14 +345,14 @@ impl Replica {
         if let Some(c) = lo.higher_stable {
             // Verified with the NEW-VIEW; adopted at the next status tick if
             // it certifies a state we hold (`Checkpointer::take_learnt`).
-            self.checkpointer.learn_cert(&c);
+            self.hub.checkpointer.learn_cert(&c);
             self.note_cert(&c);
         }
     }
 
     fn note_cert(&mut self, c: &CheckpointCert) {
-        if c.seq > self.merger.next() {
-            self.transfer.note_cert(c.seq);
+        if c.seq > self.hub.merger.next() {
+            self.hub.transfer.note_cert(c.seq);
         }
     }
 
@@ -380,16 +370,19 @@ impl Replica {
         }
         match msg {
             ReplicaMsg::Checkpoint(vote) => {
-                let outcome = self.checkpointer.on_vote(&mut cx, from, vote);
+                let outcome = self.hub.checkpointer.on_vote(&mut cx, from, vote);
                 self.on_vote_outcome(now, outcome, out);
             }
             ReplicaMsg::StateRequest(req) => {
-                self.transfer
-                    .on_request(&mut cx, from, req, self.checkpointer.stable_state());
+                self.hub
+                    .transfer
+                    .on_request(&mut cx, from, req, self.hub.checkpointer.stable_state());
             }
             ReplicaMsg::StateChunk(chunk) => {
                 if let Some((cert, snapshot)) =
-                    self.transfer.on_chunk(&mut cx, from, chunk, self.merger.next())
+                    self.hub
+                        .transfer
+                        .on_chunk(&mut cx, from, chunk, self.hub.merger.next())
                 {
                     self.begin_install(cert, snapshot, out);
                 }
@@ -414,7 +407,7 @@ impl Replica {
                     return cx.reject("bad-lane");
                 };
                 if let ReplicaMsg::Status(st) = &other {
-                    self.transfer.note_peer_stable(from, st.stable_seq, now);
+                    self.hub.transfer.note_peer_stable(from, st.stable_seq, now);
                     if st.lane.0 == 0 {
                         self.send_votes_to_peer(now, from, st.stable_seq, out);
                     }
@@ -433,7 +426,7 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.assignments, &req) {
+        let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.hub.assignments, &req) {
             Err(e)
         } else {
             match self.sarek.as_mut() {
@@ -494,20 +487,23 @@ impl Replica {
         }
         self.dispel_status_tick(now, out);
         self.reprediction_tick(now, out);
-        for v in self.checkpointer.pending_votes() {
+        for v in self.hub.checkpointer.pending_votes() {
             out.broadcast(ReplicaMsg::Checkpoint(v));
         }
-        if let Some(s) = self.checkpointer.take_learnt() {
+        if let Some(s) = self.hub.checkpointer.take_learnt() {
             self.apply_stable(now, s, out);
         }
         let mut cx = Cx::new(now, out, &mut self.counters);
-        self.transfer.on_tick(&mut cx, self.merger.next());
+        self.hub.transfer.on_tick(&mut cx, self.hub.merger.next());
         self.arm_status(now, out);
     }
 
     fn on_checkpointed(&mut self, now: Millis, seq: Seq, digest: Digest, snapshot: Bytes, out: &mut Outbox) {
         let mut cx = Cx::new(now, out, &mut self.counters);
-        let outcome = self.checkpointer.on_checkpointed(&mut cx, seq, digest, snapshot);
+        let outcome = self
+            .hub
+            .checkpointer
+            .on_checkpointed(&mut cx, seq, digest, snapshot);
         self.on_vote_outcome(now, outcome, out);
     }
 
@@ -554,15 +550,18 @@ impl Replica {
     /// truncation all wait for `Installed::Done`.
     fn begin_install(&mut self, cert: CheckpointCert, snapshot: Bytes, out: &mut Outbox) {
         tracing::debug!(seq = ?cert.seq, "installing state from a peer");
-        debug_assert!(cert.seq > self.merger.next(), "installing a state we have passed");
+        debug_assert!(
+            cert.seq > self.hub.merger.next(),
+            "installing a state we have passed"
+        );
         out.push(Action::InstallState { cert, snapshot });
         self.counters.state_transfers += 1;
         // The executor is replacing its state: deliver nothing meanwhile.
-        self.merger.pause();
+        self.hub.merger.pause();
     }
 
     fn on_state_installed(&mut self, now: Millis, seq: Seq, digest: Digest, out: &mut Outbox) {
-        match self.transfer.on_installed(seq, digest) {
+        match self.hub.transfer.on_installed(seq, digest) {
             Installed::Done(cert, snapshot) => {
                 // Adopt, then truncate (as `apply_stable` does): every lane's
                 // low is covered by the stable checkpoint at all times.
@@ -572,26 +571,27 @@ impl Replica {
                     snapshot: snapshot.clone(),
                 });
                 self.adopt_assignments(&snapshot);
-                self.checkpointer.install(cert, snapshot);
-                debug_assert!(self.checkpointer.stable_seq() >= seq);
-                self.merger.jump_to(seq);
+                self.hub.checkpointer.install(cert, snapshot);
+                debug_assert!(self.hub.checkpointer.stable_seq() >= seq);
+                self.hub.merger.jump_to(seq);
                 self.pool.clear();
                 if let Some(s) = self.sarek.as_mut() {
                     s.clear();
                 }
                 self.advance_lanes(now, low, out);
-                self.merger.resume();
+                self.hub.merger.resume();
                 self.announce_progress(now, out);
             }
             Installed::Mismatch => {
                 // The executor kept its state (it swaps only a verified one):
                 // carry on from where we were; state transfer asks another peer.
-                self.merger.resume();
+                self.hub.merger.resume();
                 let mut cx = Cx::new(now, out, &mut self.counters);
                 cx.reject("bad-installed-state");
             }
             Installed::NotOurs => {
                 let ours = self
+                    .hub
                     .checkpointer
                     .stable_cert()
                     .is_some_and(|c| c.seq == seq && c.state_digest == digest);
@@ -662,9 +662,9 @@ impl Replica {
     /// The round (slot) delivery of lane `l` has reached: in `sarek` its own
     /// stream's, elsewhere the merger's.
     fn delivered_round(&self, l: usize) -> u64 {
-        match self.merger.stream_next(LaneId(l as u32)) {
+        match self.hub.merger.stream_next(LaneId(l as u32)) {
             Some(s) => s.0,
-            None => self.merger.next().0 / self.cfg.lanes() as u64,
+            None => self.hub.merger.next().0 / self.cfg.lanes() as u64,
         }
     }
 
@@ -840,12 +840,12 @@ impl Replica {
             return self.deliver_streams(out);
         }
         let mut any = false;
-        while let Some((seq, cell, batch)) = self.merger.pop_next() {
+        while let Some((seq, cell, batch)) = self.hub.merger.pop_next() {
             self.apply_switches(seq, &batch);
             out.push(Action::Deliver { seq, cell, batch });
             self.counters.delivered += 1;
             any = true;
-            if let Some(c) = self.checkpointer.on_delivered(seq) {
+            if let Some(c) = self.hub.checkpointer.on_delivered(seq) {
                 out.push(Action::TakeCheckpoint { seq: c });
             }
         }
@@ -861,15 +861,15 @@ impl Replica {
     /// most one checkpoint falls due per delivery.
     fn deliver_streams(&mut self, out: &mut Outbox) -> bool {
         let mut any = false;
-        let mut cut = self.merger.next();
-        while let Some((cell, batch)) = self.merger.pop_stream() {
+        let mut cut = self.hub.merger.next();
+        while let Some((cell, batch)) = self.hub.merger.pop_stream() {
             out.push(Action::DeliverStream { cell, batch });
             self.counters.delivered += 1;
             any = true;
-            let now_cut = self.merger.next();
+            let now_cut = self.hub.merger.next();
             debug_assert!(now_cut.0 - cut.0 <= self.cfg.lanes() as u64);
             if now_cut > cut {
-                if let Some(c) = self.checkpointer.on_delivered(Seq(now_cut.0 - 1)) {
+                if let Some(c) = self.hub.checkpointer.on_delivered(Seq(now_cut.0 - 1)) {
                     out.push(Action::TakeCheckpoint { seq: c });
                 }
                 cut = now_cut;

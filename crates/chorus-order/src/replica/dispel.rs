@@ -58,7 +58,7 @@ impl Replica {
         let ReplicaMsg::Status(st) = msg else {
             return self.counters.reject("not-in-dispel-mode");
         };
-        self.transfer.note_peer_stable(from, st.stable_seq, now);
+        self.hub.transfer.note_peer_stable(from, st.stable_seq, now);
         self.send_votes_to_peer(now, from, st.stable_seq, out);
         if let Some(d) = self.dispel.as_mut() {
             let mut cx = Cx::new(now, out, &mut self.counters);
@@ -76,7 +76,7 @@ impl Replica {
     }
 
     pub(crate) fn dispel_status_tick(&mut self, now: Millis, out: &mut Outbox) {
-        let stable = self.checkpointer.stable_seq();
+        let stable = self.hub.checkpointer.stable_seq();
         if let Some(d) = self.dispel.as_mut() {
             let mut cx = Cx::new(now, out, &mut self.counters);
             d.on_status_tick(&mut cx, stable);
@@ -152,7 +152,7 @@ impl Replica {
             let dropped = self.pool.on_decided_counting_voids(now, cell, &batch, void);
             self.counters.voided_requests_dropped += dropped as u64;
             self.counters.decided += 1;
-            self.merger.insert(cell, batch);
+            self.hub.merger.insert(cell, batch);
         }
         for bits in std::mem::take(&mut o.bits) {
             self.dispel_note_bits(&bits);

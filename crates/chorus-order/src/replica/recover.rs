@@ -114,12 +114,12 @@ impl Replica {
                 snapshot: snapshot.clone(),
             });
             r.adopt_assignments(&snapshot);
-            r.checkpointer.install(cert, snapshot);
-            r.merger.jump_to(seq);
+            r.hub.checkpointer.install(cert, snapshot);
+            r.hub.merger.jump_to(seq);
         }
         for (_, (cell, batch)) in decided {
             r.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
-            r.merger.insert(cell, batch);
+            r.hub.merger.insert(cell, batch);
         }
         if r.dispel.is_some() {
             r.dispel_recover(now, dispel_snapshot, dispel_inputs, out);

@@ -13,7 +13,7 @@ impl Replica {
     /// consensus in the pillars, the thread) of the pillar owning its lanes.
     pub(super) fn broadcast_status_bundles(&mut self, entries: Vec<LaneProgress>, out: &mut Outbox) {
         let pillars = self.cfg.params.pillars.max(1) as usize;
-        let stable_seq = self.checkpointer.stable_seq();
+        let stable_seq = self.hub.checkpointer.stable_seq();
         let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); pillars];
         for e in entries {
             bundles[self.cfg.pillar_of_lane(e.lane)].push(e);
@@ -30,7 +30,7 @@ impl Replica {
     /// slots or epochs below its next stable checkpoint, leaving us another
     /// state transfer behind (dispel seed 52301142: one a second for 30 s).
     pub(super) fn announce_progress(&mut self, now: Millis, out: &mut Outbox) {
-        let stable = self.checkpointer.stable_seq();
+        let stable = self.hub.checkpointer.stable_seq();
         if let Some(d) = self.dispel.as_ref() {
             return d.broadcast_status(&mut Cx::new(now, out, &mut self.counters), stable, true);
         }
@@ -46,10 +46,10 @@ impl Replica {
     /// peer sending them in a loop must not get our votes each time.
     pub(super) fn send_votes_to_peer(&mut self, now: Millis, from: ReplicaId, stable: Seq, out: &mut Outbox) {
         let interval = self.cfg.params.status_interval_ms;
-        let Some(last) = self.votes_sent.get_mut(from.index()) else {
+        let Some(last) = self.hub.votes_sent.get_mut(from.index()) else {
             return;
         };
-        let votes = self.checkpointer.votes_for_peer(stable);
+        let votes = self.hub.checkpointer.votes_for_peer(stable);
         if votes.is_empty() || last.is_some_and(|t| now.0.saturating_sub(t.0) < interval / 2) {
             return;
         }
@@ -80,7 +80,7 @@ impl Replica {
         if !well_formed || self.dispel.is_some() {
             return Cx::new(now, out, &mut self.counters).reject("bad-status-bundle");
         }
-        self.transfer.note_peer_stable(from, b.stable_seq, now);
+        self.hub.transfer.note_peer_stable(from, b.stable_seq, now);
         if b.lanes[0].lane.0 == 0 {
             self.send_votes_to_peer(now, from, b.stable_seq, out);
         }

@@ -14,7 +14,7 @@ use chorus_core::{
 
 impl Replica {
     fn delivered_rounds(&self) -> u64 {
-        self.merger.next().0 / self.cfg.lanes() as u64
+        self.hub.merger.next().0 / self.cfg.lanes() as u64
     }
 
     /// Cut a batch for `cell` with only the requests its lane may carry in
@@ -26,8 +26,8 @@ impl Replica {
         } else {
             let view = OwnerView {
                 cfg: &self.cfg,
-                table: &self.assignments,
-                delivered_rounds: self.merger.next().0 / self.cfg.lanes() as u64,
+                table: &self.hub.assignments,
+                delivered_rounds: self.hub.merger.next().0 / self.cfg.lanes() as u64,
             };
             self.pool
                 .cut_where(cell, |r| rcc_switch::may_propose(&view, cell.lane, cell.slot, r))
@@ -54,7 +54,7 @@ impl Replica {
         }
         let p = rcc_switch::policy(&self.cfg);
         for req in batch.requests.iter().filter(|r| r.is_switch()) {
-            let outcome = self.assignments.apply(&p, req, p.round_of(seq.0));
+            let outcome = self.hub.assignments.apply(&p, req, p.round_of(seq.0));
             *self.counters.switches.entry(outcome.name()).or_insert(0) += 1;
             if let SwitchOutcome::Applied(h) = outcome {
                 tracing::debug!(client = ?req.client, ?h, "client switched instance");
@@ -143,6 +143,6 @@ impl Replica {
             .iter()
             .map(|(c, h)| (*c, chorus_core::LaneId(h.to), h.round))
             .collect();
-        self.assignments = table;
+        self.hub.assignments = table;
     }
 }

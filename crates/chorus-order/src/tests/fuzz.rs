@@ -236,7 +236,7 @@ fn transferring_base() -> Base {
         );
     }
     assert!(
-        format!("{:?}", replica.transfer).contains("incoming: Some"),
+        format!("{:?}", replica.hub.transfer).contains("incoming: Some"),
         "a transfer is under way"
     );
     Base {
@@ -267,7 +267,7 @@ fn installing_base() -> Base {
         );
     }
     assert!(
-        replica.transfer.is_installing(),
+        replica.hub.transfer.is_installing(),
         "the snapshot is being installed"
     );
     Base {
@@ -294,7 +294,7 @@ fn cluster_bases() -> Vec<Base> {
     c.run_for(1);
     let r = c.replica(1).clone();
     assert!(
-        r.checkpointer.stable_seq() >= Seq(8),
+        r.hub.checkpointer.stable_seq() >= Seq(8),
         "the cluster made checkpoints: {:?}",
         r.status()
     );
@@ -959,13 +959,13 @@ fn fingerprint_sees_every_component() {
             let req = setup4().request(0, 9, b"poke");
             r.pool.admit(Millis(3), req).expect("admitted");
         }),
-        ("merger", |r| r.merger.pause()),
+        ("merger", |r| r.hub.merger.pause()),
         ("checkpointer", |r| {
             let c = setup4().checkpoint_cert(8, Digest::of(b"c"), &[0, 2, 3]);
-            r.checkpointer.learn_cert(&c);
+            r.hub.checkpointer.learn_cert(&c);
         }),
         ("transfer", |r| {
-            r.transfer.note_peer_stable(ReplicaId(2), Seq(8), Millis(3))
+            r.hub.transfer.note_peer_stable(ReplicaId(2), Seq(8), Millis(3))
         }),
         ("counters", |r| r.counters.buffered += 1),
         ("batch timer", |r| r.batch_deadline[1] = Some(Millis(7))),

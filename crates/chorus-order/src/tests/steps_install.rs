@@ -319,7 +319,7 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
     msg(&mut r2, 101, peer.0, ReplicaMsg::StateChunk(chunk));
     // Installing: delivery paused, nothing truncated yet.
     assert_eq!(r2.lane(L0).map(|l| l.low()), Some(Slot(0)));
-    assert!(r2.merger.is_paused());
+    assert!(r2.hub.merger.is_paused());
     handle(
         &mut r2,
         102,
@@ -331,16 +331,16 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
     let st = r2.status();
     assert_eq!((st.stable_seq, st.next_delivery), (Seq(2), Seq(2)));
     assert_eq!(r2.lane(L0).map(|l| l.low()), Some(Slot(2)));
-    assert!(!r2.merger.is_paused());
+    assert!(!r2.hub.merger.is_paused());
     // A VIEW-CHANGE now carries the installed checkpoint.
     let owners = crate::rcc_switch::OwnerView {
         cfg: &r2.cfg,
-        table: &r2.assignments,
+        table: &r2.hub.assignments,
         delivered_rounds: 0,
     };
     let env = crate::lane::LaneEnv {
-        stable: r2.checkpointer.stable_cert(),
-        stable_seq: r2.checkpointer.stable_seq(),
+        stable: r2.hub.checkpointer.stable_cert(),
+        stable_seq: r2.hub.checkpointer.stable_seq(),
         hint: &r2.pool,
         owners: &owners,
         wall_ms: 0,

@@ -358,7 +358,7 @@ fn a_second_switch_before_the_hand_over_completes_or_a_replay_is_ignored() {
     assert_eq!(r3.counters().switches.get("replayed"), Some(&1));
     let p = crate::rcc_switch::policy(&s.cfg);
     for round in 0..12 {
-        let owner = r3.assignments.owner_at(&p, ClientId(C as u64), Slot(round));
+        let owner = r3.hub.assignments.owner_at(&p, ClientId(C as u64), Slot(round));
         assert_eq!(owner, LaneId(if round <= 5 { 1 } else { 2 }), "round {round}");
     }
 }
@@ -410,7 +410,7 @@ fn an_installed_snapshot_brings_the_assignment_table_with_it() {
         },
     );
     assert_eq!(r2.status().next_delivery, Seq(16));
-    assert_eq!(r2.assignments, table);
+    assert_eq!(r2.hub.assignments, table);
     handle(&mut r2, 103, Event::Request(s.request(C, 2, b"x")));
     assert_eq!(r2.status().lanes[3].pending, 1);
     assert_eq!(r2.status().lanes[1].pending, 0);

@@ -313,7 +313,7 @@ fn decisions_above_the_recovered_window_wait_for_the_new_view_that_reaches_them(
     assert_eq!(n2.r.lane(L0).map(|l| l.low()), Some(Slot(w)));
     assert_eq!(n2.r.status().next_undecided, vec![Slot(w + 3)]);
     // The merger holds them until state transfer brings the state at w.
-    assert_eq!(n2.r.merger.waiting(), 3);
+    assert_eq!(n2.r.hub.merger.waiting(), 3);
 }
 
 /// Review of 2026-11-26 (MAC prepares, an older bug of both modes): a
