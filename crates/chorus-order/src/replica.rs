@@ -235,8 +235,8 @@ impl Replica {
     pub fn status(&self) -> ReplicaStatus {
         ReplicaStatus {
             me: self.me,
-            next_delivery: self.hub.merger.next(),
-            stable_seq: self.hub.checkpointer.stable_seq(),
+            next_delivery: self.hub.delivered(),
+            stable_seq: self.hub.stable_seq(),
             views: self.lanes.iter().map(|l| l.view()).collect(),
             view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
             next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
@@ -258,7 +258,7 @@ impl Replica {
                         LaneId(l as u32),
                         self.lanes[l].view(),
                     ),
-                    stream_next: self.hub.merger.stream_next(LaneId(l as u32)),
+                    stream_next: self.hub.stream_next(LaneId(l as u32)),
                 })
                 .collect(),
             counters: self.counters.clone(),
@@ -309,7 +309,7 @@ impl Replica {
         let owners = self.hub.owner_view(&self.cfg);
         let env = LaneEnv {
             stable: self.hub.checkpointer.stable_cert(),
-            stable_seq: self.hub.checkpointer.stable_seq(),
+            stable_seq: self.hub.stable_seq(),
             hint: match &self.sarek {
                 Some(s) => s.pool(LaneId(l as u32)),
                 None => &self.pool,
@@ -351,7 +351,7 @@ impl Replica {
     }
 
     fn note_cert(&mut self, c: &CheckpointCert) {
-        if c.seq > self.hub.merger.next() {
+        if c.seq > self.hub.delivered() {
             self.hub.transfer.note_cert(c.seq);
         }
     }
@@ -382,7 +382,7 @@ impl Replica {
                 if let Some((cert, snapshot)) =
                     self.hub
                         .transfer
-                        .on_chunk(&mut cx, from, chunk, self.hub.merger.next())
+                        .on_chunk(&mut cx, from, chunk, self.hub.delivered())
                 {
                     self.begin_install(cert, snapshot, out);
                 }
@@ -494,7 +494,7 @@ impl Replica {
             self.apply_stable(now, s, out);
         }
         let mut cx = Cx::new(now, out, &mut self.counters);
-        self.hub.transfer.on_tick(&mut cx, self.hub.merger.next());
+        self.hub.transfer.on_tick(&mut cx, self.hub.delivered());
         self.arm_status(now, out);
     }
 
@@ -551,7 +551,7 @@ impl Replica {
     fn begin_install(&mut self, cert: CheckpointCert, snapshot: Bytes, out: &mut Outbox) {
         tracing::debug!(seq = ?cert.seq, "installing state from a peer");
         debug_assert!(
-            cert.seq > self.hub.merger.next(),
+            cert.seq > self.hub.delivered(),
             "installing a state we have passed"
         );
         out.push(Action::InstallState { cert, snapshot });
@@ -572,7 +572,7 @@ impl Replica {
                 });
                 self.adopt_assignments(&snapshot);
                 self.hub.checkpointer.install(cert, snapshot);
-                debug_assert!(self.hub.checkpointer.stable_seq() >= seq);
+                debug_assert!(self.hub.stable_seq() >= seq);
                 self.hub.merger.jump_to(seq);
                 self.pool.clear();
                 if let Some(s) = self.sarek.as_mut() {
@@ -662,9 +662,9 @@ impl Replica {
     /// The round (slot) delivery of lane `l` has reached: in `sarek` its own
     /// stream's, elsewhere the merger's.
     fn delivered_round(&self, l: usize) -> u64 {
-        match self.hub.merger.stream_next(LaneId(l as u32)) {
+        match self.hub.stream_next(LaneId(l as u32)) {
             Some(s) => s.0,
-            None => self.hub.merger.next().0 / self.cfg.lanes() as u64,
+            None => self.hub.delivered_rounds(&self.cfg),
         }
     }
 
@@ -861,12 +861,12 @@ impl Replica {
     /// most one checkpoint falls due per delivery.
     fn deliver_streams(&mut self, out: &mut Outbox) -> bool {
         let mut any = false;
-        let mut cut = self.hub.merger.next();
+        let mut cut = self.hub.delivered();
         while let Some((cell, batch)) = self.hub.merger.pop_stream() {
             out.push(Action::DeliverStream { cell, batch });
             self.counters.delivered += 1;
             any = true;
-            let now_cut = self.hub.merger.next();
+            let now_cut = self.hub.delivered();
             debug_assert!(now_cut.0 - cut.0 <= self.cfg.lanes() as u64);
             if now_cut > cut {
                 if let Some(c) = self.hub.checkpointer.on_delivered(Seq(now_cut.0 - 1)) {

@@ -76,7 +76,7 @@ impl Replica {
     }
 
     pub(crate) fn dispel_status_tick(&mut self, now: Millis, out: &mut Outbox) {
-        let stable = self.hub.checkpointer.stable_seq();
+        let stable = self.hub.stable_seq();
         if let Some(d) = self.dispel.as_mut() {
             let mut cx = Cx::new(now, out, &mut self.counters);
             d.on_status_tick(&mut cx, stable);

@@ -10,7 +10,7 @@ use crate::checkpoint::Checkpointer;
 use crate::merger::Merger;
 use crate::rcc_switch::OwnerView;
 use crate::transfer::StateTransfer;
-use chorus_core::{Assignments, ClusterConfig, Identity, Millis, ReplicaId};
+use chorus_core::{Assignments, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Seq, Slot};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -38,13 +38,38 @@ impl Hub {
         }
     }
 
+    // What the rest of the replica reads of the hub. After the split these
+    // are the facts a pillar's lanes hold a copy of (`HubView`,
+    // docs/lane-split.md §1): each only grows, so a stale copy is "less".
+
+    /// The next global position to deliver.
+    pub(crate) fn delivered(&self) -> Seq {
+        self.merger.next()
+    }
+
+    /// Whole rounds delivered (every lane's slot of each): RCC's round
+    /// counter, which instance switches take effect by (RCC §III-E).
+    pub(crate) fn delivered_rounds(&self, cfg: &ClusterConfig) -> u64 {
+        self.merger.next().0 / cfg.lanes() as u64
+    }
+
+    /// `sarek`: the next slot lane `lane`'s delivery stream hands out.
+    pub(crate) fn stream_next(&self, lane: LaneId) -> Option<Slot> {
+        self.merger.stream_next(lane)
+    }
+
+    /// The stable checkpoint's position (0 at genesis).
+    pub(crate) fn stable_seq(&self) -> Seq {
+        self.checkpointer.stable_seq()
+    }
+
     /// Who owns which client's requests, as the lanes see it: the
     /// assignment table and the rounds delivered so far (RCC §III-E).
     pub(crate) fn owner_view<'a>(&'a self, cfg: &'a ClusterConfig) -> OwnerView<'a> {
         OwnerView {
             cfg,
             table: &self.assignments,
-            delivered_rounds: self.merger.next().0 / cfg.lanes() as u64,
+            delivered_rounds: self.delivered_rounds(cfg),
         }
     }
 }

@@ -13,7 +13,7 @@ impl Replica {
     /// consensus in the pillars, the thread) of the pillar owning its lanes.
     pub(super) fn broadcast_status_bundles(&mut self, entries: Vec<LaneProgress>, out: &mut Outbox) {
         let pillars = self.cfg.params.pillars.max(1) as usize;
-        let stable_seq = self.hub.checkpointer.stable_seq();
+        let stable_seq = self.hub.stable_seq();
         let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); pillars];
         for e in entries {
             bundles[self.cfg.pillar_of_lane(e.lane)].push(e);
@@ -30,7 +30,7 @@ impl Replica {
     /// slots or epochs below its next stable checkpoint, leaving us another
     /// state transfer behind (dispel seed 52301142: one a second for 30 s).
     pub(super) fn announce_progress(&mut self, now: Millis, out: &mut Outbox) {
-        let stable = self.hub.checkpointer.stable_seq();
+        let stable = self.hub.stable_seq();
         if let Some(d) = self.dispel.as_ref() {
             return d.broadcast_status(&mut Cx::new(now, out, &mut self.counters), stable, true);
         }

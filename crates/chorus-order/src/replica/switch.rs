@@ -5,7 +5,7 @@
 
 use super::Replica;
 use crate::io::Outbox;
-use crate::rcc_switch::{self, OwnerView};
+use crate::rcc_switch;
 use bytes::Bytes;
 use chorus_core::{
     Assignments, Batch, Cell, Millis, OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Seq, Slot,
@@ -14,7 +14,7 @@ use chorus_core::{
 
 impl Replica {
     fn delivered_rounds(&self) -> u64 {
-        self.hub.merger.next().0 / self.cfg.lanes() as u64
+        self.hub.delivered_rounds(&self.cfg)
     }
 
     /// Cut a batch for `cell` with only the requests its lane may carry in
@@ -24,11 +24,7 @@ impl Replica {
         let mut batch = if self.sarek.is_some() {
             self.pool_of_mut(cell.lane).cut(cell)
         } else {
-            let view = OwnerView {
-                cfg: &self.cfg,
-                table: &self.hub.assignments,
-                delivered_rounds: self.hub.merger.next().0 / self.cfg.lanes() as u64,
-            };
+            let view = self.hub.owner_view(&self.cfg);
             self.pool
                 .cut_where(cell, |r| rcc_switch::may_propose(&view, cell.lane, cell.slot, r))
         };
