@@ -253,6 +253,37 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
 /// How long a hosted core waits before it offers a full executor (inline)
 /// or a full outbox stage its round again.
 const HOSTED_RETRY: Duration = Duration::from_millis(1);
+/// A hosted core held this long by a full executor or outbox stage says
+/// so (and again at every further multiple): ordering is stalled there.
+const STALL_WARN: Duration = Duration::from_secs(1);
+
+/// How long one round has waited downstream, for the stall warning.
+struct Stall {
+    since: Instant,
+    warned: u32,
+}
+
+impl Default for Stall {
+    fn default() -> Stall {
+        Stall {
+            since: Instant::now(),
+            warned: 0,
+        }
+    }
+}
+
+impl Stall {
+    fn note(&mut self, on: &str) {
+        let waited = self.since.elapsed();
+        if waited >= STALL_WARN * (self.warned + 1) {
+            self.warned += 1;
+            tracing::warn!(
+                waited_ms = waited.as_millis() as u64,
+                "ordering stalled: {on} has not taken a round's output; no new input is read meanwhile"
+            );
+        }
+    }
+}
 
 impl Driver {
     /// Hosted only. Inline: let the pillar thread move this round's frames
@@ -265,17 +296,21 @@ impl Driver {
         match &mut self.outbox {
             Downstream::Inline(stage) => {
                 tokio::task::yield_now().await;
+                let mut stall = Stall::default();
                 while stage.backlogged() {
                     tokio::time::sleep(HOSTED_RETRY).await;
                     stage.retry_backlog()?;
+                    stall.note("the executor");
                 }
             }
             Downstream::Thread { hosted: false, .. } => {}
             Downstream::Thread { queue, waiting, .. } => {
                 // The pillar's connections get their turn after each round.
                 tokio::task::yield_now().await;
+                let mut stall = Stall::default();
                 while let Some(round) = waiting.take() {
                     tokio::time::sleep(HOSTED_RETRY).await;
+                    stall.note("the outbox stage (storage)");
                     if let Err(round) = queue.try_send(round) {
                         if !queue.receiver_alive() {
                             bail!(STAGE_GONE);
