@@ -13,6 +13,7 @@
 //! the merger delivers what is contiguous, and the lane timers are refreshed.
 
 mod dispel;
+mod group;
 mod hub;
 mod recover;
 mod repredict;
@@ -22,16 +23,16 @@ mod switch;
 use crate::checkpoint::{StableCheckpoint, VoteOutcome};
 use crate::counters::{Counters, Cx};
 use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
-use crate::lane::{Lane, LaneEnv, LaneOutput};
-use crate::pool::{Admitted, Pool, Readiness};
-use crate::rcc_switch::{self, SwitchGate};
-use crate::sarek::{Predictor, SarekPools};
+use crate::lane::Lane;
+use crate::pool::Admitted;
+use crate::rcc_switch::{self};
+use crate::sarek::Predictor;
 use crate::transfer::Installed;
 use crate::verify::reject_reason_name;
 use bytes::Bytes;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode,
-    ReplicaId, ReplicaMsg, Request, Seq, Slot, Validate, View,
+    CheckpointCert, ClusterConfig, Digest, Identity, LaneId, Limits, Millis, OrderingMode, ReplicaId,
+    ReplicaMsg, Request, Seq, Slot, Validate, View,
 };
 use std::sync::Arc;
 
@@ -97,22 +98,16 @@ pub struct Replica {
     pub(crate) cfg: Arc<ClusterConfig>,
     pub(crate) me: ReplicaId,
     pub(crate) limits: Limits,
-    pub(crate) lanes: Vec<Lane>,
-    pub(crate) pool: Pool,
+    /// The lanes, their pool and timers (`group.rs`): one group with every
+    /// lane until consensus runs in the pillars (docs/lane-split.md).
+    pub(crate) group: group::LaneGroup,
     /// Merger, checkpoints, state transfer, RCC assignments: the
     /// replica-wide part (`hub.rs`).
     pub(crate) hub: hub::Hub,
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
-    pub(crate) batch_deadline: Vec<Option<Millis>>,
-    pub(crate) switch_gate: SwitchGate,
-    /// RCC §III-E: hand-overs whose new owner may not propose the client
-    /// yet: (client, new owner, delivery round). Bounded by the clients.
-    pub(crate) handing_over: Vec<(chorus_core::ClientId, LaneId, u64)>,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
     pub(crate) dispel: Option<Box<crate::dispel::DispelCore>>,
-    /// `sarek`: one pool per partition lane (then `pool` stays empty).
-    pub(crate) sarek: Option<SarekPools>,
     /// The driver's wall clock (ms since the Unix epoch), `set_wall_clock`:
     /// stamped on the batches we cut and bounding the time of the ones we
     /// accept. Not `now`, which is local and monotonic (DESIGN §2).
@@ -126,22 +121,13 @@ impl Replica {
         let dispel = (cfg.params.mode == OrderingMode::Dispel)
             .then(|| Box::new(crate::dispel::DispelCore::new(cfg.clone(), me, identity.clone())));
         let pbft_lanes = if dispel.is_some() { 0 } else { lanes };
-        let sarek = (cfg.params.mode == OrderingMode::Sarek)
-            .then(|| SarekPools::new(cfg.clone(), me, identity.clone()));
         Replica {
             limits: Limits::from_config(&cfg),
-            lanes: (0..pbft_lanes)
-                .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
-                .collect(),
+            group: group::LaneGroup::new(&cfg, me, &identity, pbft_lanes),
             dispel,
-            pool: Pool::new(cfg.clone(), me, identity.clone()),
             hub: hub::Hub::new(&cfg, me, identity),
             counters: Counters::default(),
             status_deadline: None,
-            batch_deadline: vec![None; lanes as usize],
-            switch_gate: SwitchGate::default(),
-            handing_over: Vec::new(),
-            sarek,
             wall_ms: 0,
             cfg,
             me,
@@ -202,64 +188,32 @@ impl Replica {
     /// within `max_clock_skew_ms` of the epoch.
     pub fn set_wall_clock(&mut self, ms: u64) {
         self.wall_ms = ms;
+        self.group.wall_ms = ms;
     }
 
     /// `sarek`: PREDICT() from the service's access sets (SAREK Algorithm
     /// 1). Without it every request is predicted to touch every partition,
     /// which is what a service without access sets declares.
     pub fn set_predictor(&mut self, p: Predictor) {
-        if let Some(s) = self.sarek.as_mut() {
+        if let Some(s) = self.group.sarek.as_mut() {
             s.set_predictor(p);
         }
     }
 
-    /// The pool that holds `lane`'s requests.
-    fn pool_of(&self, lane: LaneId) -> &Pool {
-        match &self.sarek {
-            Some(s) => s.pool(lane),
-            None => &self.pool,
-        }
-    }
-
-    fn pool_of_mut(&mut self, lane: LaneId) -> &mut Pool {
-        match &mut self.sarek {
-            Some(s) => s.pool_mut(lane),
-            None => &mut self.pool,
-        }
-    }
-
-    fn orphaned_in_flight(&self) -> usize {
-        self.pool.orphaned_in_flight() + self.sarek.as_ref().map_or(0, |s| s.orphaned_in_flight())
-    }
-
     pub fn status(&self) -> ReplicaStatus {
+        let g = &self.group;
+        let hub = self.hub.view(&self.cfg);
+        let orphaned = g.orphaned_in_flight();
         ReplicaStatus {
             me: self.me,
             next_delivery: self.hub.delivered(),
             stable_seq: self.hub.stable_seq(),
-            views: self.lanes.iter().map(|l| l.view()).collect(),
-            view_changing: self.lanes.iter().map(|l| !l.is_active()).collect(),
-            next_undecided: self.lanes.iter().map(|l| l.next_undecided()).collect(),
-            pool_len: self.pool.len() + self.sarek.as_ref().map_or(0, |s| s.len()),
-            lanes: (0..self.lanes.len())
-                .map(|l| LaneStatus {
-                    pending: self.pool_of(LaneId(l as u32)).pending_len(LaneId(l as u32)),
-                    next_free_slot: self.lanes[l].next_free_slot(),
-                    proposal_limit: self.proposal_limit(l),
-                    open_slots: self.lanes[l].open_slots(self.proposal_depth()),
-                    timer_deadline: self.lanes[l].timer_deadline().map(|m| m.0),
-                    in_flight: self.pool_of(LaneId(l as u32)).in_flight_summary(LaneId(l as u32)),
-                    next_undecided: self.lanes[l].next_undecided(),
-                    orphaned: self.orphaned_in_flight(),
-                    proposer: self.lanes[l].leader_of(self.lanes[l].next_free_slot()),
-                    stopped_until: self.lanes[l].rcc_stopped_until(),
-                    new_view_primary: crate::roles::new_view_primary(
-                        &self.cfg,
-                        LaneId(l as u32),
-                        self.lanes[l].view(),
-                    ),
-                    stream_next: self.hub.stream_next(LaneId(l as u32)),
-                })
+            views: g.lanes.iter().map(|l| l.view()).collect(),
+            view_changing: g.lanes.iter().map(|l| !l.is_active()).collect(),
+            next_undecided: g.lanes.iter().map(|l| l.next_undecided()).collect(),
+            pool_len: g.pool_len(),
+            lanes: (0..g.lanes.len())
+                .map(|l| g.lane_status(l, &hub, orphaned))
                 .collect(),
             counters: self.counters.clone(),
             state_divergences: self.hub.checkpointer.divergences(),
@@ -270,15 +224,7 @@ impl Replica {
     /// slot, or in flight at a cell that does not list them. Always 0 in a
     /// correct replica; the simulator checks it after every run.
     pub fn leaked_pool_entries(&self) -> usize {
-        let at_decided: usize = self
-            .lanes
-            .iter()
-            .map(|l| {
-                self.pool_of(l.id())
-                    .in_flight_at_decided(l.id(), l.next_undecided())
-            })
-            .sum();
-        at_decided + self.orphaned_in_flight()
+        self.group.in_flight_at_decided() + self.group.orphaned_in_flight()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -295,58 +241,39 @@ impl Replica {
 
     /// Read-only access to a lane (tests, metrics).
     pub fn lane(&self, lane: LaneId) -> Option<&Lane> {
-        self.lanes.get(lane.index())
+        self.group.lanes.get(lane.index())
     }
 
-    /// Run `f` on lane `l` with a context and the read-only environment.
-    fn with_lane<R>(
+    /// Run `f` on the lane group with a view of the hub, then hand the
+    /// hub what the group reported (decisions, learnt checkpoints). Every
+    /// call into the group goes through here, so the hub never misses a
+    /// report and the group never sees the hub other than through its view.
+    fn in_group<R>(
         &mut self,
-        now: Millis,
-        l: usize,
         out: &mut Outbox,
-        f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> R,
+        f: impl FnOnce(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> R,
     ) -> R {
-        let owners = self.hub.owner_view(&self.cfg);
-        let env = LaneEnv {
-            stable: self.hub.checkpointer.stable_cert(),
-            stable_seq: self.hub.stable_seq(),
-            hint: match &self.sarek {
-                Some(s) => s.pool(LaneId(l as u32)),
-                None => &self.pool,
-            },
-            owners: &owners,
-            wall_ms: self.wall_ms,
-        };
-        let mut cx = Cx::new(now, out, &mut self.counters);
-        f(&mut self.lanes[l], &mut cx, &env)
+        let view = self.hub.view(&self.cfg);
+        let r = f(&mut self.group, &view, &mut self.counters, out);
+        self.take_group_reports();
+        r
     }
 
-    /// Hand a lane's output to the pool, the merger and state transfer.
-    fn absorb(&mut self, now: Millis, lane: LaneId, lo: LaneOutput) {
-        if let Some(slot) = lo.release_from {
-            self.pool_of_mut(lane).release_from(now, lane, slot);
+    /// The group's reports, in the order its lanes made them.
+    fn take_group_reports(&mut self) {
+        if !self.group.has_reports() {
+            return;
         }
-        for (slot, batch) in &lo.pre_prepared {
-            self.pool_of_mut(lane)
-                .mark_in_flight(now, Cell { lane, slot: *slot }, batch);
-        }
-        for d in lo.decided {
-            let cell = Cell { lane, slot: d.slot };
-            self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
-            if let Some(s) = self.sarek.as_mut() {
-                self.counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
-                s.repredictions.on_decided(lane, &d.batch);
+        for report in self.group.take_to_hub() {
+            match report {
+                group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
+                group::ToHub::LearntStable(c) => {
+                    // Verified with the NEW-VIEW; adopted at the next status tick if
+                    // it certifies a state we hold (`Checkpointer::take_learnt`).
+                    self.hub.checkpointer.learn_cert(&c);
+                    self.note_cert(&c);
+                }
             }
-            self.hub.merger.insert(cell, d.batch);
-        }
-        for (from, pp) in lo.owner_held {
-            self.hold_for_owner(from, pp);
-        }
-        if let Some(c) = lo.higher_stable {
-            // Verified with the NEW-VIEW; adopted at the next status tick if
-            // it certifies a state we hold (`Checkpointer::take_learnt`).
-            self.hub.checkpointer.learn_cert(&c);
-            self.note_cert(&c);
         }
     }
 
@@ -397,25 +324,28 @@ impl Replica {
                     return cx.reject("bad-lane");
                 }
                 let f = self.cfg.f();
-                if self.pool_of_mut(hint.lane).note_unverifiable(now, from, &hint, f) {
+                if self
+                    .group
+                    .pool_of_mut(hint.lane)
+                    .note_unverifiable(now, from, &hint, f)
+                {
                     self.counters.clients_proven_partial += 1;
                 }
             }
             other if self.dispel.is_some() => self.dispel_on_other(now, from, other, out),
             other => {
-                let Some(lane) = other.lane().filter(|l| l.0 < self.cfg.lanes()) else {
+                if other.lane().is_none_or(|l| l.0 >= self.cfg.lanes()) {
                     return cx.reject("bad-lane");
-                };
+                }
                 if let ReplicaMsg::Status(st) = &other {
                     self.hub.transfer.note_peer_stable(from, st.stable_seq, now);
                     if st.lane.0 == 0 {
                         self.send_votes_to_peer(now, from, st.stable_seq, out);
                     }
                 }
-                let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {
-                    l.handle_message(cx, from, other, env)
+                self.in_group(out, |g, hub, counters, out| {
+                    g.on_lane_message(now, from, other, hub, counters, out)
                 });
-                self.absorb(now, lane, lo);
             }
         }
     }
@@ -429,10 +359,10 @@ impl Replica {
         let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.hub.assignments, &req) {
             Err(e)
         } else {
-            match self.sarek.as_mut() {
+            match self.group.sarek.as_mut() {
                 Some(s) => s.admit(now, req, verify),
-                None if verify => self.pool.admit(now, req),
-                None => self.pool.admit_verified(now, req),
+                None if verify => self.group.pool.admit(now, req),
+                None => self.group.pool.admit_verified(now, req),
             }
         };
         match admitted {
@@ -449,14 +379,11 @@ impl Replica {
     fn on_timer(&mut self, now: Millis, id: TimerId, out: &mut Outbox) {
         match id {
             TimerId::ViewChange(l) if l.0 < self.cfg.lanes() => {
-                let lo = self.with_lane(now, l.index(), out, |lane, cx, env| lane.on_timer(cx, env));
-                self.absorb(now, l, lo);
+                self.in_group(out, |g, hub, counters, out| {
+                    g.on_view_change_timer(now, l, hub, counters, out)
+                });
             }
-            TimerId::Batch(l) if l.0 < self.cfg.lanes() => {
-                if self.batch_deadline[l.index()].is_some_and(|d| now >= d) {
-                    self.batch_deadline[l.index()] = None;
-                }
-            }
+            TimerId::Batch(l) if l.0 < self.cfg.lanes() => self.group.on_batch_timer(now, l),
             TimerId::Status => {
                 if self.status_deadline.is_some_and(|d| now >= d) {
                     self.status_tick(now, out);
@@ -476,12 +403,9 @@ impl Replica {
     /// Every `status_interval_ms`: lanes announce their state (and retry),
     /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
     fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
-        let mut progress = Vec::with_capacity(self.lanes.len());
-        for l in 0..self.lanes.len() {
-            let lo = self.with_lane(now, l, out, |lane, cx, env| lane.on_status_tick(cx, env));
-            self.absorb(now, LaneId(l as u32), lo);
-            progress.push(self.lanes[l].progress());
-        }
+        let progress = self.in_group(out, |g, hub, counters, out| {
+            g.status_tick(now, hub, counters, out)
+        });
         if !progress.is_empty() {
             self.broadcast_status_bundles(progress, out);
         }
@@ -531,10 +455,9 @@ impl Replica {
 
     fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
         self.dispel_collect(now, low, out);
-        for l in 0..self.lanes.len() {
-            let lo = self.with_lane(now, l, out, |lane, cx, env| lane.advance_low(cx, low, env));
-            self.absorb(now, LaneId(l as u32), lo);
-        }
+        self.in_group(out, |g, hub, counters, out| {
+            g.advance_lanes(now, low, hub, counters, out)
+        });
     }
 
     /// A complete, certified snapshot from a peer: hand it to the driver and
@@ -574,10 +497,7 @@ impl Replica {
                 self.hub.checkpointer.install(cert, snapshot);
                 debug_assert!(self.hub.stable_seq() >= seq);
                 self.hub.merger.jump_to(seq);
-                self.pool.clear();
-                if let Some(s) = self.sarek.as_mut() {
-                    s.clear();
-                }
+                self.group.clear_pools();
                 self.advance_lanes(now, low, out);
                 self.hub.merger.resume();
                 self.announce_progress(now, out);
@@ -602,241 +522,37 @@ impl Replica {
         }
     }
 
-    /// `frontier`, but no further than a correct leader may propose now (the
-    /// delivery point's round + σ − 1) in `cop` and `rcc`: a Byzantine
-    /// pre-prepare deep in the window must not make every correct lane
-    /// fill up to the drift bound at once (third review).
-    fn proposable_frontier(&self) -> Option<Seq> {
-        let f = self.frontier()?;
-        let m = self.cfg.lanes().max(1) as u64;
-        let top = self
-            .delivered_round(0)
-            .saturating_add(self.cfg.params.max_lane_drift_slots.saturating_sub(1));
-        let cap = match self.cfg.params.mode {
-            // Just above the highest round.
-            OrderingMode::Rcc => top.saturating_add(1).saturating_mul(m),
-            // The last position of the highest round.
-            OrderingMode::Cop => top.saturating_mul(m).saturating_add(m - 1),
-            _ => return Some(f),
-        };
-        Some(Seq(f.0.min(cap)))
-    }
-
-    /// The highest round (slot) pre-prepared or decided in any lane, from
-    /// `frontier`.
-    pub(crate) fn top_round(&self, frontier: Option<Seq>) -> Option<u64> {
-        let m = self.cfg.lanes().max(1) as u64;
-        match self.cfg.params.mode {
-            OrderingMode::Rcc => frontier.map(|f| (f.0 / m).saturating_sub(1)),
-            _ => frontier.map(|f| f.0 / m),
-        }
-    }
-
-    /// Highest global position pre-prepared or decided in any lane. In `rcc`
-    /// the position just above the highest such round: an instance is behind
-    /// as soon as another one proposed for its round (RCC §III-E: an idle
-    /// primary proposes a no-op when it sees proposals for the round).
-    fn frontier(&self) -> Option<Seq> {
-        if self.cfg.params.mode == OrderingMode::Rcc {
-            let m = self.cfg.lanes() as u64;
-            return self
-                .lanes
-                .iter()
-                .filter_map(|l| l.max_seen_slot())
-                .max()
-                .map(|r| Seq(r.0.saturating_add(1).saturating_mul(m)));
-        }
-        self.lanes
-            .iter()
-            .filter_map(|l| {
-                l.max_seen_slot().map(|s| {
-                    self.cfg.seq_of(Cell {
-                        lane: l.id(),
-                        slot: s,
-                    })
-                })
-            })
-            .max()
-    }
-
-    /// The round (slot) delivery of lane `l` has reached: in `sarek` its own
-    /// stream's, elsewhere the merger's.
-    fn delivered_round(&self, l: usize) -> u64 {
-        match self.hub.stream_next(LaneId(l as u32)) {
-            Some(s) => s.0,
-            None => self.hub.delivered_rounds(&self.cfg),
-        }
-    }
-
-    /// Proposals of a lane stay below its window and at most
-    /// `max_lane_drift_slots` above the delivery point (COP §4.2.2: pillars may
-    /// not drift apart; a lane ahead stops proposing).
-    fn proposal_limit(&self, l: usize) -> Slot {
-        // SAREK: a partition's drift is measured against its own stream, so
-        // a stalled partition does not stop the others (the window and the
-        // checkpoint cuts still bound how far they run ahead).
-        let drift = Slot(
-            self.delivered_round(l)
-                .saturating_add(self.cfg.params.max_lane_drift_slots),
-        );
-        let limit = drift.min(self.lanes[l].high());
-        // SAREK §IV-A: no proposal past a planned return to the preferred leader.
-        match self.lanes[l].preferred_return_boundary() {
-            Some(b) => limit.min(b),
-            None => limit,
-        }
-    }
-
-    /// The round the throttling rule measures lane `l` against: the highest
-    /// seen (`top_round`), but at most the highest a correct leader may
-    /// propose now, one below the drift bound (`proposal_limit`): a
-    /// Byzantine leader may pre-prepare anywhere in the window.
-    fn throttle_top(&self, l: usize, frontier: Option<Seq>) -> Option<Slot> {
-        let delivered = self.delivered_round(l);
-        let sigma = self.cfg.params.max_lane_drift_slots;
-        let drift_top = delivered.saturating_add(sigma.saturating_sub(1));
-        self.top_round(frontier).map(|r| Slot(r.min(drift_top)))
-    }
-
-    /// SAREK §IV-A: start the planned view changes back to preferred leaders
-    /// that are due (`lane/preferred.rs`).
-    fn preferred_returns(&mut self, now: Millis, out: &mut Outbox) {
-        for l in 0..self.lanes.len() {
-            let Some(target) = self.lanes[l].preferred_return_due() else {
-                continue;
-            };
-            let lo = self.with_lane(now, l, out, |ln, cx, env| {
-                ln.start_preferred_return(cx, env, target)
-            });
-            self.absorb(now, LaneId(l as u32), lo);
-        }
-    }
-
-    /// A request waited a status interval while the lane sat idle: the
-    /// leaders before us evidently lack it. (Not while the lane is busy: under
-    /// a backlog every leader would then cut the same oldest requests.)
-    fn eager(&mut self, now: Millis, lane: LaneId) -> bool {
-        let wait = self.cfg.params.status_interval_ms;
-        !self.lanes[lane.index()].has_open_slots()
-            && self
-                .pool_of_mut(lane)
-                .oldest_pending(lane)
-                .is_some_and(|t| now.0.saturating_sub(t.0) >= wait)
-    }
-
     fn settle(&mut self, now: Millis, out: &mut Outbox) {
         // Each round either proposes or delivers something; both are bounded by
         // the windows, so this terminates long before the bound.
-        let bound = self.lanes.len() * self.cfg.params.window_slots as usize + 8;
+        let bound = self.group.lanes.len() * self.cfg.params.window_slots as usize + 8;
         for _ in 0..bound {
             // Deliver first: a leader proposes with what it just delivered
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's
             // pending requests to the new owner before we would propose them).
             let delivered = self.deliver(out);
-            let released = delivered && self.release_owner_held(now, out);
-            let proposed = self.propose_all(now, out) | self.dispel_propose(now, out);
+            let released = delivered
+                && self.in_group(out, |g, hub, counters, out| {
+                    g.release_owner_held(now, hub, counters, out)
+                });
+            let proposed = self.in_group(out, |g, hub, counters, out| {
+                g.propose_all(now, hub, counters, out)
+            }) | self.dispel_propose(now, out);
             if !proposed && !delivered && !released {
                 break;
             }
         }
-        self.preferred_returns(now, out);
-        self.refresh_timers(now, out);
-    }
-
-    fn propose_all(&mut self, now: Millis, out: &mut Outbox) -> bool {
-        let mut any = false;
-        for l in 0..self.lanes.len() {
-            for _ in 0..self.cfg.params.window_slots {
-                if !self.propose_one(now, l, out) {
-                    break;
-                }
-                any = true;
-            }
-        }
-        any
-    }
-
-    /// Undecided proposals of its own lane above which a leader proposes
-    /// only full batches (`ProtocolParams::proposal_depth`).
-    fn proposal_depth(&self) -> usize {
-        self.cfg.params.proposal_depth as usize
-    }
-
-    /// COP §4.2.1: a leader proposes a batch when one is ready, and a no-op
-    /// when it has nothing but another lane is ahead (the merger would wait).
-    fn propose_one(&mut self, now: Millis, l: usize, out: &mut Outbox) -> bool {
-        let lane = LaneId(l as u32);
-        let limit = self.proposal_limit(l);
-        let eager = self.eager(now, lane);
-        let Some(slot) = self.lanes[l].proposal_slot(limit, eager) else {
-            return false;
-        };
-        // Adaptive batching: with `proposal_depth` proposals of this lane still
-        // undecided, a partial batch waits for one of them to decide instead
-        // of going out as one more tiny batch; the requests that arrive
-        // meanwhile join it. Each slot costs signatures, messages and storage
-        // writes whatever its size, so under load this trades nothing in
-        // latency (the pipeline is busy anyway) for far fewer slots. A full
-        // batch always goes, up to the window.
-        let depth = self.proposal_depth();
-        let open = self.lanes[l].open_slots(depth);
-        let cell = Cell { lane, slot };
-        let frontier = self.proposable_frontier();
-        let behind = frontier.is_some_and(|f| self.cfg.seq_of(cell) < f);
-        // A lane behind fills every position up to the frontier at once,
-        // its pipeline depth notwithstanding: those slots are what delivery
-        // waits for (every round needs one of each lane, so this adds no
-        // slot, it only fills them sooner), and filling two per round trip
-        // left a lane with little load at the drift bound behind one loaded
-        // lane, where the throttling rule (`lane/throttle.rs`) would suspect
-        // its correct leader once a round trip exceeds timeout / (σ/2)
-        // (found by review). Ahead of the frontier the depth rules as
-        // adaptive batching wants. Only where rounds interleave: a `sarek`
-        // partition's stream is delivered on its own, so there the argument
-        // does not hold and its batching stays as it was.
-        let interleaved = matches!(self.cfg.params.mode, OrderingMode::Cop | OrderingMode::Rcc);
-        let fill = behind && interleaved;
-        if open >= depth && !fill && !self.pool_of(lane).full_batch_pending(lane) {
-            return false;
-        }
-        // With none of this lane's proposals undecided the pipeline is idle:
-        // waiting `batch_delay_ms` for more requests would only add that
-        // delay to these (2.5 ms of a 5 ms request at 1k ops/s on loopback,
-        // docs/performance.md); under load a slot is nearly always open and
-        // partial batches wait as before.
-        let idle = open == 0;
-        let batch = match self.pool_of_mut(lane).readiness(lane, now) {
-            Readiness::Ready => self.cut(cell),
-            Readiness::WaitUntil(_) if behind || idle => self.cut(cell),
-            Readiness::WaitUntil(at) => {
-                self.arm_batch_timer(l, at, out);
-                return false;
-            }
-            Readiness::Empty if behind => Batch::noop(),
-            Readiness::Empty => return false,
-        };
-        // A no-op here means every pending request of the lane waits for a
-        // SWITCHINSTANCE hand-over (`rcc_switch`): proposing it moves the
-        // rounds on (the others follow with no-ops), up to the drift bound,
-        // so the hand-over round comes even in an idle cluster.
-        let lo = self.with_lane(now, l, out, |ln, cx, _| ln.propose(cx, slot, batch));
-        self.absorb(now, lane, lo);
-        true
-    }
-
-    fn arm_batch_timer(&mut self, l: usize, at: Millis, out: &mut Outbox) {
-        if self.batch_deadline[l] == Some(at) {
-            return;
-        }
-        self.batch_deadline[l] = Some(at);
-        out.set_timer(TimerId::Batch(LaneId(l as u32)), at);
+        self.in_group(out, |g, hub, counters, out| {
+            g.preferred_returns(now, hub, counters, out);
+            g.refresh_timers(now, hub, counters, out);
+        });
     }
 
     /// Deliver every contiguous decided position; ask for a checkpoint right
     /// after the position that completes one (before the next delivery, so
     /// the executor snapshots exactly there).
     fn deliver(&mut self, out: &mut Outbox) -> bool {
-        if self.sarek.is_some() {
+        if self.group.sarek.is_some() {
             return self.deliver_streams(out);
         }
         let mut any = false;
@@ -876,23 +592,5 @@ impl Replica {
             }
         }
         any
-    }
-
-    fn refresh_timers(&mut self, now: Millis, out: &mut Outbox) {
-        self.restart_handover_waits(now);
-        let frontier = self.frontier();
-        for l in 0..self.lanes.len() {
-            let lane = LaneId(l as u32);
-            let may_propose = self.lanes[l].next_free_slot() < self.proposal_limit(l);
-            let oldest = if may_propose {
-                self.pool_of_mut(lane).oldest_pending(lane)
-            } else {
-                None
-            };
-            let top = self.throttle_top(l, frontier);
-            self.with_lane(now, l, out, |ln, cx, _| {
-                ln.refresh_timer(cx, oldest, frontier, top)
-            });
-        }
     }
 }

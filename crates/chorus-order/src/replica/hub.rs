@@ -10,7 +10,9 @@ use crate::checkpoint::Checkpointer;
 use crate::merger::Merger;
 use crate::rcc_switch::OwnerView;
 use crate::transfer::StateTransfer;
-use chorus_core::{Assignments, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Seq, Slot};
+use chorus_core::{
+    Assignments, CheckpointCert, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Seq, Slot,
+};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -53,11 +55,6 @@ impl Hub {
         self.merger.next().0 / cfg.lanes() as u64
     }
 
-    /// `sarek`: the next slot lane `lane`'s delivery stream hands out.
-    pub(crate) fn stream_next(&self, lane: LaneId) -> Option<Slot> {
-        self.merger.stream_next(lane)
-    }
-
     /// The stable checkpoint's position (0 at genesis).
     pub(crate) fn stable_seq(&self) -> Seq {
         self.checkpointer.stable_seq()
@@ -70,6 +67,52 @@ impl Hub {
             cfg,
             table: &self.assignments,
             delivered_rounds: self.delivered_rounds(cfg),
+        }
+    }
+
+    /// Everything a lane group reads of the hub, taken at one instant.
+    pub(crate) fn view<'a>(&'a self, cfg: &'a ClusterConfig) -> HubView<'a> {
+        HubView {
+            stable: self.checkpointer.stable_cert(),
+            stable_seq: self.stable_seq(),
+            owners: self.owner_view(cfg),
+            merger: &self.merger,
+        }
+    }
+}
+
+/// The hub's facts a lane group acts on (docs/lane-split.md §1, "read by
+/// both"), one consistent snapshot: the stable checkpoint, and the delivery
+/// point together with the assignment table it belongs to (the
+/// SWITCHINSTANCE argument in `rcc_switch.rs` holds for a stale but
+/// consistent pair, not for a mixed one). Each fact only grows, so a
+/// group acting on an older view does less, never something unsafe. Built
+/// by reference, per call: the certificate and the table are not copied
+/// on the hot path; once groups run on their own threads the view becomes
+/// the group's own copy, replaced when the hub's facts change.
+pub(crate) struct HubView<'a> {
+    /// The stable checkpoint certificate (carried in VIEW-CHANGE).
+    pub(crate) stable: Option<&'a CheckpointCert>,
+    pub(crate) stable_seq: Seq,
+    /// Ownership at the rounds delivered so far (RCC §III-E); its
+    /// `delivered_rounds` is the delivery point in rounds.
+    pub(crate) owners: OwnerView<'a>,
+    /// Read only for the delivery point (`delivered_round`, `stream_next`).
+    merger: &'a Merger,
+}
+
+impl HubView<'_> {
+    /// `sarek`: the next slot lane `lane`'s delivery stream hands out.
+    pub(crate) fn stream_next(&self, lane: LaneId) -> Option<Slot> {
+        self.merger.stream_next(lane)
+    }
+
+    /// The round (slot) delivery of lane `lane` has reached: in `sarek`
+    /// its own stream's, elsewhere the merger's.
+    pub(crate) fn delivered_round(&self, lane: LaneId) -> u64 {
+        match self.stream_next(lane) {
+            Some(s) => s.0,
+            None => self.owners.delivered_rounds,
         }
     }
 }

@@ -10,9 +10,7 @@
 use super::Replica;
 use crate::io::{Action, Outbox, PersistRecord};
 use bytes::Bytes;
-use chorus_core::{
-    Batch, Cell, CheckpointCert, ClusterConfig, Identity, LaneId, Millis, ReplicaId, Seq, Slot,
-};
+use chorus_core::{Batch, Cell, CheckpointCert, ClusterConfig, Identity, Millis, ReplicaId, Seq, Slot};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -52,17 +50,17 @@ impl Replica {
             .max();
         if let Some(seq) = newest_stable {
             let low = Slot(seq.0 / lanes as u64);
-            for lane in &mut r.lanes {
+            for lane in &mut r.group.lanes {
                 lane.truncate_below(low);
             }
         }
         for rec in records {
             match rec {
                 PersistRecord::View { lane, view } if lane.0 < lanes => {
-                    r.lanes[lane.index()].restore_view(view)
+                    r.group.lanes[lane.index()].restore_view(view)
                 }
                 PersistRecord::TimeoutCert { lane, statements } if lane.0 < lanes => {
-                    r.lanes[lane.index()].restore_timeouts(statements)
+                    r.group.lanes[lane.index()].restore_timeouts(statements)
                 }
                 PersistRecord::Accepted {
                     lane,
@@ -70,20 +68,24 @@ impl Replica {
                     slot,
                     digest,
                     batch,
-                } if lane.0 < lanes => r.lanes[lane.index()].restore_accepted(now, view, slot, digest, batch),
+                } if lane.0 < lanes => {
+                    r.group.lanes[lane.index()].restore_accepted(now, view, slot, digest, batch)
+                }
                 PersistRecord::Prepared { cert } if cert.lane.0 < lanes => {
                     let l = cert.lane.index();
-                    r.lanes[l].restore_prepared(cert);
+                    r.group.lanes[l].restore_prepared(cert);
                 }
                 PersistRecord::Decided { cell, digest, batch } if cell.lane.0 < lanes => {
-                    if let Some(b) = r.lanes[cell.lane.index()].restore_decided(cell.slot, digest, batch) {
+                    if let Some(b) =
+                        r.group.lanes[cell.lane.index()].restore_decided(cell.slot, digest, batch)
+                    {
                         decided.insert(r.cfg.seq_of(cell), (cell, b));
                     }
                 }
                 PersistRecord::Stable { cert, snapshot } => {
                     if stable.as_ref().is_none_or(|(c, _)| cert.seq > c.seq) {
                         let low = Slot(cert.seq.0 / lanes as u64);
-                        for lane in &mut r.lanes {
+                        for lane in &mut r.group.lanes {
                             lane.truncate_below(low);
                         }
                         decided = decided.split_off(&cert.seq);
@@ -118,7 +120,7 @@ impl Replica {
             r.hub.merger.jump_to(seq);
         }
         for (_, (cell, batch)) in decided {
-            r.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
+            r.group.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
             r.hub.merger.insert(cell, batch);
         }
         if r.dispel.is_some() {
@@ -135,10 +137,9 @@ impl Replica {
             }
         }
         r.deliver(out);
-        for l in 0..r.lanes.len() {
-            let lo = r.with_lane(now, l, out, |lane, cx, env| lane.finish_recovery(cx, env));
-            r.absorb(now, LaneId(l as u32), lo);
-        }
+        r.in_group(out, |g, hub, counters, out| {
+            g.finish_recovery(now, hub, counters, out)
+        });
         r.arm_status(now, out);
         r.settle(now, out);
         r

@@ -34,7 +34,7 @@ impl Replica {
         if let Some(d) = self.dispel.as_ref() {
             return d.broadcast_status(&mut Cx::new(now, out, &mut self.counters), stable, true);
         }
-        let progress = self.lanes.iter().map(|l| l.progress()).collect::<Vec<_>>();
+        let progress = self.group.progress();
         if !progress.is_empty() {
             self.broadcast_status_bundles(progress, out);
         }
@@ -84,12 +84,10 @@ impl Replica {
         if b.lanes[0].lane.0 == 0 {
             self.send_votes_to_peer(now, from, b.stable_seq, out);
         }
-        for st in b.statuses() {
-            let lane = st.lane;
-            let lo = self.with_lane(now, lane.index(), out, |l, cx, env| {
-                l.handle_message(cx, from, ReplicaMsg::Status(st), env)
-            });
-            self.absorb(now, lane, lo);
-        }
+        self.in_group(out, |g, hub, counters, out| {
+            for st in b.statuses() {
+                g.on_lane_message(now, from, ReplicaMsg::Status(st), hub, counters, out);
+            }
+        });
     }
 }
