@@ -188,6 +188,8 @@ pub struct Pool {
     /// Per held request, the replicas that reported it unverifiable at them
     /// (`ReplicaMsg::Unverifiable`); bounded by `pool_max_requests`.
     unverifiable: BTreeMap<Key, BTreeSet<ReplicaId>>,
+    /// Requests held at most (`with_share`).
+    max_requests: usize,
 }
 
 /// A value with a version that every mutable borrow increments (whether
@@ -247,6 +249,7 @@ pub const BUSY_WAIT_FORGET_MS: u64 = 10_000;
 impl Pool {
     pub fn new(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Pool {
         let lanes = cfg.lanes() as usize;
+        let cfg_max_requests = cfg.params.pool_max_requests as usize;
         Pool {
             verifier: RequestVerifier::new(cfg.clone(), me, identity),
             cfg,
@@ -266,7 +269,25 @@ impl Pool {
             predictor: None,
             client_penalties: BTreeMap::new(),
             unverifiable: BTreeMap::new(),
+            max_requests: cfg_max_requests,
         }
+    }
+
+    /// A pool holding `1 / shares` of the replica's budget: one lane group's
+    /// (`replica/group.rs`), so the replica's pools together stay within
+    /// `pool_max_requests` whatever the number of groups. A client's
+    /// requests all wait in its owner lane's group, so the per-client bound
+    /// is unchanged.
+    pub fn with_share(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity, shares: usize) -> Pool {
+        let mut p = Pool::new(cfg, me, identity);
+        p.max_requests = p.max_requests.div_ceil(shares.max(1));
+        p
+    }
+
+    /// Requests this pool may hold (`pool_max_requests`, or a group's share).
+    #[cfg(test)]
+    pub(crate) fn max_requests(&self) -> usize {
+        self.max_requests
     }
 
     /// The lane a request waits in: a switch in its target, any other in its
@@ -354,7 +375,7 @@ impl Pool {
     /// leaders must have it even if the client's copy never reached them.
     pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
         let key = (req.client, req.seq);
-        let full = self.entries.len() >= self.cfg.params.pool_max_requests as usize
+        let full = self.entries.len() >= self.max_requests
             // Re-predictions share one pseudo-client (`REPREDICTION_CLIENT`)
             // and are bounded by the suspended requests, not by its share.
             || (!req.is_reprediction()
@@ -482,7 +503,7 @@ impl Pool {
         if self.mac_vectors_refused(now, &req) {
             return Err(RejectReason::Busy);
         }
-        let full = self.entries.len() >= p.pool_max_requests as usize
+        let full = self.entries.len() >= self.max_requests
             || self.per_client.get(&req.client).copied().unwrap_or(0) >= p.pool_max_per_client;
         if full || self.behind_older_busy(now, key) {
             self.note_busy(now, key);
@@ -715,7 +736,7 @@ impl Pool {
                     }
                 }
                 None => {
-                    if self.entries.len() >= self.cfg.params.pool_max_requests as usize {
+                    if self.entries.len() >= self.max_requests {
                         continue;
                     }
                     let lane = self.lane_for(r);
@@ -868,7 +889,7 @@ impl Pool {
             return;
         }
         self.ordered_fifo.push_back(key);
-        while self.ordered_fifo.len() > self.cfg.params.pool_max_requests as usize {
+        while self.ordered_fifo.len() > self.max_requests {
             if let Some(old) = self.ordered_fifo.pop_front() {
                 self.ordered.remove(&old);
             }

@@ -98,9 +98,11 @@ pub struct Replica {
     pub(crate) cfg: Arc<ClusterConfig>,
     pub(crate) me: ReplicaId,
     pub(crate) limits: Limits,
-    /// The lanes, their pool and timers (`group.rs`): one group with every
-    /// lane until consensus runs in the pillars (docs/lane-split.md).
-    pub(crate) group: group::LaneGroup,
+    /// The lanes, their pools and timers (`group.rs`): in `cop` one group
+    /// per lane (a pillar's, COP §4), in the other modes one group with
+    /// every lane (docs/lane-split.md §4). Group `g` holds the lanes
+    /// `l ≡ g (mod groups)`.
+    pub(crate) groups: Vec<group::LaneGroup>,
     /// Merger, checkpoints, state transfer, RCC assignments: the
     /// replica-wide part (`hub.rs`).
     pub(crate) hub: hub::Hub,
@@ -114,6 +116,24 @@ pub struct Replica {
     pub(crate) wall_ms: u64,
 }
 
+/// Lane groups of a replica (`Replica::groups`). In `cop` every lane is a
+/// pillar's (COP §4: a pillar runs whole instances of its lane), so each
+/// gets its own group. The other modes keep one group for now: `rcc`
+/// moves clients between lanes (SWITCHINSTANCE) and `sarek` admits a
+/// request into several partitions' pools, both of which cross groups
+/// (docs/lane-split.md §4); `dispel` has no PBFT lanes; `pbft` has one.
+fn group_count(cfg: &ClusterConfig) -> usize {
+    match cfg.params.mode {
+        OrderingMode::Cop => cfg.lanes().max(1) as usize,
+        _ => 1,
+    }
+}
+
+/// The highest position pre-prepared or decided in any group's lanes.
+fn frontier_of(groups: &[group::LaneGroup]) -> Option<Seq> {
+    groups.iter().filter_map(|g| g.own_frontier()).max()
+}
+
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
@@ -123,7 +143,12 @@ impl Replica {
         let pbft_lanes = if dispel.is_some() { 0 } else { lanes };
         Replica {
             limits: Limits::from_config(&cfg),
-            group: group::LaneGroup::new(&cfg, me, &identity, pbft_lanes),
+            groups: {
+                let count = group_count(&cfg);
+                (0..count)
+                    .map(|g| group::LaneGroup::new(&cfg, me, &identity, pbft_lanes, g, count))
+                    .collect()
+            },
             dispel,
             hub: hub::Hub::new(&cfg, me, identity),
             counters: Counters::default(),
@@ -188,32 +213,35 @@ impl Replica {
     /// within `max_clock_skew_ms` of the epoch.
     pub fn set_wall_clock(&mut self, ms: u64) {
         self.wall_ms = ms;
-        self.group.wall_ms = ms;
+        for g in &mut self.groups {
+            g.wall_ms = ms;
+        }
     }
 
     /// `sarek`: PREDICT() from the service's access sets (SAREK Algorithm
     /// 1). Without it every request is predicted to touch every partition,
     /// which is what a service without access sets declares.
     pub fn set_predictor(&mut self, p: Predictor) {
-        if let Some(s) = self.group.sarek.as_mut() {
+        if let Some(s) = self.sole_group().sarek.as_mut() {
             s.set_predictor(p);
         }
     }
 
     pub fn status(&self) -> ReplicaStatus {
-        let g = &self.group;
-        let hub = self.hub.view(&self.cfg);
-        let orphaned = g.orphaned_in_flight();
+        let hub = self.view();
+        let orphaned = self.groups.iter().map(|g| g.orphaned_in_flight()).sum();
+        let lanes = self.lanes_in_order();
         ReplicaStatus {
             me: self.me,
             next_delivery: self.hub.delivered(),
             stable_seq: self.hub.stable_seq(),
-            views: g.lanes.iter().map(|l| l.view()).collect(),
-            view_changing: g.lanes.iter().map(|l| !l.is_active()).collect(),
-            next_undecided: g.lanes.iter().map(|l| l.next_undecided()).collect(),
-            pool_len: g.pool_len(),
-            lanes: (0..g.lanes.len())
-                .map(|l| g.lane_status(l, &hub, orphaned))
+            views: lanes.iter().map(|l| l.view()).collect(),
+            view_changing: lanes.iter().map(|l| !l.is_active()).collect(),
+            next_undecided: lanes.iter().map(|l| l.next_undecided()).collect(),
+            pool_len: self.groups.iter().map(|g| g.pool_len()).sum(),
+            lanes: lanes
+                .iter()
+                .map(|l| self.groups[self.group_of(l.id())].lane_status(l.id(), &hub, orphaned))
                 .collect(),
             counters: self.counters.clone(),
             state_divergences: self.hub.checkpointer.divergences(),
@@ -224,7 +252,10 @@ impl Replica {
     /// slot, or in flight at a cell that does not list them. Always 0 in a
     /// correct replica; the simulator checks it after every run.
     pub fn leaked_pool_entries(&self) -> usize {
-        self.group.in_flight_at_decided() + self.group.orphaned_in_flight()
+        self.groups
+            .iter()
+            .map(|g| g.in_flight_at_decided() + g.orphaned_in_flight())
+            .sum()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -241,7 +272,40 @@ impl Replica {
 
     /// Read-only access to a lane (tests, metrics).
     pub fn lane(&self, lane: LaneId) -> Option<&Lane> {
-        self.group.lanes.get(lane.index())
+        let g = self.groups.get(self.group_of(lane))?;
+        g.holds(lane).then(|| g.lane(lane))
+    }
+
+    /// Lane `lane` to change (recovery, tests).
+    pub(crate) fn lane_mut(&mut self, lane: LaneId) -> Option<&mut Lane> {
+        let g = self.group_of(lane);
+        self.groups.get_mut(g)?.lane_mut(lane)
+    }
+
+    /// Every lane, ascending.
+    fn lanes_in_order(&self) -> Vec<&Lane> {
+        let mut lanes: Vec<&Lane> = self.groups.iter().flat_map(|g| g.lanes.iter()).collect();
+        lanes.sort_by_key(|l| l.id());
+        lanes
+    }
+
+    /// The group holding lane `lane`.
+    fn group_of(&self, lane: LaneId) -> usize {
+        lane.index() % self.groups.len()
+    }
+
+    /// The one group of a mode that keeps every lane in one (rcc, sarek,
+    /// dispel, pbft: `group_count`).
+    fn sole_group(&mut self) -> &mut group::LaneGroup {
+        debug_assert_eq!(self.groups.len(), 1, "a one-group path in a mode with several");
+        &mut self.groups[0]
+    }
+
+    /// The hub's facts for a group, with the frontier over every group's lanes.
+    fn view(&self) -> hub::HubView<'_> {
+        let mut v = self.hub.view(&self.cfg);
+        v.frontier = frontier_of(&self.groups);
+        v
     }
 
     /// Run `f` on the lane group with a view of the hub, then hand the
@@ -250,21 +314,38 @@ impl Replica {
     /// report and the group never sees the hub other than through its view.
     fn in_group<R>(
         &mut self,
+        g: usize,
         out: &mut Outbox,
         f: impl FnOnce(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> R,
     ) -> R {
-        let view = self.hub.view(&self.cfg);
-        let r = f(&mut self.group, &view, &mut self.counters, out);
-        self.take_group_reports();
+        let mut view = self.hub.view(&self.cfg);
+        view.frontier = frontier_of(&self.groups);
+        let r = f(&mut self.groups[g], &view, &mut self.counters, out);
+        self.take_group_reports(g);
         r
     }
 
-    /// The group's reports, in the order its lanes made them.
-    fn take_group_reports(&mut self) {
-        if !self.group.has_reports() {
+    /// `in_group` for every group in turn, each with a fresh view (so a
+    /// group sees what the groups before it proposed, as one set of lanes
+    /// did); whether any returned true.
+    fn in_groups(
+        &mut self,
+        out: &mut Outbox,
+        mut f: impl FnMut(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> bool,
+    ) -> bool {
+        let mut any = false;
+        for g in 0..self.groups.len() {
+            any |= self.in_group(g, out, &mut f);
+        }
+        any
+    }
+
+    /// Group `g`'s reports, in the order its lanes made them.
+    fn take_group_reports(&mut self, g: usize) {
+        if !self.groups[g].has_reports() {
             return;
         }
-        for report in self.group.take_to_hub() {
+        for report in self.groups[g].take_to_hub() {
             match report {
                 group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
                 group::ToHub::LearntStable(c) => {
@@ -324,8 +405,8 @@ impl Replica {
                     return cx.reject("bad-lane");
                 }
                 let f = self.cfg.f();
-                if self
-                    .group
+                let g = self.group_of(hint.lane);
+                if self.groups[g]
                     .pool_of_mut(hint.lane)
                     .note_unverifiable(now, from, &hint, f)
                 {
@@ -343,7 +424,8 @@ impl Replica {
                         self.send_votes_to_peer(now, from, st.stable_seq, out);
                     }
                 }
-                self.in_group(out, |g, hub, counters, out| {
+                let g = other.lane().map_or(0, |l| self.group_of(l));
+                self.in_group(g, out, |g, hub, counters, out| {
                     g.on_lane_message(now, from, other, hub, counters, out)
                 });
             }
@@ -359,10 +441,14 @@ impl Replica {
         let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.hub.assignments, &req) {
             Err(e)
         } else {
-            match self.group.sarek.as_mut() {
+            // A client's requests wait in its owner lane's group (in
+            // rcc, sarek and pbft there is one group).
+            let g = self.group_of(self.cfg.owner_lane(client));
+            let group = &mut self.groups[g];
+            match group.sarek.as_mut() {
                 Some(s) => s.admit(now, req, verify),
-                None if verify => self.group.pool.admit(now, req),
-                None => self.group.pool.admit_verified(now, req),
+                None if verify => group.pool.admit(now, req),
+                None => group.pool.admit_verified(now, req),
             }
         };
         match admitted {
@@ -379,11 +465,15 @@ impl Replica {
     fn on_timer(&mut self, now: Millis, id: TimerId, out: &mut Outbox) {
         match id {
             TimerId::ViewChange(l) if l.0 < self.cfg.lanes() => {
-                self.in_group(out, |g, hub, counters, out| {
+                let g = self.group_of(l);
+                self.in_group(g, out, |g, hub, counters, out| {
                     g.on_view_change_timer(now, l, hub, counters, out)
                 });
             }
-            TimerId::Batch(l) if l.0 < self.cfg.lanes() => self.group.on_batch_timer(now, l),
+            TimerId::Batch(l) if l.0 < self.cfg.lanes() => {
+                let g = self.group_of(l);
+                self.groups[g].on_batch_timer(now, l)
+            }
             TimerId::Status => {
                 if self.status_deadline.is_some_and(|d| now >= d) {
                     self.status_tick(now, out);
@@ -403,9 +493,12 @@ impl Replica {
     /// Every `status_interval_ms`: lanes announce their state (and retry),
     /// checkpoint votes are re-sent, state transfer checks whether we are stuck.
     fn status_tick(&mut self, now: Millis, out: &mut Outbox) {
-        let progress = self.in_group(out, |g, hub, counters, out| {
-            g.status_tick(now, hub, counters, out)
-        });
+        let mut progress = Vec::new();
+        for g in 0..self.groups.len() {
+            progress.extend(self.in_group(g, out, |g, hub, counters, out| {
+                g.status_tick(now, hub, counters, out)
+            }));
+        }
         if !progress.is_empty() {
             self.broadcast_status_bundles(progress, out);
         }
@@ -455,8 +548,9 @@ impl Replica {
 
     fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
         self.dispel_collect(now, low, out);
-        self.in_group(out, |g, hub, counters, out| {
-            g.advance_lanes(now, low, hub, counters, out)
+        self.in_groups(out, |g, hub, counters, out| {
+            g.advance_lanes(now, low, hub, counters, out);
+            false
         });
     }
 
@@ -497,7 +591,9 @@ impl Replica {
                 self.hub.checkpointer.install(cert, snapshot);
                 debug_assert!(self.hub.stable_seq() >= seq);
                 self.hub.merger.jump_to(seq);
-                self.group.clear_pools();
+                for g in &mut self.groups {
+                    g.clear_pools();
+                }
                 self.advance_lanes(now, low, out);
                 self.hub.merger.resume();
                 self.announce_progress(now, out);
@@ -525,26 +621,30 @@ impl Replica {
     fn settle(&mut self, now: Millis, out: &mut Outbox) {
         // Each round either proposes or delivers something; both are bounded by
         // the windows, so this terminates long before the bound.
-        let bound = self.group.lanes.len() * self.cfg.params.window_slots as usize + 8;
+        let bound = self.cfg.lanes() as usize * self.cfg.params.window_slots as usize + 8;
         for _ in 0..bound {
             // Deliver first: a leader proposes with what it just delivered
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's
             // pending requests to the new owner before we would propose them).
             let delivered = self.deliver(out);
             let released = delivered
-                && self.in_group(out, |g, hub, counters, out| {
+                && self.in_groups(out, |g, hub, counters, out| {
                     g.release_owner_held(now, hub, counters, out)
                 });
-            let proposed = self.in_group(out, |g, hub, counters, out| {
+            let proposed = self.in_groups(out, |g, hub, counters, out| {
                 g.propose_all(now, hub, counters, out)
             }) | self.dispel_propose(now, out);
             if !proposed && !delivered && !released {
                 break;
             }
         }
-        self.in_group(out, |g, hub, counters, out| {
+        self.in_groups(out, |g, hub, counters, out| {
             g.preferred_returns(now, hub, counters, out);
+            false
+        });
+        self.in_groups(out, |g, hub, counters, out| {
             g.refresh_timers(now, hub, counters, out);
+            false
         });
     }
 
@@ -552,7 +652,7 @@ impl Replica {
     /// after the position that completes one (before the next delivery, so
     /// the executor snapshots exactly there).
     fn deliver(&mut self, out: &mut Outbox) -> bool {
-        if self.group.sarek.is_some() {
+        if self.cfg.params.mode == OrderingMode::Sarek {
             return self.deliver_streams(out);
         }
         let mut any = false;

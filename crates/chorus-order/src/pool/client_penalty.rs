@@ -96,9 +96,7 @@ impl Pool {
         if content != hint.content || auth != hint.auth {
             return false;
         }
-        if self.unverifiable.len() >= self.cfg.params.pool_max_requests as usize
-            && !self.unverifiable.contains_key(&key)
-        {
+        if self.unverifiable.len() >= self.max_requests && !self.unverifiable.contains_key(&key) {
             return false;
         }
         let senders = self.unverifiable.entry(key).or_default();

@@ -10,13 +10,16 @@ use crate::io::Outbox;
 use crate::pool::Readiness;
 use chorus_core::{Batch, Cell, DbftWire, LaneId, Millis, ReplicaId, ReplicaMsg, Slot};
 
+// Dispel keeps its engine, pool and merger together on the hub's side
+// (docs/lane-split.md §4): its pool and batch timer are those of the one
+// lane group, which has no PBFT lanes in this mode.
 impl Replica {
     pub(crate) fn dispel_on_message(&mut self, now: Millis, from: ReplicaId, w: DbftWire, out: &mut Outbox) {
         let Some(d) = self.dispel.as_mut() else {
             return self.counters.reject("dbft-not-in-mode");
         };
         let mut cx = Cx::new(now, out, &mut self.counters);
-        let o = d.on_message(&mut cx, from, &w, &self.group.pool, self.wall_ms);
+        let o = d.on_message(&mut cx, from, &w, &self.groups[0].pool, self.wall_ms);
         self.dispel_absorb(now, o, out);
     }
 
@@ -149,7 +152,9 @@ impl Replica {
             } else {
                 crate::pool::Void::AfterDelivery
             };
-            let dropped = self.group.pool.on_decided_counting_voids(now, cell, &batch, void);
+            let dropped = self.groups[0]
+                .pool
+                .on_decided_counting_voids(now, cell, &batch, void);
             self.counters.voided_requests_dropped += dropped as u64;
             self.counters.decided += 1;
             self.hub.merger.insert(cell, batch);
@@ -178,28 +183,28 @@ impl Replica {
             .is_some_and(|s| s.binary(me.index()).decided().is_some())
         {
             let mut batch = Batch::noop();
-            batch.time_ms = self.group.batch_time(&batch);
+            batch.time_ms = self.groups[0].batch_time(&batch);
             return batch;
         }
         let before = self.rescue_before(now);
         let extra: Vec<LaneId> = (0..self.cfg.lanes())
             .map(LaneId)
             .filter(|l| *l != me)
-            .filter(|l| before.is_some_and(|b| self.group.pool.rescue_due(*l, b)))
+            .filter(|l| before.is_some_and(|b| self.groups[0].pool.rescue_due(*l, b)))
             .collect();
         let (mut batch, rescued_from) =
-            self.group
+            self.groups[0]
                 .pool
                 .cut_with_rescue(cell, &extra, before.unwrap_or(Millis(0)));
         // Their proposers left their clients' requests to the rescue: they
         // look silent (or censoring) until they serve their own clients
         // again (`pool/dispel_standin.rs`).
         for l in rescued_from.into_iter().filter(|l| l.0 != self.me.0) {
-            if self.group.pool.set_silent(l, true) {
+            if self.groups[0].pool.set_silent(l, true) {
                 self.counters.dispel_standins += 1;
             }
         }
-        batch.time_ms = self.group.batch_time(&batch);
+        batch.time_ms = self.groups[0].batch_time(&batch);
         batch
     }
 
@@ -213,7 +218,7 @@ impl Replica {
     fn dispel_note_bits(&mut self, bits: &[crate::dispel::ProposerBit]) {
         for (l, bit) in bits.iter().enumerate() {
             if bit.selected && bit.served_own_clients {
-                self.group.pool.set_silent(LaneId(l as u32), false);
+                self.groups[0].pool.set_silent(LaneId(l as u32), false);
             }
         }
     }
@@ -257,12 +262,12 @@ impl Replica {
         let rescue = (0..self.cfg.lanes())
             .map(LaneId)
             .filter(|l| *l != me)
-            .any(|l| before.is_some_and(|b| self.group.pool.rescue_due(l, b)));
-        let due = match self.group.pool.readiness(me, now) {
+            .any(|l| before.is_some_and(|b| self.groups[0].pool.rescue_due(l, b)));
+        let due = match self.groups[0].pool.readiness(me, now) {
             Readiness::Ready => true,
             Readiness::WaitUntil(at) => {
-                if self.group.batch_deadline[me.index()] != Some(at) {
-                    self.group.batch_deadline[me.index()] = Some(at);
+                if self.groups[0].batch_deadline[me.index()] != Some(at) {
+                    self.groups[0].batch_deadline[me.index()] = Some(at);
                     out.set_timer(crate::io::TimerId::Batch(me), at);
                 }
                 false
@@ -287,8 +292,8 @@ impl Replica {
                 })
                 .is_some(),
             ) {
-                if self.group.batch_deadline[me.index()].is_none_or(|d| d > at) {
-                    self.group.batch_deadline[me.index()] = Some(at);
+                if self.groups[0].batch_deadline[me.index()].is_none_or(|d| d > at) {
+                    self.groups[0].batch_deadline[me.index()] = Some(at);
                     out.set_timer(crate::io::TimerId::Batch(me), at);
                 }
             }

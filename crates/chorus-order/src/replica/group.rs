@@ -38,7 +38,10 @@ pub(crate) enum ToHub {
 #[cfg_attr(test, derive(Clone))]
 pub(crate) struct LaneGroup {
     cfg: Arc<ClusterConfig>,
+    /// This group's lanes, ascending: `lanes[i]` is lane `index + i × groups`.
     pub(crate) lanes: Vec<Lane>,
+    index: usize,
+    groups: usize,
     /// The requests the lanes propose (cop, pbft, rcc; dispel's too, which
     /// has no PBFT lanes: `replica/dispel.rs`).
     pub(crate) pool: Pool,
@@ -56,19 +59,28 @@ pub(crate) struct LaneGroup {
 }
 
 impl LaneGroup {
+    /// Group `index` of `groups`: lanes `index`, `index + groups`, … below
+    /// `pbft_lanes` (`chorus_core::config::pillar_of_lane` when the groups
+    /// are the pillars).
     pub(crate) fn new(
         cfg: &Arc<ClusterConfig>,
         me: ReplicaId,
         identity: &Identity,
         pbft_lanes: u32,
+        index: usize,
+        groups: usize,
     ) -> LaneGroup {
+        assert!(index < groups, "group {index} of {groups}");
         let sarek = (cfg.params.mode == OrderingMode::Sarek)
             .then(|| SarekPools::new(cfg.clone(), me, identity.clone()));
         LaneGroup {
-            lanes: (0..pbft_lanes)
+            lanes: (index as u32..pbft_lanes)
+                .step_by(groups)
                 .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
                 .collect(),
-            pool: Pool::new(cfg.clone(), me, identity.clone()),
+            index,
+            groups,
+            pool: Pool::with_share(cfg.clone(), me, identity.clone(), groups),
             sarek,
             batch_deadline: vec![None; cfg.lanes() as usize],
             switch_gate: SwitchGate::default(),
@@ -77,6 +89,30 @@ impl LaneGroup {
             to_hub: Vec::new(),
             cfg: cfg.clone(),
         }
+    }
+    /// Does lane `lane` belong to this group?
+    pub(crate) fn holds(&self, lane: LaneId) -> bool {
+        lane.index() % self.groups == self.index && lane.index() / self.groups < self.lanes.len()
+    }
+
+    /// `lane`'s index in `lanes` (the caller checked `holds`).
+    fn local(&self, lane: LaneId) -> usize {
+        debug_assert!(self.holds(lane), "lane {lane:?} is not in group {}", self.index);
+        lane.index() / self.groups
+    }
+
+    /// Lane `lane` (the caller checked `holds`).
+    pub(crate) fn lane(&self, lane: LaneId) -> &Lane {
+        &self.lanes[self.local(lane)]
+    }
+
+    /// Lane `lane`, if this group holds it.
+    pub(crate) fn lane_mut(&mut self, lane: LaneId) -> Option<&mut Lane> {
+        if !self.holds(lane) {
+            return None;
+        }
+        let l = self.local(lane);
+        Some(&mut self.lanes[l])
     }
 
     /// What the lanes reported since the last call, in order.
@@ -134,7 +170,8 @@ impl LaneGroup {
         f: impl FnOnce(&mut Lane, &mut Cx, &LaneEnv) -> LaneOutput,
     ) {
         let lo = self.with_lane_ret(now, l, hub, counters, out, f);
-        self.absorb(now, LaneId(l as u32), lo, counters);
+        let lane = self.lanes[l].id();
+        self.absorb(now, lane, lo, counters);
     }
 
     /// `with_lane` for a call that returns something else than an output.
@@ -151,7 +188,7 @@ impl LaneGroup {
             stable: hub.stable,
             stable_seq: hub.stable_seq,
             hint: match &self.sarek {
-                Some(s) => s.pool(LaneId(l as u32)),
+                Some(s) => s.pool(self.lanes[l].id()),
                 None => &self.pool,
             },
             owners: &hub.owners,
@@ -198,11 +235,12 @@ impl LaneGroup {
         counters: &mut Counters,
         out: &mut Outbox,
     ) {
-        let Some(lane) = msg.lane().filter(|l| l.index() < self.lanes.len()) else {
+        let Some(lane) = msg.lane().filter(|l| self.holds(*l)) else {
             debug_assert!(false, "a lane message for no lane of the group");
             return counters.reject("bad-lane");
         };
-        self.with_lane(now, lane.index(), hub, counters, out, |l, cx, env| {
+        let l = self.local(lane);
+        self.with_lane(now, l, hub, counters, out, |l, cx, env| {
             l.handle_message(cx, from, msg, env)
         });
     }
@@ -215,9 +253,8 @@ impl LaneGroup {
         counters: &mut Counters,
         out: &mut Outbox,
     ) {
-        self.with_lane(now, lane.index(), hub, counters, out, |l, cx, env| {
-            l.on_timer(cx, env)
-        });
+        let l = self.local(lane);
+        self.with_lane(now, l, hub, counters, out, |l, cx, env| l.on_timer(cx, env));
     }
 
     pub(crate) fn on_batch_timer(&mut self, now: Millis, lane: LaneId) {
@@ -288,11 +325,19 @@ impl LaneGroup {
         }
     }
 
-    /// Highest global position pre-prepared or decided in any lane. In `rcc`
-    /// the position just above the highest such round: an instance is behind
-    /// as soon as another one proposed for its round (RCC §III-E: an idle
-    /// primary proposes a no-op when it sees proposals for the round).
-    pub(crate) fn frontier(&self) -> Option<Seq> {
+    /// Highest global position pre-prepared or decided in any lane of the
+    /// replica: the hub's view of every group's (`Replica::view`), and our
+    /// own lanes as they are now (they may have proposed since the view).
+    pub(crate) fn frontier(&self, hub: &HubView) -> Option<Seq> {
+        self.own_frontier().max(hub.frontier)
+    }
+
+    /// Highest global position pre-prepared or decided in this group's
+    /// lanes. In `rcc` the position just above the highest such round: an
+    /// instance is behind as soon as another one proposed for its round
+    /// (RCC §III-E: an idle primary proposes a no-op when it sees proposals
+    /// for the round).
+    pub(crate) fn own_frontier(&self) -> Option<Seq> {
         if self.cfg.params.mode == OrderingMode::Rcc {
             let m = self.cfg.lanes() as u64;
             return self
@@ -320,7 +365,7 @@ impl LaneGroup {
     /// pre-prepare deep in the window must not make every correct lane
     /// fill up to the drift bound at once (third review).
     fn proposable_frontier(&self, hub: &HubView) -> Option<Seq> {
-        let f = self.frontier()?;
+        let f = self.frontier(hub)?;
         let m = self.cfg.lanes().max(1) as u64;
         let top = hub
             .delivered_round(LaneId(0))
@@ -353,7 +398,7 @@ impl LaneGroup {
         // a stalled partition does not stop the others (the window and the
         // checkpoint cuts still bound how far they run ahead).
         let drift = Slot(
-            hub.delivered_round(LaneId(l as u32))
+            hub.delivered_round(self.lanes[l].id())
                 .saturating_add(self.cfg.params.max_lane_drift_slots),
         );
         let limit = drift.min(self.lanes[l].high());
@@ -369,7 +414,7 @@ impl LaneGroup {
     /// propose now, one below the drift bound (`proposal_limit`): a
     /// Byzantine leader may pre-prepare anywhere in the window.
     fn throttle_top(&self, l: usize, frontier: Option<Seq>, hub: &HubView) -> Option<Slot> {
-        let delivered = hub.delivered_round(LaneId(l as u32));
+        let delivered = hub.delivered_round(self.lanes[l].id());
         let sigma = self.cfg.params.max_lane_drift_slots;
         let drift_top = delivered.saturating_add(sigma.saturating_sub(1));
         self.top_round(frontier).map(|r| Slot(r.min(drift_top)))
@@ -399,7 +444,7 @@ impl LaneGroup {
     /// a backlog every leader would then cut the same oldest requests.)
     fn eager(&mut self, now: Millis, lane: LaneId) -> bool {
         let wait = self.cfg.params.status_interval_ms;
-        !self.lanes[lane.index()].has_open_slots()
+        !self.lanes[self.local(lane)].has_open_slots()
             && self
                 .pool_of_mut(lane)
                 .oldest_pending(lane)
@@ -441,7 +486,7 @@ impl LaneGroup {
         counters: &mut Counters,
         out: &mut Outbox,
     ) -> bool {
-        let lane = LaneId(l as u32);
+        let lane = self.lanes[l].id();
         let limit = self.proposal_limit(l, hub);
         let eager = self.eager(now, lane);
         let Some(slot) = self.lanes[l].proposal_slot(limit, eager) else {
@@ -485,7 +530,7 @@ impl LaneGroup {
             Readiness::Ready => self.cut(cell, hub),
             Readiness::WaitUntil(_) if behind || idle => self.cut(cell, hub),
             Readiness::WaitUntil(at) => {
-                self.arm_batch_timer(l, at, out);
+                self.arm_batch_timer(lane, at, out);
                 return false;
             }
             Readiness::Empty if behind => Batch::noop(),
@@ -501,12 +546,12 @@ impl LaneGroup {
         true
     }
 
-    fn arm_batch_timer(&mut self, l: usize, at: Millis, out: &mut Outbox) {
-        if self.batch_deadline[l] == Some(at) {
+    fn arm_batch_timer(&mut self, lane: LaneId, at: Millis, out: &mut Outbox) {
+        if self.batch_deadline[lane.index()] == Some(at) {
             return;
         }
-        self.batch_deadline[l] = Some(at);
-        out.set_timer(TimerId::Batch(LaneId(l as u32)), at);
+        self.batch_deadline[lane.index()] = Some(at);
+        out.set_timer(TimerId::Batch(lane), at);
     }
 
     pub(crate) fn refresh_timers(
@@ -517,9 +562,9 @@ impl LaneGroup {
         out: &mut Outbox,
     ) {
         self.restart_handover_waits(now, hub);
-        let frontier = self.frontier();
+        let frontier = self.frontier(hub);
         for l in 0..self.lanes.len() {
-            let lane = LaneId(l as u32);
+            let lane = self.lanes[l].id();
             let may_propose = self.lanes[l].next_free_slot() < self.proposal_limit(l, hub);
             let oldest = if may_propose {
                 self.pool_of_mut(lane).oldest_pending(lane)
@@ -579,7 +624,8 @@ impl LaneGroup {
         let mut pending = std::mem::take(&mut self.handing_over);
         pending.retain(|(client, lane, round)| {
             let first = Slot(round.saturating_add(sigma).saturating_add(1));
-            let waiting = self.proposal_limit(lane.index(), hub) <= first;
+            // A hand-over to a lane of another group is that group's to time.
+            let waiting = self.holds(*lane) && self.proposal_limit(self.local(*lane), hub) <= first;
             if waiting {
                 self.pool.restart_wait(*client, *lane, now);
             }
@@ -630,8 +676,8 @@ impl LaneGroup {
     }
 
     /// A lane's status for `chorus status` (`Replica::status`).
-    pub(crate) fn lane_status(&self, l: usize, hub: &HubView, orphaned: usize) -> super::LaneStatus {
-        let lane = LaneId(l as u32);
+    pub(crate) fn lane_status(&self, lane: LaneId, hub: &HubView, orphaned: usize) -> super::LaneStatus {
+        let l = self.local(lane);
         super::LaneStatus {
             pending: self.pool_of(lane).pending_len(lane),
             next_free_slot: self.lanes[l].next_free_slot(),

@@ -77,6 +77,7 @@ impl Hub {
             stable_seq: self.stable_seq(),
             owners: self.owner_view(cfg),
             merger: &self.merger,
+            frontier: None,
         }
     }
 }
@@ -99,6 +100,9 @@ pub(crate) struct HubView<'a> {
     pub(crate) owners: OwnerView<'a>,
     /// Read only for the delivery point (`delivered_round`, `stream_next`).
     merger: &'a Merger,
+    /// The highest position any lane of the replica pre-prepared or decided
+    /// (`LaneGroup::frontier`): set by the replica from every group's lanes.
+    pub(crate) frontier: Option<Seq>,
 }
 
 impl HubView<'_> {

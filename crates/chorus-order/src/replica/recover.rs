@@ -50,34 +50,39 @@ impl Replica {
             .max();
         if let Some(seq) = newest_stable {
             let low = Slot(seq.0 / lanes as u64);
-            for lane in &mut r.group.lanes {
+            for lane in r.groups.iter_mut().flat_map(|g| g.lanes.iter_mut()) {
                 lane.truncate_below(low);
             }
         }
         for rec in records {
             match rec {
-                PersistRecord::View { lane, view } if lane.0 < lanes => {
-                    r.group.lanes[lane.index()].restore_view(view)
+                PersistRecord::View { lane, view } if r.lane(lane).is_some() => {
+                    r.lane_mut(lane).expect("checked lane").restore_view(view)
                 }
-                PersistRecord::TimeoutCert { lane, statements } if lane.0 < lanes => {
-                    r.group.lanes[lane.index()].restore_timeouts(statements)
-                }
+                PersistRecord::TimeoutCert { lane, statements } if r.lane(lane).is_some() => r
+                    .lane_mut(lane)
+                    .expect("checked lane")
+                    .restore_timeouts(statements),
                 PersistRecord::Accepted {
                     lane,
                     view,
                     slot,
                     digest,
                     batch,
-                } if lane.0 < lanes => {
-                    r.group.lanes[lane.index()].restore_accepted(now, view, slot, digest, batch)
+                } if r.lane(lane).is_some() => r
+                    .lane_mut(lane)
+                    .expect("checked lane")
+                    .restore_accepted(now, view, slot, digest, batch),
+                PersistRecord::Prepared { cert } if r.lane(cert.lane).is_some() => {
+                    r.lane_mut(cert.lane)
+                        .expect("checked lane")
+                        .restore_prepared(cert);
                 }
-                PersistRecord::Prepared { cert } if cert.lane.0 < lanes => {
-                    let l = cert.lane.index();
-                    r.group.lanes[l].restore_prepared(cert);
-                }
-                PersistRecord::Decided { cell, digest, batch } if cell.lane.0 < lanes => {
-                    if let Some(b) =
-                        r.group.lanes[cell.lane.index()].restore_decided(cell.slot, digest, batch)
+                PersistRecord::Decided { cell, digest, batch } if r.lane(cell.lane).is_some() => {
+                    if let Some(b) = r
+                        .lane_mut(cell.lane)
+                        .expect("checked lane")
+                        .restore_decided(cell.slot, digest, batch)
                     {
                         decided.insert(r.cfg.seq_of(cell), (cell, b));
                     }
@@ -85,7 +90,7 @@ impl Replica {
                 PersistRecord::Stable { cert, snapshot } => {
                     if stable.as_ref().is_none_or(|(c, _)| cert.seq > c.seq) {
                         let low = Slot(cert.seq.0 / lanes as u64);
-                        for lane in &mut r.group.lanes {
+                        for lane in r.groups.iter_mut().flat_map(|g| g.lanes.iter_mut()) {
                             lane.truncate_below(low);
                         }
                         decided = decided.split_off(&cert.seq);
@@ -120,7 +125,8 @@ impl Replica {
             r.hub.merger.jump_to(seq);
         }
         for (_, (cell, batch)) in decided {
-            r.group.pool_of_mut(cell.lane).on_decided(now, cell, &batch);
+            let g = r.group_of(cell.lane);
+            r.groups[g].pool_of_mut(cell.lane).on_decided(now, cell, &batch);
             r.hub.merger.insert(cell, batch);
         }
         if r.dispel.is_some() {
@@ -137,8 +143,9 @@ impl Replica {
             }
         }
         r.deliver(out);
-        r.in_group(out, |g, hub, counters, out| {
-            g.finish_recovery(now, hub, counters, out)
+        r.in_groups(out, |g, hub, counters, out| {
+            g.finish_recovery(now, hub, counters, out);
+            false
         });
         r.arm_status(now, out);
         r.settle(now, out);

@@ -34,7 +34,8 @@ impl Replica {
         if let Some(d) = self.dispel.as_ref() {
             return d.broadcast_status(&mut Cx::new(now, out, &mut self.counters), stable, true);
         }
-        let progress = self.group.progress();
+        let mut progress: Vec<_> = self.groups.iter().flat_map(|g| g.progress()).collect();
+        progress.sort_by_key(|p| p.lane);
         if !progress.is_empty() {
             self.broadcast_status_bundles(progress, out);
         }
@@ -84,7 +85,9 @@ impl Replica {
         if b.lanes[0].lane.0 == 0 {
             self.send_votes_to_peer(now, from, b.stable_seq, out);
         }
-        self.in_group(out, |g, hub, counters, out| {
+        // The entries of a bundle share a pillar, and a pillar's lanes one group.
+        let g = self.group_of(b.lanes[0].lane);
+        self.in_group(g, out, |g, hub, counters, out| {
             for st in b.statuses() {
                 g.on_lane_message(now, from, ReplicaMsg::Status(st), hub, counters, out);
             }

@@ -21,7 +21,7 @@ impl Replica {
             *self.counters.switches.entry(outcome.name()).or_insert(0) += 1;
             if let SwitchOutcome::Applied(h) = outcome {
                 tracing::debug!(client = ?req.client, ?h, "client switched instance");
-                self.group.on_switched(req.client, LaneId(h.to), h.round);
+                self.sole_group().on_switched(req.client, LaneId(h.to), h.round);
             }
         }
     }
@@ -44,7 +44,7 @@ impl Replica {
                 Assignments::default()
             }
         };
-        self.group.adopt_assignments(&table);
+        self.sole_group().adopt_assignments(&table);
         self.hub.assignments = table;
     }
 }

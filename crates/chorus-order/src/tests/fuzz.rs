@@ -134,7 +134,9 @@ fn view_changing_base() -> Base {
 
 fn view_changing_in(s: &'static Setup, name: &'static str) -> Base {
     let Base { mut replica, .. } = prepared_in(s, name);
-    let at = replica.group.lanes[0]
+    let at = replica
+        .lane(LaneId(0))
+        .unwrap()
         .timer
         .deadline
         .expect("slot 0 is open: timer armed");
@@ -142,7 +144,10 @@ fn view_changing_in(s: &'static Setup, name: &'static str) -> Base {
     super::util::peer_gave_up(&mut replica, at.0.saturating_sub(1), 2, 0, 0, 0);
     let mut out = Outbox::new();
     replica.handle(at, Event::Timer(TimerId::ViewChange(LaneId(0))), &mut out);
-    assert!(!replica.group.lanes[0].is_active(), "lane 0 is changing view");
+    assert!(
+        !replica.lane(LaneId(0)).unwrap().is_active(),
+        "lane 0 is changing view"
+    );
     let a = s.batch(0, 1..3);
     let cert = s.prepared_cert(0, 0, 0, 0, &a, &[1, 2]);
     let vc = signed_vc(s, 2, 0, 1, None, vec![cert]);
@@ -179,7 +184,9 @@ fn new_view_base() -> Base {
     let nv = signed_nv(s, 2, 1, 1, vcs, plan.reproposals, vec![]);
     let mut out = Outbox::new();
     replica.handle(Millis(now), ev(2, ReplicaMsg::NewView(nv)), &mut out);
-    assert!(replica.group.lanes[1].is_active() && replica.group.lanes[1].view() == View(1));
+    assert!(
+        replica.lane(LaneId(1)).unwrap().is_active() && replica.lane(LaneId(1)).unwrap().view() == View(1)
+    );
     Base {
         name: "new-view",
         setup: s,
@@ -201,7 +208,7 @@ fn rcc_stopped_base() -> Base {
         &mut Outbox::new(),
     );
     assert!(
-        b.replica.group.lanes[0].is_active(),
+        b.replica.lane(LaneId(0)).unwrap().is_active(),
         "instance 0 is stopped in view 1"
     );
     b
@@ -478,7 +485,7 @@ fn feed_all(base: &Base, events: Vec<(u64, Event)>) -> Vec<Vec<&'static str>> {
             // and the rejections may be theirs: judge the event on its own,
             // without them. (A rejected event that moved the view would be
             // judged, and caught, there too.)
-            for l in pre.group.lanes.iter_mut() {
+            for l in pre.groups.iter_mut().flat_map(|g| g.lanes.iter_mut()) {
                 l.buffer.drain();
             }
             let mut alone = pre.clone();
@@ -495,7 +502,11 @@ fn feed_all(base: &Base, events: Vec<(u64, Event)>) -> Vec<Vec<&'static str>> {
 }
 
 fn parked(r: &Replica) -> usize {
-    r.group.lanes.iter().map(|l| l.buffered()).sum()
+    r.groups
+        .iter()
+        .flat_map(|g| g.lanes.iter())
+        .map(|l| l.buffered())
+        .sum()
 }
 
 /// What `after` counted as rejected (or stale) that `before` had not.
@@ -946,21 +957,24 @@ fn fingerprint_sees_every_component() {
     type Poke = fn(&mut Replica);
     let pokes: [(&str, Poke); 10] = [
         ("lane slot vote", |r| {
-            r.group.lanes[0]
+            r.lane_mut(LaneId(0))
+                .unwrap()
                 .slot_mut(Slot(0))
                 .commits
                 .insert(ReplicaId(3), Digest::of(b"x"));
         }),
-        ("lane timer", |r| r.group.lanes[0].timer.failures += 1),
+        ("lane timer", |r| {
+            r.lane_mut(LaneId(0)).unwrap().timer.failures += 1
+        }),
         ("lane penalties", |r| {
-            r.group.lanes[1].penalties.by_replica[2].failures += 1
+            r.lane_mut(LaneId(1)).unwrap().penalties.by_replica[2].failures += 1
         }),
         ("lane peer report", |r| {
-            r.group.lanes[1].peer_next[3] = Some((Slot(5), View(0), Millis(9)))
+            r.lane_mut(LaneId(1)).unwrap().peer_next[3] = Some((Slot(5), View(0), Millis(9)))
         }),
         ("pool", |r| {
             let req = setup4().request(0, 9, b"poke");
-            r.group.pool.admit(Millis(3), req).expect("admitted");
+            r.groups[0].pool.admit(Millis(3), req).expect("admitted");
         }),
         ("merger", |r| r.hub.merger.pause()),
         ("checkpointer", |r| {
@@ -971,7 +985,11 @@ fn fingerprint_sees_every_component() {
             r.hub.transfer.note_peer_stable(ReplicaId(2), Seq(8), Millis(3))
         }),
         ("counters", |r| r.counters.buffered += 1),
-        ("batch timer", |r| r.group.batch_deadline[1] = Some(Millis(7))),
+        ("batch timer", |r| {
+            for g in &mut r.groups {
+                g.batch_deadline[1] = Some(Millis(7));
+            }
+        }),
     ];
     for (what, poke) in pokes {
         let mut r = prepared_base().replica;

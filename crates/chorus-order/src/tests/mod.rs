@@ -25,6 +25,8 @@ mod steps_dispel;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_install;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
+mod steps_lane_groups;
+#[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_liveness;
 #[cfg(not(feature = "weak-quorum-for-tests"))]
 mod steps_normal;

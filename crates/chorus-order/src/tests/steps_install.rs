@@ -341,10 +341,10 @@ fn a_successful_install_adopts_the_checkpoint_then_truncates() {
     let env = crate::lane::LaneEnv {
         stable: r2.hub.checkpointer.stable_cert(),
         stable_seq: r2.hub.checkpointer.stable_seq(),
-        hint: &r2.group.pool,
+        hint: &r2.groups[0].pool,
         owners: &owners,
         wall_ms: 0,
     };
-    let vc = r2.group.lanes[0].build_view_change(&env);
+    let vc = r2.lane(LaneId(0)).unwrap().build_view_change(&env);
     assert_eq!(vc.stable, Some(cert));
 }

@@ -464,7 +464,7 @@ fn a_request_that_waited_at_the_censor_does_not_make_the_new_owner_suspect() {
     c.run_for(2_500);
     assert!(!c.all_executed(&[(C, 1)]), "censored");
     assert!(
-        c.replica(0).group.lanes[1].suspecting,
+        c.replica(0).lane(LaneId(1)).unwrap().suspecting,
         "r0 suspects the censor, alone"
     );
     c.submit_request(switch(&c.s, C, 2, 2));
@@ -472,7 +472,7 @@ fn a_request_that_waited_at_the_censor_does_not_make_the_new_owner_suspect() {
     c.submit_to(C, 1, &[2, 3]);
     let mut suspected_new_owner = false;
     let done = c.run_until(30_000, |c| {
-        suspected_new_owner |= (0..4).any(|i| c.replica(i).group.lanes[2].suspecting);
+        suspected_new_owner |= (0..4).any(|i| c.replica(i).lane(LaneId(2)).unwrap().suspecting);
         c.all_executed(&[(C, 1), (C, 2)])
     });
     assert!(done, "the switch and the request execute");

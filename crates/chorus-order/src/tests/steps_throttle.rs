@@ -222,7 +222,9 @@ fn leaving_on_a_throttling_suspicion_blames_the_throttler() {
     handle(&mut r1, timeout, Event::Timer(crate::io::TimerId::ViewChange(L0)));
     super::util::peer_gave_up(&mut r1, timeout + 1, 2, 0, 0, 1);
     assert!(r1.status().views[0] > chorus_core::View(0), "left view 0");
-    let failures: Vec<u32> = r1.group.lanes[0]
+    let failures: Vec<u32> = r1
+        .lane(LaneId(0))
+        .unwrap()
         .penalties
         .by_replica
         .iter()

@@ -1,0 +1,108 @@
+//! Lane groups (`replica/group.rs`, docs/lane-split.md): in `cop` each
+//! lane is its pillar's group (COP §4), with its own pool; the groups see
+//! each other only through the hub's view. These tests pin what the split
+//! must keep: where a request waits, the pool budget, and the frontier
+//! across groups that makes an idle lane fill behind a busy one.
+
+use super::util::{handle, params, replica, setup, Setup};
+use crate::io::{Action, Event};
+use chorus_core::{LaneId, OrderingMode, ReplicaMsg, Slot};
+
+/// n = 4, two pillars (two lanes); replica 0 leads every slot of view 0.
+fn cop2() -> Setup {
+    let p = chorus_core::ProtocolParams {
+        leader_rotation: chorus_core::LeaderRotation::Fixed,
+        ..params(OrderingMode::Cop, 2)
+    };
+    setup(4, 4, p)
+}
+
+#[test]
+fn cop_gives_each_lane_its_own_group_and_other_modes_one() {
+    let s = cop2();
+    let r = replica(&s, 0);
+    assert_eq!(r.groups.len(), 2);
+    for (g, group) in r.groups.iter().enumerate() {
+        let ids: Vec<LaneId> = group.lanes.iter().map(|l| l.id()).collect();
+        assert_eq!(ids, vec![LaneId(g as u32)], "group {g}");
+    }
+    assert_eq!(r.lane(LaneId(1)).map(|l| l.id()), Some(LaneId(1)));
+    assert!(r.lane(LaneId(2)).is_none());
+    for (mode, pillars) in [
+        (OrderingMode::Rcc, 2),
+        (OrderingMode::Sarek, 2),
+        (OrderingMode::Pbft, 1),
+        (OrderingMode::Dispel, 1),
+    ] {
+        let r = replica(&setup(4, 4, params(mode, pillars)), 0);
+        assert_eq!(r.groups.len(), 1, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_request_waits_only_in_its_owner_lanes_group() {
+    let s = cop2();
+    // Replica 3 leads no lane of view 0: the requests stay pending.
+    let mut r = replica(&s, 3);
+    for client in 0..4 {
+        let req = s.request(client, 1, b"x");
+        handle(&mut r, 0, Event::Request(req));
+    }
+    for (g, group) in r.groups.iter().enumerate() {
+        // Clients 0 and 2 are lane 0's, 1 and 3 lane 1's (`owner_lane`).
+        assert_eq!(group.pool.len(), 2, "group {g}");
+        assert_eq!(group.pool.pending_len(LaneId(g as u32)), 2, "group {g}");
+        let other = LaneId(1 - g as u32);
+        assert_eq!(
+            group.pool.pending_len(other),
+            0,
+            "group {g} holds lane {other:?}'s"
+        );
+    }
+    assert_eq!(r.status().pool_len, 4);
+}
+
+#[test]
+fn the_groups_pools_share_the_replicas_budget() {
+    let s = cop2();
+    let r = replica(&s, 0);
+    let budget = s.cfg.params.pool_max_requests as usize;
+    let total: usize = r.groups.iter().map(|g| g.pool.max_requests()).sum();
+    assert!(total <= budget + r.groups.len(), "{total} > {budget}");
+    assert!(r.groups.iter().all(|g| g.pool.max_requests() >= budget / 2));
+}
+
+/// COP §4.2.1: the merger waits for every lane's slot of a round, so an
+/// idle lane's leader fills with no-ops once another lane ran ahead. The
+/// busy lane is another group's: its progress reaches the idle lane's group
+/// only through the frontier the replica puts in the hub's view.
+#[test]
+fn an_idle_lane_fills_behind_a_busy_lane_of_another_group() {
+    let s = cop2();
+    let mut r = replica(&s, 0);
+    let lane1_fills = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| {
+                matches!(a, Action::Broadcast { msg: ReplicaMsg::PrePrepare(pp) }
+                    if pp.lane == LaneId(1) && pp.slot == Slot(0) && pp.batch.is_noop())
+            })
+            .count()
+    };
+    // Client 0 is lane 0's. Its first request goes out at once in slot 0
+    // (position 0, below lane 1's slot 0 at position 1): nothing to fill.
+    let first = handle(&mut r, 0, Event::Request(s.request(0, 1, b"x")));
+    assert_eq!(lane1_fills(&first), 0);
+    // Four more fill a batch (`batch_max_requests` = 4), which goes out in
+    // lane 0's slot 1 (position 2): lane 1's slot 0 is behind now.
+    let mut later = Vec::new();
+    for seq in 2..=5 {
+        later.extend(handle(&mut r, 0, Event::Request(s.request(0, seq, b"x"))));
+    }
+    assert!(r.lane(LaneId(0)).and_then(|l| l.max_seen_slot()) == Some(Slot(1)));
+    assert_eq!(
+        lane1_fills(&later),
+        1,
+        "lane 1 fills slot 0 behind lane 0's slot 1"
+    );
+}
