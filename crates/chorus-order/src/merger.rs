@@ -79,6 +79,11 @@ impl Merger {
         self.streams.as_ref().map(|s| s.next_of(lane))
     }
 
+    /// `sarek`: every lane's next slot to deliver, by lane.
+    pub fn stream_positions(&self) -> Option<&[Slot]> {
+        self.streams.as_ref().map(|s| s.positions())
+    }
+
     /// `sarek`: the next cell of any stream (never while paused).
     pub fn pop_stream(&mut self) -> Option<(Cell, Arc<Batch>)> {
         if self.paused {

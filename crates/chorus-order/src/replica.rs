@@ -318,9 +318,11 @@ impl Replica {
         out: &mut Outbox,
         f: impl FnOnce(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> R,
     ) -> R {
-        let mut view = self.hub.view(&self.cfg);
-        view.frontier = frontier_of(&self.groups);
-        let r = f(&mut self.groups[g], &view, &mut self.counters, out);
+        let frontier = frontier_of(&self.groups);
+        self.hub
+            .update_facts(&self.cfg, &mut self.groups[g].facts, frontier);
+        let counters = &mut self.counters;
+        let r = self.groups[g].run(|group, view| f(group, view, counters, out));
         self.take_group_reports(g);
         r
     }

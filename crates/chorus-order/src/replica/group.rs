@@ -10,7 +10,7 @@
 //! messages between a pillar and the hub. Nothing here holds a reference to
 //! the hub.
 
-use super::hub::HubView;
+use super::hub::{HubFacts, HubView};
 use crate::counters::{Counters, Cx};
 use crate::io::{Outbox, TimerId};
 use crate::lane::{Lane, LaneEnv, LaneOutput};
@@ -56,6 +56,8 @@ pub(crate) struct LaneGroup {
     pub(crate) wall_ms: u64,
     /// Reports not yet taken by the hub (`take_to_hub`); empty between calls.
     to_hub: Vec<ToHub>,
+    /// The group's copy of what it reads of the hub (`Hub::update_facts`).
+    pub(crate) facts: HubFacts,
 }
 
 impl LaneGroup {
@@ -87,6 +89,7 @@ impl LaneGroup {
             handing_over: Vec::new(),
             wall_ms: 0,
             to_hub: Vec::new(),
+            facts: HubFacts::default(),
             cfg: cfg.clone(),
         }
     }
@@ -113,6 +116,16 @@ impl LaneGroup {
         }
         let l = self.local(lane);
         Some(&mut self.lanes[l])
+    }
+
+    /// Run `f` on the group with a view of its copy of the hub's facts.
+    pub(crate) fn run<R>(&mut self, f: impl FnOnce(&mut LaneGroup, &HubView) -> R) -> R {
+        let facts = std::mem::take(&mut self.facts);
+        let cfg = self.cfg.clone();
+        let r = f(self, &facts.view(&cfg));
+        debug_assert_eq!(self.facts, HubFacts::default(), "facts changed while in use");
+        self.facts = facts;
+        r
     }
 
     /// What the lanes reported since the last call, in order.

@@ -23,8 +23,9 @@ pub(crate) struct Hub {
     pub(crate) merger: Merger,
     pub(crate) checkpointer: Checkpointer,
     pub(crate) transfer: StateTransfer,
-    /// RCC §III-E: instance assignments, from delivered switches.
-    pub(crate) assignments: Assignments,
+    /// RCC §III-E: instance assignments, from delivered switches. Shared
+    /// with the groups' `HubFacts` (copied on write: switches are rare).
+    pub(crate) assignments: Arc<Assignments>,
     /// Per peer: when we last re-sent it our checkpoint votes (`status_bundle.rs`).
     pub(crate) votes_sent: Vec<Option<Millis>>,
 }
@@ -35,7 +36,7 @@ impl Hub {
             merger: Merger::new(cfg.clone()),
             checkpointer: Checkpointer::new(cfg.clone(), me, identity),
             transfer: StateTransfer::new(cfg.clone(), me),
-            assignments: Assignments::default(),
+            assignments: Arc::default(),
             votes_sent: vec![None; cfg.n()],
         }
     }
@@ -76,8 +77,65 @@ impl Hub {
             stable: self.checkpointer.stable_cert(),
             stable_seq: self.stable_seq(),
             owners: self.owner_view(cfg),
-            merger: &self.merger,
+            streams: self.merger.stream_positions(),
             frontier: None,
+        }
+    }
+
+    /// Bring a group's copy of the hub's facts up to date (what a
+    /// `ToGroup` message will carry once groups run on their own threads):
+    /// each part is copied only when it changed.
+    pub(crate) fn update_facts(&self, cfg: &ClusterConfig, facts: &mut HubFacts, frontier: Option<Seq>) {
+        let stable_seq = self.stable_seq();
+        // The stable checkpoint only moves forward (`Checkpointer::adopt`),
+        // so its position names the certificate.
+        if facts.stable_seq != stable_seq
+            || facts.stable.is_none() != self.checkpointer.stable_cert().is_none()
+        {
+            facts.stable = self.checkpointer.stable_cert().map(|c| Arc::new(c.clone()));
+            facts.stable_seq = stable_seq;
+        }
+        facts.delivered_rounds = self.delivered_rounds(cfg);
+        if !Arc::ptr_eq(&facts.assignments, &self.assignments) {
+            facts.assignments = self.assignments.clone();
+        }
+        match self.merger.stream_positions() {
+            Some(p) if facts.streams.as_deref() != Some(p) => facts.streams = Some(p.to_vec()),
+            Some(_) => {}
+            None => facts.streams = None,
+        }
+        facts.frontier = frontier;
+    }
+}
+
+/// A lane group's own copy of the hub's facts (`HubView` is built from it),
+/// refreshed by `Hub::update_facts`. Every part only grows, so acting on an
+/// older copy means proposing less, filling later, holding longer, never
+/// something unsafe, provided the delivery point and the assignment table
+/// come from the same instant (they are refreshed together).
+#[derive(Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) struct HubFacts {
+    stable: Option<Arc<CheckpointCert>>,
+    stable_seq: Seq,
+    delivered_rounds: u64,
+    assignments: Arc<Assignments>,
+    streams: Option<Vec<Slot>>,
+    frontier: Option<Seq>,
+}
+
+impl HubFacts {
+    pub(crate) fn view<'a>(&'a self, cfg: &'a ClusterConfig) -> HubView<'a> {
+        HubView {
+            stable: self.stable.as_deref(),
+            stable_seq: self.stable_seq,
+            owners: OwnerView {
+                cfg,
+                table: &self.assignments,
+                delivered_rounds: self.delivered_rounds,
+            },
+            streams: self.streams.as_deref(),
+            frontier: self.frontier,
         }
     }
 }
@@ -98,8 +156,8 @@ pub(crate) struct HubView<'a> {
     /// Ownership at the rounds delivered so far (RCC §III-E); its
     /// `delivered_rounds` is the delivery point in rounds.
     pub(crate) owners: OwnerView<'a>,
-    /// Read only for the delivery point (`delivered_round`, `stream_next`).
-    merger: &'a Merger,
+    /// `sarek`: every lane's next slot to deliver (`delivered_round`, `stream_next`).
+    streams: Option<&'a [Slot]>,
     /// The highest position any lane of the replica pre-prepared or decided
     /// (`LaneGroup::frontier`): set by the replica from every group's lanes.
     pub(crate) frontier: Option<Seq>,
@@ -108,7 +166,8 @@ pub(crate) struct HubView<'a> {
 impl HubView<'_> {
     /// `sarek`: the next slot lane `lane`'s delivery stream hands out.
     pub(crate) fn stream_next(&self, lane: LaneId) -> Option<Slot> {
-        self.merger.stream_next(lane)
+        self.streams
+            .map(|s| s.get(lane.index()).copied().unwrap_or(Slot(0)))
     }
 
     /// The round (slot) delivery of lane `lane` has reached: in `sarek`

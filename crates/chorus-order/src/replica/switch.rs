@@ -6,6 +6,7 @@
 use super::Replica;
 use bytes::Bytes;
 use chorus_core::{Assignments, Batch, LaneId, OrderingMode, Seq, SwitchOutcome};
+use std::sync::Arc;
 
 impl Replica {
     /// RCC §III-E: a switch is agreed by delivering it. Every correct
@@ -17,7 +18,7 @@ impl Replica {
         }
         let p = crate::rcc_switch::policy(&self.cfg);
         for req in batch.requests.iter().filter(|r| r.is_switch()) {
-            let outcome = self.hub.assignments.apply(&p, req, p.round_of(seq.0));
+            let outcome = Arc::make_mut(&mut self.hub.assignments).apply(&p, req, p.round_of(seq.0));
             *self.counters.switches.entry(outcome.name()).or_insert(0) += 1;
             if let SwitchOutcome::Applied(h) = outcome {
                 tracing::debug!(client = ?req.client, ?h, "client switched instance");
@@ -45,6 +46,6 @@ impl Replica {
             }
         };
         self.sole_group().adopt_assignments(&table);
-        self.hub.assignments = table;
+        self.hub.assignments = Arc::new(table);
     }
 }

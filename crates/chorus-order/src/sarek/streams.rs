@@ -38,6 +38,11 @@ impl Streams {
         Seq(min.0 * self.lanes())
     }
 
+    /// Every lane's next slot, by lane.
+    pub fn positions(&self) -> &[Slot] {
+        &self.next
+    }
+
     pub fn next_of(&self, lane: LaneId) -> Slot {
         self.next.get(lane.index()).copied().unwrap_or(Slot(0))
     }

@@ -410,7 +410,7 @@ fn an_installed_snapshot_brings_the_assignment_table_with_it() {
         },
     );
     assert_eq!(r2.status().next_delivery, Seq(16));
-    assert_eq!(r2.hub.assignments, table);
+    assert_eq!(*r2.hub.assignments, table);
     handle(&mut r2, 103, Event::Request(s.request(C, 2, b"x")));
     assert_eq!(r2.status().lanes[3].pending, 1);
     assert_eq!(r2.status().lanes[1].pending, 0);
