@@ -25,7 +25,6 @@ use crate::counters::{Counters, Cx};
 use crate::io::{Action, Event, Outbox, PersistRecord, TimerId};
 use crate::lane::Lane;
 use crate::pool::Admitted;
-use crate::rcc_switch::{self};
 use crate::sarek::Predictor;
 use crate::transfer::Installed;
 use crate::verify::reject_reason_name;
@@ -106,6 +105,15 @@ pub struct Replica {
     /// Merger, checkpoints, state transfer, RCC assignments: the
     /// replica-wide part (`hub.rs`).
     pub(crate) hub: hub::Hub,
+    /// The hub and the groups run apart (`set_pieces_apart`): they talk
+    /// only through `internal`, which the driver carries (with a delay, as
+    /// between threads). Otherwise every message is handled at once and a
+    /// group reads the hub's facts as they are.
+    pub(crate) apart: bool,
+    pub(crate) internal: Vec<Internal>,
+    /// Apart: each group's last reported frontier, and the facts last sent it.
+    pub(crate) group_frontiers: Vec<Option<Seq>>,
+    pub(crate) facts_sent: Vec<hub::HubFacts>,
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
@@ -134,6 +142,28 @@ fn frontier_of(groups: &[group::LaneGroup]) -> Option<Seq> {
     groups.iter().filter_map(|g| g.own_frontier()).max()
 }
 
+/// A message between the hub and a lane group of one replica while they
+/// run apart (`Replica::set_pieces_apart`).
+#[derive(Clone, Debug)]
+pub struct Internal(InternalKind);
+
+#[derive(Clone, Debug)]
+enum InternalKind {
+    ToHub { from: usize, msg: group::ToHub },
+    ToGroup { to: usize, msg: group::ToGroup },
+}
+
+impl Internal {
+    /// Who sends and who receives it: `None` is the hub, `Some(g)` group `g`.
+    /// Messages of one channel must arrive in the order they were sent.
+    pub fn channel(&self) -> (Option<usize>, Option<usize>) {
+        match &self.0 {
+            InternalKind::ToHub { from, .. } => (Some(*from), None),
+            InternalKind::ToGroup { to, .. } => (None, Some(*to)),
+        }
+    }
+}
+
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
@@ -151,6 +181,10 @@ impl Replica {
             },
             dispel,
             hub: hub::Hub::new(&cfg, me, identity),
+            apart: false,
+            internal: Vec::new(),
+            group_frontiers: Vec::new(),
+            facts_sent: Vec::new(),
             counters: Counters::default(),
             status_deadline: None,
             wall_ms: 0,
@@ -318,13 +352,119 @@ impl Replica {
         out: &mut Outbox,
         f: impl FnOnce(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> R,
     ) -> R {
-        let frontier = frontier_of(&self.groups);
-        self.hub
-            .update_facts(&self.cfg, &mut self.groups[g].facts, frontier);
+        if !self.apart {
+            let frontier = frontier_of(&self.groups);
+            self.hub
+                .update_facts(&self.cfg, &mut self.groups[g].facts, frontier);
+        }
         let counters = &mut self.counters;
         let r = self.groups[g].run(|group, view| f(group, view, counters, out));
-        self.take_group_reports(g);
+        if self.apart {
+            self.groups[g].report_frontier();
+            for msg in self.groups[g].take_to_hub() {
+                self.internal.push(Internal(InternalKind::ToHub { from: g, msg }));
+            }
+        } else {
+            self.take_group_reports(g);
+        }
         r
+    }
+
+    /// Hand group `g` a message from the hub: at once, or (apart) through
+    /// `internal`, after the facts it was sent with.
+    fn send_to_group(&mut self, now: Millis, g: usize, msg: group::ToGroup, out: &mut Outbox) {
+        if self.apart {
+            self.publish_facts();
+            self.internal.push(Internal(InternalKind::ToGroup { to: g, msg }));
+            return;
+        }
+        self.group_hears(now, g, msg, out);
+    }
+
+    fn send_to_groups(&mut self, now: Millis, msg: group::ToGroup, out: &mut Outbox) {
+        for g in 0..self.groups.len() {
+            self.send_to_group(now, g, msg.clone(), out);
+        }
+    }
+
+    fn group_hears(&mut self, now: Millis, g: usize, msg: group::ToGroup, out: &mut Outbox) {
+        if let group::ToGroup::Facts(f) = msg {
+            self.groups[g].facts = f;
+            return;
+        }
+        self.in_group(g, out, |grp, hub, counters, out| {
+            grp.on_hub(now, msg, hub, counters, out)
+        });
+    }
+
+    /// Apart: send each group the hub's facts where they changed since the
+    /// last copy it was sent (one message per change, latest wins).
+    fn publish_facts(&mut self) {
+        let frontier = self.group_frontiers.iter().flatten().copied().max();
+        for g in 0..self.groups.len() {
+            let mut facts = self.facts_sent[g].clone();
+            self.hub.update_facts(&self.cfg, &mut facts, frontier);
+            if facts != self.facts_sent[g] {
+                self.facts_sent[g] = facts.clone();
+                self.internal.push(Internal(InternalKind::ToGroup {
+                    to: g,
+                    msg: group::ToGroup::Facts(facts),
+                }));
+            }
+        }
+    }
+
+    /// Run the hub and the lane groups apart (docs/lane-split.md step B):
+    /// from now on they exchange `Internal` messages the driver takes with
+    /// `take_internal` and hands back with `handle_internal`, in order per
+    /// (sender, receiver), after whatever delay it models. `dispel` keeps
+    /// its engine and pool together with the hub, so it stays as it is.
+    pub fn set_pieces_apart(&mut self, on: bool) {
+        if self.dispel.is_some() || on == self.apart {
+            return;
+        }
+        debug_assert!(self.internal.is_empty(), "switched with messages in flight");
+        let frontier = frontier_of(&self.groups);
+        self.group_frontiers = self.groups.iter().map(|g| g.own_frontier()).collect();
+        self.facts_sent.clear();
+        for g in &mut self.groups {
+            self.hub.update_facts(&self.cfg, &mut g.facts, frontier);
+            g.report_frontier();
+            let _ = g.take_to_hub();
+            self.facts_sent.push(g.facts.clone());
+        }
+        self.apart = on;
+    }
+
+    /// Messages between the hub and the groups since the last call (apart only).
+    pub fn take_internal(&mut self) -> Vec<Internal> {
+        std::mem::take(&mut self.internal)
+    }
+
+    /// A message `take_internal` returned, arriving at its receiver.
+    pub fn handle_internal(&mut self, now: Millis, msg: Internal, out: &mut Outbox) {
+        match msg.0 {
+            InternalKind::ToHub { from, msg } => self.hub_hears(now, from, msg),
+            InternalKind::ToGroup { to, msg } => self.group_hears(now, to, msg, out),
+        }
+        self.settle(now, out);
+    }
+
+    fn hub_hears(&mut self, _now: Millis, from: usize, msg: group::ToHub) {
+        match msg {
+            group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
+            group::ToHub::LearntStable(c) => {
+                // Verified with the NEW-VIEW; adopted at the next status tick if
+                // it certifies a state we hold (`Checkpointer::take_learnt`).
+                self.hub.checkpointer.learn_cert(&c);
+                self.note_cert(&c);
+            }
+            group::ToHub::Frontier(f) => {
+                if let Some(slot) = self.group_frontiers.get_mut(from) {
+                    *slot = f;
+                }
+            }
+        }
     }
 
     /// `in_group` for every group in turn, each with a fresh view (so a
@@ -348,15 +488,7 @@ impl Replica {
             return;
         }
         for report in self.groups[g].take_to_hub() {
-            match report {
-                group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
-                group::ToHub::LearntStable(c) => {
-                    // Verified with the NEW-VIEW; adopted at the next status tick if
-                    // it certifies a state we hold (`Checkpointer::take_learnt`).
-                    self.hub.checkpointer.learn_cert(&c);
-                    self.note_cert(&c);
-                }
-            }
+            self.hub_hears(Millis(0), g, report);
         }
     }
 
@@ -440,19 +572,10 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        let admitted = if let Err(e) = rcc_switch::admission_check(&self.cfg, &self.hub.assignments, &req) {
-            Err(e)
-        } else {
-            // A client's requests wait in its owner lane's group (in
-            // rcc, sarek and pbft there is one group).
-            let g = self.group_of(self.cfg.owner_lane(client));
-            let group = &mut self.groups[g];
-            match group.sarek.as_mut() {
-                Some(s) => s.admit(now, req, verify),
-                None if verify => group.pool.admit(now, req),
-                None => group.pool.admit_verified(now, req),
-            }
-        };
+        // A client's requests wait in its owner lane's group (in rcc,
+        // sarek and pbft there is one group).
+        let g = self.group_of(self.cfg.owner_lane(client));
+        let admitted = self.in_group(g, out, |grp, hub, _, _| grp.admit(now, req, verify, hub));
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,
             Ok(Admitted::Duplicate) => {}
@@ -550,10 +673,7 @@ impl Replica {
 
     fn advance_lanes(&mut self, now: Millis, low: Slot, out: &mut Outbox) {
         self.dispel_collect(now, low, out);
-        self.in_groups(out, |g, hub, counters, out| {
-            g.advance_lanes(now, low, hub, counters, out);
-            false
-        });
+        self.send_to_groups(now, group::ToGroup::Advance { low }, out);
     }
 
     /// A complete, certified snapshot from a peer: hand it to the driver and
@@ -589,16 +709,19 @@ impl Replica {
                     cert: cert.clone(),
                     snapshot: snapshot.clone(),
                 });
-                self.adopt_assignments(&snapshot);
+                let table = self.adopt_assignments(&snapshot);
                 self.hub.checkpointer.install(cert, snapshot);
                 debug_assert!(self.hub.stable_seq() >= seq);
                 self.hub.merger.jump_to(seq);
-                for g in &mut self.groups {
-                    g.clear_pools();
-                }
-                self.advance_lanes(now, low, out);
+                // The groups clear their pools before dispel's engine
+                // collects (dispel's pool is the one group's).
+                let announce = self.apart;
+                self.send_to_groups(now, group::ToGroup::Installed { low, table, announce }, out);
+                self.dispel_collect(now, low, out);
                 self.hub.merger.resume();
-                self.announce_progress(now, out);
+                if !announce {
+                    self.announce_progress(now, out);
+                }
             }
             Installed::Mismatch => {
                 // The executor kept its state (it swaps only a verified one):
@@ -628,7 +751,7 @@ impl Replica {
             // Deliver first: a leader proposes with what it just delivered
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's
             // pending requests to the new owner before we would propose them).
-            let delivered = self.deliver(out);
+            let delivered = self.deliver(now, out);
             let released = delivered
                 && self.in_groups(out, |g, hub, counters, out| {
                     g.release_owner_held(now, hub, counters, out)
@@ -648,18 +771,21 @@ impl Replica {
             g.refresh_timers(now, hub, counters, out);
             false
         });
+        if self.apart {
+            self.publish_facts();
+        }
     }
 
     /// Deliver every contiguous decided position; ask for a checkpoint right
     /// after the position that completes one (before the next delivery, so
     /// the executor snapshots exactly there).
-    fn deliver(&mut self, out: &mut Outbox) -> bool {
+    fn deliver(&mut self, now: Millis, out: &mut Outbox) -> bool {
         if self.cfg.params.mode == OrderingMode::Sarek {
             return self.deliver_streams(out);
         }
         let mut any = false;
         while let Some((seq, cell, batch)) = self.hub.merger.pop_next() {
-            self.apply_switches(seq, &batch);
+            self.apply_switches(now, seq, &batch, out);
             out.push(Action::Deliver { seq, cell, batch });
             self.counters.delivered += 1;
             any = true;

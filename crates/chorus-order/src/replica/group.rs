@@ -18,20 +18,47 @@ use crate::pool::{Pool, Readiness};
 use crate::rcc_switch::{self, SwitchGate};
 use crate::sarek::SarekPools;
 use chorus_core::{
-    Batch, Cell, CheckpointCert, ClientId, ClusterConfig, Identity, LaneId, Millis, OrderingMode, PrePrepare,
-    ReplicaId, ReplicaMsg, Seq, Slot,
+    Assignments, Batch, Cell, CheckpointCert, ClientId, ClusterConfig, Identity, LaneId, Millis,
+    OrderingMode, PrePrepare, ReplicaId, ReplicaMsg, Request, Seq, Slot,
 };
 use std::sync::Arc;
 
 /// What a group's lanes tell the hub.
-#[derive(Debug)]
-#[cfg_attr(test, derive(Clone))]
+#[derive(Clone, Debug)]
 pub(crate) enum ToHub {
     /// A decided cell for the merger (COP §4.2.1: pillars hand decisions
     /// to the in-order execution stage).
     Decided { cell: Cell, batch: Arc<Batch> },
     /// A NEW-VIEW proved a stable checkpoint above ours (PBFT §4.4).
     LearntStable(CheckpointCert),
+    /// The group's frontier moved (`own_frontier`): the other groups' idle
+    /// lanes fill up to it (COP §4.2.1), relayed in their `HubFacts`.
+    Frontier(Option<Seq>),
+}
+
+/// What the hub tells a group, besides its facts.
+#[derive(Clone, Debug)]
+pub(crate) enum ToGroup {
+    /// A newer copy of the hub's facts (latest wins).
+    Facts(HubFacts),
+    /// A stable checkpoint moved every lane's low watermark (COP §4.2.2).
+    Advance { low: Slot },
+    /// A state transfer installed a checkpoint at `low`'s round: what waited
+    /// for the old state is gone, the lanes move on (and, in `rcc`, the
+    /// snapshot's assignment table replaces ours); with `announce` the
+    /// group then tells its peers where its lanes stand
+    /// (`Replica::announce_progress`).
+    Installed {
+        low: Slot,
+        table: Option<Arc<Assignments>>,
+        announce: bool,
+    },
+    /// RCC §III-E: a delivered switch moved `client` to lane `to` from round `round` on.
+    Switched {
+        client: ClientId,
+        to: LaneId,
+        round: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -56,6 +83,8 @@ pub(crate) struct LaneGroup {
     pub(crate) wall_ms: u64,
     /// Reports not yet taken by the hub (`take_to_hub`); empty between calls.
     to_hub: Vec<ToHub>,
+    /// The frontier last reported to the hub (`ToHub::Frontier`).
+    reported_frontier: Option<Seq>,
     /// The group's copy of what it reads of the hub (`Hub::update_facts`).
     pub(crate) facts: HubFacts,
 }
@@ -89,6 +118,7 @@ impl LaneGroup {
             handing_over: Vec::new(),
             wall_ms: 0,
             to_hub: Vec::new(),
+            reported_frontier: None,
             facts: HubFacts::default(),
             cfg: cfg.clone(),
         }
@@ -126,6 +156,62 @@ impl LaneGroup {
         debug_assert_eq!(self.facts, HubFacts::default(), "facts changed while in use");
         self.facts = facts;
         r
+    }
+
+    /// Report the frontier if it moved since the last report.
+    pub(crate) fn report_frontier(&mut self) {
+        let f = self.own_frontier();
+        if f != self.reported_frontier {
+            self.reported_frontier = f;
+            self.to_hub.push(ToHub::Frontier(f));
+        }
+    }
+
+    /// A message from the hub.
+    pub(crate) fn on_hub(
+        &mut self,
+        now: Millis,
+        msg: ToGroup,
+        hub: &HubView,
+        counters: &mut Counters,
+        out: &mut Outbox,
+    ) {
+        match msg {
+            // Replaced by the caller before the view was taken (`Replica::to_group`).
+            ToGroup::Facts(_) => {}
+            ToGroup::Advance { low } => self.advance_lanes(now, low, hub, counters, out),
+            ToGroup::Installed { low, table, announce } => {
+                if let Some(t) = table {
+                    self.adopt_assignments(&t);
+                }
+                self.clear_pools();
+                self.advance_lanes(now, low, hub, counters, out);
+                if announce {
+                    for b in super::status_bundle::bundles(&self.cfg, hub.stable_seq, self.progress()) {
+                        out.broadcast(ReplicaMsg::Statuses(b));
+                    }
+                }
+            }
+            ToGroup::Switched { client, to, round } => self.on_switched(client, to, round),
+        }
+    }
+
+    /// A client's request (its authenticator checked by the driver when
+    /// `verify` is false): into the pool of its owner lane, which is this
+    /// group's (`Replica::admit_request`).
+    pub(crate) fn admit(
+        &mut self,
+        now: Millis,
+        req: Request,
+        verify: bool,
+        hub: &HubView,
+    ) -> Result<crate::pool::Admitted, crate::RejectReason> {
+        rcc_switch::admission_check(&self.cfg, hub.owners.table, &req)?;
+        match self.sarek.as_mut() {
+            Some(s) => s.admit(now, req, verify),
+            None if verify => self.pool.admit(now, req),
+            None => self.pool.admit_verified(now, req),
+        }
     }
 
     /// What the lanes reported since the last call, in order.

@@ -113,8 +113,7 @@ impl Hub {
 /// older copy means proposing less, filling later, holding longer, never
 /// something unsafe, provided the delivery point and the assignment table
 /// come from the same instant (they are refreshed together).
-#[derive(Debug, Default, PartialEq, Eq)]
-#[cfg_attr(test, derive(Clone))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HubFacts {
     stable: Option<Arc<CheckpointCert>>,
     stable_seq: Seq,

@@ -120,7 +120,9 @@ impl Replica {
                 cert: cert.clone(),
                 snapshot: snapshot.clone(),
             });
-            r.adopt_assignments(&snapshot);
+            if let Some(t) = r.adopt_assignments(&snapshot) {
+                r.sole_group().adopt_assignments(&t);
+            }
             r.hub.checkpointer.install(cert, snapshot);
             r.hub.merger.jump_to(seq);
         }
@@ -142,7 +144,7 @@ impl Replica {
                 r.dispel_collect(now, Slot(seq.0 / lanes as u64), out);
             }
         }
-        r.deliver(out);
+        r.deliver(now, out);
         r.in_groups(out, |g, hub, counters, out| {
             g.finish_recovery(now, hub, counters, out);
             false

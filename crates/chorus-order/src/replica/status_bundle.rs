@@ -5,22 +5,32 @@
 use super::Replica;
 use crate::counters::Cx;
 use crate::io::Outbox;
-use chorus_core::{LaneProgress, Millis, ReplicaId, ReplicaMsg, Seq, StatusBundle};
+use chorus_core::{ClusterConfig, LaneProgress, Millis, ReplicaId, ReplicaMsg, Seq, StatusBundle};
+
+/// Lanes' progress in one bundle per pillar, in pillar order.
+pub(super) fn bundles(cfg: &ClusterConfig, stable_seq: Seq, entries: Vec<LaneProgress>) -> Vec<StatusBundle> {
+    let pillars = cfg.params.pillars.max(1) as usize;
+    let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); pillars];
+    for e in entries {
+        bundles[cfg.pillar_of_lane(e.lane)].push(e);
+    }
+    bundles
+        .into_iter()
+        .filter(|b| !b.is_empty())
+        .map(|lanes| {
+            debug_assert!(lanes.windows(2).all(|w| w[0].lane < w[1].lane));
+            StatusBundle { stable_seq, lanes }
+        })
+        .collect()
+}
 
 impl Replica {
     /// Broadcast one bundle per pillar: lanes `l` with the same `l mod pillars`
     /// travel together, so a bundle stays on the connections (and, with
     /// consensus in the pillars, the thread) of the pillar owning its lanes.
     pub(super) fn broadcast_status_bundles(&mut self, entries: Vec<LaneProgress>, out: &mut Outbox) {
-        let pillars = self.cfg.params.pillars.max(1) as usize;
-        let stable_seq = self.hub.stable_seq();
-        let mut bundles: Vec<Vec<LaneProgress>> = vec![Vec::new(); pillars];
-        for e in entries {
-            bundles[self.cfg.pillar_of_lane(e.lane)].push(e);
-        }
-        for lanes in bundles.into_iter().filter(|b| !b.is_empty()) {
-            debug_assert!(lanes.windows(2).all(|w| w[0].lane < w[1].lane));
-            out.broadcast(ReplicaMsg::Statuses(StatusBundle { stable_seq, lanes }));
+        for b in bundles(&self.cfg, self.hub.stable_seq(), entries) {
+            out.broadcast(ReplicaMsg::Statuses(b));
         }
     }
 

@@ -3,16 +3,18 @@
 //! Cutting batches under the hand-over rule and holding pre-prepares until
 //! their owners are known are the lane group's (`group.rs`).
 
+use super::group::ToGroup;
 use super::Replica;
+use crate::io::Outbox;
 use bytes::Bytes;
-use chorus_core::{Assignments, Batch, LaneId, OrderingMode, Seq, SwitchOutcome};
+use chorus_core::{Assignments, Batch, LaneId, Millis, OrderingMode, Seq, SwitchOutcome};
 use std::sync::Arc;
 
 impl Replica {
     /// RCC §III-E: a switch is agreed by delivering it. Every correct
     /// replica applies it here at the same round; the executor applies the
     /// same rule to the same requests (`chorus_exec::switch`).
-    pub(super) fn apply_switches(&mut self, seq: Seq, batch: &Batch) {
+    pub(super) fn apply_switches(&mut self, now: Millis, seq: Seq, batch: &Batch, out: &mut Outbox) {
         if self.cfg.params.mode != OrderingMode::Rcc {
             return;
         }
@@ -22,17 +24,24 @@ impl Replica {
             *self.counters.switches.entry(outcome.name()).or_insert(0) += 1;
             if let SwitchOutcome::Applied(h) = outcome {
                 tracing::debug!(client = ?req.client, ?h, "client switched instance");
-                self.sole_group().on_switched(req.client, LaneId(h.to), h.round);
+                // rcc keeps every lane in one group (`group_count`).
+                let msg = ToGroup::Switched {
+                    client: req.client,
+                    to: LaneId(h.to),
+                    round: h.round,
+                };
+                self.send_to_group(now, 0, msg, out);
             }
         }
     }
 
     /// A snapshot (state transfer, or our own stable one after a crash)
     /// replaces the table: it is the executor's copy at the snapshot's
-    /// position (`Assignments::from_exec_snapshot`).
-    pub(super) fn adopt_assignments(&mut self, snapshot: &Bytes) {
+    /// position (`Assignments::from_exec_snapshot`). Returns it for the
+    /// lane groups (rcc only).
+    pub(super) fn adopt_assignments(&mut self, snapshot: &Bytes) -> Option<Arc<Assignments>> {
         if self.cfg.params.mode != OrderingMode::Rcc {
-            return;
+            return None;
         }
         let table = match Assignments::from_exec_snapshot(snapshot) {
             Some(t) => t,
@@ -45,7 +54,7 @@ impl Replica {
                 Assignments::default()
             }
         };
-        self.sole_group().adopt_assignments(&table);
         self.hub.assignments = Arc::new(table);
+        Some(self.hub.assignments.clone())
     }
 }
