@@ -110,6 +110,15 @@ pub struct Args {
     /// profile; default: drawn per link between 0.5 and 5 ms).
     #[arg(long)]
     pub latency_ms: Option<u64>,
+    /// Run each replica's hub and lane groups apart, their messages
+    /// arriving this many µs later, as between a replica's threads
+    /// (docs/lane-split.md step B2; default: they run as one).
+    #[arg(long)]
+    pub pillar_hop_us: Option<u64>,
+    /// With `--pillar-hop-us`: each hub–group message is up to this many
+    /// µs later still (seeded; per channel in order).
+    #[arg(long, default_value_t = 0)]
+    pub pillar_jitter_us: u64,
     /// dispel: concurrent epochs allowed (Dispel §4.3; default 8).
     #[arg(long)]
     pub epochs: Option<u64>,
@@ -238,6 +247,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.leader_first = a.leader_first;
     opts.few_replies = a.few_replies;
     opts.latency_ms = a.latency_ms;
+    opts.pillar_hop_us = a.pillar_hop_us;
+    opts.pillar_jitter_us = a.pillar_jitter_us;
     opts.epochs = a.epochs;
     opts.cross_partition = a.cross_partition;
     opts.batch_max = a.batch_max;

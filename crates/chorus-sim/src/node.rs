@@ -81,6 +81,12 @@ pub trait SimReplica: Sized {
     /// The simulator ends every burst (`Replica::set_burst_mode`): a
     /// replica may hold messages until `end_of_burst`.
     fn set_burst_mode(&mut self, _on: bool) {}
+    /// Run the hub and the lane groups apart (`Replica::set_pieces_apart`).
+    fn set_pieces_apart(&mut self, _on: bool) {}
+    fn take_internal(&mut self) -> Vec<chorus_order::Internal> {
+        Vec::new()
+    }
+    fn handle_internal(&mut self, _now: Millis, _msg: chorus_order::Internal, _out: &mut Outbox) {}
     fn holds_messages(&self) -> bool {
         false
     }
@@ -109,6 +115,13 @@ pub struct Live<R> {
     /// (`FEW_REPLIES`; `chorus-node` `resent.rs`). Bounded by the clients'
     /// requests.
     pub resent: std::collections::HashSet<(chorus_core::ClientId, chorus_core::RequestSeq)>,
+    /// Messages between the replica's hub and its lane groups on their way
+    /// (`SimOptions::pillar_hop_us`), in the order they arrive; each channel
+    /// keeps its order (`internal_last`).
+    pub internal: std::collections::VecDeque<(crate::queue::Micros, chorus_order::Internal)>,
+    pub internal_last: BTreeMap<(Option<usize>, Option<usize>), crate::queue::Micros>,
+    /// An `Ev::InternalDue` is scheduled for the head of `internal`.
+    pub internal_scheduled: bool,
 }
 
 impl<R> Live<R> {
@@ -122,6 +135,9 @@ impl<R> Live<R> {
             burst_scheduled: false,
             burst_events: 0,
             resent: Default::default(),
+            internal: std::collections::VecDeque::new(),
+            internal_last: BTreeMap::new(),
+            internal_scheduled: false,
         }
     }
 }

@@ -151,6 +151,12 @@ pub struct SimOptions {
     /// `--perf`: this replica crashes at this virtual time (ms) and stays
     /// down (Dispel §5.6: one replica killed, throughput before and after).
     pub perf_crash: Option<(ReplicaId, u64)>,
+    /// Run each replica's hub and lane groups apart (docs/lane-split.md
+    /// step B2): the messages between them arrive this many µs later, plus
+    /// a seeded jitter of up to `pillar_jitter_us`, in order per channel, as
+    /// between a replica's threads. `None` (the default): they run as one.
+    pub pillar_hop_us: Option<u64>,
+    pub pillar_jitter_us: u64,
 }
 
 impl Default for SimOptions {
@@ -192,6 +198,8 @@ impl Default for SimOptions {
             cross_partition: None,
             batch_max: None,
             perf_crash: None,
+            pillar_hop_us: None,
+            pillar_jitter_us: 0,
         }
     }
 }

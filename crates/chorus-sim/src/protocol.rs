@@ -51,6 +51,18 @@ impl SimReplica for Replica {
         Replica::set_predictor(self, p)
     }
 
+    fn set_pieces_apart(&mut self, on: bool) {
+        Replica::set_pieces_apart(self, on)
+    }
+
+    fn take_internal(&mut self) -> Vec<chorus_order::Internal> {
+        Replica::take_internal(self)
+    }
+
+    fn handle_internal(&mut self, now: Millis, msg: chorus_order::Internal, out: &mut Outbox) {
+        Replica::handle_internal(self, now, msg, out)
+    }
+
     fn set_burst_mode(&mut self, on: bool) {
         Replica::set_burst_mode(self, on)
     }

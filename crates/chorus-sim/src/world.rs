@@ -137,6 +137,12 @@ pub(crate) enum Ev {
         node: usize,
         incarnation: u64,
     },
+    /// The head of a replica's hub–group messages is due
+    /// (`world_replica::on_internal_due`).
+    InternalDue {
+        node: usize,
+        incarnation: u64,
+    },
     /// A replica's answer to a client's status question: each lane's view
     /// (`chorus_core::first_contact`, leader-first clients only).
     ViewReport {
@@ -165,6 +171,7 @@ impl Ev {
             Ev::ReplyBundle { client, .. } => (13, *client as u64),
             Ev::BurstEnd { node, .. } => (14, *node as u64),
             Ev::ViewReport { client, .. } => (15, *client as u64),
+            Ev::InternalDue { node, .. } => (16, *node as u64),
         }
     }
 }
@@ -588,6 +595,7 @@ impl<R: SimReplica> World<R> {
             Ev::RccWake { node } => self.on_rcc_wake(node),
             Ev::ExecFlush { node, incarnation } => self.on_exec_flush(node, incarnation),
             Ev::BurstEnd { node, incarnation } => self.on_burst_end(node, incarnation),
+            Ev::InternalDue { node, incarnation } => self.on_internal_due(node, incarnation),
         }
     }
 

@@ -49,8 +49,106 @@ impl<R: SimReplica> World<R> {
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
         self.set_burst_mode(i);
+        self.set_pieces_apart(i);
         self.perform(i, out);
         self.note_held(i);
+    }
+
+    fn set_pieces_apart(&mut self, i: usize) {
+        if self.opts.pillar_hop_us.is_none() {
+            return;
+        }
+        if let Some(live) = self.nodes[i].live.as_mut() {
+            live.replica.set_pieces_apart(true);
+        }
+    }
+
+    /// Queue what the replica's hub and groups sent each other, each due
+    /// a hop (and a seeded jitter) later but never before an earlier
+    /// message of its channel.
+    fn collect_internal(&mut self, i: usize) {
+        let Some(hop) = self.opts.pillar_hop_us else {
+            return;
+        };
+        let jitter = self.opts.pillar_jitter_us;
+        let now = self.now_us();
+        let Some(msgs) = self.nodes[i].live.as_mut().map(|l| l.replica.take_internal()) else {
+            return;
+        };
+        if msgs.is_empty() {
+            return;
+        }
+        for msg in msgs {
+            let extra = if jitter > 0 {
+                rand::Rng::gen_range(&mut self.rng, 0..=jitter)
+            } else {
+                0
+            };
+            let Some(live) = self.nodes[i].live.as_mut() else {
+                return;
+            };
+            let last = live.internal_last.entry(msg.channel()).or_insert(0);
+            let due = (now + hop + extra).max(*last);
+            *last = due;
+            // Keep `internal` sorted by due time, FIFO among equals.
+            let at = live.internal.partition_point(|(t, _)| *t <= due);
+            live.internal.insert(at, (due, msg));
+        }
+        self.schedule_internal(i);
+    }
+
+    fn schedule_internal(&mut self, i: usize) {
+        let incarnation = self.nodes[i].incarnation;
+        let Some(live) = self.nodes[i].live.as_mut() else {
+            return;
+        };
+        if live.internal_scheduled {
+            return;
+        }
+        let Some(&(due, _)) = live.internal.front() else {
+            return;
+        };
+        live.internal_scheduled = true;
+        if !self.schedule(due, Ev::InternalDue { node: i, incarnation }) {
+            // Dropped (a full event queue): the next message tries again.
+            if let Some(live) = self.nodes[i].live.as_mut() {
+                live.internal_scheduled = false;
+            }
+        }
+    }
+
+    /// Hand the replica every hub–group message due by now, in order.
+    pub(crate) fn on_internal_due(&mut self, i: usize, incarnation: u64) {
+        if self.nodes[i].incarnation != incarnation {
+            return;
+        }
+        let now = self.now_us();
+        if let Some(live) = self.nodes[i].live.as_mut() {
+            live.internal_scheduled = false;
+        }
+        loop {
+            let Some(live) = self.nodes[i].live.as_mut() else {
+                return;
+            };
+            if live.internal.front().is_none_or(|(t, _)| *t > now) {
+                break;
+            }
+            let Some((_, msg)) = live.internal.pop_front() else {
+                break;
+            };
+            self.counters.note("hub-group-message");
+            let ms = self.nodes[i].process_ms(now);
+            let wall = self.nodes[i].wall_ms(now);
+            let Some(live) = self.nodes[i].live.as_mut() else {
+                return;
+            };
+            let mut out = Outbox::new();
+            live.replica.set_wall_clock(wall);
+            live.replica.handle_internal(ms, msg, &mut out);
+            self.perform(i, out);
+            self.note_held(i);
+        }
+        self.schedule_internal(i);
     }
 
     /// The simulator ends every burst (`schedule_burst_ends`), as the
@@ -195,6 +293,7 @@ impl<R: SimReplica> World<R> {
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
         self.set_burst_mode(i);
+        self.set_pieces_apart(i);
         self.checker.restarted(self.nodes[i].replica_id);
         self.streams.reset(self.nodes[i].replica_id);
         self.extra.executor_reset(self.nodes[i].replica_id);
@@ -398,6 +497,7 @@ impl<R: SimReplica> World<R> {
     fn perform(&mut self, i: usize, out: Outbox) {
         self.perform_chain(i, out);
         self.check_new_views(i);
+        self.collect_internal(i);
     }
 
     /// PBFT §4.4: the primary of a new view pre-prepares every re-proposal
