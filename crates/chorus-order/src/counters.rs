@@ -133,6 +133,72 @@ impl Counters {
     pub fn rejected_total(&self) -> u64 {
         self.rejected.values().sum()
     }
+
+    /// Add another piece's counts to these (a replica whose lane groups
+    /// run apart reports the sum: `Replica::counters_total`).
+    pub fn merge(&mut self, o: &Counters) {
+        fn add(into: &mut BTreeMap<&'static str, u64>, from: &BTreeMap<&'static str, u64>) {
+            for (k, v) in from {
+                *into.entry(k).or_insert(0) += v;
+            }
+        }
+        // Every field: a new one fails to compile here until it is merged.
+        let Counters {
+            rejected: _,
+            requests_rejected: _,
+            requests_admitted: _,
+            proposals: _,
+            noop_proposals: _,
+            decided: _,
+            delivered: _,
+            sarek_forwarded: _,
+            sarek_repredictions_proposed: _,
+            sarek_repredictions_certified: _,
+            dispel_standins: _,
+            view_changes: _,
+            new_views: _,
+            checkpoints_stable: _,
+            state_transfers: _,
+            buffered: _,
+            retransmissions: _,
+            held_for_vouchers: _,
+            clients_proven_partial: _,
+            voided_requests_dropped: _,
+            switches: _,
+            stale: _,
+            view_change_causes: _,
+            per_lane: _,
+        } = o;
+        add(&mut self.rejected, &o.rejected);
+        add(&mut self.requests_rejected, &o.requests_rejected);
+        add(&mut self.switches, &o.switches);
+        add(&mut self.view_change_causes, &o.view_change_causes);
+        self.requests_admitted += o.requests_admitted;
+        self.proposals += o.proposals;
+        self.noop_proposals += o.noop_proposals;
+        self.decided += o.decided;
+        self.delivered += o.delivered;
+        self.sarek_forwarded += o.sarek_forwarded;
+        self.sarek_repredictions_proposed += o.sarek_repredictions_proposed;
+        self.sarek_repredictions_certified += o.sarek_repredictions_certified;
+        self.dispel_standins += o.dispel_standins;
+        self.view_changes += o.view_changes;
+        self.new_views += o.new_views;
+        self.checkpoints_stable += o.checkpoints_stable;
+        self.state_transfers += o.state_transfers;
+        self.buffered += o.buffered;
+        self.retransmissions += o.retransmissions;
+        self.held_for_vouchers += o.held_for_vouchers;
+        self.clients_proven_partial += o.clients_proven_partial;
+        self.voided_requests_dropped += o.voided_requests_dropped;
+        self.stale += o.stale;
+        for (lane, c) in &o.per_lane {
+            let mine = self.lane_mut(*lane);
+            mine.proposals += c.proposals;
+            mine.decided += c.decided;
+            mine.view_changes += c.view_changes;
+        }
+    }
 }
 
 /// The time, the outbox and the counters: what every handler of every

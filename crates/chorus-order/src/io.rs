@@ -23,6 +23,9 @@ pub enum TimerId {
     /// `dispel`: the earliest deadline of the DBFT engine's own timers
     /// (binary-consensus rounds, batch fetch retries), kept by `DispelCore`.
     Dispel,
+    /// Lane group `g`'s status tick, once groups run apart from the hub
+    /// (`replica/piece.rs`; together, `Status` ticks every group).
+    GroupStatus(u32),
 }
 
 /// What the replica state machine consumes.

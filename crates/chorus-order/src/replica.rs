@@ -15,6 +15,7 @@
 mod dispel;
 mod group;
 mod hub;
+mod piece;
 mod recover;
 mod repredict;
 mod status_bundle;
@@ -114,6 +115,11 @@ pub struct Replica {
     /// Apart: each group's last reported frontier, and the facts last sent it.
     pub(crate) group_frontiers: Vec<Option<Seq>>,
     pub(crate) facts_sent: Vec<hub::HubFacts>,
+    /// Apart (every mode but sarek and dispel): the groups as pieces of
+    /// their own (`groups` is empty then), handed the events `piece_of`
+    /// names; and how many `split_groups` took out to run elsewhere.
+    pub(crate) pieces: Vec<GroupPiece>,
+    pub(crate) detached: usize,
     pub(crate) counters: Counters,
     pub(crate) status_deadline: Option<Millis>,
     /// `dispel` only: the DBFT lanes, in place of the PBFT `lanes` (empty then).
@@ -164,6 +170,8 @@ impl Internal {
     }
 }
 
+pub use piece::GroupPiece;
+
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
@@ -185,6 +193,8 @@ impl Replica {
             internal: Vec::new(),
             group_frontiers: Vec::new(),
             facts_sent: Vec::new(),
+            pieces: Vec::new(),
+            detached: 0,
             counters: Counters::default(),
             status_deadline: None,
             wall_ms: 0,
@@ -213,6 +223,11 @@ impl Replica {
     }
 
     pub fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox) {
+        if !self.pieces.is_empty() {
+            if let Some(g) = self.piece_of(&event) {
+                return self.pieces[g].handle(now, event, out);
+            }
+        }
         match event {
             Event::Message { from, msg } => self.on_message(now, from, msg, out),
             Event::Request(req) => self.on_request(now, req, out),
@@ -235,6 +250,10 @@ impl Replica {
     /// `Request::verify` (DESIGN §6 still holds: this replica checked it).
     /// Saves the pool's second MAC check on the protocol thread.
     pub fn handle_verified_request(&mut self, now: Millis, req: Request, out: &mut Outbox) {
+        if !self.pieces.is_empty() {
+            let g = self.group_of(self.cfg.owner_lane(req.client));
+            return self.pieces[g].handle_verified_request(now, req, out);
+        }
         self.admit_request(now, req, out, false);
         self.settle(now, out);
     }
@@ -250,18 +269,24 @@ impl Replica {
         for g in &mut self.groups {
             g.wall_ms = ms;
         }
+        for p in &mut self.pieces {
+            p.set_wall_clock(ms);
+        }
     }
 
     /// `sarek`: PREDICT() from the service's access sets (SAREK Algorithm
     /// 1). Without it every request is predicted to touch every partition,
     /// which is what a service without access sets declares.
     pub fn set_predictor(&mut self, p: Predictor) {
-        if let Some(s) = self.sole_group().sarek.as_mut() {
+        if let Some(s) = self.groups.first_mut().and_then(|g| g.sarek.as_mut()) {
             s.set_predictor(p);
         }
     }
 
     pub fn status(&self) -> ReplicaStatus {
+        if !self.pieces.is_empty() {
+            return self.status_of_pieces();
+        }
         let hub = self.view();
         let orphaned = self.groups.iter().map(|g| g.orphaned_in_flight()).sum();
         let lanes = self.lanes_in_order();
@@ -289,7 +314,8 @@ impl Replica {
         self.groups
             .iter()
             .map(|g| g.in_flight_at_decided() + g.orphaned_in_flight())
-            .sum()
+            .sum::<usize>()
+            + self.pieces.iter().map(|p| p.leaked_pool_entries()).sum::<usize>()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -306,6 +332,9 @@ impl Replica {
 
     /// Read-only access to a lane (tests, metrics).
     pub fn lane(&self, lane: LaneId) -> Option<&Lane> {
+        if let Some(p) = self.pieces.get(self.group_of(lane)) {
+            return p.lane(lane);
+        }
         let g = self.groups.get(self.group_of(lane))?;
         g.holds(lane).then(|| g.lane(lane))
     }
@@ -313,6 +342,9 @@ impl Replica {
     /// Lane `lane` to change (recovery, tests).
     pub(crate) fn lane_mut(&mut self, lane: LaneId) -> Option<&mut Lane> {
         let g = self.group_of(lane);
+        if !self.pieces.is_empty() {
+            return self.pieces.get_mut(g)?.group.lane_mut(lane);
+        }
         self.groups.get_mut(g)?.lane_mut(lane)
     }
 
@@ -325,7 +357,74 @@ impl Replica {
 
     /// The group holding lane `lane`.
     fn group_of(&self, lane: LaneId) -> usize {
-        lane.index() % self.groups.len()
+        lane.index() % self.group_total()
+    }
+
+    /// Groups of this replica, wherever they run.
+    fn group_total(&self) -> usize {
+        self.groups.len() + self.pieces.len() + self.detached
+    }
+
+    /// Apart: the group an event is for (one of its lanes' messages or
+    /// timers, a request of a client one of its lanes owns, its status
+    /// tick), or `None` for the hub's. Together: always `None`.
+    pub fn piece_of(&self, event: &Event) -> Option<usize> {
+        if self.pieces.is_empty() && self.detached == 0 {
+            return None;
+        }
+        let lane = match event {
+            Event::Message { msg, .. } => msg.lane()?,
+            Event::Request(req) => self.cfg.owner_lane(req.client),
+            Event::Timer(TimerId::ViewChange(l) | TimerId::Batch(l)) => *l,
+            Event::Timer(TimerId::GroupStatus(g)) => return Some(*g as usize % self.group_total()),
+            _ => return None,
+        };
+        (lane.0 < self.cfg.lanes()).then(|| self.group_of(lane))
+    }
+
+    /// Take the groups out to run elsewhere (the runtime: each on its
+    /// pillar's thread). Apart only; from then on the driver hands each
+    /// piece its events (`piece_of`) and carries `Internal` messages both
+    /// ways (`take_internal` here and at each piece, `handle_internal`).
+    pub fn split_groups(&mut self) -> Vec<GroupPiece> {
+        let pieces = std::mem::take(&mut self.pieces);
+        self.detached += pieces.len();
+        pieces
+    }
+
+    /// `status` while the groups are pieces: the hub's part, with every
+    /// piece's lanes and counters (each lane's limits as its group sees them).
+    fn status_of_pieces(&self) -> ReplicaStatus {
+        let mut lanes: Vec<(&Lane, usize)> = self
+            .pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.lanes().map(move |l| (l, i)))
+            .collect();
+        lanes.sort_by_key(|(l, _)| l.id());
+        let orphaned = self.pieces.iter().map(|p| p.group.orphaned_in_flight()).sum();
+        let mut counters = self.counters.clone();
+        for p in &self.pieces {
+            counters.merge(p.counters());
+        }
+        ReplicaStatus {
+            me: self.me,
+            next_delivery: self.hub.delivered(),
+            stable_seq: self.hub.stable_seq(),
+            views: lanes.iter().map(|(l, _)| l.view()).collect(),
+            view_changing: lanes.iter().map(|(l, _)| !l.is_active()).collect(),
+            next_undecided: lanes.iter().map(|(l, _)| l.next_undecided()).collect(),
+            pool_len: self.pieces.iter().map(|p| p.group.pool_len()).sum(),
+            lanes: lanes
+                .iter()
+                .map(|(l, i)| {
+                    let g = &self.pieces[*i].group;
+                    g.lane_status(l.id(), &g.facts.view(&self.cfg), orphaned)
+                })
+                .collect(),
+            counters,
+            state_divergences: self.hub.checkpointer.divergences(),
+        }
     }
 
     /// The one group of a mode that keeps every lane in one (rcc, sarek,
@@ -382,7 +481,7 @@ impl Replica {
     }
 
     fn send_to_groups(&mut self, now: Millis, msg: group::ToGroup, out: &mut Outbox) {
-        for g in 0..self.groups.len() {
+        for g in 0..self.group_total() {
             self.send_to_group(now, g, msg.clone(), out);
         }
     }
@@ -401,7 +500,7 @@ impl Replica {
     /// last copy it was sent (one message per change, latest wins).
     fn publish_facts(&mut self) {
         let frontier = self.group_frontiers.iter().flatten().copied().max();
-        for g in 0..self.groups.len() {
+        for g in 0..self.facts_sent.len() {
             let mut facts = self.facts_sent[g].clone();
             self.hub.update_facts(&self.cfg, &mut facts, frontier);
             if facts != self.facts_sent[g] {
@@ -419,8 +518,8 @@ impl Replica {
     /// `take_internal` and hands back with `handle_internal`, in order per
     /// (sender, receiver), after whatever delay it models. `dispel` keeps
     /// its engine and pool together with the hub, so it stays as it is.
-    pub fn set_pieces_apart(&mut self, on: bool) {
-        if self.dispel.is_some() || on == self.apart {
+    pub fn set_pieces_apart(&mut self, on: bool, now: Millis, out: &mut Outbox) {
+        if self.dispel.is_some() || !on || self.apart {
             return;
         }
         debug_assert!(self.internal.is_empty(), "switched with messages in flight");
@@ -434,23 +533,46 @@ impl Replica {
             self.facts_sent.push(g.facts.clone());
         }
         self.apart = on;
+        // sarek's re-predictions are read by the hub's handlers from its
+        // one group's pools: that group stays inside (lane-split.md §4).
+        if self.cfg.params.mode != OrderingMode::Sarek {
+            let cfg = self.cfg.clone();
+            let me = self.me;
+            self.pieces = std::mem::take(&mut self.groups)
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| GroupPiece::new(cfg.clone(), me, i, g))
+                .collect();
+            for p in &mut self.pieces {
+                p.start(now, out);
+            }
+        }
     }
 
     /// Messages between the hub and the groups since the last call (apart only).
     pub fn take_internal(&mut self) -> Vec<Internal> {
+        for p in &mut self.pieces {
+            self.internal.extend(p.take_internal());
+        }
         std::mem::take(&mut self.internal)
     }
 
     /// A message `take_internal` returned, arriving at its receiver.
     pub fn handle_internal(&mut self, now: Millis, msg: Internal, out: &mut Outbox) {
         match msg.0 {
-            InternalKind::ToHub { from, msg } => self.hub_hears(now, from, msg),
+            InternalKind::ToGroup { to, .. } if !self.pieces.is_empty() => {
+                if let Some(p) = self.pieces.get_mut(to) {
+                    p.handle_internal(now, msg, out);
+                }
+                return;
+            }
+            InternalKind::ToHub { from, msg } => self.hub_hears(now, from, msg, out),
             InternalKind::ToGroup { to, msg } => self.group_hears(now, to, msg, out),
         }
         self.settle(now, out);
     }
 
-    fn hub_hears(&mut self, _now: Millis, from: usize, msg: group::ToHub) {
+    fn hub_hears(&mut self, now: Millis, from: usize, msg: group::ToHub, out: &mut Outbox) {
         match msg {
             group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
             group::ToHub::LearntStable(c) => {
@@ -462,6 +584,16 @@ impl Replica {
             group::ToHub::Frontier(f) => {
                 if let Some(slot) = self.group_frontiers.get_mut(from) {
                     *slot = f;
+                }
+            }
+            group::ToHub::PeerStatus {
+                from,
+                stable_seq,
+                lane0,
+            } => {
+                self.hub.transfer.note_peer_stable(from, stable_seq, now);
+                if lane0 {
+                    self.send_votes_to_peer(now, from, stable_seq, out);
                 }
             }
         }
@@ -488,7 +620,10 @@ impl Replica {
             return;
         }
         for report in self.groups[g].take_to_hub() {
-            self.hub_hears(Millis(0), g, report);
+            // Only a group apart reports peers' statuses (`piece.rs`):
+            // together the hub reads them itself (`on_message`).
+            debug_assert!(!matches!(report, group::ToHub::PeerStatus { .. }));
+            self.hub_hears(Millis(0), g, report, &mut Outbox::new());
         }
     }
 
@@ -605,6 +740,7 @@ impl Replica {
                 }
             }
             TimerId::Dispel => self.dispel_on_timer(now, out),
+            TimerId::GroupStatus(_) => self.counters.reject("bad-timer"),
             TimerId::ViewChange(_) | TimerId::Batch(_) => self.counters.reject("bad-timer"),
         }
     }

@@ -82,7 +82,7 @@ pub trait SimReplica: Sized {
     /// replica may hold messages until `end_of_burst`.
     fn set_burst_mode(&mut self, _on: bool) {}
     /// Run the hub and the lane groups apart (`Replica::set_pieces_apart`).
-    fn set_pieces_apart(&mut self, _on: bool) {}
+    fn set_pieces_apart(&mut self, _on: bool, _now: Millis, _out: &mut Outbox) {}
     fn take_internal(&mut self) -> Vec<chorus_order::Internal> {
         Vec::new()
     }

@@ -44,15 +44,15 @@ impl SimReplica for Replica {
     }
 
     fn retransmissions(&self) -> u64 {
-        self.counters().retransmissions
+        self.status().counters.retransmissions
     }
 
     fn set_predictor(&mut self, p: chorus_order::sarek::Predictor) {
         Replica::set_predictor(self, p)
     }
 
-    fn set_pieces_apart(&mut self, on: bool) {
-        Replica::set_pieces_apart(self, on)
+    fn set_pieces_apart(&mut self, on: bool, now: Millis, out: &mut Outbox) {
+        Replica::set_pieces_apart(self, on, now, out)
     }
 
     fn take_internal(&mut self) -> Vec<chorus_order::Internal> {

@@ -49,17 +49,18 @@ impl<R: SimReplica> World<R> {
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
         self.set_burst_mode(i);
-        self.set_pieces_apart(i);
+        self.set_pieces_apart(i, &mut out);
         self.perform(i, out);
         self.note_held(i);
     }
 
-    fn set_pieces_apart(&mut self, i: usize) {
+    fn set_pieces_apart(&mut self, i: usize, out: &mut Outbox) {
         if self.opts.pillar_hop_us.is_none() {
             return;
         }
+        let now = self.nodes[i].process_ms(self.now_us());
         if let Some(live) = self.nodes[i].live.as_mut() {
-            live.replica.set_pieces_apart(true);
+            live.replica.set_pieces_apart(true, now, out);
         }
     }
 
@@ -293,7 +294,7 @@ impl<R: SimReplica> World<R> {
         self.nodes[i].live = Some(Live::new(replica, executor));
         self.set_predictor(i);
         self.set_burst_mode(i);
-        self.set_pieces_apart(i);
+        self.set_pieces_apart(i, &mut out);
         self.checker.restarted(self.nodes[i].replica_id);
         self.streams.reset(self.nodes[i].replica_id);
         self.extra.executor_reset(self.nodes[i].replica_id);

@@ -34,6 +34,14 @@ pub(crate) enum ToHub {
     /// The group's frontier moved (`own_frontier`): the other groups' idle
     /// lanes fill up to it (COP §4.2.1), relayed in their `HubFacts`.
     Frontier(Option<Seq>),
+    /// A peer's status reached the group (apart only): its stable
+    /// checkpoint, for state transfer and, from its lane 0, the checkpoint
+    /// votes it may lack (`Replica::send_votes_to_peer`).
+    PeerStatus {
+        from: ReplicaId,
+        stable_seq: Seq,
+        lane0: bool,
+    },
 }
 
 /// What the hub tells a group, besides its facts.

@@ -9,7 +9,7 @@ use chorus_core::{LaneId, Millis, RePrediction, RePredictionVote, ReplicaMsg, Re
 
 impl Replica {
     pub(super) fn on_mispredicted(&mut self, now: Millis, body: RePrediction, out: &mut Outbox) {
-        let Some(s) = self.groups[0].sarek.as_mut() else {
+        let Some(s) = self.groups.first_mut().and_then(|g| g.sarek.as_mut()) else {
             // Only the partitioned executor suspends requests: a driver bug.
             tracing::error!("a re-prediction outside sarek mode");
             return self.counters.reject("reprediction-not-sarek");
@@ -23,7 +23,7 @@ impl Replica {
     }
 
     pub(super) fn on_reprediction_vote(&mut self, now: Millis, vote: RePredictionVote, _out: &mut Outbox) {
-        let Some(s) = self.groups[0].sarek.as_mut() else {
+        let Some(s) = self.groups.first_mut().and_then(|g| g.sarek.as_mut()) else {
             return self.counters.reject("reprediction-not-sarek");
         };
         let outcome = s.repredictions.on_vote(&self.cfg, vote);
@@ -46,7 +46,7 @@ impl Replica {
     /// Pending in `lane`'s pool: its leader proposes it, the others time it
     /// like any request (a leader that never orders it is replaced).
     fn offer_reprediction(&mut self, now: Millis, lane: LaneId, req: &Request) {
-        if let Some(s) = self.groups[0].sarek.as_mut() {
+        if let Some(s) = self.groups.first_mut().and_then(|g| g.sarek.as_mut()) {
             if lane.0 < self.cfg.lanes() {
                 s.pool_mut(lane).adopt(now, req);
             }
@@ -57,7 +57,7 @@ impl Replica {
     /// yet offered again (a lost vote or a cleared pool must not leave a
     /// request suspended forever).
     pub(super) fn reprediction_tick(&mut self, now: Millis, out: &mut Outbox) {
-        let Some(s) = self.groups[0].sarek.as_ref() else {
+        let Some(s) = self.groups.first().and_then(|g| g.sarek.as_ref()) else {
             return;
         };
         for v in s.repredictions.own_votes() {

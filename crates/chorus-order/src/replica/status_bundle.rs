@@ -7,6 +7,17 @@ use crate::counters::Cx;
 use crate::io::Outbox;
 use chorus_core::{ClusterConfig, LaneProgress, Millis, ReplicaId, ReplicaMsg, Seq, StatusBundle};
 
+/// A bundle's entries exist and share the first entry's pillar (a correct
+/// sender groups them so; the codec checked they ascend).
+pub(super) fn well_formed(cfg: &ClusterConfig, b: &StatusBundle) -> bool {
+    let lanes = cfg.lanes() as usize;
+    let pillar = b.lanes.first().map_or(0, |e| cfg.pillar_of_lane(e.lane));
+    !b.lanes.is_empty()
+        && b.lanes
+            .iter()
+            .all(|e| e.lane.index() < lanes && cfg.pillar_of_lane(e.lane) == pillar)
+}
+
 /// Lanes' progress in one bundle per pillar, in pillar order.
 pub(super) fn bundles(cfg: &ClusterConfig, stable_seq: Seq, entries: Vec<LaneProgress>) -> Vec<StatusBundle> {
     let pillars = cfg.params.pillars.max(1) as usize;
@@ -82,13 +93,7 @@ impl Replica {
         b: StatusBundle,
         out: &mut Outbox,
     ) {
-        let lanes = self.cfg.lanes() as usize;
-        let pillar = b.lanes.first().map_or(0, |e| self.cfg.pillar_of_lane(e.lane));
-        let well_formed = b
-            .lanes
-            .iter()
-            .all(|e| e.lane.index() < lanes && self.cfg.pillar_of_lane(e.lane) == pillar);
-        if !well_formed || self.dispel.is_some() {
+        if !well_formed(&self.cfg, &b) || self.dispel.is_some() {
             return Cx::new(now, out, &mut self.counters).reject("bad-status-bundle");
         }
         self.hub.transfer.note_peer_stable(from, b.stable_seq, now);
