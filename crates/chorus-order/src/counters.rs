@@ -135,7 +135,7 @@ impl Counters {
     }
 
     /// Add another piece's counts to these (a replica whose lane groups
-    /// run apart reports the sum: `Replica::counters_total`).
+    /// run apart reports the sum: `Replica::status`).
     pub fn merge(&mut self, o: &Counters) {
         fn add(into: &mut BTreeMap<&'static str, u64>, from: &BTreeMap<&'static str, u64>) {
             for (k, v) in from {

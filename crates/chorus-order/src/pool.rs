@@ -273,14 +273,17 @@ impl Pool {
         }
     }
 
-    /// A pool holding `1 / shares` of the replica's budget: one lane group's
-    /// (`replica/group.rs`), so the replica's pools together stay within
-    /// `pool_max_requests` whatever the number of groups. A client's
-    /// requests all wait in its owner lane's group, so the per-client bound
-    /// is unchanged.
+    /// A pool holding `1 / shares` of the replica's requests: one lane
+    /// group's (`replica/group.rs`), so the replica's pools together hold
+    /// at most `max(pool_max_requests, shares)` requests whatever the number
+    /// of groups. A client's requests all wait in its owner lane's group,
+    /// so the per-client bound is unchanged. The memory of ordered requests
+    /// (`ordered`, keys only) keeps the whole budget: forgetting them
+    /// sooner lets a retransmission be proposed again (the
+    /// `cop_tiny_pool_*` regressions).
     pub fn with_share(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity, shares: usize) -> Pool {
         let mut p = Pool::new(cfg, me, identity);
-        p.max_requests = p.max_requests.div_ceil(shares.max(1));
+        p.max_requests = (p.max_requests / shares.max(1)).max(1);
         p
     }
 
@@ -889,7 +892,7 @@ impl Pool {
             return;
         }
         self.ordered_fifo.push_back(key);
-        while self.ordered_fifo.len() > self.max_requests {
+        while self.ordered_fifo.len() > self.cfg.params.pool_max_requests as usize {
             if let Some(old) = self.ordered_fifo.pop_front() {
                 self.ordered.remove(&old);
             }

@@ -155,8 +155,19 @@ pub struct Internal(InternalKind);
 
 #[derive(Clone, Debug)]
 enum InternalKind {
-    ToHub { from: usize, msg: group::ToHub },
-    ToGroup { to: usize, msg: group::ToGroup },
+    ToHub {
+        from: usize,
+        msg: group::ToHub,
+    },
+    /// `facts`: the hub's facts as of this message, when they changed since
+    /// the last ones the group was sent, applied together with it (an
+    /// `Installed` must not meet a group that saw the jump but not the
+    /// install).
+    ToGroup {
+        to: usize,
+        msg: group::ToGroup,
+        facts: Option<Box<hub::HubFacts>>,
+    },
 }
 
 impl Internal {
@@ -223,10 +234,12 @@ impl Replica {
     }
 
     pub fn handle(&mut self, now: Millis, event: Event, out: &mut Outbox) {
-        if !self.pieces.is_empty() {
-            if let Some(g) = self.piece_of(&event) {
-                return self.pieces[g].handle(now, event, out);
-            }
+        if let Some(g) = self.piece_of(&event) {
+            return match self.pieces.get_mut(g) {
+                Some(p) => p.handle(now, event, out),
+                // Split (`split_groups`): the driver hands these to the piece.
+                None => self.counters.reject("event-for-detached-group"),
+            };
         }
         match event {
             Event::Message { from, msg } => self.on_message(now, from, msg, out),
@@ -250,9 +263,12 @@ impl Replica {
     /// `Request::verify` (DESIGN §6 still holds: this replica checked it).
     /// Saves the pool's second MAC check on the protocol thread.
     pub fn handle_verified_request(&mut self, now: Millis, req: Request, out: &mut Outbox) {
-        if !self.pieces.is_empty() {
+        if !self.pieces.is_empty() || self.detached > 0 {
             let g = self.group_of(self.cfg.owner_lane(req.client));
-            return self.pieces[g].handle_verified_request(now, req, out);
+            return match self.pieces.get_mut(g) {
+                Some(p) => p.handle_verified_request(now, req, out),
+                None => self.counters.reject("event-for-detached-group"),
+            };
         }
         self.admit_request(now, req, out, false);
         self.settle(now, out);
@@ -473,8 +489,9 @@ impl Replica {
     /// `internal`, after the facts it was sent with.
     fn send_to_group(&mut self, now: Millis, g: usize, msg: group::ToGroup, out: &mut Outbox) {
         if self.apart {
-            self.publish_facts();
-            self.internal.push(Internal(InternalKind::ToGroup { to: g, msg }));
+            let facts = self.fresh_facts(g).map(Box::new);
+            self.internal
+                .push(Internal(InternalKind::ToGroup { to: g, msg, facts }));
             return;
         }
         self.group_hears(now, g, msg, out);
@@ -499,18 +516,28 @@ impl Replica {
     /// Apart: send each group the hub's facts where they changed since the
     /// last copy it was sent (one message per change, latest wins).
     fn publish_facts(&mut self) {
-        let frontier = self.group_frontiers.iter().flatten().copied().max();
         for g in 0..self.facts_sent.len() {
-            let mut facts = self.facts_sent[g].clone();
-            self.hub.update_facts(&self.cfg, &mut facts, frontier);
-            if facts != self.facts_sent[g] {
-                self.facts_sent[g] = facts.clone();
+            if let Some(facts) = self.fresh_facts(g) {
                 self.internal.push(Internal(InternalKind::ToGroup {
                     to: g,
                     msg: group::ToGroup::Facts(facts),
+                    facts: None,
                 }));
             }
         }
+    }
+
+    /// The hub's facts for group `g` if they changed since the last ones it
+    /// was sent (now counted as sent).
+    fn fresh_facts(&mut self, g: usize) -> Option<hub::HubFacts> {
+        let frontier = self.group_frontiers.iter().flatten().copied().max();
+        let mut facts = self.facts_sent.get(g)?.clone();
+        self.hub.update_facts(&self.cfg, &mut facts, frontier);
+        if facts == self.facts_sent[g] {
+            return None;
+        }
+        self.facts_sent[g] = facts.clone();
+        Some(facts)
     }
 
     /// Run the hub and the lane groups apart (docs/lane-split.md step B):
@@ -560,14 +587,20 @@ impl Replica {
     /// A message `take_internal` returned, arriving at its receiver.
     pub fn handle_internal(&mut self, now: Millis, msg: Internal, out: &mut Outbox) {
         match msg.0 {
-            InternalKind::ToGroup { to, .. } if !self.pieces.is_empty() => {
-                if let Some(p) = self.pieces.get_mut(to) {
-                    p.handle_internal(now, msg, out);
+            InternalKind::ToGroup { to, .. } if !self.pieces.is_empty() || self.detached > 0 => {
+                match self.pieces.get_mut(to) {
+                    Some(p) => p.handle_internal(now, msg, out),
+                    None => self.counters.reject("message-for-detached-group"),
                 }
                 return;
             }
             InternalKind::ToHub { from, msg } => self.hub_hears(now, from, msg, out),
-            InternalKind::ToGroup { to, msg } => self.group_hears(now, to, msg, out),
+            InternalKind::ToGroup { to, msg, facts } => {
+                if let Some(f) = facts {
+                    self.groups[to].facts = *f;
+                }
+                self.group_hears(now, to, msg, out)
+            }
         }
         self.settle(now, out);
     }
@@ -882,7 +915,8 @@ impl Replica {
     fn settle(&mut self, now: Millis, out: &mut Outbox) {
         // Each round either proposes or delivers something; both are bounded by
         // the windows, so this terminates long before the bound.
-        let bound = self.cfg.lanes() as usize * self.cfg.params.window_slots as usize + 8;
+        let lanes: usize = self.groups.iter().map(|g| g.lanes.len()).sum();
+        let bound = lanes * self.cfg.params.window_slots as usize + 8;
         for _ in 0..bound {
             // Deliver first: a leader proposes with what it just delivered
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's

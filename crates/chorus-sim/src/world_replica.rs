@@ -77,7 +77,8 @@ impl<R: SimReplica> World<R> {
             return;
         };
         if msgs.is_empty() {
-            return;
+            // A wake-up a full event queue dropped is tried again here.
+            return self.schedule_internal(i);
         }
         for msg in msgs {
             let extra = if jitter > 0 {

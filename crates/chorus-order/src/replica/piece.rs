@@ -30,6 +30,17 @@ pub struct GroupPiece {
     /// When this group's lanes next announce their state (the hub's status
     /// tick does it for groups that are not apart).
     status_deadline: Option<Millis>,
+    /// Peers' statuses not yet reported to the hub (latest stable seq, and
+    /// whether one came from their lane 0), and when each peer's was last
+    /// reported: at most one report per peer per `PEER_STATUS_EVERY`, so a
+    /// peer sending statuses in a loop is not relayed one-for-one.
+    peer_pending: std::collections::BTreeMap<ReplicaId, (chorus_core::Seq, bool)>,
+    peer_reported: std::collections::BTreeMap<ReplicaId, Millis>,
+}
+
+/// A quarter of the status interval between two reports of one peer's status.
+fn peer_status_every(cfg: &ClusterConfig) -> u64 {
+    cfg.params.status_interval_ms / 4
 }
 
 impl GroupPiece {
@@ -43,6 +54,8 @@ impl GroupPiece {
             counters: Counters::default(),
             internal: Vec::new(),
             status_deadline: None,
+            peer_pending: Default::default(),
+            peer_reported: Default::default(),
         }
     }
 
@@ -109,8 +122,11 @@ impl GroupPiece {
     /// A message from the hub.
     pub fn handle_internal(&mut self, now: Millis, msg: Internal, out: &mut Outbox) {
         match msg.0 {
-            InternalKind::ToGroup { to, msg } => {
+            InternalKind::ToGroup { to, msg, facts } => {
                 debug_assert_eq!(to, self.index, "a message for another group");
+                if let Some(f) = facts {
+                    self.group.facts = *f;
+                }
                 match msg {
                     super::group::ToGroup::Facts(f) => self.group.facts = f,
                     msg => {
@@ -179,16 +195,39 @@ impl GroupPiece {
     }
 
     /// A peer's status names its stable checkpoint: state transfer and the
-    /// checkpoint votes it may lack are the hub's.
+    /// checkpoint votes it may lack are the hub's (`flush_peer_statuses`).
     fn report_peer_status(&mut self, from: ReplicaId, stable_seq: chorus_core::Seq, lane: LaneId) {
-        self.internal.push(Internal(InternalKind::ToHub {
-            from: self.index,
-            msg: ToHub::PeerStatus {
-                from,
-                stable_seq,
-                lane0: lane.0 == 0,
-            },
-        }));
+        let e = self.peer_pending.entry(from).or_insert((stable_seq, false));
+        e.0 = stable_seq;
+        e.1 |= lane.0 == 0;
+    }
+
+    fn flush_peer_statuses(&mut self, now: Millis) {
+        let every = peer_status_every(&self.cfg);
+        let due: Vec<ReplicaId> = self
+            .peer_pending
+            .keys()
+            .filter(|p| {
+                self.peer_reported
+                    .get(p)
+                    .is_none_or(|t| now.0.saturating_sub(t.0) >= every)
+            })
+            .copied()
+            .collect();
+        for from in due {
+            let Some((stable_seq, lane0)) = self.peer_pending.remove(&from) else {
+                continue;
+            };
+            self.peer_reported.insert(from, now);
+            self.internal.push(Internal(InternalKind::ToHub {
+                from: self.index,
+                msg: ToHub::PeerStatus {
+                    from,
+                    stable_seq,
+                    lane0,
+                },
+            }));
+        }
     }
 
     fn admit(&mut self, now: Millis, req: Request, verify: bool, out: &mut Outbox) {
@@ -262,6 +301,7 @@ impl GroupPiece {
             g.preferred_returns(now, hub, counters, out);
             g.refresh_timers(now, hub, counters, out);
         });
+        self.flush_peer_statuses(now);
         self.group.report_frontier();
         for msg in self.group.take_to_hub() {
             self.internal.push(Internal(InternalKind::ToHub {

@@ -106,3 +106,78 @@ fn an_idle_lane_fills_behind_a_busy_lane_of_another_group() {
         "lane 1 fills slot 0 behind lane 0's slot 1"
     );
 }
+
+/// A replica of `s` with its groups apart and taken out, as the runtime
+/// will run them (`Replica::split_groups`).
+fn split(s: &Setup, me: u32) -> (crate::replica::Replica, Vec<crate::replica::GroupPiece>) {
+    let mut r = replica(s, me);
+    let mut out = crate::io::Outbox::new();
+    r.set_pieces_apart(true, chorus_core::Millis(0), &mut out);
+    let pieces = r.split_groups();
+    (r, pieces)
+}
+
+fn bundle(lane: u32, stable: u64) -> ReplicaMsg {
+    ReplicaMsg::Statuses(chorus_core::StatusBundle {
+        stable_seq: chorus_core::Seq(stable),
+        lanes: vec![chorus_core::LaneProgress {
+            lane: LaneId(lane),
+            view: chorus_core::View(0),
+            next_undecided: Slot(0),
+            suspects: false,
+            awaits_new_view: false,
+        }],
+    })
+}
+
+fn peer_statuses(internal: &[crate::replica::Internal]) -> usize {
+    internal
+        .iter()
+        .filter(|m| format!("{m:?}").contains("PeerStatus"))
+        .count()
+}
+
+/// A peer sending statuses in a loop reaches the hub (state transfer, our
+/// checkpoint votes) once per quarter status interval, with the latest
+/// stable checkpoint it claimed, not once per message.
+#[test]
+fn a_piece_relays_a_flooding_peers_status_at_most_once_a_quarter_interval() {
+    let s = cop2();
+    let (_hub, mut pieces) = split(&s, 0);
+    let piece = &mut pieces[0];
+    let mut out = crate::io::Outbox::new();
+    for k in 0..20 {
+        let ev = Event::Message {
+            from: chorus_core::ReplicaId(1),
+            msg: bundle(0, k),
+        };
+        piece.handle(chorus_core::Millis(100), ev, &mut out);
+    }
+    let first = piece.take_internal();
+    assert_eq!(peer_statuses(&first), 1, "{first:?}");
+    // Held, not lost: the latest claim goes out once the quarter passed.
+    let quarter = s.cfg.params.status_interval_ms / 4;
+    let ev = Event::Message {
+        from: chorus_core::ReplicaId(1),
+        msg: bundle(0, 20),
+    };
+    piece.handle(chorus_core::Millis(100 + quarter), ev, &mut out);
+    let later = piece.take_internal();
+    assert_eq!(peer_statuses(&later), 1);
+    assert!(format!("{later:?}").contains("stable_seq: #20"), "{later:?}");
+}
+
+/// Once the groups run elsewhere, an event for one of them that reaches
+/// the hub by mistake is counted and dropped, never a panic.
+#[test]
+fn a_split_replica_drops_group_events_it_no_longer_holds() {
+    let s = cop2();
+    let (mut hub, pieces) = split(&s, 3);
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(hub.piece_of(&Event::Request(s.request(1, 1, b"x"))), Some(1));
+    handle(&mut hub, 0, Event::Request(s.request(1, 1, b"x")));
+    handle(&mut hub, 0, Event::Timer(crate::io::TimerId::Batch(LaneId(0))));
+    let mut out = crate::io::Outbox::new();
+    hub.handle_verified_request(chorus_core::Millis(0), s.request(0, 1, b"x"), &mut out);
+    assert_eq!(hub.counters().rejected("event-for-detached-group"), 3);
+}
