@@ -922,7 +922,9 @@ impl Replica {
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's
             // pending requests to the new owner before we would propose them).
             let delivered = self.deliver(now, out);
+                        // (The gate is empty but in rcc: no call into the groups then.)
             let released = delivered
+                && self.groups.iter().any(|g| g.holds_owner_held())
                 && self.in_groups(out, |g, hub, counters, out| {
                     g.release_owner_held(now, hub, counters, out)
                 });

@@ -749,6 +749,11 @@ impl LaneGroup {
         *counters.switches.entry(key).or_insert(0) += 1;
     }
 
+        /// Pre-prepares wait for their owner to be known (RCC §III-E).
+    pub(crate) fn holds_owner_held(&self) -> bool {
+        !self.switch_gate.is_empty()
+    }
+
     /// Hand the held pre-prepares whose owners are known now back to their
     /// lanes (which check them again from the start).
     pub(crate) fn release_owner_held(

@@ -96,8 +96,12 @@ impl Hub {
             facts.stable_seq = stable_seq;
         }
         facts.delivered_rounds = self.delivered_rounds(cfg);
-        if !Arc::ptr_eq(&facts.assignments, &self.assignments) {
-            facts.assignments = self.assignments.clone();
+                if facts
+            .assignments
+            .as_ref()
+            .is_none_or(|a| !Arc::ptr_eq(a, &self.assignments))
+        {
+            facts.assignments = Some(self.assignments.clone());
         }
         match self.merger.stream_positions() {
             Some(p) if facts.streams.as_deref() != Some(p) => facts.streams = Some(p.to_vec()),
@@ -117,10 +121,18 @@ impl Hub {
 pub(crate) struct HubFacts {
     stable: Option<Arc<CheckpointCert>>,
     stable_seq: Seq,
-    delivered_rounds: u64,
-    assignments: Arc<Assignments>,
+        delivered_rounds: u64,
+    /// `None` only before the first update (`Default` allocates nothing:
+    /// `LaneGroup::run` swaps the facts out on every call).
+    assignments: Option<Arc<Assignments>>,
     streams: Option<Vec<Slot>>,
     frontier: Option<Seq>,
+}
+
+/// The table before any switch, for facts not updated yet.
+fn no_assignments() -> &'static Assignments {
+    static NONE: std::sync::OnceLock<Assignments> = std::sync::OnceLock::new();
+    NONE.get_or_init(Assignments::default)
 }
 
 impl HubFacts {
@@ -130,7 +142,7 @@ impl HubFacts {
             stable_seq: self.stable_seq,
             owners: OwnerView {
                 cfg,
-                table: &self.assignments,
+                                table: self.assignments.as_deref().unwrap_or_else(|| no_assignments()),
                 delivered_rounds: self.delivered_rounds,
             },
             streams: self.streams.as_deref(),
