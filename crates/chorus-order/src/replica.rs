@@ -560,9 +560,7 @@ impl Replica {
             self.facts_sent.push(g.facts.clone());
         }
         self.apart = on;
-        // sarek's re-predictions are read by the hub's handlers from its
-        // one group's pools: that group stays inside (lane-split.md §4).
-        if self.cfg.params.mode != OrderingMode::Sarek {
+        {
             let cfg = self.cfg.clone();
             let me = self.me;
             self.pieces = std::mem::take(&mut self.groups)
@@ -607,7 +605,12 @@ impl Replica {
 
     fn hub_hears(&mut self, now: Millis, from: usize, msg: group::ToHub, out: &mut Outbox) {
         match msg {
-            group::ToHub::Decided { cell, batch } => self.hub.merger.insert(cell, batch),
+            group::ToHub::Decided { cell, batch } => {
+                if let Some(rp) = self.hub.repredictions.as_mut() {
+                    rp.on_decided(cell.lane, &batch);
+                }
+                self.hub.merger.insert(cell, batch)
+            }
             group::ToHub::LearntStable(c) => {
                 // Verified with the NEW-VIEW; adopted at the next status tick if
                 // it certifies a state we hold (`Checkpointer::take_learnt`).
@@ -922,7 +925,7 @@ impl Replica {
             // (RCC §III-E: a delivered SWITCHINSTANCE moves its client's
             // pending requests to the new owner before we would propose them).
             let delivered = self.deliver(now, out);
-                        // (The gate is empty but in rcc: no call into the groups then.)
+            // (The gate is empty but in rcc: no call into the groups then.)
             let released = delivered
                 && self.groups.iter().any(|g| g.holds_owner_held())
                 && self.in_groups(out, |g, hub, counters, out| {

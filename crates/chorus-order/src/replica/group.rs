@@ -67,6 +67,8 @@ pub(crate) enum ToGroup {
         to: LaneId,
         round: u64,
     },
+    /// SAREK §IV-D: a certified re-prediction waits in `lane`'s pool.
+    Adopt { lane: LaneId, req: Request },
 }
 
 #[derive(Debug)]
@@ -201,6 +203,11 @@ impl LaneGroup {
                 }
             }
             ToGroup::Switched { client, to, round } => self.on_switched(client, to, round),
+            ToGroup::Adopt { lane, req } => {
+                if let Some(s) = self.sarek.as_mut() {
+                    s.pool_mut(lane).adopt(now, &req);
+                }
+            }
         }
     }
 
@@ -319,7 +326,6 @@ impl LaneGroup {
             self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
             if let Some(s) = self.sarek.as_mut() {
                 counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
-                s.repredictions.on_decided(lane, &d.batch);
             }
             self.to_hub.push(ToHub::Decided { cell, batch: d.batch });
         }
@@ -749,7 +755,7 @@ impl LaneGroup {
         *counters.switches.entry(key).or_insert(0) += 1;
     }
 
-        /// Pre-prepares wait for their owner to be known (RCC §III-E).
+    /// Pre-prepares wait for their owner to be known (RCC §III-E).
     pub(crate) fn holds_owner_held(&self) -> bool {
         !self.switch_gate.is_empty()
     }

@@ -28,11 +28,16 @@ pub(crate) struct Hub {
     pub(crate) assignments: Arc<Assignments>,
     /// Per peer: when we last re-sent it our checkpoint votes (`status_bundle.rs`).
     pub(crate) votes_sent: Vec<Option<Millis>>,
+    /// `sarek` (SAREK §IV-D): re-prediction votes and certificates; they
+    /// follow decisions of every partition (`ToHub::Decided`).
+    pub(crate) repredictions: Option<crate::sarek::repredict::RePredictions>,
 }
 
 impl Hub {
     pub(crate) fn new(cfg: &Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Hub {
         Hub {
+            repredictions: (cfg.params.mode == chorus_core::OrderingMode::Sarek)
+                .then(|| crate::sarek::repredict::RePredictions::new(cfg, me, identity.clone())),
             merger: Merger::new(cfg.clone()),
             checkpointer: Checkpointer::new(cfg.clone(), me, identity),
             transfer: StateTransfer::new(cfg.clone(), me),
@@ -96,7 +101,7 @@ impl Hub {
             facts.stable_seq = stable_seq;
         }
         facts.delivered_rounds = self.delivered_rounds(cfg);
-                if facts
+        if facts
             .assignments
             .as_ref()
             .is_none_or(|a| !Arc::ptr_eq(a, &self.assignments))
@@ -121,7 +126,7 @@ impl Hub {
 pub(crate) struct HubFacts {
     stable: Option<Arc<CheckpointCert>>,
     stable_seq: Seq,
-        delivered_rounds: u64,
+    delivered_rounds: u64,
     /// `None` only before the first update (`Default` allocates nothing:
     /// `LaneGroup::run` swaps the facts out on every call).
     assignments: Option<Arc<Assignments>>,
@@ -142,7 +147,7 @@ impl HubFacts {
             stable_seq: self.stable_seq,
             owners: OwnerView {
                 cfg,
-                                table: self.assignments.as_deref().unwrap_or_else(|| no_assignments()),
+                table: self.assignments.as_deref().unwrap_or_else(|| no_assignments()),
                 delivered_rounds: self.delivered_rounds,
             },
             streams: self.streams.as_deref(),

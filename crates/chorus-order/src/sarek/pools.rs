@@ -3,7 +3,6 @@
 //! and released once per partition; each lane's leader proposes from its own
 //! pool only, as in PBFT.
 
-use super::repredict::RePredictions;
 use super::Predictor;
 use crate::io::RejectReason;
 use crate::pool::{Admitted, Pool};
@@ -16,8 +15,6 @@ pub struct SarekPools {
     cfg: Arc<ClusterConfig>,
     pools: Vec<Pool>,
     predictor: Predictor,
-    /// SAREK §IV-D: re-prediction votes and certificates.
-    pub(crate) repredictions: RePredictions,
 }
 
 impl SarekPools {
@@ -27,7 +24,7 @@ impl SarekPools {
                 .map(|l| Pool::for_lane(cfg.clone(), me, identity.clone(), LaneId(l)))
                 .collect(),
             predictor: Predictor::everything(),
-            repredictions: RePredictions::new(&cfg, me, identity),
+
             cfg,
         }
     }
