@@ -468,7 +468,12 @@ impl Replica {
         f: impl FnOnce(&mut group::LaneGroup, &hub::HubView, &mut Counters, &mut Outbox) -> R,
     ) -> R {
         if !self.apart {
-            let frontier = frontier_of(&self.groups);
+            // One group reads its own lanes' frontier (`LaneGroup::frontier`).
+            let frontier = if self.groups.len() > 1 {
+                frontier_of(&self.groups)
+            } else {
+                None
+            };
             self.hub
                 .update_facts(&self.cfg, &mut self.groups[g].facts, frontier);
         }
@@ -938,11 +943,10 @@ impl Replica {
                 break;
             }
         }
+        // Planned returns exist only in sarek, whose lanes are one group:
+        // per group is the same as every lane's returns before any timer.
         self.in_groups(out, |g, hub, counters, out| {
             g.preferred_returns(now, hub, counters, out);
-            false
-        });
-        self.in_groups(out, |g, hub, counters, out| {
             g.refresh_timers(now, hub, counters, out);
             false
         });
