@@ -144,3 +144,73 @@ fn traces_of_the_pinned_matrix_are_unchanged() {
         changed.join("\n")
     );
 }
+
+/// The same guard for the pieces apart (docs/lane-split.md step B2: hub and
+/// lane groups exchanging messages a hop and a jitter apart): a refactor of
+/// the messages between them must leave these alone too.
+const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
+    (
+        OrderingMode::Cop,
+        4,
+        4,
+        11,
+        "069acc4883de3bc9951a156c399417f426e93ca9fad8829251e718338ffe01f6",
+    ),
+    (
+        OrderingMode::Rcc,
+        2,
+        4,
+        11,
+        "947187f30723b1fbf41fdda7a9d8f39abc8b52539aa9cd910ae58a701750f4c4",
+    ),
+    (
+        OrderingMode::Sarek,
+        4,
+        4,
+        11,
+        "796b9cffdb01ad5bf9886ad915f6ef942fda110a7fa6f2960ec3c1f48c598d3f",
+    ),
+];
+
+#[test]
+fn traces_with_the_pieces_apart_are_unchanged() {
+    let print = std::env::var_os("PRINT_TRACES").is_some();
+    let mut changed = Vec::new();
+    for (mode, pillars, n) in [
+        (OrderingMode::Cop, 4, 4),
+        (OrderingMode::Rcc, 2, 4),
+        (OrderingMode::Sarek, 4, 4),
+    ] {
+        let seed = 11;
+        let mut o = options(mode, pillars, n);
+        o.pillar_hop_us = Some(100);
+        o.pillar_jitter_us = 1_500;
+        let report = run_one(&o, seed);
+        assert!(
+            report.ok(),
+            "{mode:?} p{pillars} n{n} seed {seed} apart failed: {report}"
+        );
+        let got = report.trace.to_string();
+        if print {
+            println!("    (OrderingMode::{mode:?}, {pillars}, {n}, {seed}, \"{got}\"),");
+        }
+        match PINNED_APART
+            .iter()
+            .find(|p| (p.0, p.1, p.2, p.3) == (mode, pillars, n, seed))
+        {
+            Some(p) if p.4 == got => {}
+            Some(p) => changed.push(format!(
+                "{mode:?} p{pillars} n{n} seed {seed}: pinned {} now {got}",
+                p.4
+            )),
+            None => changed.push(format!(
+                "{mode:?} p{pillars} n{n} seed {seed}: not pinned (now {got})"
+            )),
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "simulated behaviour apart changed (re-pin only if that was intended):\n{}",
+        changed.join("\n")
+    );
+}
