@@ -143,6 +143,28 @@ fn group_count(cfg: &ClusterConfig) -> usize {
     }
 }
 
+/// What every peer message must pass before any part of the replica reads
+/// it: a sender of the configuration other than us, and the codec's bounds.
+pub(crate) fn check_peer_message(
+    cfg: &ClusterConfig,
+    me: ReplicaId,
+    limits: &Limits,
+    from: ReplicaId,
+    msg: &ReplicaMsg,
+) -> Result<(), &'static str> {
+    if from.index() >= cfg.n() {
+        return Err("bad-sender");
+    }
+    if from == me {
+        return Err("self-message");
+    }
+    if let Err(e) = msg.validate(limits) {
+        tracing::debug!(?from, error = %e, "invalid message");
+        return Err("invalid-bounds");
+    }
+    Ok(())
+}
+
 /// The highest position pre-prepared or decided in any group's lanes.
 fn frontier_of(groups: &[group::LaneGroup]) -> Option<Seq> {
     groups.iter().filter_map(|g| g.own_frontier()).max()
@@ -676,15 +698,8 @@ impl Replica {
 
     fn on_message(&mut self, now: Millis, from: ReplicaId, msg: ReplicaMsg, out: &mut Outbox) {
         let mut cx = Cx::new(now, out, &mut self.counters);
-        if from.index() >= self.cfg.n() {
-            return cx.reject("bad-sender");
-        }
-        if from == self.me {
-            return cx.reject("self-message");
-        }
-        if let Err(e) = msg.validate(&self.limits) {
-            tracing::debug!(?from, error = %e, "invalid message");
-            return cx.reject("invalid-bounds");
+        if let Err(reason) = check_peer_message(&self.cfg, self.me, &self.limits, from, &msg) {
+            return cx.reject(reason);
         }
         match msg {
             ReplicaMsg::Checkpoint(vote) => {

@@ -110,12 +110,16 @@ fn options(mode: OrderingMode, pillars: u32, n: usize) -> SimOptions {
     o
 }
 
-#[test]
-fn traces_of_the_pinned_matrix_are_unchanged() {
+/// Run each configuration and compare its trace digest with `pinned`;
+/// returns what differs. `PRINT_TRACES=1` prints the digests to pin.
+fn compare(
+    pinned: &[(OrderingMode, u32, usize, u64, &str)],
+    runs: Vec<(OrderingMode, u32, usize, u64, SimOptions)>,
+) -> Vec<String> {
     let print = std::env::var_os("PRINT_TRACES").is_some();
     let mut changed = Vec::new();
-    for (mode, pillars, n, seed) in matrix() {
-        let report = run_one(&options(mode, pillars, n), seed);
+    for (mode, pillars, n, seed, opts) in runs {
+        let report = run_one(&opts, seed);
         assert!(
             report.ok(),
             "{mode:?} p{pillars} n{n} seed {seed} failed: {report}"
@@ -124,7 +128,7 @@ fn traces_of_the_pinned_matrix_are_unchanged() {
         if print {
             println!("    (OrderingMode::{mode:?}, {pillars}, {n}, {seed}, \"{got}\"),");
         }
-        match PINNED
+        match pinned
             .iter()
             .find(|p| (p.0, p.1, p.2, p.3) == (mode, pillars, n, seed))
         {
@@ -138,6 +142,16 @@ fn traces_of_the_pinned_matrix_are_unchanged() {
             )),
         }
     }
+    changed
+}
+
+#[test]
+fn traces_of_the_pinned_matrix_are_unchanged() {
+    let runs = matrix()
+        .into_iter()
+        .map(|(mode, pillars, n, seed)| (mode, pillars, n, seed, options(mode, pillars, n)))
+        .collect();
+    let changed = compare(PINNED, runs);
     assert!(
         changed.is_empty(),
         "simulated behaviour changed (re-pin only if that was intended):\n{}",
@@ -174,40 +188,20 @@ const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
 
 #[test]
 fn traces_with_the_pieces_apart_are_unchanged() {
-    let print = std::env::var_os("PRINT_TRACES").is_some();
-    let mut changed = Vec::new();
-    for (mode, pillars, n) in [
+    let runs = [
         (OrderingMode::Cop, 4, 4),
         (OrderingMode::Rcc, 2, 4),
         (OrderingMode::Sarek, 4, 4),
-    ] {
-        let seed = 11;
+    ]
+    .into_iter()
+    .map(|(mode, pillars, n)| {
         let mut o = options(mode, pillars, n);
         o.pillar_hop_us = Some(100);
         o.pillar_jitter_us = 1_500;
-        let report = run_one(&o, seed);
-        assert!(
-            report.ok(),
-            "{mode:?} p{pillars} n{n} seed {seed} apart failed: {report}"
-        );
-        let got = report.trace.to_string();
-        if print {
-            println!("    (OrderingMode::{mode:?}, {pillars}, {n}, {seed}, \"{got}\"),");
-        }
-        match PINNED_APART
-            .iter()
-            .find(|p| (p.0, p.1, p.2, p.3) == (mode, pillars, n, seed))
-        {
-            Some(p) if p.4 == got => {}
-            Some(p) => changed.push(format!(
-                "{mode:?} p{pillars} n{n} seed {seed}: pinned {} now {got}",
-                p.4
-            )),
-            None => changed.push(format!(
-                "{mode:?} p{pillars} n{n} seed {seed}: not pinned (now {got})"
-            )),
-        }
-    }
+        (mode, pillars, n, 11, o)
+    })
+    .collect();
+    let changed = compare(PINNED_APART, runs);
     assert!(
         changed.is_empty(),
         "simulated behaviour apart changed (re-pin only if that was intended):\n{}",

@@ -12,7 +12,7 @@ use crate::counters::{Counters, Cx};
 use crate::io::{Action, Event, Outbox, TimerId};
 use crate::lane::Lane;
 use crate::verify::reject_reason_name;
-use chorus_core::{ClusterConfig, LaneId, Limits, Millis, ReplicaId, ReplicaMsg, Request, Validate};
+use chorus_core::{ClusterConfig, LaneId, Limits, Millis, ReplicaId, ReplicaMsg, Request};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -145,15 +145,8 @@ impl GroupPiece {
 
     fn on_message(&mut self, now: Millis, from: ReplicaId, msg: ReplicaMsg, out: &mut Outbox) {
         let mut cx = Cx::new(now, out, &mut self.counters);
-        if from.index() >= self.cfg.n() {
-            return cx.reject("bad-sender");
-        }
-        if from == self.me {
-            return cx.reject("self-message");
-        }
-        if let Err(e) = msg.validate(&self.limits) {
-            tracing::debug!(?from, error = %e, "invalid message");
-            return cx.reject("invalid-bounds");
+        if let Err(reason) = super::check_peer_message(&self.cfg, self.me, &self.limits, from, &msg) {
+            return cx.reject(reason);
         }
         let Some(lane) = msg.lane().filter(|l| self.group.holds(*l)) else {
             return cx.reject("bad-lane");
