@@ -115,7 +115,7 @@ pub struct Replica {
     /// Apart: each group's last reported frontier, and the facts last sent it.
     pub(crate) group_frontiers: Vec<Option<Seq>>,
     pub(crate) facts_sent: Vec<hub::HubFacts>,
-    /// Apart (every mode but sarek and dispel): the groups as pieces of
+    /// Apart (every mode but dispel): the groups as pieces of
     /// their own (`groups` is empty then), handed the events `piece_of`
     /// names; and how many `split_groups` took out to run elsewhere.
     pub(crate) pieces: Vec<GroupPiece>,
@@ -316,8 +316,12 @@ impl Replica {
     /// 1). Without it every request is predicted to touch every partition,
     /// which is what a service without access sets declares.
     pub fn set_predictor(&mut self, p: Predictor) {
-        if let Some(s) = self.groups.first_mut().and_then(|g| g.sarek.as_mut()) {
-            s.set_predictor(p);
+        let groups = self
+            .groups
+            .iter_mut()
+            .chain(self.pieces.iter_mut().map(|p| &mut p.group));
+        for s in groups.filter_map(|g| g.sarek.as_mut()) {
+            s.set_predictor(p.clone());
         }
     }
 
@@ -653,8 +657,9 @@ impl Replica {
                 from,
                 stable_seq,
                 lane0,
+                at,
             } => {
-                self.hub.transfer.note_peer_stable(from, stable_seq, now);
+                self.hub.transfer.note_peer_stable(from, stable_seq, at);
                 if lane0 {
                     self.send_votes_to_peer(now, from, stable_seq, out);
                 }
@@ -683,9 +688,13 @@ impl Replica {
             return;
         }
         for report in self.groups[g].take_to_hub() {
-            // Only a group apart reports peers' statuses (`piece.rs`):
-            // together the hub reads them itself (`on_message`).
-            debug_assert!(!matches!(report, group::ToHub::PeerStatus { .. }));
+            // Only a piece reports peers' statuses (`piece.rs`): together
+            // the hub reads them itself (`on_message`), so one here is a bug.
+            if matches!(report, group::ToHub::PeerStatus { .. }) {
+                debug_assert!(false, "a peer status reported by a group that is not apart");
+                self.counters.reject("peer-status-from-group");
+                continue;
+            }
             self.hub_hears(Millis(0), g, report, &mut Outbox::new());
         }
     }

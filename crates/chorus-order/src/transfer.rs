@@ -153,7 +153,11 @@ impl StateTransfer {
             return;
         }
         if let Some(s) = self.peer_stable.get_mut(peer.index()) {
-            *s = Some((stable, now));
+            // A claim read earlier than the one we hold (relayed by another
+            // lane group on a slower channel) does not replace it.
+            if s.is_none_or(|(_, at)| at <= now) {
+                *s = Some((stable, now));
+            }
         }
     }
 

@@ -120,8 +120,8 @@ pub struct Live<R> {
     /// keeps its order (`internal_last`).
     pub internal: std::collections::VecDeque<(crate::queue::Micros, chorus_order::Internal)>,
     pub internal_last: BTreeMap<(Option<usize>, Option<usize>), crate::queue::Micros>,
-    /// An `Ev::InternalDue` is scheduled for the head of `internal`.
-    pub internal_scheduled: bool,
+    /// When the scheduled `Ev::InternalDue` fires, if one is.
+    pub internal_wake: Option<crate::queue::Micros>,
 }
 
 impl<R> Live<R> {
@@ -137,7 +137,7 @@ impl<R> Live<R> {
             resent: Default::default(),
             internal: std::collections::VecDeque::new(),
             internal_last: BTreeMap::new(),
-            internal_scheduled: false,
+            internal_wake: None,
         }
     }
 }

@@ -104,17 +104,19 @@ impl<R: SimReplica> World<R> {
         let Some(live) = self.nodes[i].live.as_mut() else {
             return;
         };
-        if live.internal_scheduled {
-            return;
-        }
         let Some(&(due, _)) = live.internal.front() else {
             return;
         };
-        live.internal_scheduled = true;
+        // A wake-up at or before the head is due is enough (one that fires
+        // early finds nothing due and schedules again).
+        if live.internal_wake.is_some_and(|w| w <= due) {
+            return;
+        }
+        live.internal_wake = Some(due);
         if !self.schedule(due, Ev::InternalDue { node: i, incarnation }) {
             // Dropped (a full event queue): the next message tries again.
             if let Some(live) = self.nodes[i].live.as_mut() {
-                live.internal_scheduled = false;
+                live.internal_wake = None;
             }
         }
     }
@@ -126,7 +128,11 @@ impl<R: SimReplica> World<R> {
         }
         let now = self.now_us();
         if let Some(live) = self.nodes[i].live.as_mut() {
-            live.internal_scheduled = false;
+            // A wake-up scheduled for a later head may still come: it finds
+            // nothing due, which is harmless.
+            if live.internal_wake.is_some_and(|w| w <= now) {
+                live.internal_wake = None;
+            }
         }
         loop {
             let Some(live) = self.nodes[i].live.as_mut() else {

@@ -168,21 +168,21 @@ const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
         4,
         4,
         11,
-        "069acc4883de3bc9951a156c399417f426e93ca9fad8829251e718338ffe01f6",
+        "eef11bdc9cfdd8aafa710c48d5a1ef4e4f36be7180b19c24368c9fb5341e4176",
     ),
     (
         OrderingMode::Rcc,
         2,
         4,
         11,
-        "947187f30723b1fbf41fdda7a9d8f39abc8b52539aa9cd910ae58a701750f4c4",
+        "cf6c796648655cee43a23b4be271e9e57425e250680abd22f1e17d009bdd0f3b",
     ),
     (
         OrderingMode::Sarek,
         4,
         4,
         11,
-        "796b9cffdb01ad5bf9886ad915f6ef942fda110a7fa6f2960ec3c1f48c598d3f",
+        "f767ef6aa8e07ddf8669ad50532852cb410e1ebb0db123ab372d1bd345fa320d",
     ),
 ];
 

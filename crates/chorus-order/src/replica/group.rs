@@ -41,6 +41,8 @@ pub(crate) enum ToHub {
         from: ReplicaId,
         stable_seq: Seq,
         lane0: bool,
+        /// When the group read it (the claim's age counts from then).
+        at: Millis,
     },
 }
 

@@ -34,7 +34,7 @@ pub struct GroupPiece {
     /// whether one came from their lane 0), and when each peer's was last
     /// reported: at most one report per peer per `PEER_STATUS_EVERY`, so a
     /// peer sending statuses in a loop is not relayed one-for-one.
-    peer_pending: std::collections::BTreeMap<ReplicaId, (chorus_core::Seq, bool)>,
+    peer_pending: std::collections::BTreeMap<ReplicaId, (chorus_core::Seq, bool, Millis)>,
     peer_reported: std::collections::BTreeMap<ReplicaId, Millis>,
 }
 
@@ -168,7 +168,7 @@ impl GroupPiece {
                 {
                     return cx.reject("bad-status-bundle");
                 }
-                self.report_peer_status(from, b.stable_seq, b.lanes[0].lane);
+                self.report_peer_status(now, from, b.stable_seq, b.lanes[0].lane);
                 let counters = &mut self.counters;
                 self.group.run(|g, hub| {
                     for st in b.statuses() {
@@ -178,7 +178,7 @@ impl GroupPiece {
             }
             other => {
                 if let ReplicaMsg::Status(st) = &other {
-                    self.report_peer_status(from, st.stable_seq, st.lane);
+                    self.report_peer_status(now, from, st.stable_seq, st.lane);
                 }
                 let counters = &mut self.counters;
                 self.group
@@ -189,10 +189,17 @@ impl GroupPiece {
 
     /// A peer's status names its stable checkpoint: state transfer and the
     /// checkpoint votes it may lack are the hub's (`flush_peer_statuses`).
-    fn report_peer_status(&mut self, from: ReplicaId, stable_seq: chorus_core::Seq, lane: LaneId) {
-        let e = self.peer_pending.entry(from).or_insert((stable_seq, false));
+    fn report_peer_status(
+        &mut self,
+        now: Millis,
+        from: ReplicaId,
+        stable_seq: chorus_core::Seq,
+        lane: LaneId,
+    ) {
+        let e = self.peer_pending.entry(from).or_insert((stable_seq, false, now));
         e.0 = stable_seq;
         e.1 |= lane.0 == 0;
+        e.2 = now;
     }
 
     fn flush_peer_statuses(&mut self, now: Millis) {
@@ -208,7 +215,7 @@ impl GroupPiece {
             .copied()
             .collect();
         for from in due {
-            let Some((stable_seq, lane0)) = self.peer_pending.remove(&from) else {
+            let Some((stable_seq, lane0, at)) = self.peer_pending.remove(&from) else {
                 continue;
             };
             self.peer_reported.insert(from, now);
@@ -218,6 +225,7 @@ impl GroupPiece {
                     from,
                     stable_seq,
                     lane0,
+                    at,
                 },
             }));
         }
