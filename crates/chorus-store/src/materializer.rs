@@ -71,6 +71,11 @@ impl Materializer {
         })
     }
 
+    /// A job was handed over and its outcome not collected yet.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// Hand a job over; the previous one must have been collected.
     pub fn submit(&mut self, job: Job) -> Result<()> {
         assert!(!self.in_flight, "one materialization at a time");

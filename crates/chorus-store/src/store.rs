@@ -55,6 +55,9 @@ pub struct StoreStats {
     pub wal_pending_appends: u64,
     /// Times the write-ahead log was brought into the tables, since open.
     pub materializations: u64,
+    /// Hand-overs put off because the previous one was still being
+    /// brought into the tables (the writer did not wait), since open.
+    pub deferred_hand_overs: u64,
 }
 
 /// Durable storage of one replica (DESIGN §3 "Storage"). Not shared between
@@ -77,6 +80,7 @@ pub struct Store {
     /// Commits segments' records to the tables off this thread.
     materializer: Materializer,
     materializations: u64,
+    deferred_hand_overs: u64,
     /// Set by a failed write, sync or commit after records reached the log:
     /// from then on every call that writes is refused.
     failed: Option<String>,
@@ -100,6 +104,9 @@ pub const COMPACT_MIN_BYTES: u64 = 4 << 20;
 pub const MATERIALIZE_EVERY_APPENDS: u64 = 512;
 /// ... or once the current segment holds this many bytes.
 pub const MATERIALIZE_BYTES: u64 = 64 << 20;
+/// A hand-over due while the previous one still materializes waits until
+/// the log holds this many times the thresholds above (`after_write`).
+pub const DEFER_HAND_OVER_FACTOR: u64 = 2;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,6 +222,7 @@ impl Store {
             in_flight_appends: 0,
             materializer,
             materializations: 0,
+            deferred_hand_overs: 0,
             failed: None,
             opts,
             layout,
@@ -300,6 +308,17 @@ impl Store {
         {
             // The append is in the log already: a failure from here on
             // stops the store rather than report the append as not written.
+            self.collect(false)?;
+            // The previous hand-over still materializing: go on in this
+            // segment instead of waiting for its tables' commit (the writer
+            // may be a pillar thread serving connections: docs/known-issues.md),
+            // until the log is far behind, where waiting is the back-pressure.
+            let far_behind = self.pending_appends >= DEFER_HAND_OVER_FACTOR * MATERIALIZE_EVERY_APPENDS
+                || self.wal.len() >= DEFER_HAND_OVER_FACTOR * MATERIALIZE_BYTES;
+            if self.materializer.in_flight() && !far_behind {
+                self.deferred_hand_overs += 1;
+                return Ok(());
+            }
             if let Err(e) = self.hand_over() {
                 return Err(if self.failed.is_some() { e } else { self.fail(e) });
             }
@@ -569,6 +588,7 @@ impl Store {
             wal_bytes: self.wal.disk_bytes(),
             wal_pending_appends: self.pending_appends + self.in_flight_appends,
             materializations: self.materializations,
+            deferred_hand_overs: self.deferred_hand_overs,
         })
     }
 
@@ -793,6 +813,44 @@ mod tests {
                 std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
             }
         }
+    }
+
+    /// A hand-over due while the previous one is still being committed to
+    /// the tables does not wait for it (docs/known-issues.md: with the core
+    /// inline, the writer is a pillar thread): the log goes on in its
+    /// segment, and nothing is lost once the commit finishes. The
+    /// materializer is held by the tables' write lock (a commit waits on it).
+    #[test]
+    fn an_append_does_not_wait_for_the_materialization_in_flight() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::open(d.path(), FsyncPolicy::Off, 1).unwrap();
+        let hold = Arc::clone(&s.db);
+        let guard = hold.write().unwrap();
+        let n = MATERIALIZE_EVERY_APPENDS;
+        // The n-th append hands the log over; that job waits on the lock.
+        for slot in 0..n {
+            s.append(&[accepted(slot)]).unwrap();
+        }
+        let segment = s.wal.segment();
+        // Another n: the next hand-over is due while the first is in flight.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for slot in n..2 * n {
+                s.append(&[accepted(slot)]).unwrap();
+            }
+            let _ = tx.send(s);
+        });
+        let mut s = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("an append waited for the materialization in flight");
+        assert_eq!(
+            s.wal.segment(),
+            segment,
+            "no second hand-over while one is in flight"
+        );
+        assert!(s.deferred_hand_overs >= 1, "the hand-over was put off");
+        drop(guard);
+        assert_eq!(s.load().unwrap(), (0..2 * n).map(accepted).collect::<Vec<_>>());
     }
 
     /// A crash while a segment is on its way into the tables (held there by
