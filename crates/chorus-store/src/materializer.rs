@@ -4,9 +4,12 @@
 //! hands a full segment's records over here (issue 13 item 2: one write and
 //! at most one fdatasync per round on the hot path).
 //!
-//! At most one job is in flight: the store waits for it before handing over
-//! the next, which bounds memory at two segments' records and is the
-//! back-pressure when the disk cannot keep up.
+//! At most one job is in flight. A hand-over the append count or size makes
+//! due meanwhile is put off (the writer keeps appending to its segment)
+//! until the log is `DEFER_HAND_OVER_FACTOR` times past those thresholds; a
+//! checkpoint's, or one that far behind, waits for the job: that bounds
+//! memory at two segments' records (the pending one up to that factor
+//! larger) and is the back-pressure when the disk cannot keep up.
 
 use crate::error::{Result, StoreError};
 use crate::schema::Layout;

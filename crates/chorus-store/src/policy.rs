@@ -23,7 +23,9 @@
 //! - `off`: no fsync on the write path and `sync` is a no-op. Appends still
 //!   reach the page cache at once (a killed process loses nothing), and the
 //!   tables are committed durably at every materialization (each stable
-//!   checkpoint, at least every `MATERIALIZE_EVERY_APPENDS` appends) and on
+//!   checkpoint, at least every `MATERIALIZE_EVERY_APPENDS` appends, or up
+//!   to `DEFER_HAND_OVER_FACTOR` times that while the previous one is still
+//!   committing) and on
 //!   `close` or drop; the log is also fsynced every
 //!   `OFF_DURABLE_EVERY_APPENDS`-th append. A machine crash loses the appends
 //!   since the last of these, so a replica that crashes under `off` may
