@@ -97,12 +97,22 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         assert!(counter(&s0, "chorus_lane_proposals_total", Some(("lane", lane))) > 0.0);
     }
     assert!(counter(&s, "chorus_executed_requests_total", None) >= 60.0);
-    // The pillars checked pre-prepares ahead of the core (COP §4,
-    // `chorus_order::pre_check`): the mechanism is live, not only tested.
-    let pre_verified: f64 = (0..4)
-        .map(|r| counter(&scrape(&c, r), "chorus_signatures_pre_verified_total", None))
-        .sum();
-    assert!(pre_verified > 0.0, "no signature was checked in a pillar");
+    // cop at two pillars runs each lane's consensus on its pillar (COP §4,
+    // `lane_split.rs`): every replica says so, and has no pre-checks to do
+    // (the group checks its lanes' signatures on the pillar's thread).
+    for r in 0..4 {
+        let s = scrape(&c, r);
+        assert_eq!(
+            gauge(&s, "chorus_lane_groups_on_pillars", None),
+            2.0,
+            "replica {r}"
+        );
+        assert_eq!(
+            counter(&s, "chorus_signatures_pre_verified_total", None),
+            0.0,
+            "replica {r}"
+        );
+    }
     // The client learnt the view from f + 1 replicas before sending to the
     // primary alone (leader-first, the default).
     let asked: f64 = (0..4)
@@ -191,4 +201,25 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// A mode whose lanes stay on the core with several pillars (sarek here)
+/// has its pillars check signatures ahead of the core
+/// (`chorus_order::pre_check`): live in a running replica, not only tested.
+#[test]
+fn pillars_check_signatures_ahead_of_a_core_that_runs_the_lanes() {
+    let c = TestCluster::new_in_range(6_000, 10, OrderingMode::Sarek, 2, 2, |_| {});
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    rt().block_on(put(&c, "p", 40));
+    let mut pre_verified = 0.0;
+    for r in 0..4 {
+        let s = scrape(&c, r);
+        assert_eq!(
+            gauge(&s, "chorus_lane_groups_on_pillars", None),
+            0.0,
+            "replica {r}"
+        );
+        pre_verified += counter(&s, "chorus_signatures_pre_verified_total", None);
+    }
+    assert!(pre_verified > 0.0, "no signature was checked in a pillar");
 }

@@ -34,9 +34,26 @@ pub enum CoreInput {
     },
     /// `sarek`: the executor suspended a mis-predicted request (SAREK §IV-D).
     Mispredicted(chorus_core::RePrediction),
+    /// From a lane group on its pillar (`piece_task.rs`), in the order it
+    /// made them: decisions, learnt checkpoints, its frontier, peers' statuses.
+    Internal(chorus_order::Internal),
     /// Several of the above that a pillar read in one burst: one channel
     /// hop and one wake-up of the core instead of one each (never nested).
     Many(Vec<CoreInput>),
+}
+
+/// Capacity of each lane group's input (`piece_task.rs`).
+pub const PIECE_CHANNEL_CAP: usize = 8_192;
+
+/// Into a lane group running on its pillar (`piece_task.rs`).
+pub enum PieceInput {
+    /// One of its lanes' messages, read by its pillar.
+    Peer { from: ReplicaId, msg: ReplicaMsg },
+    /// A request of a client its lane owns, verified by the pillar that
+    /// read it (this one, or another that forwarded it).
+    Request(Request),
+    /// From the hub (`core_thread.rs`), in the order the hub made them.
+    Internal(chorus_order::Internal),
 }
 
 /// Into a pillar thread.

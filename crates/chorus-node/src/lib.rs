@@ -2,17 +2,20 @@
 
 pub mod channels;
 pub mod core_thread;
+pub mod driver;
 pub mod embed;
 pub mod exec_thread;
 pub mod fatal;
 pub mod frame_queue;
 pub mod keygen;
+pub mod lane_split;
 pub mod latency;
 pub mod metrics;
 pub mod metrics_http;
 pub mod metrics_status;
 pub mod node_config;
 pub mod outbox_thread;
+pub mod piece_task;
 pub mod pillar;
 pub mod process_stats;
 pub mod queue;

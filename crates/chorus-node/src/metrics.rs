@@ -68,6 +68,9 @@ pub struct Metrics {
     pub messages_in: Family<KindLabel, Counter>,
     /// Peer signatures a pillar verified ahead of the core (`pre_check`).
     pub signatures_pre_verified: Counter,
+    /// Lane groups whose consensus runs on their pillars' threads
+    /// (`lane_split.rs`; 0 when every lane runs on the core).
+    pub lane_groups_on_pillars: Gauge,
     pub messages_out: Counter,
     pub frames_dropped: Family<ReasonLabel, Counter>,
     pub delivered_batches: Counter,
@@ -124,6 +127,7 @@ impl Default for Metrics {
             requests_rejected: Family::default(),
             messages_in: Family::default(),
             signatures_pre_verified: Counter::default(),
+            lane_groups_on_pillars: Gauge::default(),
             messages_out: Counter::default(),
             frames_dropped: Family::default(),
             delivered_batches: Counter::default(),
@@ -188,6 +192,11 @@ impl Metrics {
             "signatures_pre_verified",
             "peer signatures a pillar verified ahead of the protocol core",
             signatures_pre_verified
+        );
+        reg!(
+            "lane_groups_on_pillars",
+            "lane groups whose consensus runs on their pillars' threads",
+            lane_groups_on_pillars
         );
         reg!("messages_out", "replica messages sent", messages_out);
         reg!("frames_dropped", "frames dropped, by reason", frames_dropped);

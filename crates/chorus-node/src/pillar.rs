@@ -4,7 +4,7 @@
 //! needs no total order: framing, channel authentication, decoding, client
 //! authenticator checks and reply writing.
 
-use crate::channels::{CoreInput, ExecInput, PillarInput};
+use crate::channels::{CoreInput, ExecInput, PieceInput, PillarInput};
 use crate::frame_queue::{frame_queue, FrameQueueRx, FrameQueueTx, Offer, CLIENT_QUEUE_BYTES};
 use crate::metrics::Metrics;
 use bytes::Bytes;
@@ -50,6 +50,12 @@ pub struct PillarThread {
     /// The protocol core, when this pillar hosts it (`runtime::core_on_pillar`):
     /// it runs as a task of this thread, and its end ends the pillar.
     pub hosted_core: Option<crate::core_thread::CoreThread>,
+    /// This pillar's lane group, when the lanes run on their pillars
+    /// (`lane_split.rs`): a task of this thread; its end ends the pillar.
+    pub lane_group: Option<crate::piece_task::PieceTask>,
+    /// Every pillar's lane group input, by pillar (empty unless split):
+    /// lane messages go to ours, requests to their owner lane's.
+    pub lane_groups: Vec<mpsc::Sender<PieceInput>>,
 }
 
 /// Admission gates shared by all pillars of a replica: one for the client
@@ -157,6 +163,8 @@ struct Shared {
     core_status: watch::Receiver<crate::status::CoreStatus>,
     /// Checks peers' messages ahead of the core (`chorus_order::pre_check`).
     pre_checker: RefCell<chorus_order::pre_check::PreChecker>,
+    /// `PillarThread::lane_groups`.
+    lane_groups: Vec<mpsc::Sender<PieceInput>>,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
@@ -200,8 +208,12 @@ impl PillarThread {
             core_status: self.core_status.clone(),
             pre_checker: RefCell::new(chorus_order::pre_check::PreChecker::new(
                 &self.config,
-                pre_check_policy(&self.config, self.hosted_core.is_some()),
+                pre_check_policy(
+                    &self.config,
+                    self.hosted_core.is_some() || !self.lane_groups.is_empty(),
+                ),
             )),
+            lane_groups: self.lane_groups.clone(),
             responder: Responder::new(
                 self.identity.clone(),
                 PeerRole::Replica {
@@ -249,11 +261,16 @@ impl PillarThread {
             .hosted_core
             .take()
             .map(|c| tokio::task::spawn_local(c.run_async()));
+        let mut group = self.lane_group.take().map(|g| tokio::task::spawn_local(g.run()));
         loop {
             tokio::select! {
+                biased;
                 _ = self.shutdown.changed() => break,
                 ended = core_ended(&mut core) => {
-                    return hosted_core_outcome(ended, *self.shutdown.borrow());
+                    return hosted_outcome(ended, *self.shutdown.borrow(), HOSTS_CORE);
+                }
+                ended = core_ended(&mut group) => {
+                    return hosted_outcome(ended, *self.shutdown.borrow(), HOSTS_GROUP);
                 }
                 input = self.input.recv() => {
                     let Some(input) = input else { break };
@@ -286,7 +303,7 @@ impl PillarThread {
         // A hosted core sees the shutdown too: let it end its round, so its
         // store is closed cleanly before this thread ends.
         if let Some(task) = core {
-            return hosted_core_outcome(task.await, true);
+            return hosted_outcome(task.await, true, HOSTS_CORE);
         }
         Ok(())
     }
@@ -294,7 +311,8 @@ impl PillarThread {
 
 type CoreTask = tokio::task::JoinHandle<anyhow::Result<()>>;
 
-/// When the hosted core's task ends (never, if this pillar hosts none).
+/// When a hosted task (the core, a lane group) ends (never, if this
+/// pillar hosts none).
 async fn core_ended(core: &mut Option<CoreTask>) -> Result<anyhow::Result<()>, tokio::task::JoinError> {
     match core {
         Some(task) => task.await,
@@ -302,24 +320,29 @@ async fn core_ended(core: &mut Option<CoreTask>) -> Result<anyhow::Result<()>, t
     }
 }
 
-/// The pillar's own outcome once the core it hosts has ended: the core's
-/// error or panic is the pillar's (fatal: `fatal::spawn` stops the replica),
-/// and so is a core that stopped outside a shutdown.
-fn hosted_core_outcome(
+const HOSTS_CORE: &str = "the protocol core it hosts";
+const HOSTS_GROUP: &str = "its lane group (the consensus of its lanes)";
+
+/// The pillar's own outcome once the core or lane group it hosts (`what`)
+/// has ended: its error or panic is the pillar's (fatal: `fatal::spawn`
+/// stops the replica and names the pillar), and so is one that stopped
+/// outside a shutdown.
+fn hosted_outcome(
     ended: Result<anyhow::Result<()>, tokio::task::JoinError>,
     stopping: bool,
+    what: &str,
 ) -> anyhow::Result<()> {
     match ended {
         Ok(Ok(())) if stopping => Ok(()),
-        Ok(Ok(())) => anyhow::bail!("the protocol core it hosts stopped unexpectedly"),
-        Ok(Err(e)) => Err(e.context("the protocol core it hosts failed")),
+        Ok(Ok(())) => anyhow::bail!("{what} stopped unexpectedly"),
+        Ok(Err(e)) => Err(e.context(format!("{what} failed"))),
         // An error, not a resumed panic: unwinding would skip `run`'s
         // bounded runtime shutdown.
         Err(e) if e.is_panic() => anyhow::bail!(
-            "the protocol core it hosts panicked: {}",
+            "{what} panicked: {}",
             crate::fatal::panic_message(e.into_panic().as_ref())
         ),
-        Err(e) => anyhow::bail!("the protocol core it hosts was cancelled: {e}"),
+        Err(e) => anyhow::bail!("{what} was cancelled: {e}"),
     }
 }
 
@@ -631,6 +654,16 @@ async fn read_peer(
                 kind: msg.kind().into(),
             })
             .inc();
+        // Lanes on their pillars: this pillar's lane group checks and
+        // orders its lanes' messages itself, on this thread (COP §4).
+        if msg.lane().is_some() {
+            if let Some(group) = shared.lane_groups.get(shared.index) {
+                if group.send(PieceInput::Peer { from, msg }).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         // Copied out: the status is not held while signatures are checked.
         let lane_now = msg
             .lane()
@@ -851,7 +884,21 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                     while seen.len() > SEEN_SEQS_MAX {
                         seen.pop_first();
                     }
-                    burst.push(CoreInput::Request(req));
+                    if shared.lane_groups.is_empty() {
+                        burst.push(CoreInput::Request(req));
+                    } else {
+                        // Its owner lane's group admits it, on that lane's
+                        // pillar (this one, or another: docs/lane-split.md
+                        // step C item 4).
+                        let g = shared.config.owner_lane(client).index() % shared.lane_groups.len();
+                        if shared.lane_groups[g]
+                            .send(PieceInput::Request(req))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
                 }
             }
             ClientMsg::StatusQuery => {
@@ -859,7 +906,9 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             }
             // PBFT §4.1: a leader-first client learns the views here, at the
             // cost of a copy of the core's last published status (≤ 100 ms
-            // old), not of a status report with its state digest.
+            // old; ≤ 200 ms with the lanes on their pillars, whose own
+            // statuses the core merges), not of a status report with its
+            // state digest.
             ClientMsg::ViewQuery => {
                 shared.metrics.view_queries.inc();
                 let views = shared.core_status.borrow().views.clone();

@@ -1,7 +1,8 @@
 //! Starting a replica process: storage, executor, core, pillars, metrics.
 
 use crate::channels::*;
-use crate::core_thread::{CoreThread, Downstream};
+use crate::core_thread::CoreThread;
+use crate::driver::{Downstream, Driver};
 use crate::exec_thread::ExecThread;
 use crate::metrics::Metrics;
 use crate::node_config::LoadedNode;
@@ -173,7 +174,27 @@ fn run_replica_parts(
         pillar_rxs.push(rx);
     }
 
-    let hosted = core_on_pillar(&config);
+    // One clock origin for the core and every lane group (`Driver`).
+    let start = std::time::Instant::now();
+    let mut initial = chorus_order::Outbox::new();
+    let mut replica = crate::core_thread::build_replica(
+        &config,
+        me,
+        &identity,
+        records,
+        predictor,
+        chorus_core::Millis(0),
+        &mut initial,
+    );
+    let lanes_on_pillars = crate::lane_split::lanes_on_pillars(&config);
+    let pieces = if lanes_on_pillars {
+        crate::lane_split::split(&mut replica, chorus_core::Millis(0), &mut initial)
+    } else {
+        Vec::new()
+    };
+    // Lane groups on their pillars write through the stage's queue too, so
+    // the stage has a thread of its own, and so has the hub.
+    let hosted = !lanes_on_pillars && core_on_pillar(&config);
     let inline = hosted && outbox_inline(fsync);
     let stage = OutboxStage::new(
         store,
@@ -184,6 +205,7 @@ fn run_replica_parts(
         inline,
     );
     let mut outbox_handle = None;
+    let mut stage_queue = None;
     let downstream = if inline {
         Downstream::Inline(Box::new(stage))
     } else {
@@ -198,24 +220,56 @@ fn run_replica_parts(
             shutdown_rx.clone(),
             move || outbox.run(),
         )?);
+        stage_queue = Some(outbox_tx.clone());
         if hosted {
             Downstream::thread_from_pillar(outbox_tx)
         } else {
             Downstream::thread(outbox_tx)
         }
     };
+    // Each lane group's task, for its pillar (empty unless split).
+    let mut group_txs = Vec::new();
+    let mut group_status = Vec::new();
+    let mut piece_tasks: Vec<Option<crate::piece_task::PieceTask>> = Vec::new();
+    for (piece, piece_initial) in pieces {
+        let (tx, rx) = mpsc::channel(PIECE_CHANNEL_CAP);
+        let (status_tx, status_rx) = watch::channel(piece.status_part());
+        let queue = stage_queue
+            .clone()
+            .context("lane groups on their pillars need the outbox stage on its own thread")?;
+        group_txs.push(tx);
+        group_status.push(status_rx);
+        piece_tasks.push(Some(crate::piece_task::PieceTask {
+            piece,
+            initial: piece_initial,
+            input: rx,
+            hub: core_tx.clone(),
+            driver: Driver::new(Downstream::thread_from_pillar(queue), start),
+            status: status_tx,
+            shutdown: shutdown_rx.clone(),
+        }));
+    }
+    drop(stage_queue);
+    if lanes_on_pillars && piece_tasks.len() != pillars {
+        bail!("{} lane groups for {pillars} pillars", piece_tasks.len());
+    }
+    metrics.lane_groups_on_pillars.set(piece_tasks.len() as i64);
+    // The replica's first round (recovery's view records and messages, the
+    // hub's timers) is queued to the stage before any thread that could
+    // send on the strength of it starts (persist-before-send across the
+    // hub and the lane groups).
+    let mut driver = Driver::new(downstream, start);
+    driver.perform(&mut initial)?;
     let core = CoreThread {
-        config: config.clone(),
-        me,
-        identity: identity.clone(),
-        records,
+        replica,
+        driver,
         input: core_rx,
         from_exec: exec_core_rx,
-        outbox: downstream,
         status: status_tx,
         metrics: metrics.clone(),
         shutdown: shutdown_rx.clone(),
-        predictor,
+        groups: group_txs.clone(),
+        group_status,
     };
     let (mut hosted_core, mut core_handle) = (None, None);
     if hosted {
@@ -265,6 +319,8 @@ fn run_replica_parts(
             gates: gates.clone(),
             core_status: status_rx.clone(),
             hosted_core: if p == 0 { hosted_core.take() } else { None },
+            lane_group: piece_tasks.get_mut(p).and_then(Option::take),
+            lane_groups: group_txs.clone(),
         };
         let handle = crate::fatal::spawn(
             &format!("chorus-pillar-{p}"),
@@ -296,9 +352,10 @@ fn run_replica_parts(
             "replica {me} up: {} mode, {} pillar(s), core {}, peers on {}:{}.., clients on {}:{}",
             format!("{:?}", config.params.mode).to_lowercase(),
             pillars,
-            match (hosted, inline) {
-                (true, true) => "on pillar 0 (outbox inline)",
-                (true, false) => "on pillar 0 (outbox on its own thread)",
+            match (hosted, inline, lanes_on_pillars) {
+                (true, true, _) => "on pillar 0 (outbox inline)",
+                (true, false, _) => "on pillar 0 (outbox on its own thread)",
+                (false, _, true) => "on its own thread, lanes on their pillars",
                 _ => "on its own thread",
             },
             info.host,

@@ -205,6 +205,27 @@ impl Internal {
 
 pub use piece::GroupPiece;
 
+/// One piece's share of `ReplicaStatus` (`GroupPiece::status_part`), which
+/// the runtime carries from the piece's thread to the hub's
+/// (`Replica::status_with`).
+#[derive(Clone, Debug, Default)]
+pub struct PieceStatus {
+    pub lanes: Vec<PieceLane>,
+    pub pool_len: usize,
+    /// Pool entries in flight at a cell that does not list them.
+    pub orphaned: usize,
+    pub counters: Counters,
+}
+
+/// One lane of a `PieceStatus`.
+#[derive(Clone, Debug)]
+pub struct PieceLane {
+    pub lane: LaneId,
+    pub view: View,
+    pub view_changing: bool,
+    pub status: LaneStatus,
+}
+
 impl Replica {
     fn build(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity) -> Replica {
         assert!(me.index() < cfg.n(), "replica {me:?} is not in the configuration");
@@ -437,31 +458,35 @@ impl Replica {
     /// `status` while the groups are pieces: the hub's part, with every
     /// piece's lanes and counters (each lane's limits as its group sees them).
     fn status_of_pieces(&self) -> ReplicaStatus {
-        let mut lanes: Vec<(&Lane, usize)> = self
-            .pieces
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| p.lanes().map(move |l| (l, i)))
-            .collect();
-        lanes.sort_by_key(|(l, _)| l.id());
-        let orphaned = self.pieces.iter().map(|p| p.group.orphaned_in_flight()).sum();
+        let parts: Vec<PieceStatus> = self.pieces.iter().map(|p| p.status_part()).collect();
+        self.status_with(&parts)
+    }
+
+    /// `status` of a replica whose groups run elsewhere (`split_groups`):
+    /// the hub's part, with the parts the pieces published
+    /// (`GroupPiece::status_part`). A piece that has not published yet
+    /// (the default part) is missing from `views` and `lanes`.
+    pub fn status_with(&self, parts: &[PieceStatus]) -> ReplicaStatus {
+        let mut lanes: Vec<&PieceLane> = parts.iter().flat_map(|p| &p.lanes).collect();
+        lanes.sort_by_key(|l| l.lane);
+        let orphaned = parts.iter().map(|p| p.orphaned).sum();
         let mut counters = self.counters.clone();
-        for p in &self.pieces {
-            counters.merge(p.counters());
+        for p in parts {
+            counters.merge(&p.counters);
         }
         ReplicaStatus {
             me: self.me,
             next_delivery: self.hub.delivered(),
             stable_seq: self.hub.stable_seq(),
-            views: lanes.iter().map(|(l, _)| l.view()).collect(),
-            view_changing: lanes.iter().map(|(l, _)| !l.is_active()).collect(),
-            next_undecided: lanes.iter().map(|(l, _)| l.next_undecided()).collect(),
-            pool_len: self.pieces.iter().map(|p| p.group.pool_len()).sum(),
+            views: lanes.iter().map(|l| l.view).collect(),
+            view_changing: lanes.iter().map(|l| l.view_changing).collect(),
+            next_undecided: lanes.iter().map(|l| l.status.next_undecided).collect(),
+            pool_len: parts.iter().map(|p| p.pool_len).sum(),
             lanes: lanes
                 .iter()
-                .map(|(l, i)| {
-                    let g = &self.pieces[*i].group;
-                    g.lane_status(l.id(), &g.facts.view(&self.cfg), orphaned)
+                .map(|l| LaneStatus {
+                    orphaned,
+                    ..l.status.clone()
                 })
                 .collect(),
             counters,

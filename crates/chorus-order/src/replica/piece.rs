@@ -86,6 +86,27 @@ impl GroupPiece {
         self.group.wall_ms = ms;
     }
 
+    /// This piece's lanes and counters, for the hub's `Replica::status_with`
+    /// (each lane's limits as this group sees them).
+    pub fn status_part(&self) -> super::PieceStatus {
+        let orphaned = self.group.orphaned_in_flight();
+        let view = self.group.facts.view(&self.cfg);
+        super::PieceStatus {
+            lanes: self
+                .lanes()
+                .map(|l| super::PieceLane {
+                    lane: l.id(),
+                    view: l.view(),
+                    view_changing: !l.is_active(),
+                    status: self.group.lane_status(l.id(), &view, orphaned),
+                })
+                .collect(),
+            pool_len: self.group.pool_len(),
+            orphaned,
+            counters: self.counters.clone(),
+        }
+    }
+
     /// Messages for the hub since the last call.
     pub fn take_internal(&mut self) -> Vec<Internal> {
         std::mem::take(&mut self.internal)

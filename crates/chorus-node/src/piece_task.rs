@@ -1,0 +1,104 @@
+//! A lane group on its pillar's thread (COP §4: a pillar runs whole PBFT
+//! instances; docs/lane-split.md step C). It handles its lanes' messages,
+//! its clients' requests and its own timers, writes each round through the
+//! outbox stage like the core does, and talks to the hub (the core) only by
+//! `Internal` messages.
+
+use crate::channels::{CoreInput, PieceInput};
+use crate::core_thread::STATUS_PUBLISH;
+use crate::driver::{wall_ms, Driver};
+use anyhow::Result;
+use chorus_order::{Event, GroupPiece, Outbox, PieceStatus};
+use tokio::sync::{mpsc, watch};
+
+/// Inputs handled before a round is written, at most.
+const DRAIN_MAX: usize = 256;
+
+pub struct PieceTask {
+    pub piece: GroupPiece,
+    /// What the replica's start emitted for this group (its timers).
+    pub initial: Outbox,
+    pub input: mpsc::Receiver<PieceInput>,
+    pub hub: mpsc::Sender<CoreInput>,
+    pub driver: Driver,
+    /// This group's lanes and counters, merged by the hub into the
+    /// replica's status (`Replica::status_with`).
+    pub status: watch::Sender<PieceStatus>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl PieceTask {
+    /// Until shutdown, or a fatal error (returned; its pillar's).
+    pub async fn run(mut self) -> Result<()> {
+        let mut out = std::mem::take(&mut self.initial);
+        self.round(&mut out).await?;
+        let mut status_tick = tokio::time::interval(STATUS_PUBLISH);
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *self.shutdown.borrow() {
+                break;
+            }
+            let deadline = self.driver.next_deadline();
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                _ = status_tick.tick() => {
+                    let _ = self.status.send(self.piece.status_part());
+                }
+                msg = self.input.recv() => {
+                    let Some(msg) = msg else { break };
+                    self.feed(msg, &mut out);
+                    for _ in 0..DRAIN_MAX {
+                        match self.input.try_recv() {
+                            Ok(m) => self.feed(m, &mut out),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                                _ = tokio::time::sleep_until(deadline) => {}
+            }
+            // Due timers fire on every pass, not only when the inbox is
+            // empty: a peer flooding this pillar must not hold off its
+            // lanes' view-change timers.
+            let now = self.driver.now();
+            let due = self.driver.take_due(now);
+            if !due.is_empty() {
+                self.piece.set_wall_clock(wall_ms());
+                for id in due {
+                    self.piece.handle(now, Event::Timer(id), &mut out);
+                }
+            }
+            self.round(&mut out).await?;
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, input: PieceInput, out: &mut Outbox) {
+        let now = self.driver.now();
+        self.piece.set_wall_clock(wall_ms());
+        match input {
+            PieceInput::Peer { from, msg } => self.piece.handle(now, Event::Message { from, msg }, out),
+            PieceInput::Request(req) => self.piece.handle_verified_request(now, req, out),
+            PieceInput::Internal(msg) => self.piece.handle_internal(now, msg, out),
+        }
+    }
+
+    /// Write the round, then tell the hub. Lane-split rule (docs/lane-split.md
+    /// step C): the round is queued to the stage before its `Decided`
+    /// reports leave, and the stage is FIFO, so a decision is durable before
+    /// the hub's delivery of it reaches the executor.
+    async fn round(&mut self, out: &mut Outbox) -> Result<()> {
+        self.driver.perform(out)?;
+        self.driver.settle().await?;
+        for msg in self.piece.take_internal() {
+            if self.hub.send(CoreInput::Internal(msg)).await.is_err() {
+                // The core ended: at a shutdown, or failing, which its own
+                // thread reports (`fatal::spawn`); this group waits for the
+                // shutdown that follows rather than report it as its own.
+                let _ = self.shutdown.wait_for(|stopping| *stopping).await;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
