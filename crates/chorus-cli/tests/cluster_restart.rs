@@ -95,12 +95,20 @@ fn cop_cluster_sigkilled_under_load_restarts_and_loses_nothing() {
     whole_cluster_restart(OrderingMode::Cop, 2);
 }
 
-/// Four lane groups, each on its pillar's thread, recovered from one store
+/// Four lane groups, each on its pillar's thread, recovered from the store
 /// and split again at start: a group's decisions reach the hub only by
-/// messages, and nothing acknowledged is lost across the kill.
+/// messages, and nothing acknowledged is lost across the kill (`fsync =
+/// off` here, `batch` at two pillars above).
 #[test]
 fn cop_with_four_pillars_sigkilled_under_load_restarts_and_loses_nothing() {
-    whole_cluster_restart(OrderingMode::Cop, 4);
+    whole_cluster_restart_with(
+        OrderingMode::Cop,
+        4,
+        ServiceSpec {
+            fsync: "off",
+            ..ServiceSpec::default()
+        },
+    );
 }
 
 /// One pillar without syncs: the core and its storage writes run inline on

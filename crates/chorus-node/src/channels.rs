@@ -54,6 +54,8 @@ pub enum PieceInput {
     Request(Request),
     /// From the hub (`core_thread.rs`), in the order the hub made them.
     Internal(chorus_order::Internal),
+    /// Several of the above that a pillar read in one burst (never nested).
+    Many(Vec<PieceInput>),
 }
 
 /// Into a pillar thread.

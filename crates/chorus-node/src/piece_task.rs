@@ -80,6 +80,11 @@ impl PieceTask {
             PieceInput::Peer { from, msg } => self.piece.handle(now, Event::Message { from, msg }, out),
             PieceInput::Request(req) => self.piece.handle_verified_request(now, req, out),
             PieceInput::Internal(msg) => self.piece.handle_internal(now, msg, out),
+            PieceInput::Many(inputs) => {
+                for i in inputs {
+                    self.feed(i, out);
+                }
+            }
         }
     }
 

@@ -602,17 +602,26 @@ async fn serve_peer(shared: Rc<Shared>, stream: tokio::net::TcpStream, pending: 
 async fn read_peer(
     shared: &Shared,
     from: ReplicaId,
+    reader: chorus_net::FrameReader,
+    evicted: &tokio::sync::Notify,
+) {
+    let mut burst = Burst::new(shared.lane_groups.len());
+    read_peer_frames(shared, from, reader, evicted, &mut burst).await;
+    // What was read before the connection ended is still handed on.
+    burst.flush_unless(false, shared).await;
+}
+
+async fn read_peer_frames(
+    shared: &Shared,
+    from: ReplicaId,
     mut reader: chorus_net::FrameReader,
     evicted: &tokio::sync::Notify,
+    burst: &mut Burst,
 ) {
     let lanes = shared.config.lanes() as usize;
     let pillars = shared.config.params.pillars as usize;
-    let mut burst = Burst::default();
     loop {
-        if !burst
-            .flush_unless(reader.has_buffered_frame(), &shared.core)
-            .await
-        {
+        if !burst.flush_unless(reader.has_buffered_frame(), shared).await {
             return;
         }
         // `next` is cancel-safe: a partly read frame stays in its buffer.
@@ -656,13 +665,9 @@ async fn read_peer(
             .inc();
         // Lanes on their pillars: this pillar's lane group checks and
         // orders its lanes' messages itself, on this thread (COP §4).
-        if msg.lane().is_some() {
-            if let Some(group) = shared.lane_groups.get(shared.index) {
-                if group.send(PieceInput::Peer { from, msg }).await.is_err() {
-                    return;
-                }
-                continue;
-            }
+        if msg.lane().is_some() && !shared.lane_groups.is_empty() {
+            burst.push_group(shared.index, PieceInput::Peer { from, msg });
+            continue;
         }
         // Copied out: the status is not held while signatures are checked.
         let lane_now = msg
@@ -679,34 +684,66 @@ async fn read_peer(
     }
 }
 
-/// Inputs for the core decoded from one read burst: frames already in the
-/// read buffer are decoded and checked first, then handed to the core in one
-/// message (one wake-up of the core thread instead of one per frame).
-#[derive(Default)]
+/// Inputs decoded from one read burst: frames already in the read buffer
+/// are decoded and checked first, then handed on in one message per
+/// receiver, the core or a lane group (one wake-up of its thread instead
+/// of one per frame).
 struct Burst {
     items: Vec<CoreInput>,
+    /// Per lane group (`PillarThread::lane_groups`; empty unless split).
+    groups: Vec<Vec<PieceInput>>,
 }
 
-/// Inputs handed to the core at once at most.
+/// Inputs handed on at once at most.
 const BURST_MAX: usize = 64;
 
 impl Burst {
+    fn new(groups: usize) -> Burst {
+        Burst {
+            items: Vec::new(),
+            groups: (0..groups).map(|_| Vec::new()).collect(),
+        }
+    }
+
     fn push(&mut self, input: CoreInput) {
         self.items.push(input);
     }
 
+    fn push_group(&mut self, g: usize, input: PieceInput) {
+        self.groups[g].push(input);
+    }
+
     /// Send what was collected, unless more frames are buffered and the burst
-    /// is not full yet. `false` when the core is gone.
-    async fn flush_unless(&mut self, more_buffered: bool, core: &mpsc::Sender<CoreInput>) -> bool {
-        if self.items.is_empty() || (more_buffered && self.items.len() < BURST_MAX) {
+    /// is not full yet. `false` when the core or a group is gone.
+    async fn flush_unless(&mut self, more_buffered: bool, shared: &Shared) -> bool {
+        let len = self.items.len() + self.groups.iter().map(Vec::len).sum::<usize>();
+        if len == 0 || (more_buffered && len < BURST_MAX) {
             return true;
         }
-        let input = if self.items.len() == 1 {
-            self.items.pop().expect("one item")
-        } else {
-            CoreInput::Many(std::mem::take(&mut self.items))
-        };
-        core.send(input).await.is_ok()
+        if !self.items.is_empty() {
+            let input = if self.items.len() == 1 {
+                self.items.pop().expect("one item")
+            } else {
+                CoreInput::Many(std::mem::take(&mut self.items))
+            };
+            if shared.core.send(input).await.is_err() {
+                return false;
+            }
+        }
+        for (g, items) in self.groups.iter_mut().enumerate() {
+            if items.is_empty() {
+                continue;
+            }
+            let input = if items.len() == 1 {
+                items.pop().expect("one item")
+            } else {
+                PieceInput::Many(std::mem::take(items))
+            };
+            if shared.lane_groups[g].send(input).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -802,12 +839,9 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
         }
     });
     let mut seen: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
-    let mut burst = Burst::default();
+    let mut burst = Burst::new(shared.lane_groups.len());
     loop {
-        if !burst
-            .flush_unless(reader.has_buffered_frame(), &shared.core)
-            .await
-        {
+        if !burst.flush_unless(reader.has_buffered_frame(), &shared).await {
             break;
         }
         // `next` is cancel-safe: a partly read frame stays in its buffer.
@@ -891,13 +925,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         // pillar (this one, or another: docs/lane-split.md
                         // step C item 4).
                         let g = shared.config.owner_lane(client).index() % shared.lane_groups.len();
-                        if shared.lane_groups[g]
-                            .send(PieceInput::Request(req))
-                            .await
-                            .is_err()
-                        {
-                            break;
-                        }
+                        burst.push_group(g, PieceInput::Request(req));
                     }
                 }
             }
@@ -919,6 +947,8 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             }
         }
     }
+    // Verified requests read before the connection ended are still handed on.
+    burst.flush_unless(false, &shared).await;
     writer_task.abort();
     shared.metrics.client_connections.dec();
     let mut clients = shared.clients.borrow_mut();

@@ -192,8 +192,11 @@ fn run_replica_parts(
     } else {
         Vec::new()
     };
-    // Lane groups on their pillars write through the stage's queue too, so
-    // the stage has a thread of its own, and so has the hub.
+    // Lane groups on their pillars write through the stage's queue too (it
+    // is the one writer of the store, and a store that stalls stalls only
+    // its thread, not a pillar's connections), so the stage has a thread
+    // of its own, and so has the hub (docs/decisions.md "Lane groups on
+    // their pillars' threads").
     let hosted = !lanes_on_pillars && core_on_pillar(&config);
     let inline = hosted && outbox_inline(fsync);
     let stage = OutboxStage::new(
@@ -381,8 +384,9 @@ fn run_replica_parts(
     if let Some(h) = core_handle {
         let _ = h.join();
     }
-    // The core's end closes the outbox stage's queue; the stage writes what
-    // is left and stops. A failure there is fatal too.
+    // The core's end closes the outbox stage's queue (the groups' senders
+    // go with their pillars); the stage writes what is left and stops. A
+    // failure there is fatal too.
     if let Some(h) = outbox_handle {
         let _ = h.join();
     }
