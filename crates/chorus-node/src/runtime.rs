@@ -195,10 +195,11 @@ fn run_replica_parts(
     // Lane groups on their pillars write through the stage's queue too (it
     // is the one writer of the store, and a store that stalls stalls only
     // its thread, not a pillar's connections), so the stage has a thread
-    // of its own, and so has the hub (docs/decisions.md "Lane groups on
-    // their pillars' threads").
-    let hosted = !lanes_on_pillars && core_on_pillar(&config);
-    let inline = hosted && outbox_inline(fsync);
+    // of its own; the hub has one too unless `CHORUS_CORE_THREAD=pillar`
+    // puts it on pillar 0 (docs/decisions.md "Lane groups on their
+    // pillars' threads").
+    let hosted = core_on_pillar(&config);
+    let inline = hosted && !lanes_on_pillars && outbox_inline(fsync);
     let stage = OutboxStage::new(
         store,
         pillar_txs.clone(),
@@ -356,6 +357,7 @@ fn run_replica_parts(
             format!("{:?}", config.params.mode).to_lowercase(),
             pillars,
             match (hosted, inline, lanes_on_pillars) {
+                (true, _, true) => "on pillar 0, lanes on their pillars",
                 (true, true, _) => "on pillar 0 (outbox inline)",
                 (true, false, _) => "on pillar 0 (outbox on its own thread)",
                 (false, _, true) => "on its own thread, lanes on their pillars",
