@@ -107,3 +107,108 @@ impl PieceTask {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::PIECE_CHANNEL_CAP;
+    use crate::driver::Downstream;
+    use chorus_core::{
+        ClusterConfig, Digest, FetchBatch, LaneId, Millis, OrderingMode, ProtocolParams, ReplicaId,
+        ReplicaMsg, Slot,
+    };
+    use chorus_order::{Action, Replica};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A peer that keeps a group's inbox full must not hold off its timers:
+    /// the group's status tick still announces its lane. (The loop fired
+    /// due timers only when its inbox was empty, `select!`'s bias, so under
+    /// this flood no status left at all.)
+    #[test]
+    fn a_flood_of_input_does_not_hold_off_the_groups_timers() {
+        let params = ProtocolParams {
+            mode: OrderingMode::Cop,
+            pillars: 2,
+            status_interval_ms: 50,
+            ..ProtocolParams::default()
+        };
+        let (cfg, ids, _) = ClusterConfig::for_testing(4, 1, params, 1);
+        let cfg = Arc::new(cfg);
+        let mut out = Outbox::new();
+        let mut replica = Replica::new(cfg, ReplicaId(1), ids[1].clone(), Millis(0), &mut out);
+        let (piece, initial) = crate::lane_split::split(&mut replica, Millis(0), &mut out).remove(0);
+        let (stage_tx, stage_rx) = crate::queue::bounded(1 << 20);
+        let (input_tx, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
+        let (hub_tx, _hub_rx) = mpsc::channel(1 << 16);
+        let (status_tx, status_rx) = watch::channel(piece.status_part());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = PieceTask {
+            piece,
+            initial,
+            input: input_rx,
+            hub: hub_tx,
+            driver: Driver::new(Downstream::thread_from_pillar(stage_tx), Instant::now()),
+            status: status_tx,
+            shutdown: stop_rx,
+        };
+        // Another lane's message: refused at once, so the flood costs the
+        // group little and its inbox stays full.
+        let junk = ReplicaMsg::FetchBatch(FetchBatch {
+            lane: LaneId(1),
+            slot: Slot(1),
+            digest: Digest([7; 32]),
+        });
+        let flooding = Arc::new(AtomicBool::new(true));
+        let flooder = {
+            let flooding = flooding.clone();
+            std::thread::spawn(move || {
+                while flooding.load(Ordering::Relaxed) {
+                    let msg = PieceInput::Peer {
+                        from: ReplicaId(2),
+                        msg: junk.clone(),
+                    };
+                    if input_tx.blocking_send(msg).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let ended = local.block_on(&rt, async {
+            let group = tokio::task::spawn_local(task.run());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _ = stop_tx.send(true);
+            group.await
+        });
+        flooding.store(false, Ordering::Relaxed);
+        drop(local);
+        flooder.join().unwrap();
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+        let refused = status_rx.borrow().counters.rejected.values().sum::<u64>();
+        assert!(refused > 1_000, "not a flood: {refused} messages refused");
+        let mut rounds = Vec::new();
+        stage_rx.drain_ready(&mut rounds, usize::MAX);
+        let statuses = rounds
+            .iter()
+            .flat_map(|r| &r.actions)
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Broadcast {
+                        msg: ReplicaMsg::Statuses(_)
+                    }
+                )
+            })
+            .count();
+        assert!(
+            statuses >= 2,
+            "{statuses} status broadcasts in 500 ms at a 50 ms interval"
+        );
+    }
+}
