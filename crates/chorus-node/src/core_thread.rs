@@ -261,3 +261,96 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
     };
     replica.handle(now, event, out);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{
+        Authenticator, ClientId, LaneId, Mac, OrderingMode, ProtocolParams, Request, RequestSeq,
+    };
+
+    /// Hub → group messages of a real split replica: a request admitted by
+    /// the group of lane 0 (whose leader this replica is) makes it propose
+    /// and report; the hub answers both groups.
+    fn hub_messages() -> Vec<Internal> {
+        let params = ProtocolParams {
+            mode: OrderingMode::Cop,
+            pillars: 2,
+            batch_delay_ms: 0,
+            ..ProtocolParams::default()
+        };
+        let (cfg, ids, _) = ClusterConfig::for_testing(4, 4, params, 1);
+        let cfg = Arc::new(cfg);
+        let mut out = Outbox::new();
+        let mut replica = Replica::new(cfg.clone(), ReplicaId(0), ids[0].clone(), Millis(0), &mut out);
+        let mut pieces = crate::lane_split::split(&mut replica, Millis(0), &mut out);
+        let client = (0..4u64)
+            .map(ClientId)
+            .find(|c| cfg.owner_lane(*c) == LaneId(0))
+            .expect("a client of lane 0");
+        for seq in 1..=3u64 {
+            let req = Request {
+                client,
+                seq: RequestSeq(seq),
+                flags: 0,
+                op: bytes::Bytes::from_static(b"op"),
+                auth: Authenticator::Macs(Arc::new(vec![Mac([0; 16]); 4])),
+                memo: Default::default(),
+            };
+            pieces[0].0.handle_verified_request(Millis(seq), req, &mut out);
+        }
+        for msg in pieces[0].0.take_internal() {
+            replica.handle_internal(Millis(5), msg, &mut out);
+        }
+        replica.take_internal()
+    }
+
+    /// The hub never waits for a group: what a full group channel cannot
+    /// take waits in order and goes on the next offer; a group that is gone
+    /// (its pillar ended and reports why) costs nothing but its messages.
+    #[test]
+    fn hub_messages_wait_in_order_for_a_full_group_and_are_dropped_for_a_gone_one() {
+        let msgs = hub_messages();
+        let for_group = |g: usize| msgs.iter().filter(|m| m.channel().1 == Some(g)).count();
+        assert!(for_group(0) >= 2 && for_group(1) >= 1, "{msgs:?}");
+        let (tx0, mut rx0) = mpsc::channel(1);
+        let (tx1, rx1) = mpsc::channel(1);
+        drop(rx1);
+        let groups = vec![tx0, tx1];
+        let mut to_groups = ToGroups {
+            queues: vec![VecDeque::new(), VecDeque::new()],
+        };
+        // Three messages for group 0: its two, then the first again.
+        let mut mine: Vec<Internal> = msgs
+            .iter()
+            .filter(|m| m.channel().1 == Some(0))
+            .cloned()
+            .collect();
+        mine.truncate(2);
+        mine.push(mine[0].clone());
+        let sent: Vec<String> = mine.iter().map(|m| format!("{m:?}")).collect();
+        assert_ne!(sent[0], sent[1]);
+        for m in mine {
+            to_groups.push(m);
+        }
+        for m in msgs.iter().filter(|m| m.channel().1 == Some(1)) {
+            to_groups.push(m.clone());
+        }
+        to_groups.flush(&groups);
+        assert_eq!(to_groups.queues[0].len(), 2, "one taken, two waiting");
+        assert!(
+            to_groups.queues[1].is_empty(),
+            "a gone group's messages are dropped"
+        );
+        let mut received = Vec::new();
+        loop {
+            let Ok(PieceInput::Internal(m)) = rx0.try_recv() else {
+                break;
+            };
+            received.push(format!("{m:?}"));
+            to_groups.flush(&groups);
+        }
+        assert!(!to_groups.waiting());
+        assert_eq!(received, sent, "group 0's messages out of order");
+    }
+}
