@@ -201,6 +201,28 @@ impl Internal {
             InternalKind::ToGroup { to, .. } => (None, Some(*to)),
         }
     }
+
+    /// Whether `later`, sent right after this message on the same channel,
+    /// makes it redundant: this one only hands the group the hub's facts
+    /// and `later` hands it newer ones (whole; facts only grow), so a
+    /// driver whose channel is full may keep just `later`.
+    pub fn superseded_by(&self, later: &Internal) -> bool {
+        match (&self.0, &later.0) {
+            (
+                InternalKind::ToGroup {
+                    to,
+                    msg: group::ToGroup::Facts(_),
+                    ..
+                },
+                InternalKind::ToGroup {
+                    to: later_to,
+                    msg,
+                    facts,
+                },
+            ) => to == later_to && (matches!(msg, group::ToGroup::Facts(_)) || facts.is_some()),
+            _ => false,
+        }
+    }
 }
 
 pub use piece::GroupPiece;
@@ -1048,5 +1070,43 @@ impl Replica {
             }
         }
         any
+    }
+}
+
+#[cfg(test)]
+mod internal_tests {
+    use super::*;
+
+    fn facts(to: usize) -> Internal {
+        Internal(InternalKind::ToGroup {
+            to,
+            msg: group::ToGroup::Facts(hub::HubFacts::default()),
+            facts: None,
+        })
+    }
+
+    fn advance(to: usize, with_facts: bool) -> Internal {
+        Internal(InternalKind::ToGroup {
+            to,
+            msg: group::ToGroup::Advance { low: Slot(4) },
+            facts: with_facts.then(|| Box::new(hub::HubFacts::default())),
+        })
+    }
+
+    /// A waiting facts update may give way only to a message that hands
+    /// the same group newer facts; never to one that relies on it
+    /// (`facts: None` means "the facts you were last sent").
+    #[test]
+    fn only_newer_facts_for_the_same_group_supersede_a_facts_update() {
+        assert!(facts(0).superseded_by(&facts(0)));
+        assert!(facts(0).superseded_by(&advance(0, true)));
+        assert!(!facts(0).superseded_by(&advance(0, false)));
+        assert!(!facts(0).superseded_by(&facts(1)));
+        assert!(!advance(0, true).superseded_by(&facts(0)));
+        let to_hub = Internal(InternalKind::ToHub {
+            from: 0,
+            msg: group::ToHub::Frontier(None),
+        });
+        assert!(!to_hub.superseded_by(&to_hub.clone()));
     }
 }
