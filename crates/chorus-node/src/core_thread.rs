@@ -71,16 +71,19 @@ pub fn build_replica(
 
 /// Messages for the lane groups the hub could not hand over yet (a group's
 /// queue was full): kept in order per group and offered again, so the hub
-/// never waits for a group that may be waiting for it. Bounded: a waiting
-/// update of the hub's facts gives way to a newer one (`superseded_by`),
-/// and a group that leaves `TO_GROUP_WAITING_MAX` messages waiting has
-/// stalled, which is fatal (said, not swallowed).
+/// never waits for a group that may be waiting for it. Bounded: at most
+/// one facts-only message waits per group (newer facts supersede it,
+/// `Internal::superseded_by`; a message relying on it takes it along,
+/// `Internal::fold_into`), and a group that leaves `max_waiting` messages
+/// waiting has stalled, which is fatal (said, not swallowed).
 struct ToGroups {
     queues: Vec<VecDeque<Internal>>,
+    max_waiting: usize,
 }
 
-/// Hub messages one group may leave waiting. Apart from facts updates
-/// (coalesced) the hub sends a group a few messages per checkpoint.
+/// Hub messages one group may leave waiting. Only `cop` runs its groups
+/// apart, and there the hub sends a group, besides facts (at most one
+/// waiting), a message per checkpoint (`Advance`) or state transfer.
 const TO_GROUP_WAITING_MAX: usize = 1 << 16;
 
 impl ToGroups {
@@ -91,11 +94,21 @@ impl ToGroups {
             tracing::error!("the hub addressed a message to no lane group; dropped");
             return Ok(());
         };
+        let mut msg = msg;
         if q.back().is_some_and(|last| last.superseded_by(&msg)) {
             q.pop_back();
+        } else if let Some(last) = q.pop_back() {
+            msg = match last.fold_into(msg) {
+                Ok(folded) => folded,
+                Err(both) => {
+                    let (last, msg) = *both;
+                    q.push_back(last);
+                    msg
+                }
+            };
         }
         q.push_back(msg);
-        if q.len() > TO_GROUP_WAITING_MAX {
+        if q.len() > self.max_waiting {
             bail!(
                 "lane group {g} (chorus-pillar-{g}) has not taken {} messages from the hub: its pillar is stalled",
                 q.len()
@@ -155,6 +168,7 @@ impl CoreThread {
         let mut out = Outbox::new();
         let mut to_groups = ToGroups {
             queues: vec![VecDeque::new(); self.groups.len()],
+            max_waiting: TO_GROUP_WAITING_MAX,
         };
         // This loop handles what its inbox holds, then writes: the replica
         // may hold small messages until then (`Replica::end_of_burst`).
@@ -339,19 +353,29 @@ mod tests {
             .filter(|m| m.channel().1 == Some(1))
             .cloned()
             .collect();
-        // A request proposed and reported: the hub updates both groups' facts.
+        // A request proposed and reported: the hub updated both groups' facts twice.
         assert!(mine.len() >= 2 && !theirs.is_empty(), "{msgs:?}");
-        assert!(mine[0].superseded_by(&mine[1]));
+        let (a, b) = (mine[0].clone(), mine[1].clone());
+        assert!(a.superseded_by(&b), "two facts updates");
+        assert_ne!(format!("{a:?}"), format!("{b:?}"));
         let (tx0, mut rx0) = mpsc::channel(1);
         let (tx1, rx1) = mpsc::channel(1);
         drop(rx1);
         let groups = vec![tx0, tx1];
         let mut to_groups = ToGroups {
             queues: vec![VecDeque::new(), VecDeque::new()],
+            max_waiting: 1,
         };
-        // The first fills group 0's channel; the second waits and gives way
-        // to the third (newer facts).
-        for m in [&mine[0], &mine[1], &mine[0]] {
+        let mut receive = |to_groups: &mut ToGroups| {
+            let mut got = Vec::new();
+            while let Ok(PieceInput::Internal(m)) = rx0.try_recv() {
+                got.push(format!("{m:?}"));
+                to_groups.flush(&groups);
+            }
+            got
+        };
+        // `a` fills group 0's channel, `b` waits behind it.
+        for m in [&a, &b] {
             to_groups.push(m.clone()).unwrap();
             to_groups.flush(&groups);
         }
@@ -359,25 +383,27 @@ mod tests {
             to_groups.push(m.clone()).unwrap();
         }
         to_groups.flush(&groups);
-        assert_eq!(
-            to_groups.queues[0].len(),
-            1,
-            "one offered, one waiting, one superseded"
-        );
+        assert_eq!(to_groups.queues[0].len(), 1);
         assert!(
             to_groups.queues[1].is_empty(),
             "a gone group's messages are dropped"
         );
-        let mut received = Vec::new();
-        while let Ok(PieceInput::Internal(m)) = rx0.try_recv() {
-            received.push(format!("{m:?}"));
+        assert_eq!(
+            receive(&mut to_groups),
+            vec![format!("{a:?}"), format!("{b:?}")],
+            "in order"
+        );
+        // Facts updates while the channel is full: only the newest waits, so
+        // any number of them stays within the bound (here one).
+        to_groups.push(a.clone()).unwrap();
+        to_groups.flush(&groups);
+        for _ in 0..10 {
+            to_groups.push(a.clone()).unwrap();
             to_groups.flush(&groups);
         }
+        to_groups.push(b.clone()).unwrap();
+        assert_eq!(to_groups.queues[0].len(), 1);
+        assert_eq!(receive(&mut to_groups), vec![format!("{a:?}"), format!("{b:?}")]);
         assert!(!to_groups.waiting());
-        assert_eq!(
-            received,
-            vec![format!("{:?}", mine[0]); 2],
-            "group 0's messages, in order"
-        );
     }
 }

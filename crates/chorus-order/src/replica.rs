@@ -204,8 +204,9 @@ impl Internal {
 
     /// Whether `later`, sent right after this message on the same channel,
     /// makes it redundant: this one only hands the group the hub's facts
-    /// and `later` hands it newer ones (whole; facts only grow), so a
-    /// driver whose channel is full may keep just `later`.
+    /// and `later` hands it newer ones (a whole snapshot the group takes in
+    /// place of its copy), so a driver whose channel is full may keep just
+    /// `later`.
     pub fn superseded_by(&self, later: &Internal) -> bool {
         match (&self.0, &later.0) {
             (
@@ -221,6 +222,36 @@ impl Internal {
                 },
             ) => to == later_to && (matches!(msg, group::ToGroup::Facts(_)) || facts.is_some()),
             _ => false,
+        }
+    }
+
+    /// `self`, a facts-only message waiting for its group, folded into
+    /// `later`, sent right after it on the same channel and relying on the
+    /// facts it carries (`facts: None`): `later` then carries them itself
+    /// (applied before its message, as they would have been), and
+    /// `self` is no longer needed. Both back, unchanged, when this does
+    /// not apply.
+    pub fn fold_into(self, later: Internal) -> Result<Internal, Box<(Internal, Internal)>> {
+        match (self.0, later.0) {
+            (
+                InternalKind::ToGroup {
+                    to,
+                    msg: group::ToGroup::Facts(f),
+                    facts: None,
+                },
+                InternalKind::ToGroup {
+                    to: later_to,
+                    msg,
+                    facts: None,
+                },
+            ) if to == later_to && !matches!(msg, group::ToGroup::Facts(_)) => {
+                Ok(Internal(InternalKind::ToGroup {
+                    to,
+                    msg,
+                    facts: Some(Box::new(f)),
+                }))
+            }
+            (earlier, later) => Err(Box::new((Internal(earlier), Internal(later)))),
         }
     }
 }
@@ -1108,5 +1139,33 @@ mod internal_tests {
             msg: group::ToHub::Frontier(None),
         });
         assert!(!to_hub.superseded_by(&to_hub.clone()));
+    }
+
+    /// A message relying on a waiting facts update (`facts: None`) takes
+    /// it along; nothing else folds, and a refused fold loses nothing.
+    #[test]
+    fn a_message_relying_on_waiting_facts_takes_them_along() {
+        let folded = facts(0).fold_into(advance(0, false)).expect("folds");
+        assert!(matches!(
+            &folded.0,
+            InternalKind::ToGroup {
+                to: 0,
+                msg: group::ToGroup::Advance { .. },
+                facts: Some(_)
+            }
+        ));
+        for (earlier, later) in [
+            (facts(0), advance(1, false)),
+            (facts(0), facts(0)),
+            (advance(0, false), advance(0, false)),
+            (facts(0), advance(0, true)),
+        ] {
+            let (e, l) = (format!("{earlier:?}"), format!("{later:?}"));
+            let Err(both) = earlier.fold_into(later) else {
+                panic!("folded {e} into {l}");
+            };
+            let (earlier, later) = *both;
+            assert_eq!((format!("{earlier:?}"), format!("{later:?}")), (e, l));
+        }
     }
 }
