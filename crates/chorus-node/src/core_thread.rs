@@ -296,24 +296,13 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{
-        Authenticator, ClientId, LaneId, Mac, OrderingMode, ProtocolParams, Request, RequestSeq,
-    };
+    use chorus_core::{Authenticator, ClientId, LaneId, Mac, Request, RequestSeq};
 
     /// Hub → group messages of a real split replica: a request admitted by
     /// the group of lane 0 (whose leader this replica is) makes it propose
     /// and report; the hub answers both groups.
     fn hub_messages() -> Vec<Internal> {
-        let params = ProtocolParams {
-            mode: OrderingMode::Cop,
-            pillars: 2,
-            batch_delay_ms: 0,
-            ..ProtocolParams::default()
-        };
-        let (cfg, ids, _) = ClusterConfig::for_testing(4, 4, params, 1);
-        let cfg = Arc::new(cfg);
-        let mut out = Outbox::new();
-        let mut replica = Replica::new(cfg.clone(), ReplicaId(0), ids[0].clone(), Millis(0), &mut out);
+        let (mut replica, mut out, cfg) = crate::lane_split::cop2_replica(0, |p| p.batch_delay_ms = 0);
         let mut pieces = crate::lane_split::split(&mut replica, Millis(0), &mut out);
         let client = (0..4u64)
             .map(ClientId)

@@ -54,12 +54,32 @@ pub fn split(replica: &mut Replica, now: Millis, out: &mut Outbox) -> Vec<(Group
     pieces.into_iter().zip(outs).collect()
 }
 
+/// Tests: a fresh replica `me` of a two-pillar cop cluster (n = 4, with
+/// `params` otherwise) and the outbox its start filled, not split yet.
+#[cfg(test)]
+pub(crate) fn cop2_replica(
+    me: u32,
+    tweak: impl FnOnce(&mut chorus_core::ProtocolParams),
+) -> (Replica, Outbox, std::sync::Arc<ClusterConfig>) {
+    let mut params = chorus_core::ProtocolParams {
+        mode: OrderingMode::Cop,
+        pillars: 2,
+        ..chorus_core::ProtocolParams::default()
+    };
+    tweak(&mut params);
+    let (cfg, ids, _) = ClusterConfig::for_testing(4, 4, params, 1);
+    let cfg = std::sync::Arc::new(cfg);
+    let me = chorus_core::ReplicaId(me);
+    let mut out = Outbox::new();
+    let replica = Replica::new(cfg.clone(), me, ids[me.index()].clone(), Millis(0), &mut out);
+    (replica, out, cfg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::{LaneId, ProtocolParams, ReplicaId};
+    use chorus_core::{LaneId, ProtocolParams};
     use chorus_order::{Action, TimerId};
-    use std::sync::Arc;
 
     fn config(mode: OrderingMode, pillars: u32) -> ClusterConfig {
         let params = ProtocolParams {
@@ -84,11 +104,7 @@ mod tests {
     /// where its lane is not: the lane's view change would never start).
     #[test]
     fn a_split_hands_each_group_its_lanes_timers_and_the_hub_the_rest() {
-        let cfg = config(OrderingMode::Cop, 2);
-        let (_, ids, _) = ClusterConfig::for_testing(4, 1, cfg.params.clone(), 1);
-        let cfg = Arc::new(cfg);
-        let mut out = Outbox::new();
-        let mut replica = Replica::new(cfg.clone(), ReplicaId(1), ids[1].clone(), Millis(0), &mut out);
+        let (mut replica, mut out, _) = cop2_replica(1, |_| {});
         // A lane's progress timer armed before the split (as after recovery).
         out.set_timer(TimerId::ViewChange(LaneId(1)), Millis(500));
         let mut pieces = split(&mut replica, Millis(0), &mut out);

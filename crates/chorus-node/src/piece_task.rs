@@ -113,11 +113,8 @@ mod tests {
     use super::*;
     use crate::channels::PIECE_CHANNEL_CAP;
     use crate::driver::Downstream;
-    use chorus_core::{
-        ClusterConfig, Digest, FetchBatch, LaneId, Millis, OrderingMode, ProtocolParams, ReplicaId,
-        ReplicaMsg, Slot,
-    };
-    use chorus_order::{Action, Replica};
+    use chorus_core::{Digest, FetchBatch, LaneId, Millis, ReplicaId, ReplicaMsg, Slot};
+    use chorus_order::Action;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -128,16 +125,7 @@ mod tests {
     /// this flood no status left at all.)
     #[test]
     fn a_flood_of_input_does_not_hold_off_the_groups_timers() {
-        let params = ProtocolParams {
-            mode: OrderingMode::Cop,
-            pillars: 2,
-            status_interval_ms: 50,
-            ..ProtocolParams::default()
-        };
-        let (cfg, ids, _) = ClusterConfig::for_testing(4, 1, params, 1);
-        let cfg = Arc::new(cfg);
-        let mut out = Outbox::new();
-        let mut replica = Replica::new(cfg, ReplicaId(1), ids[1].clone(), Millis(0), &mut out);
+        let (mut replica, mut out, _) = crate::lane_split::cop2_replica(1, |p| p.status_interval_ms = 50);
         let (piece, initial) = crate::lane_split::split(&mut replica, Millis(0), &mut out).remove(0);
         let (stage_tx, stage_rx) = crate::queue::bounded(1 << 20);
         let (input_tx, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
