@@ -366,3 +366,65 @@ fn a_client_flood_gets_back_pressure_not_unbounded_memory() {
         assert!(rss < 1024.0, "replica {r} peak RSS {rss} MiB under a flood");
     }
 }
+
+/// A client's requests read in the same burst as the frame that ends its
+/// connection (here an undecodable one) are still ordered: the pillar
+/// hands on what it had read before it closes. Found by review (800fedb):
+/// the burst was dropped with the connection, so requests that had passed
+/// every check vanished without a trace. Checked with the core ordering
+/// (one pillar) and with the lanes on their pillars (two).
+#[test]
+fn requests_read_just_before_a_connection_ends_are_still_ordered() {
+    use chorus_core::{ClientMsg, ReplicaId, RequestSeq};
+    const WRITES: u64 = 12;
+    for pillars in [1, 2] {
+        let c = TestCluster::new(OrderingMode::Cop, pillars, 2, |_| {});
+        c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+        let rt = rt();
+        let key = |i: u64| Bytes::from(format!("burst-{pillars}-{i}"));
+        rt.block_on(async {
+            let me = c.client_identity(0);
+            let auth = chorus_client::RequestAuth::new(&c.config, ClientId(0), me.clone());
+            let limits = chorus_net::NetLimits::from_config(&c.config);
+            let counters = Arc::new(chorus_net::Counters::default());
+            let mut readers = Vec::new();
+            for r in 0..4 {
+                let stream = tokio::net::TcpStream::connect(c.client_addr(r)).await.unwrap();
+                let expected =
+                    chorus_net::Expected::replica_any_pillar(&c.config, ReplicaId(r as u32)).unwrap();
+                let (_, reader, mut writer) = chorus_net::connect(
+                    stream,
+                    &me,
+                    chorus_net::PeerRole::Client { id: ClientId(0) },
+                    &expected,
+                    &limits,
+                    &counters,
+                )
+                .await
+                .expect("client 0's key authenticates");
+                // One write: the requests, then a frame that authenticates
+                // but does not decode, which closes the connection.
+                for i in 1..=WRITES {
+                    let req = auth.request(RequestSeq(i), false, 0, KvOp::put(key(i), Bytes::from("v")));
+                    writer
+                        .feed(&chorus_core::encode(&ClientMsg::Request(req)))
+                        .await
+                        .unwrap();
+                }
+                writer.feed(&[0xff; 40]).await.unwrap();
+                writer.flush().await.unwrap();
+                readers.push((reader, writer));
+            }
+            for (mut reader, _writer) in readers {
+                // The replica closes the connection (it may send replies first).
+                let closed = tokio::time::timeout(Duration::from_secs(10), async {
+                    while let Ok(Some(_)) = reader.next().await {}
+                })
+                .await;
+                assert!(closed.is_ok(), "the undecodable frame must close the connection");
+            }
+        });
+        let acked: HashMap<Bytes, Bytes> = (1..=WRITES).map(|i| (key(i), Bytes::from("v"))).collect();
+        rt.block_on(common::check_readable(&c, 1, &acked, 1));
+    }
+}

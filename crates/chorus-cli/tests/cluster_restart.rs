@@ -126,3 +126,96 @@ fn pbft_cluster_without_fsync_sigkilled_under_load_restarts_and_loses_nothing() 
         },
     );
 }
+
+/// SIGTERM under load is an orderly stop, not a failure: the replica exits
+/// with status 0 and no fatal line, whatever thread ends first (with the
+/// lanes on their pillars the hub and the lane groups end on their own
+/// threads, each possibly mid-round), and comes back from its store with
+/// nothing acknowledged lost, while the others keep serving.
+#[test]
+fn cop_replicas_stopped_by_sigterm_under_load_exit_cleanly_and_lose_nothing() {
+    let mut c = TestCluster::new_service_in_range(
+        DEFAULT_PORTS.0,
+        DEFAULT_PORTS.1,
+        OrderingMode::Cop,
+        2,
+        4,
+        ServiceSpec::default(),
+        |p| p.view_change_timeout_ms = 800,
+    );
+    c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
+    let rt = rt();
+    let load = Arc::new(Mutex::new(Load::default()));
+    let stop = Instant::now() + Duration::from_secs(8);
+    let dir = c.dir_path();
+    // A backup of lane 0, then the leader of lane 0 (the hub and both lane
+    // groups of each busy), one at a time, each restarted once it is gone.
+    let victims = [1usize, 0];
+    let pids: Vec<u32> = victims.iter().map(|v| c.pid(*v).expect("running")).collect();
+    let restarted = std::thread::scope(|s| {
+        let writes = s.spawn(|| rt.block_on(drive_writes(&c, "sigterm", 4, stop, load.clone())));
+        let mut restarted = Vec::new();
+        for (victim, pid) in victims.iter().zip(&pids) {
+            std::thread::sleep(Duration::from_secs(2));
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .expect("kill");
+            let gone = exited(*pid, Duration::from_secs(15));
+            restarted.push((*victim, gone.then(|| spawn_replica(&dir, *victim))));
+        }
+        (writes.join(), restarted)
+    });
+    let (writes, restarted) = restarted;
+    let mut statuses = Vec::new();
+    for (victim, child) in restarted {
+        // The stopped process's status (it is reaped here), then its successor.
+        statuses.push((victim, c.wait_exit(victim, Duration::from_secs(1))));
+        if let Some(child) = child {
+            c.adopt(victim, child);
+        }
+    }
+    if let Err(p) = writes {
+        std::panic::resume_unwind(p);
+    }
+    for (victim, status) in statuses {
+        let log = c.log(victim);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "replica {victim} stopped by SIGTERM exited with {status:?}:\n{}",
+            common::tail(&log, 30)
+        );
+        assert!(
+            !log.contains("fatal error"),
+            "replica {victim} reported a failure at an orderly stop:\n{}",
+            common::tail(&log, 30)
+        );
+    }
+    c.wait_up(&victims, Duration::from_secs(20));
+    c.wait_converged(Duration::from_secs(60));
+    let acked = std::mem::take(&mut load.lock().unwrap().acked);
+    assert!(acked.len() > 100, "only {} writes acknowledged", acked.len());
+    rt.block_on(common::check_readable(&c, 0, &acked, 3));
+}
+
+/// Whether process `pid` (a child of this one) has exited within `limit`:
+/// it is a zombie until reaped, or gone.
+fn exited(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+                {
+                    return true;
+                }
+            }
+            Err(_) => return true,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}

@@ -113,11 +113,82 @@ mod tests {
     use super::*;
     use crate::channels::PIECE_CHANNEL_CAP;
     use crate::driver::Downstream;
-    use chorus_core::{Digest, FetchBatch, LaneId, Millis, ReplicaId, ReplicaMsg, Slot};
+    use chorus_core::{
+        ClientId, Digest, FetchBatch, LaneId, Millis, ReplicaId, ReplicaMsg, Request, RequestSeq, Slot,
+    };
     use chorus_order::Action;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    /// When the hub has ended (a fatal error of the core, which reports it
+    /// under its own name), a group with news for it neither fails nor
+    /// ends: it waits for the shutdown that follows, then stops cleanly.
+    /// (Found by review: it returned an error, a second fatal report,
+    /// under its pillar's name, for the core's failure.)
+    #[test]
+    fn a_group_whose_hub_is_gone_waits_for_the_shutdown_instead_of_failing() {
+        let (mut replica, mut out, cfg) = crate::lane_split::cop2_replica(0, |_| {});
+        let (piece, initial) = crate::lane_split::split(&mut replica, Millis(0), &mut out).remove(0);
+        let (stage_tx, stage_rx) = crate::queue::bounded(1 << 20);
+        let (input_tx, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
+        let (hub_tx, hub_rx) = mpsc::channel(1 << 16);
+        drop(hub_rx);
+        let (status_tx, _status_rx) = watch::channel(piece.status_part());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = PieceTask {
+            piece,
+            initial,
+            input: input_rx,
+            hub: hub_tx,
+            driver: Driver::new(Downstream::thread_from_pillar(stage_tx), Instant::now()),
+            status: status_tx,
+            shutdown: stop_rx,
+        };
+        // A request of lane 0 (client 0), which replica 0 leads: it proposes
+        // at once, and its group tells the hub its new frontier.
+        let (_, _, clients) = chorus_core::ClusterConfig::for_testing(4, 4, cfg.params.clone(), 1);
+        let keys: Vec<_> = cfg
+            .replicas
+            .iter()
+            .map(|r| clients[0].pairwise_key(&r.identity))
+            .collect();
+        assert_eq!(cfg.owner_lane(ClientId(0)), LaneId(0));
+        let req = Request::with_macs(
+            &chorus_core::ClusterTag::of(&cfg),
+            ClientId(0),
+            RequestSeq(1),
+            0,
+            bytes::Bytes::from_static(b"op"),
+            &keys,
+        );
+        input_tx.try_send(PieceInput::Request(req)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let (early, ended) = local.block_on(&rt, async {
+            let group = tokio::task::spawn_local(task.run());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let early = group.is_finished();
+            let _ = stop_tx.send(true);
+            (early, group.await)
+        });
+        let mut rounds = Vec::new();
+        stage_rx.drain_ready(&mut rounds, usize::MAX);
+        let proposed = rounds.iter().flat_map(|r| &r.actions).any(|a| {
+            matches!(
+                a,
+                Action::Broadcast {
+                    msg: ReplicaMsg::PrePrepare(_)
+                }
+            )
+        });
+        assert!(proposed, "the group did not propose the request");
+        assert!(!early, "the group ended before the shutdown: {ended:?}");
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    }
 
     /// A peer that keeps a group's inbox full must not hold off its timers:
     /// the group's status tick still announces its lane. (The loop fired
