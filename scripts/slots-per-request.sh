@@ -4,11 +4,13 @@
 # executed requests from replica 0's /metrics, the 4 replicas' CPU from /proc,
 # the load generator's CPU from /usr/bin/time (it includes its start and warm-up).
 #
-#   [FSYNC=off|batch|always] scripts/slots-per-request.sh BIN MODE PILLARS [bench args, e.g. --rate 5000 --duration 5]
+#   [FSYNC=off|batch|always] [PARAMS_SED=...] scripts/slots-per-request.sh BIN MODE PILLARS [bench args, e.g. --rate 5000 --duration 5]
 set -uo pipefail
 B=${1:?usage: slots-per-request.sh BIN MODE PILLARS [bench args]}; M=${2:?}; P=${3:?}; shift 3
 D=$(mktemp -d /tmp/slots-per-request.XXXX)
 "$B" keygen --out "$D" --n 4 --mode "$M" --pillars "$P" --service null --base-port 27300 --clients 130 --fsync "${FSYNC:-off}" > /dev/null
+# PARAMS_SED: a sed script for cluster.toml's [params], e.g. 's/^prepare_auth = .*/prepare_auth = "mac"/'.
+[ -n "${PARAMS_SED:-}" ] && sed -i "$PARAMS_SED" "$D/cluster.toml"
 pids=(); for i in 0 1 2 3; do "$B" replica --config "$D/replica-$i.toml" > "$D/r$i.log" 2>&1 & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
 sleep 2

@@ -77,10 +77,25 @@ async fn put(c: &TestCluster, prefix: &str, count: usize) {
 
 #[test]
 fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() {
-    let mut c = TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, 2, 2, |_| {});
+    let mut c = TestCluster::new_in_range(6_000, 10, OrderingMode::Cop, 2, 3, |_| {});
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
     let rt = rt();
     rt.block_on(put(&c, "a", 60));
+    // Clients of both lanes (client c owns lane c mod 2), connected in an
+    // order that connections spread in turn over the pillars would route
+    // at least one of them to the wrong pillar, whatever the turn.
+    rt.block_on(async {
+        for ci in [1, 0, 2] {
+            let client = c.client(ci).await;
+            for i in 0..10 {
+                let k = Bytes::from(format!("owner-{ci}-{i}"));
+                client
+                    .invoke(KvOp::put(k, Bytes::from_static(b"v")))
+                    .await
+                    .expect("put");
+            }
+        }
+    });
     // Idle from here: values must still be current.
     std::thread::sleep(Duration::from_millis(500));
     let s = scrape(&c, 1);
@@ -109,6 +124,12 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
         );
         assert_eq!(
             counter(&s, "chorus_signatures_pre_verified_total", None),
+            0.0,
+            "replica {r}"
+        );
+        // Each client is served by its owner lane's pillar (COP §4).
+        assert_eq!(
+            counter(&s, "chorus_requests_to_other_pillars_total", None),
             0.0,
             "replica {r}"
         );

@@ -287,6 +287,45 @@ pub fn recorded_hello(role: PeerRole) -> Vec<u8> {
     new_hello(role).1
 }
 
+/// What the first bytes of an inbound connection claim about its initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelloPeek {
+    /// A well-formed hello of this protocol version claiming this role.
+    /// Unauthenticated: good for choosing where the handshake runs, which
+    /// then proves it (or refuses the connection).
+    Role(PeerRole),
+    /// The hello frame is not complete in these bytes yet.
+    NeedMore,
+    /// Not a hello this responder would accept.
+    Invalid,
+}
+
+/// Read the initiator's claimed role from the bytes it sent first (its
+/// length-prefixed hello), without taking them from the stream: a replica
+/// peeks at a client connection to hand it to the pillar that serves that
+/// client (COP §4) before the handshake, which still runs in full there.
+pub fn peek_hello(prefix: &[u8]) -> HelloPeek {
+    let Some(len) = prefix
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    else {
+        return HelloPeek::NeedMore;
+    };
+    if len == 0 || len > MAX_HANDSHAKE_FRAME_BYTES {
+        return HelloPeek::Invalid;
+    }
+    let Some(body) = prefix.get(4..4 + len) else {
+        return HelloPeek::NeedMore;
+    };
+    match parse_hello(body) {
+        Ok(h) => HelloPeek::Role(h.role),
+        Err(_) => HelloPeek::Invalid,
+    }
+}
+
+/// Bytes `peek_hello` may need: a whole hello frame, prefix included.
+pub const HELLO_PEEK_BYTES: usize = 4 + MAX_HANDSHAKE_FRAME_BYTES;
+
 fn shared_secret(secret: EphemeralSecret, peer_ephemeral: [u8; 32]) -> Result<[u8; 32], NetError> {
     let shared = secret.diffie_hellman(&DhPublic::from(peer_ephemeral));
     if !shared.was_contributory() {
@@ -662,6 +701,31 @@ mod tests {
         let (a, b) = session_keys(&[1u8; 32], &t);
         assert_ne!(a, b);
         assert_ne!(session_keys(&[1u8; 32], &[6u8; 32]).0, a);
+    }
+
+    /// A replica reads a client's claimed role from a peeked prefix: only
+    /// once the whole hello frame is there, and never from garbage.
+    #[test]
+    fn a_peeked_hello_names_its_role_once_complete() {
+        let role = PeerRole::Client {
+            id: chorus_core::ClientId(42),
+        };
+        let hello = recorded_hello(role);
+        let mut framed = (hello.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&hello);
+        assert!(framed.len() <= HELLO_PEEK_BYTES);
+        for cut in 0..framed.len() {
+            assert_eq!(peek_hello(&framed[..cut]), HelloPeek::NeedMore, "cut at {cut}");
+        }
+        assert_eq!(peek_hello(&framed), HelloPeek::Role(role));
+        // What follows the hello does not matter.
+        framed.extend_from_slice(b"more");
+        assert_eq!(peek_hello(&framed), HelloPeek::Role(role));
+        assert_eq!(peek_hello(&[0, 0, 0, 0]), HelloPeek::Invalid);
+        assert_eq!(peek_hello(&[0, 0, 255, 255]), HelloPeek::Invalid);
+        let mut bad = framed.clone();
+        bad[4] ^= 1; // the magic
+        assert_eq!(peek_hello(&bad), HelloPeek::Invalid);
     }
 
     #[test]

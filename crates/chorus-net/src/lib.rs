@@ -24,7 +24,8 @@ pub use admission::{Gate, GateLimits, Pending, Refusal};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::NetError;
 pub use handshake::{
-    accept, connect, recorded_hello, HandshakeRefusal, PreAuth, Responder, PROTOCOL_VERSION,
+    accept, connect, peek_hello, recorded_hello, HandshakeRefusal, HelloPeek, PreAuth, Responder,
+    HELLO_PEEK_BYTES, PROTOCOL_VERSION,
 };
 pub use limits::NetLimits;
 pub use link::{spawn_peer_link, Backoff, DialFailure, Inbound, LinkSpec, PeerLink};

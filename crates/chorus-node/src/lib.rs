@@ -1,6 +1,7 @@
 //! chorus-node: the replica process (DESIGN §3).
 
 pub mod channels;
+pub mod client_accept;
 pub mod core_thread;
 pub mod driver;
 pub mod embed;

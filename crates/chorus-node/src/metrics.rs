@@ -71,6 +71,10 @@ pub struct Metrics {
     /// Lane groups whose consensus runs on their pillars' threads
     /// (`lane_split.rs`; 0 when every lane runs on the core).
     pub lane_groups_on_pillars: Gauge,
+    /// Verified client requests a pillar handed to the lane group of
+    /// another pillar (lanes on pillars): 0 while each client is served by
+    /// its owner lane's pillar (`client_accept.rs`).
+    pub requests_to_other_pillars: Counter,
     pub messages_out: Counter,
     pub frames_dropped: Family<ReasonLabel, Counter>,
     pub delivered_batches: Counter,
@@ -128,6 +132,7 @@ impl Default for Metrics {
             messages_in: Family::default(),
             signatures_pre_verified: Counter::default(),
             lane_groups_on_pillars: Gauge::default(),
+            requests_to_other_pillars: Counter::default(),
             messages_out: Counter::default(),
             frames_dropped: Family::default(),
             delivered_batches: Counter::default(),
@@ -197,6 +202,11 @@ impl Metrics {
             "lane_groups_on_pillars",
             "lane groups whose consensus runs on their pillars' threads",
             lane_groups_on_pillars
+        );
+        reg!(
+            "requests_to_other_pillars",
+            "client requests handed to the lane group of another pillar",
+            requests_to_other_pillars
         );
         reg!("messages_out", "replica messages sent", messages_out);
         reg!("frames_dropped", "frames dropped, by reason", frames_dropped);

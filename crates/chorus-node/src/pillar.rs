@@ -250,10 +250,17 @@ impl PillarThread {
         if let Some(l) = self.client_listener.take() {
             l.set_nonblocking(true)?;
             let l = tokio::net::TcpListener::from_std(l)?;
-            tokio::task::spawn_local(accept_clients(
+            tokio::task::spawn_local(crate::client_accept::accept_clients(
                 l,
-                self.all_pillars.clone(),
-                self.metrics.clone(),
+                crate::client_accept::Routing {
+                    pillars: self.all_pillars.clone(),
+                    config: self.config.clone(),
+                    // With the lanes on their pillars a client's requests are
+                    // ordered by its owner lane's pillar: it is served there.
+                    affinity: !self.lane_groups.is_empty(),
+                    hello_timeout: NetLimits::for_clients(&self.config).hello_timeout,
+                    metrics: self.metrics.clone(),
+                },
                 self.gates.client.clone(),
             ));
         }
@@ -747,41 +754,6 @@ impl Burst {
     }
 }
 
-async fn accept_clients(
-    listener: tokio::net::TcpListener,
-    pillars: Vec<mpsc::Sender<PillarInput>>,
-    metrics: Arc<Metrics>,
-    gate: Arc<Gate>,
-) {
-    let mut next = 0usize;
-    loop {
-        let Ok((stream, addr)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let pending = match gate.enter(addr.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                metrics.drop_frame(why.as_str());
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let Ok(std_stream) = stream.into_std() else {
-            continue;
-        };
-        // COP: client connections are spread over pillars.
-        let p = next % pillars.len();
-        next += 1;
-        if pillars[p]
-            .try_send(PillarInput::AdoptClient(std_stream, pending))
-            .is_err()
-        {
-            metrics.drop_frame("client-accept-queue-full");
-        }
-    }
-}
-
 async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: Pending) {
     let _ = stream.set_nonblocking(true);
     let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
@@ -922,9 +894,13 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         burst.push(CoreInput::Request(req));
                     } else {
                         // Its owner lane's group admits it, on that lane's
-                        // pillar (this one, or another: docs/lane-split.md
-                        // step C item 4).
+                        // pillar: this one, since the client was handed here
+                        // (`client_accept.rs`, docs/lane-split.md step E);
+                        // another only if its hello could not be read.
                         let g = shared.config.owner_lane(client).index() % shared.lane_groups.len();
+                        if g != shared.index {
+                            shared.metrics.requests_to_other_pillars.inc();
+                        }
                         burst.push_group(g, PieceInput::Request(req));
                     }
                 }
