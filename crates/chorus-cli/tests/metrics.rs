@@ -224,12 +224,17 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
     }
 }
 
-/// A mode whose lanes stay on the core with several pillars (sarek here)
-/// has its pillars check signatures ahead of the core
-/// (`chorus_order::pre_check`): live in a running replica, not only tested.
+/// With the lanes on the core and several pillars (sarek here, its
+/// partitions kept on the core by `CHORUS_LANE_GROUPS=core`), the pillars
+/// check signatures ahead of the core (`chorus_order::pre_check`): live in
+/// a running replica, not only tested.
 #[test]
 fn pillars_check_signatures_ahead_of_a_core_that_runs_the_lanes() {
-    let c = TestCluster::new_in_range(6_000, 10, OrderingMode::Sarek, 2, 2, |_| {});
+    let mut c = TestCluster::new_in_range(6_000, 10, OrderingMode::Sarek, 2, 2, |_| {});
+    for i in 0..4 {
+        let child = common::spawn_replica_with_env(c.path(), i, &[("CHORUS_LANE_GROUPS", "core")]);
+        c.adopt(i, child);
+    }
     c.wait_up(&[0, 1, 2, 3], Duration::from_secs(20));
     rt().block_on(put(&c, "p", 40));
     let mut pre_verified = 0.0;

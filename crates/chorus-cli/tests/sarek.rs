@@ -85,6 +85,14 @@ fn mispredicted_requests_are_repredicted_and_executed_once_on_every_replica() {
         }
     });
     c.wait_converged(Duration::from_secs(60));
+    // Each partition's consensus ran on its pillar's thread (SAREK §IV, one
+    // PBFT leader per partition; COP §4), cross-partition requests and
+    // re-predictions reaching the other partitions through the hub.
+    assert!(
+        c.log(0).contains("lanes on their pillars"),
+        "{}",
+        common::tail(&c.log(0), 20)
+    );
     // `chorus status`: every partition's executor schedule, drained.
     let s = c.status(2).expect("replica 2 up");
     let parts = s["partitions"].as_array().expect("per-partition executor detail");

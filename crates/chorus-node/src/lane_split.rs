@@ -5,14 +5,16 @@
 use chorus_core::{ClusterConfig, Millis, OrderingMode};
 use chorus_order::{Event, GroupPiece, Outbox, Replica};
 
-/// `cop` with more than one pillar runs each lane's consensus on its
-/// pillar (one lane per pillar). Other modes keep every lane in one group
-/// on the core (docs/decisions.md "Lane groups and the hub inside the
-/// ordering core"); one pillar hosts the core anyway. `CHORUS_LANE_GROUPS=
-/// core|pillars` overrides the default for measurements (`pillars` only
-/// takes effect where the groups can be split this way).
+/// `cop` and `sarek` with more than one pillar run each lane's consensus
+/// on its pillar (one lane, or partition, per pillar: COP §4; SAREK §IV,
+/// one PBFT leader per partition). Other modes keep every lane in one
+/// group on the core (docs/decisions.md "Lane groups and the hub inside
+/// the ordering core"); one pillar hosts the core anyway.
+/// `CHORUS_LANE_GROUPS=core|pillars` overrides the default for
+/// measurements (`pillars` only takes effect where the groups can be
+/// split this way).
 pub fn lanes_on_pillars(config: &ClusterConfig) -> bool {
-    let possible = config.params.mode == OrderingMode::Cop
+    let possible = matches!(config.params.mode, OrderingMode::Cop | OrderingMode::Sarek)
         && config.params.pillars > 1
         && config.lanes() == config.params.pillars;
     match std::env::var("CHORUS_LANE_GROUPS").as_deref() {
@@ -144,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn only_cop_with_several_pillars_runs_lanes_on_pillars() {
+    fn only_cop_and_sarek_with_several_pillars_run_lanes_on_pillars() {
         if std::env::var("CHORUS_LANE_GROUPS").is_ok() {
             return; // overridden for a measurement
         }
@@ -152,7 +154,8 @@ mod tests {
         assert!(lanes_on_pillars(&config(OrderingMode::Cop, 4)));
         assert!(!lanes_on_pillars(&config(OrderingMode::Cop, 1)));
         assert!(!lanes_on_pillars(&config(OrderingMode::Rcc, 2)));
-        assert!(!lanes_on_pillars(&config(OrderingMode::Sarek, 2)));
+        assert!(lanes_on_pillars(&config(OrderingMode::Sarek, 2)));
+        assert!(!lanes_on_pillars(&config(OrderingMode::Sarek, 1)));
         assert!(!lanes_on_pillars(&config(OrderingMode::Pbft, 2)));
     }
 }

@@ -53,6 +53,9 @@ pub struct PillarThread {
     /// This pillar's lane group, when the lanes run on their pillars
     /// (`lane_split.rs`): a task of this thread; its end ends the pillar.
     pub lane_group: Option<crate::piece_task::PieceTask>,
+    /// `sarek`: PREDICT(), to hand a request to the group of its first
+    /// partition (`chorus_order::request_lane`).
+    pub predictor: Option<chorus_order::sarek::Predictor>,
     /// Every pillar's lane group input, by pillar (empty unless split):
     /// lane messages go to ours, requests to their owner lane's.
     pub lane_groups: Vec<mpsc::Sender<PieceInput>>,
@@ -165,6 +168,7 @@ struct Shared {
     pre_checker: RefCell<chorus_order::pre_check::PreChecker>,
     /// `PillarThread::lane_groups`.
     lane_groups: Vec<mpsc::Sender<PieceInput>>,
+    predictor: Option<chorus_order::sarek::Predictor>,
 }
 
 /// Connections one client may hold to one pillar. A client that reconnects
@@ -214,6 +218,7 @@ impl PillarThread {
                 ),
             )),
             lane_groups: self.lane_groups.clone(),
+            predictor: self.predictor.clone(),
             responder: Responder::new(
                 self.identity.clone(),
                 PeerRole::Replica {
@@ -255,9 +260,12 @@ impl PillarThread {
                 crate::client_accept::Routing {
                     pillars: self.all_pillars.clone(),
                     config: self.config.clone(),
-                    // With the lanes on their pillars a client's requests are
-                    // ordered by its owner lane's pillar: it is served there.
-                    affinity: !self.lane_groups.is_empty(),
+                    // With cop's lanes on their pillars a client's requests
+                    // are ordered by its owner lane's pillar: it is served
+                    // there (a sarek request goes to its partitions' pillars,
+                    // whichever pillar reads it).
+                    affinity: !self.lane_groups.is_empty()
+                        && self.config.params.mode == chorus_core::OrderingMode::Cop,
                     hello_timeout: NetLimits::for_clients(&self.config).hello_timeout,
                     metrics: self.metrics.clone(),
                 },
@@ -897,7 +905,9 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                         // pillar: this one, since the client was handed here
                         // (`client_accept.rs`, docs/lane-split.md step E);
                         // another only if its hello could not be read.
-                        let g = shared.config.owner_lane(client).index() % shared.lane_groups.len();
+                        let lane =
+                            chorus_order::request_lane(&shared.config, shared.predictor.as_ref(), &req);
+                        let g = lane.index() % shared.lane_groups.len();
                         if g != shared.index {
                             shared.metrics.requests_to_other_pillars.inc();
                         }

@@ -182,7 +182,7 @@ fn run_replica_parts(
         me,
         &identity,
         records,
-        predictor,
+        predictor.clone(),
         chorus_core::Millis(0),
         &mut initial,
     );
@@ -325,6 +325,7 @@ fn run_replica_parts(
             hosted_core: if p == 0 { hosted_core.take() } else { None },
             lane_group: piece_tasks.get_mut(p).and_then(Option::take),
             lane_groups: group_txs.clone(),
+            predictor: predictor.clone(),
         };
         let handle = crate::fatal::spawn(
             &format!("chorus-pillar-{p}"),

@@ -40,7 +40,9 @@ pub use io::{Action, Event, Outbox, PersistRecord, RejectReason, TimerId};
 pub use lane::{Decision, Lane, LaneEnv, LaneOutput};
 pub use merger::Merger;
 pub use pool::{Admitted, Pool, Readiness};
-pub use replica::{GroupPiece, Internal, LaneStatus, PieceLane, PieceStatus, Replica, ReplicaStatus};
+pub use replica::{
+    request_lane, GroupPiece, Internal, LaneStatus, PieceLane, PieceStatus, Replica, ReplicaStatus,
+};
 pub use transfer::{Installed, StateTransfer};
 pub use verify::{NoHint, RequestVerifier, VerifiedHint};
 

@@ -377,6 +377,24 @@ impl Pool {
     /// predicted partition, so once one partition ordered it the others'
     /// leaders must have it even if the client's copy never reached them.
     pub fn adopt(&mut self, now: Millis, req: &Request) -> bool {
+        self.adopt_as(now, req, false)
+    }
+
+    /// Check a client request's authenticator at this replica (what
+    /// `admit` does for a new one), without admitting it.
+    pub fn verify(&mut self, req: &Request) -> Result<(), RejectReason> {
+        self.verifier.check(req)
+    }
+
+    /// `adopt` for a request this replica verified itself (another
+    /// partition's group admitted the client's copy, SAREK §IV-B 1): as
+    /// vouched for as one admitted here, and bound by the same limits as
+    /// an adopted one (no busy answer: the client is not talking to us).
+    pub fn adopt_verified(&mut self, now: Millis, req: &Request) -> bool {
+        self.adopt_as(now, req, true)
+    }
+
+    fn adopt_as(&mut self, now: Millis, req: &Request, verified_here: bool) -> bool {
         let key = (req.client, req.seq);
         let full = self.entries.len() >= self.max_requests
             // Re-predictions share one pseudo-client (`REPREDICTION_CLIENT`)
@@ -387,7 +405,7 @@ impl Pool {
             return false;
         }
         let lane = self.lane_for(req);
-        self.insert(key, req.clone(), lane, now, State::Pending, false);
+        self.insert(key, req.clone(), lane, now, State::Pending, verified_here);
         true
     }
 

@@ -128,19 +128,41 @@ pub struct Replica {
     /// stamped on the batches we cut and bounding the time of the ones we
     /// accept. Not `now`, which is local and monotonic (DESIGN §2).
     pub(crate) wall_ms: u64,
+    /// `sarek`: PREDICT(), to hand a request to the group of a partition it
+    /// touches (`request_group`).
+    pub(crate) predictor: Option<Predictor>,
 }
 
 /// Lane groups of a replica (`Replica::groups`). In `cop` every lane is a
 /// pillar's (COP §4: a pillar runs whole instances of its lane), so each
-/// gets its own group. The other modes keep one group for now: `rcc`
-/// moves clients between lanes (SWITCHINSTANCE) and `sarek` admits a
-/// request into several partitions' pools, both of which cross groups
-/// (docs/lane-split.md §4); `dispel` has no PBFT lanes; `pbft` has one.
+/// gets its own group, and so does every `sarek` partition (SAREK §IV:
+/// one PBFT leader per partition; a request several partitions order
+/// reaches the others' groups through the hub, `ToHub::ForLane`). The
+/// other modes keep one group for now: `rcc` moves clients between lanes
+/// (SWITCHINSTANCE), which crosses groups (docs/lane-split.md §4); `dispel`
+/// has no PBFT lanes; `pbft` has one.
 fn group_count(cfg: &ClusterConfig) -> usize {
     match cfg.params.mode {
-        OrderingMode::Cop => cfg.lanes().max(1) as usize,
+        OrderingMode::Cop | OrderingMode::Sarek => cfg.lanes().max(1) as usize,
         _ => 1,
     }
+}
+
+/// The lane whose group admits a client's request: its client's owner
+/// lane, or in `sarek` the first partition `predictor` names (none: every
+/// partition, as for a service without access sets). The runtime's pillars
+/// hand a request to that lane's group (`Replica::request_lane`).
+pub fn request_lane(cfg: &ClusterConfig, predictor: Option<&Predictor>, req: &Request) -> LaneId {
+    if cfg.params.mode == OrderingMode::Sarek {
+        let predicted = match predictor {
+            Some(p) => p.lanes(cfg, &req.op),
+            None => Predictor::everything().lanes(cfg, &req.op),
+        };
+        if let Some(first) = predicted.first() {
+            return *first;
+        }
+    }
+    cfg.owner_lane(req.client)
 }
 
 /// What every peer message must pass before any part of the replica reads
@@ -305,6 +327,7 @@ impl Replica {
             counters: Counters::default(),
             status_deadline: None,
             wall_ms: 0,
+            predictor: None,
             cfg,
             me,
         }
@@ -360,7 +383,7 @@ impl Replica {
     /// Saves the pool's second MAC check on the protocol thread.
     pub fn handle_verified_request(&mut self, now: Millis, req: Request, out: &mut Outbox) {
         if !self.pieces.is_empty() || self.detached > 0 {
-            let g = self.group_of(self.cfg.owner_lane(req.client));
+            let g = self.group_of(self.request_lane(&req));
             return match self.pieces.get_mut(g) {
                 Some(p) => p.handle_verified_request(now, req, out),
                 None => self.counters.reject("event-for-detached-group"),
@@ -390,6 +413,7 @@ impl Replica {
     /// 1). Without it every request is predicted to touch every partition,
     /// which is what a service without access sets declares.
     pub fn set_predictor(&mut self, p: Predictor) {
+        self.predictor = Some(p.clone());
         let groups = self
             .groups
             .iter_mut()
@@ -472,6 +496,13 @@ impl Replica {
     }
 
     /// The group holding lane `lane`.
+    /// The lane whose group admits `req`: its client's owner lane, or in
+    /// `sarek` the first partition PREDICT() names (its group hands the
+    /// request to the others' groups).
+    pub fn request_lane(&self, req: &Request) -> LaneId {
+        request_lane(&self.cfg, self.predictor.as_ref(), req)
+    }
+
     fn group_of(&self, lane: LaneId) -> usize {
         lane.index() % self.group_total()
     }
@@ -490,7 +521,7 @@ impl Replica {
         }
         let lane = match event {
             Event::Message { msg, .. } => msg.lane()?,
-            Event::Request(req) => self.cfg.owner_lane(req.client),
+            Event::Request(req) => self.request_lane(req),
             Event::Timer(TimerId::ViewChange(l) | TimerId::Batch(l)) => *l,
             Event::Timer(TimerId::GroupStatus(g)) => return Some(*g as usize % self.group_total()),
             _ => return None,
@@ -726,6 +757,23 @@ impl Replica {
                 self.hub.checkpointer.learn_cert(&c);
                 self.note_cert(&c);
             }
+            group::ToHub::ForLane {
+                lane,
+                req,
+                at,
+                admitted,
+            } => {
+                if lane.0 < self.cfg.lanes() {
+                    let g = self.group_of(lane);
+                    let msg = group::ToGroup::ForLane {
+                        lane,
+                        req,
+                        at,
+                        admitted,
+                    };
+                    self.send_to_group(now, g, msg, out);
+                }
+            }
             group::ToHub::Frontier(f) => {
                 if let Some(slot) = self.group_frontiers.get_mut(from) {
                     *slot = f;
@@ -850,9 +898,10 @@ impl Replica {
 
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
-        // A client's requests wait in its owner lane's group (in rcc,
-        // sarek and pbft there is one group).
-        let g = self.group_of(self.cfg.owner_lane(client));
+        // A client's requests wait in its owner lane's group (in rcc and
+        // pbft there is one group); in sarek in its first partition's,
+        // which hands it to the others.
+        let g = self.group_of(self.request_lane(&req));
         let admitted = self.in_group(g, out, |grp, hub, _, _| grp.admit(now, req, verify, hub));
         match admitted {
             Ok(Admitted::New) => self.counters.requests_admitted += 1,

@@ -339,6 +339,12 @@ impl TestCluster {
 
 /// Start replica `i` of the cluster in `dir`, logging to its log file.
 pub fn spawn_replica(dir: &Path, i: usize) -> Child {
+    spawn_replica_with_env(dir, i, &[])
+}
+
+/// `spawn_replica` with these environment variables set for it alone (the
+/// runtime's measurement overrides, e.g. `CHORUS_LANE_GROUPS`).
+pub fn spawn_replica_with_env(dir: &Path, i: usize, env: &[(&str, &str)]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -349,6 +355,7 @@ pub fn spawn_replica(dir: &Path, i: usize) -> Child {
         .arg("--config")
         .arg(dir.join(format!("replica-{i}.toml")))
         .env("CHORUS_LOG", "info")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)

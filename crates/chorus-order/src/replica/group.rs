@@ -34,6 +34,16 @@ pub(crate) enum ToHub {
     /// The group's frontier moved (`own_frontier`): the other groups' idle
     /// lanes fill up to it (COP §4.2.1), relayed in their `HubFacts`.
     Frontier(Option<Seq>),
+    /// SAREK §IV-B 1: a request another group's partition `lane` must order
+    /// too, admitted here at `at` (`admitted`: the client's copy, verified
+    /// at this replica) or decided here (then adopted there, like any
+    /// cross-partition request a partition ordered first).
+    ForLane {
+        lane: LaneId,
+        req: Request,
+        at: Millis,
+        admitted: bool,
+    },
     /// A peer's status reached the group (apart only): its stable
     /// checkpoint, for state transfer and, from its lane 0, the checkpoint
     /// votes it may lack (`Replica::send_votes_to_peer`).
@@ -71,6 +81,14 @@ pub(crate) enum ToGroup {
     },
     /// SAREK §IV-D: a certified re-prediction waits in `lane`'s pool.
     Adopt { lane: LaneId, req: Request },
+    /// SAREK §IV-B 1: another partition's group admitted (`admitted`) or
+    /// decided a request this partition orders too (`ToHub::ForLane`).
+    ForLane {
+        lane: LaneId,
+        req: Request,
+        at: Millis,
+        admitted: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -114,12 +132,13 @@ impl LaneGroup {
         groups: usize,
     ) -> LaneGroup {
         assert!(index < groups, "group {index} of {groups}");
+        let own: Vec<LaneId> = (index as u32..pbft_lanes).step_by(groups).map(LaneId).collect();
         let sarek = (cfg.params.mode == OrderingMode::Sarek)
-            .then(|| SarekPools::new(cfg.clone(), me, identity.clone()));
+            .then(|| SarekPools::new(cfg.clone(), me, identity.clone(), &own));
         LaneGroup {
-            lanes: (index as u32..pbft_lanes)
-                .step_by(groups)
-                .map(|l| Lane::new(cfg.clone(), LaneId(l), me, identity.clone()))
+            lanes: own
+                .iter()
+                .map(|l| Lane::new(cfg.clone(), *l, me, identity.clone()))
                 .collect(),
             index,
             groups,
@@ -210,6 +229,27 @@ impl LaneGroup {
                     s.pool_mut(lane).adopt(now, &req);
                 }
             }
+            ToGroup::ForLane {
+                lane,
+                req,
+                at,
+                admitted,
+            } => {
+                let Some(s) = self.sarek.as_mut().filter(|s| s.owns(lane)) else {
+                    return counters.reject("for-lane-of-another-group");
+                };
+                // Refused only when full or known: a partition that orders
+                // it first hands it here again, decided (`forward_decided`).
+                let pool = s.pool_mut(lane);
+                let taken = if admitted {
+                    pool.adopt_verified(at, &req)
+                } else {
+                    pool.adopt(at, &req)
+                };
+                if taken && !admitted {
+                    counters.sarek_forwarded += 1;
+                }
+            }
         }
     }
 
@@ -225,9 +265,45 @@ impl LaneGroup {
     ) -> Result<crate::pool::Admitted, crate::RejectReason> {
         rcc_switch::admission_check(&self.cfg, hub.owners.table, &req)?;
         match self.sarek.as_mut() {
-            Some(s) => s.admit(now, req, verify),
+            Some(s) => {
+                let others = s.others_of(&req.op);
+                let first = s.lanes_of(&req.op)[0];
+                let admitted = s.admit(now, req.clone(), verify)?;
+                // The other partitions' groups take it as verified at this
+                // replica: a new one passed its pool's check; a duplicate
+                // (the client's retransmission) is checked now, since a
+                // partition that lost its copy gets it again only this way
+                // or once another partition decides it.
+                let verified = match admitted {
+                    crate::pool::Admitted::New => true,
+                    crate::pool::Admitted::Duplicate => {
+                        !others.is_empty() && (!verify || s.pool_mut(first).verify(&req).is_ok())
+                    }
+                };
+                if verified {
+                    for lane in others {
+                        self.to_hub.push(ToHub::ForLane {
+                            lane,
+                            req: req.clone(),
+                            at: now,
+                            admitted: true,
+                        });
+                    }
+                }
+                Ok(admitted)
+            }
             None if verify => self.pool.admit(now, req),
             None => self.pool.admit_verified(now, req),
+        }
+    }
+
+    /// Whether a client's request is this group's to admit: its owner
+    /// lane is one of ours, or in `sarek` its first predicted partition
+    /// (`Replica::request_lane`), whose group hands it to the others.
+    pub(crate) fn takes_request(&self, req: &Request) -> bool {
+        match &self.sarek {
+            Some(s) => s.lanes_of(&req.op).first().is_some_and(|l| self.holds(*l)),
+            None => self.holds(self.cfg.owner_lane(req.client)),
         }
     }
 
@@ -327,7 +403,16 @@ impl LaneGroup {
             let cell = Cell { lane, slot: d.slot };
             self.pool_of_mut(lane).on_decided(now, cell, &d.batch);
             if let Some(s) = self.sarek.as_mut() {
-                counters.sarek_forwarded += s.forward_decided(now, lane, &d.batch) as u64;
+                let (adopted, elsewhere) = s.forward_decided(now, lane, &d.batch);
+                counters.sarek_forwarded += adopted as u64;
+                for (lane, req) in elsewhere {
+                    self.to_hub.push(ToHub::ForLane {
+                        lane,
+                        req,
+                        at: now,
+                        admitted: false,
+                    });
+                }
             }
             self.to_hub.push(ToHub::Decided { cell, batch: d.batch });
         }

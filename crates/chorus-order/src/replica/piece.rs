@@ -254,7 +254,7 @@ impl GroupPiece {
 
     fn admit(&mut self, now: Millis, req: Request, verify: bool, out: &mut Outbox) {
         let (client, seq) = (req.client, req.seq);
-        if !self.group.holds(self.cfg.owner_lane(client)) {
+        if !self.group.takes_request(&req) {
             debug_assert!(false, "a request for another group's lane");
             return self.counters.reject("request-for-other-group");
         }
