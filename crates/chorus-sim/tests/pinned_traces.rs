@@ -60,14 +60,14 @@ const PINNED: &[(OrderingMode, u32, usize, u64, &str)] = &[
         4,
         4,
         3,
-        "006810ac5e7496054466882a1945c0a89e6f64c0469f4d76cd57c33ca8c8d253",
+        "74aef07195e74b66ae4206dd079bbc3852930ae7eaa0120e71c4e3ad905ce704",
     ),
     (
         OrderingMode::Sarek,
         4,
         4,
         77,
-        "97f3047cdc8ff3f012d2c839c3b3f41ecf33eebf0183b15eea5b9b807b165f3a",
+        "633fa4d6e1d80fa2d46cf4d11528ff21268817a5c4ddccaf01d92b274cbfe19a",
     ),
     (
         OrderingMode::Dispel,
@@ -182,7 +182,7 @@ const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
         4,
         4,
         11,
-        "b1559301413b865aa15b7314148e65bda1cfc44eec033fa4d44a851fe276024f",
+        "d9ac9cf32f533368bebdda0d4efb2ec53a78f14b312cca19b405b69150165dcc",
     ),
 ];
 
