@@ -232,6 +232,8 @@ fn metrics_of_a_running_replica_parse_and_show_lanes_latency_and_view_changes() 
 fn pillars_check_signatures_ahead_of_a_core_that_runs_the_lanes() {
     let mut c = TestCluster::new_in_range(6_000, 10, OrderingMode::Sarek, 2, 2, |_| {});
     for i in 0..4 {
+        // Stopped first: its successor binds the same ports.
+        c.kill(i);
         let child = common::spawn_replica_with_env(c.path(), i, &[("CHORUS_LANE_GROUPS", "core")]);
         c.adopt(i, child);
     }

@@ -33,8 +33,11 @@ pub struct Routing {
 }
 
 /// Time between peeks while a hello is incomplete (it is one small frame,
-/// nearly always in the first segment).
-const PEEK_RETRY: Duration = Duration::from_millis(1);
+/// nearly always in the first segment), doubling up to the last: a
+/// connection that trickles its hello must not make pillar 0 poll it
+/// every millisecond (the gate admits 1 024 unfinished ones).
+const PEEK_RETRY_FIRST: Duration = Duration::from_millis(1);
+const PEEK_RETRY_MAX: Duration = Duration::from_millis(64);
 
 pub async fn accept_clients(listener: tokio::net::TcpListener, routing: Routing, gate: Arc<Gate>) {
     let routing = std::rc::Rc::new(routing);
@@ -87,6 +90,7 @@ async fn route_by_hello(
 /// What the connection's first frame claims (`None`: closed, or not a hello).
 async fn claimed_role(stream: &tokio::net::TcpStream) -> Option<PeerRole> {
     let mut buf = vec![0u8; HELLO_PEEK_BYTES];
+    let mut retry = PEEK_RETRY_FIRST;
     loop {
         let n = stream.peek(&mut buf).await.ok()?;
         if n == 0 {
@@ -97,7 +101,10 @@ async fn claimed_role(stream: &tokio::net::TcpStream) -> Option<PeerRole> {
             HelloPeek::Invalid => return None,
             HelloPeek::NeedMore if n == buf.len() => return None,
             // The rest is on its way: `peek` would return the same bytes at once.
-            HelloPeek::NeedMore => tokio::time::sleep(PEEK_RETRY).await,
+            HelloPeek::NeedMore => {
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(PEEK_RETRY_MAX);
+            }
         }
     }
 }

@@ -79,12 +79,18 @@ pub fn build_replica(
 struct ToGroups {
     queues: Vec<VecDeque<Internal>>,
     max_waiting: usize,
+    /// Droppable messages dropped for a backed-up group (`Internal::may_drop`).
+    dropped: u64,
 }
 
-/// Hub messages one group may leave waiting. Only `cop` runs its groups
-/// apart, and there the hub sends a group, besides facts (at most one
-/// waiting), a message per checkpoint (`Advance`) or state transfer.
+/// Hub messages one group may leave waiting. Besides facts (at most one
+/// waiting), the hub sends a group a message per checkpoint (`Advance`) or
+/// state transfer, and in `sarek` the requests other partitions hand on
+/// (`ToGroup::ForLane`), which are dropped rather than queued beyond
+/// `TO_GROUP_DROPPABLE_MAX` (`Internal::may_drop`: a decision or the
+/// client's retransmission hands them on again).
 const TO_GROUP_WAITING_MAX: usize = 1 << 16;
+const TO_GROUP_DROPPABLE_MAX: usize = 1 << 12;
 
 impl ToGroups {
     fn push(&mut self, msg: Internal) -> Result<()> {
@@ -94,6 +100,10 @@ impl ToGroups {
             tracing::error!("the hub addressed a message to no lane group; dropped");
             return Ok(());
         };
+        if msg.may_drop() && q.len() >= TO_GROUP_DROPPABLE_MAX {
+            self.dropped += 1;
+            return Ok(());
+        }
         let mut msg = msg;
         if q.back().is_some_and(|last| last.superseded_by(&msg)) {
             q.pop_back();
@@ -169,6 +179,7 @@ impl CoreThread {
         let mut to_groups = ToGroups {
             queues: vec![VecDeque::new(); self.groups.len()],
             max_waiting: TO_GROUP_WAITING_MAX,
+            dropped: 0,
         };
         // This loop handles what its inbox holds, then writes: the replica
         // may hold small messages until then (`Replica::end_of_burst`).
@@ -239,6 +250,9 @@ impl CoreThread {
             to_groups.flush(&self.groups);
             if last_status.elapsed() >= STATUS_PUBLISH {
                 last_status = Instant::now();
+                self.metrics
+                    .hub_messages_dropped
+                    .inc_by(std::mem::take(&mut to_groups.dropped));
                 if let Downstream::Inline(stage) = &mut driver.outbox {
                     stage.note_storage_size();
                 }
@@ -354,6 +368,7 @@ mod tests {
         let mut to_groups = ToGroups {
             queues: vec![VecDeque::new(), VecDeque::new()],
             max_waiting: 1,
+            dropped: 0,
         };
         let mut receive = |to_groups: &mut ToGroups| {
             let mut got = Vec::new();

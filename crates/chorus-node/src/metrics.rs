@@ -72,9 +72,13 @@ pub struct Metrics {
     /// (`lane_split.rs`; 0 when every lane runs on the core).
     pub lane_groups_on_pillars: Gauge,
     /// Verified client requests a pillar handed to the lane group of
-    /// another pillar (lanes on pillars): 0 while each client is served by
-    /// its owner lane's pillar (`client_accept.rs`).
+    /// another pillar (lanes on pillars): in cop 0 while each client is
+    /// served by its owner lane's pillar (`client_accept.rs`); in sarek a
+    /// request goes to its partition's pillar, wherever it was read.
     pub requests_to_other_pillars: Counter,
+    /// `sarek` hand-ons of a request to another partition's group dropped
+    /// because that group had fallen behind (`core_thread::ToGroups`).
+    pub hub_messages_dropped: Counter,
     pub messages_out: Counter,
     pub frames_dropped: Family<ReasonLabel, Counter>,
     pub delivered_batches: Counter,
@@ -133,6 +137,7 @@ impl Default for Metrics {
             signatures_pre_verified: Counter::default(),
             lane_groups_on_pillars: Gauge::default(),
             requests_to_other_pillars: Counter::default(),
+            hub_messages_dropped: Counter::default(),
             messages_out: Counter::default(),
             frames_dropped: Family::default(),
             delivered_batches: Counter::default(),
@@ -207,6 +212,11 @@ impl Metrics {
             "requests_to_other_pillars",
             "client requests handed to the lane group of another pillar",
             requests_to_other_pillars
+        );
+        reg!(
+            "hub_messages_dropped",
+            "requests handed on to a partition's lane group, dropped as that group fell behind",
+            hub_messages_dropped
         );
         reg!("messages_out", "replica messages sent", messages_out);
         reg!("frames_dropped", "frames dropped, by reason", frames_dropped);

@@ -901,10 +901,11 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                     if shared.lane_groups.is_empty() {
                         burst.push(CoreInput::Request(req));
                     } else {
-                        // Its owner lane's group admits it, on that lane's
-                        // pillar: this one, since the client was handed here
-                        // (`client_accept.rs`, docs/lane-split.md step E);
-                        // another only if its hello could not be read.
+                        // Its lane's group admits it, on that lane's pillar
+                        // (`chorus_order::request_lane`): in cop the owner
+                        // lane's, this pillar since the client was handed
+                        // here (`client_accept.rs`, docs/lane-split.md step
+                        // E); in sarek its entry partition's, any pillar.
                         let lane =
                             chorus_order::request_lane(&shared.config, shared.predictor.as_ref(), &req);
                         let g = lane.index() % shared.lane_groups.len();

@@ -396,6 +396,19 @@ impl Pool {
 
     fn adopt_as(&mut self, now: Millis, req: &Request, verified_here: bool) -> bool {
         let key = (req.client, req.seq);
+        if verified_here {
+            // The client's own copy, as if it had reached this pool: it
+            // proves a held copy checked here (so the pool's reports can
+            // prove a partial MAC vector), and a client that waits out a
+            // penalty here is refused (Aardvark §4.1), as `admit` would.
+            if self.entries.contains_key(&key) {
+                self.note_from_client(req, false);
+                return false;
+            }
+            if self.mac_vectors_refused(now, req) {
+                return false;
+            }
+        }
         let full = self.entries.len() >= self.max_requests
             // Re-predictions share one pseudo-client (`REPREDICTION_CLIENT`)
             // and are bounded by the suspended requests, not by its share.

@@ -98,9 +98,9 @@ pub struct Replica {
     pub(crate) cfg: Arc<ClusterConfig>,
     pub(crate) me: ReplicaId,
     pub(crate) limits: Limits,
-    /// The lanes, their pools and timers (`group.rs`): in `cop` one group
-    /// per lane (a pillar's, COP §4), in the other modes one group with
-    /// every lane (docs/lane-split.md §4). Group `g` holds the lanes
+    /// The lanes, their pools and timers (`group.rs`): in `cop` and `sarek`
+    /// one group per lane (a pillar's, COP §4), in the other modes one group
+    /// with every lane (docs/lane-split.md §4). Group `g` holds the lanes
     /// `l ≡ g (mod groups)`.
     pub(crate) groups: Vec<group::LaneGroup>,
     /// Merger, checkpoints, state transfer, RCC assignments: the
@@ -149,20 +149,20 @@ fn group_count(cfg: &ClusterConfig) -> usize {
 }
 
 /// The lane whose group admits a client's request: its client's owner
-/// lane, or in `sarek` the first partition `predictor` names (none: every
-/// partition, as for a service without access sets). The runtime's pillars
-/// hand a request to that lane's group (`Replica::request_lane`).
+/// lane, or in `sarek` a partition `predictor` names (none: every
+/// partition, as for a service without access sets; `sarek::entry_lane`).
+/// The runtime's pillars hand a request to that lane's group
+/// (`Replica::request_lane`).
 pub fn request_lane(cfg: &ClusterConfig, predictor: Option<&Predictor>, req: &Request) -> LaneId {
-    if cfg.params.mode == OrderingMode::Sarek {
-        let predicted = match predictor {
-            Some(p) => p.lanes(cfg, &req.op),
-            None => Predictor::everything().lanes(cfg, &req.op),
-        };
-        if let Some(first) = predicted.first() {
-            return *first;
-        }
+    let owner = cfg.owner_lane(req.client);
+    if cfg.params.mode != OrderingMode::Sarek {
+        return owner;
     }
-    cfg.owner_lane(req.client)
+    let predicted = match predictor {
+        Some(p) => p.lanes(cfg, &req.op),
+        None => Predictor::everything().lanes(cfg, &req.op),
+    };
+    crate::sarek::entry_lane(&predicted, owner)
 }
 
 /// What every peer message must pass before any part of the replica reads
@@ -222,6 +222,20 @@ impl Internal {
             InternalKind::ToHub { from, .. } => (Some(*from), None),
             InternalKind::ToGroup { to, .. } => (None, Some(*to)),
         }
+    }
+
+    /// Whether a driver whose channel to the group is backed up may drop
+    /// this message: a `sarek` hand-on of a request to another partition
+    /// (`ToGroup::ForLane`), which the request's decision or the client's
+    /// retransmission hands on again.
+    pub fn may_drop(&self) -> bool {
+        matches!(
+            &self.0,
+            InternalKind::ToGroup {
+                msg: group::ToGroup::ForLane { .. },
+                ..
+            }
+        )
     }
 
     /// Whether `later`, sent right after this message on the same channel,
@@ -495,14 +509,14 @@ impl Replica {
         lanes
     }
 
-    /// The group holding lane `lane`.
     /// The lane whose group admits `req`: its client's owner lane, or in
-    /// `sarek` the first partition PREDICT() names (its group hands the
-    /// request to the others' groups).
+    /// `sarek` a partition PREDICT() names (its group hands the request to
+    /// the others' groups; `request_lane`).
     pub fn request_lane(&self, req: &Request) -> LaneId {
         request_lane(&self.cfg, self.predictor.as_ref(), req)
     }
 
+    /// The group holding lane `lane`.
     fn group_of(&self, lane: LaneId) -> usize {
         lane.index() % self.group_total()
     }
@@ -578,8 +592,8 @@ impl Replica {
         }
     }
 
-    /// The one group of a mode that keeps every lane in one (rcc, sarek,
-    /// dispel, pbft: `group_count`).
+    /// The one group of a mode that keeps every lane in one (rcc, dispel,
+    /// pbft: `group_count`).
     fn sole_group(&mut self) -> &mut group::LaneGroup {
         debug_assert_eq!(self.groups.len(), 1, "a one-group path in a mode with several");
         &mut self.groups[0]
@@ -899,8 +913,8 @@ impl Replica {
     fn admit_request(&mut self, now: Millis, req: Request, out: &mut Outbox, verify: bool) {
         let (client, seq) = (req.client, req.seq);
         // A client's requests wait in its owner lane's group (in rcc and
-        // pbft there is one group); in sarek in its first partition's,
-        // which hands it to the others.
+        // pbft there is one group); in sarek in its entry partition's
+        // (`request_lane`), which hands it to the others.
         let g = self.group_of(self.request_lane(&req));
         let admitted = self.in_group(g, out, |grp, hub, _, _| grp.admit(now, req, verify, hub));
         match admitted {
@@ -1094,8 +1108,8 @@ impl Replica {
                 break;
             }
         }
-        // Planned returns exist only in sarek, whose lanes are one group:
-        // per group is the same as every lane's returns before any timer.
+        // Planned returns exist only in sarek, one lane per group: each
+        // lane's return comes before its own timers are refreshed.
         self.in_groups(out, |g, hub, counters, out| {
             g.preferred_returns(now, hub, counters, out);
             g.refresh_timers(now, hub, counters, out);
@@ -1188,6 +1202,41 @@ mod internal_tests {
             msg: group::ToHub::Frontier(None),
         });
         assert!(!to_hub.superseded_by(&to_hub.clone()));
+    }
+
+    /// Only a sarek hand-on of a request to another partition may be
+    /// dropped by a backed-up channel: facts, checkpoints and reports may not.
+    #[test]
+    fn only_a_request_handed_on_to_another_partition_may_be_dropped() {
+        let (_, _, clients) = ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1);
+        let req = Request::with_macs(
+            &chorus_core::ClusterTag::of(
+                &ClusterConfig::for_testing(4, 1, chorus_core::ProtocolParams::default(), 1).0,
+            ),
+            chorus_core::ClientId(0),
+            chorus_core::RequestSeq(1),
+            0,
+            bytes::Bytes::from_static(b"x"),
+            &[clients[0].pairwise_key(&clients[0].public())],
+        );
+        let hand_on = Internal(InternalKind::ToGroup {
+            to: 1,
+            msg: group::ToGroup::ForLane {
+                lane: LaneId(1),
+                req,
+                at: Millis(0),
+                admitted: true,
+            },
+            facts: None,
+        });
+        assert!(hand_on.may_drop());
+        assert!(!facts(0).may_drop());
+        assert!(!advance(0, true).may_drop());
+        let to_hub = Internal(InternalKind::ToHub {
+            from: 0,
+            msg: group::ToHub::Frontier(None),
+        });
+        assert!(!to_hub.may_drop());
     }
 
     /// A message relying on a waiting facts update (`facts: None`) takes

@@ -182,7 +182,7 @@ const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
         4,
         4,
         11,
-        "d9ac9cf32f533368bebdda0d4efb2ec53a78f14b312cca19b405b69150165dcc",
+        "61e8eaca89fe77c956ed6561af2deefc30888545b248bb739dd413160e1188fc",
     ),
 ];
 

@@ -3,7 +3,8 @@
 //! propose, batch timers, pre-prepares held until their owner is known
 //! (RCC §III-E) and hand-overs under way. Once consensus runs in the
 //! pillars, a group is what a pillar thread owns (COP §4: a pillar runs
-//! whole instances); until then the replica holds one group with every lane.
+//! whole instances): in `cop` and `sarek` each lane is a group, in the
+//! other modes one group holds every lane.
 //!
 //! A group reads the replica-wide part only through a [`HubView`] and
 //! reports to it only through [`ToHub`]: the two calls that will become
@@ -55,6 +56,11 @@ pub(crate) enum ToHub {
         at: Millis,
     },
 }
+
+/// Retransmitted requests a `sarek` group remembers handing on (within
+/// one status interval); beyond it a retransmission is not handed on again
+/// until older entries expire (the decision hands it on anyway).
+const RESHARED_MAX: usize = 4_096;
 
 /// What the hub tells a group, besides its facts.
 #[derive(Clone, Debug)]
@@ -113,6 +119,9 @@ pub(crate) struct LaneGroup {
     pub(crate) wall_ms: u64,
     /// Reports not yet taken by the hub (`take_to_hub`); empty between calls.
     to_hub: Vec<ToHub>,
+    /// `sarek`: when a retransmitted request was last handed on to its
+    /// other partitions (once per status interval at most; bounded).
+    reshared: std::collections::HashMap<(ClientId, chorus_core::RequestSeq), Millis>,
     /// The frontier last reported to the hub (`ToHub::Frontier`).
     reported_frontier: Option<Seq>,
     /// The group's copy of what it reads of the hub (`Hub::update_facts`).
@@ -149,6 +158,7 @@ impl LaneGroup {
             handing_over: Vec::new(),
             wall_ms: 0,
             to_hub: Vec::new(),
+            reshared: std::collections::HashMap::new(),
             reported_frontier: None,
             facts: HubFacts::default(),
             cfg: cfg.clone(),
@@ -277,7 +287,29 @@ impl LaneGroup {
                 let verified = match admitted {
                     crate::pool::Admitted::New => true,
                     crate::pool::Admitted::Duplicate => {
-                        !others.is_empty() && (!verify || s.pool_mut(first).verify(&req).is_ok())
+                        // Once per status interval per request: a client
+                        // resending in a loop must not flood the hub.
+                        let key = (req.client, req.seq);
+                        let interval = self.cfg.params.status_interval_ms;
+                        let due = self
+                            .reshared
+                            .get(&key)
+                            .is_none_or(|t| now.0.saturating_sub(t.0) >= interval);
+                        let ok =
+                            !others.is_empty() && due && (!verify || s.pool_mut(first).verify(&req).is_ok());
+                        if ok {
+                            if self.reshared.len() >= RESHARED_MAX {
+                                self.reshared.retain(|_, t| now.0.saturating_sub(t.0) < interval);
+                            }
+                            if self.reshared.len() < RESHARED_MAX {
+                                self.reshared.insert(key, now);
+                                true
+                            } else {
+                                false
+                            }
+                        } else {
+                            false
+                        }
                     }
                 };
                 if verified {
@@ -298,11 +330,14 @@ impl LaneGroup {
     }
 
     /// Whether a client's request is this group's to admit: its owner
-    /// lane is one of ours, or in `sarek` its first predicted partition
+    /// lane is one of ours, or in `sarek` its entry partition
     /// (`Replica::request_lane`), whose group hands it to the others.
     pub(crate) fn takes_request(&self, req: &Request) -> bool {
         match &self.sarek {
-            Some(s) => s.lanes_of(&req.op).first().is_some_and(|l| self.holds(*l)),
+            Some(s) => self.holds(crate::sarek::entry_lane(
+                &s.lanes_of(&req.op),
+                self.cfg.owner_lane(req.client),
+            )),
             None => self.holds(self.cfg.owner_lane(req.client)),
         }
     }

@@ -75,3 +75,16 @@ impl Predictor {
         v
     }
 }
+
+/// The partition whose group admits a request PREDICT() names `predicted`
+/// for (never empty, `Predictor::lanes`): the client's owner lane when it
+/// is one of them, else the first, so that requests every partition
+/// orders (a service without access sets) enter through every group in
+/// turn rather than all through partition 0's.
+pub fn entry_lane(predicted: &[LaneId], owner: LaneId) -> LaneId {
+    if predicted.contains(&owner) {
+        owner
+    } else {
+        predicted.first().copied().unwrap_or(owner)
+    }
+}
