@@ -138,6 +138,9 @@ impl Store {
             source,
         })?;
         let path = dir.join(DB_FILE_NAME);
+        if !path.exists() {
+            create_initialized(dir, &path, Layout { lanes: opts.lanes })?;
+        }
         // `create` opens an existing file, repairing it after a crash: redb
         // falls back to the last commit whose checksums verify. A file it
         // cannot make sense of (truncated) trips an assertion inside redb:
@@ -685,6 +688,43 @@ impl Drop for Store {
 /// Create the tables and metadata of a new store, or check those of an
 /// existing one; returns the committed state to continue from and the first
 /// segment of the write-ahead log not yet in the tables.
+/// A new database is made under a temporary name and renamed into place
+/// once initialized and durable. A replica killed while redb wrote a new
+/// file's header left a file no later start could open ("invalid data"),
+/// so a crash in the first second of a replica's life needed its data
+/// directory wiped by hand (found 2026-11-28 by a test that replaced
+/// freshly started replicas). A leftover temporary file is such a crash's,
+/// and is started over.
+fn create_initialized(dir: &Path, path: &Path, layout: Layout) -> Result<()> {
+    if Wal::any_segment(dir)? {
+        return Err(StoreError::CorruptFile {
+            path: Wal::dir_of(dir),
+            reason: format!(
+                "write-ahead log segments without the database they belong to ({DB_FILE_NAME} is missing)"
+            ),
+        });
+    }
+    let tmp = dir.join(format!("{DB_FILE_NAME}.new"));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => tracing::info!(file = %tmp.display(), "removed a database left half-created by a crash"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&tmp)(e)),
+    }
+    {
+        let db = redb::Database::create(&tmp)?;
+        let txn = db.begin_write()?;
+        init_or_check(&txn, layout)?;
+        // redb's default durability: the commit is synced before it returns.
+        txn.commit()?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    crate::wal::sync_directory(dir)
+}
+
 pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64, bool)> {
     let mut meta = txn.open_table(META)?;
     let version = meta.get(META_VERSION)?.map(|v| v.value().to_vec());

@@ -339,7 +339,7 @@ impl Wal {
     }
 }
 
-fn sync_directory(dir: &Path) -> Result<()> {
+pub(crate) fn sync_directory(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_err(dir, e))
