@@ -43,25 +43,37 @@ pub async fn accept_clients(listener: tokio::net::TcpListener, routing: Routing,
     let routing = std::rc::Rc::new(routing);
     let mut next = 0usize;
     loop {
-        let Ok((stream, addr)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
         // The gate bounds unfinished connections, those waiting here included.
-        let pending = match gate.enter(addr.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                routing.metrics.drop_frame(why.as_str());
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let (stream, pending) = accept_gated(&listener, &gate, &routing.metrics).await;
         let in_turn = next % routing.pillars.len();
         next += 1;
         if routing.affinity && routing.pillars.len() > 1 {
             tokio::task::spawn_local(route_by_hello(stream, pending, in_turn, routing.clone()));
         } else {
             hand_over(&routing, stream, pending, in_turn);
+        }
+    }
+}
+
+/// The next connection the gate admits (`Gate::enter`: within the budget
+/// of unfinished connections, in total and per source), with its admission;
+/// one refused is closed at once, before any read, and counted.
+pub async fn accept_gated(
+    listener: &tokio::net::TcpListener,
+    gate: &Arc<Gate>,
+    metrics: &Metrics,
+) -> (tokio::net::TcpStream, Pending) {
+    loop {
+        let Ok((stream, addr)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        match gate.enter(addr.ip()) {
+            Ok(pending) => {
+                let _ = stream.set_nodelay(true);
+                return (stream, pending);
+            }
+            Err(why) => metrics.drop_frame(why.as_str()),
         }
     }
 }

@@ -126,16 +126,26 @@ mod tests {
     /// ends: it waits for the shutdown that follows, then stops cleanly.
     /// (Found by review: it returned an error, a second fatal report,
     /// under its pillar's name, for the core's failure.)
-    #[test]
-    fn a_group_whose_hub_is_gone_waits_for_the_shutdown_instead_of_failing() {
-        let (mut replica, mut out, cfg) = crate::lane_split::cop2_replica(0, |_| {});
+    /// Group 0 of replica `me` of a two-pillar cop cluster as its pillar
+    /// runs it, and the ends of its channels.
+    struct Harness {
+        task: PieceTask,
+        cfg: std::sync::Arc<chorus_core::ClusterConfig>,
+        stage: crate::queue::Receiver<crate::outbox_thread::Round>,
+        input: mpsc::Sender<PieceInput>,
+        hub: mpsc::Receiver<CoreInput>,
+        status: watch::Receiver<PieceStatus>,
+        stop: watch::Sender<bool>,
+    }
+
+    fn group_task(me: u32, tweak: impl FnOnce(&mut chorus_core::ProtocolParams)) -> Harness {
+        let (mut replica, mut out, cfg) = crate::lane_split::cop2_replica(me, tweak);
         let (piece, initial) = crate::lane_split::split(&mut replica, Millis(0), &mut out).remove(0);
-        let (stage_tx, stage_rx) = crate::queue::bounded(1 << 20);
-        let (input_tx, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
-        let (hub_tx, hub_rx) = mpsc::channel(1 << 16);
-        drop(hub_rx);
-        let (status_tx, _status_rx) = watch::channel(piece.status_part());
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stage_tx, stage) = crate::queue::bounded(1 << 20);
+        let (input, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
+        let (hub_tx, hub) = mpsc::channel(1 << 16);
+        let (status_tx, status) = watch::channel(piece.status_part());
+        let (stop, stop_rx) = watch::channel(false);
         let task = PieceTask {
             piece,
             initial,
@@ -145,6 +155,29 @@ mod tests {
             status: status_tx,
             shutdown: stop_rx,
         };
+        Harness {
+            task,
+            cfg,
+            stage,
+            input,
+            hub,
+            status,
+            stop,
+        }
+    }
+
+    #[test]
+    fn a_group_whose_hub_is_gone_waits_for_the_shutdown_instead_of_failing() {
+        let Harness {
+            task,
+            cfg,
+            stage: stage_rx,
+            input: input_tx,
+            hub: hub_rx,
+            stop: stop_tx,
+            ..
+        } = group_task(0, |_| {});
+        drop(hub_rx);
         // A request of lane 0 (client 0), which replica 0 leads: it proposes
         // at once, and its group tells the hub its new frontier.
         let (_, _, clients) = chorus_core::ClusterConfig::for_testing(4, 4, cfg.params.clone(), 1);
@@ -196,22 +229,15 @@ mod tests {
     /// this flood no status left at all.)
     #[test]
     fn a_flood_of_input_does_not_hold_off_the_groups_timers() {
-        let (mut replica, mut out, _) = crate::lane_split::cop2_replica(1, |p| p.status_interval_ms = 50);
-        let (piece, initial) = crate::lane_split::split(&mut replica, Millis(0), &mut out).remove(0);
-        let (stage_tx, stage_rx) = crate::queue::bounded(1 << 20);
-        let (input_tx, input_rx) = mpsc::channel(PIECE_CHANNEL_CAP);
-        let (hub_tx, _hub_rx) = mpsc::channel(1 << 16);
-        let (status_tx, status_rx) = watch::channel(piece.status_part());
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = PieceTask {
-            piece,
-            initial,
-            input: input_rx,
-            hub: hub_tx,
-            driver: Driver::new(Downstream::thread_from_pillar(stage_tx), Instant::now()),
-            status: status_tx,
-            shutdown: stop_rx,
-        };
+        let Harness {
+            task,
+            stage: stage_rx,
+            input: input_tx,
+            hub: _hub_rx,
+            status: status_rx,
+            stop: stop_tx,
+            ..
+        } = group_task(1, |p| p.status_interval_ms = 50);
         // Another lane's message: refused at once, so the flood costs the
         // group little and its inbox stays full.
         let junk = ReplicaMsg::FetchBatch(FetchBatch {

@@ -476,20 +476,9 @@ async fn peer_link(shared: Rc<Shared>, peer: ReplicaId, mut rx: FrameQueueRx) {
 
 async fn accept_peers(shared: Rc<Shared>, listener: tokio::net::TcpListener, gate: Arc<Gate>) {
     loop {
-        let Ok((stream, addr)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
         // Only configured replica hosts, within the peer budget: a stranger
-        // is closed here, before any read.
-        let pending = match gate.enter(addr.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                shared.metrics.drop_frame(why.as_str());
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        // is closed at once, before any read.
+        let (stream, pending) = crate::client_accept::accept_gated(&listener, &gate, &shared.metrics).await;
         tokio::task::spawn_local(serve_peer(shared.clone(), stream, pending));
     }
 }
