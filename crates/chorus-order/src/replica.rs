@@ -225,14 +225,17 @@ impl Internal {
     }
 
     /// Whether a driver whose channel to the group is backed up may drop
-    /// this message: a `sarek` hand-on of a request to another partition
-    /// (`ToGroup::ForLane`), which the request's decision or the client's
-    /// retransmission hands on again.
+    /// this message: a `sarek` hand-on of a client's request to another
+    /// partition (`ToGroup::ForLane`, admitted), which the request's
+    /// decision or the client's retransmission hands on again; not a
+    /// decided one (nothing else would), and not one that carries the
+    /// hub's facts (counted as sent, they would not be sent again).
     pub fn may_drop(&self) -> bool {
         matches!(
             &self.0,
             InternalKind::ToGroup {
-                msg: group::ToGroup::ForLane { .. },
+                msg: group::ToGroup::ForLane { admitted: true, .. },
+                facts: None,
                 ..
             }
         )
@@ -1230,6 +1233,29 @@ mod internal_tests {
             facts: None,
         });
         assert!(hand_on.may_drop());
+        let InternalKind::ToGroup { to, msg, .. } = hand_on.0.clone() else {
+            unreachable!()
+        };
+        let with_facts = Internal(InternalKind::ToGroup {
+            to,
+            msg: msg.clone(),
+            facts: Some(Box::new(hub::HubFacts::default())),
+        });
+        assert!(!with_facts.may_drop(), "the facts it carries would be lost");
+        let group::ToGroup::ForLane { lane, req, at, .. } = msg else {
+            unreachable!()
+        };
+        let decided = Internal(InternalKind::ToGroup {
+            to,
+            msg: group::ToGroup::ForLane {
+                lane,
+                req,
+                at,
+                admitted: false,
+            },
+            facts: None,
+        });
+        assert!(!decided.may_drop(), "nothing else hands a decided request on");
         assert!(!facts(0).may_drop());
         assert!(!advance(0, true).may_drop());
         let to_hub = Internal(InternalKind::ToHub {

@@ -138,7 +138,11 @@ impl Store {
             source,
         })?;
         let path = dir.join(DB_FILE_NAME);
-        if !path.exists() {
+        let exists = path.try_exists().map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if !exists {
             create_initialized(dir, &path, Layout { lanes: opts.lanes })?;
         }
         // `create` opens an existing file, repairing it after a crash: redb
@@ -685,16 +689,16 @@ impl Drop for Store {
     }
 }
 
-/// Create the tables and metadata of a new store, or check those of an
-/// existing one; returns the committed state to continue from and the first
-/// segment of the write-ahead log not yet in the tables.
-/// A new database is made under a temporary name and renamed into place
-/// once initialized and durable. A replica killed while redb wrote a new
-/// file's header left a file no later start could open ("invalid data"),
-/// so a crash in the first second of a replica's life needed its data
-/// directory wiped by hand (found 2026-11-28 by a test that replaced
-/// freshly started replicas). A leftover temporary file is such a crash's,
-/// and is started over.
+/// A new database is made under a temporary name and put into place once
+/// initialized and durable. A replica killed while redb wrote a new file's
+/// header left a file no later start could open ("invalid data"), so a
+/// crash in the first second of a replica's life needed its data directory
+/// wiped by hand (found 2026-11-28 by a test that replaced freshly started
+/// replicas; a file half-written that way by an older build still does). A
+/// leftover temporary file is such a crash's, and is started over. The file
+/// is linked into place, never renamed over one: a second process opening
+/// the same directory must not replace a live database (redb's file lock
+/// refuses it the database itself).
 fn create_initialized(dir: &Path, path: &Path, layout: Layout) -> Result<()> {
     if Wal::any_segment(dir)? {
         return Err(StoreError::CorruptFile {
@@ -721,10 +725,14 @@ fn create_initialized(dir: &Path, path: &Path, layout: Layout) -> Result<()> {
         // redb's default durability: the commit is synced before it returns.
         txn.commit()?;
     }
-    std::fs::rename(&tmp, path).map_err(io(path))?;
+    std::fs::hard_link(&tmp, path).map_err(io(path))?;
+    std::fs::remove_file(&tmp).map_err(io(&tmp))?;
     crate::wal::sync_directory(dir)
 }
 
+/// Create the tables and metadata of a new store, or check those of an
+/// existing one; returns the committed state to continue from and the first
+/// segment of the write-ahead log not yet in the tables.
 pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(WriteState, u64, bool)> {
     let mut meta = txn.open_table(META)?;
     let version = meta.get(META_VERSION)?.map(|v| v.value().to_vec());

@@ -277,7 +277,7 @@ impl LaneGroup {
         match self.sarek.as_mut() {
             Some(s) => {
                 let others = s.others_of(&req.op);
-                let first = s.lanes_of(&req.op)[0];
+                let entry = crate::sarek::entry_lane(&s.lanes_of(&req.op), self.cfg.owner_lane(req.client));
                 let admitted = s.admit(now, req.clone(), verify)?;
                 // The other partitions' groups take it as verified at this
                 // replica: a new one passed its pool's check; a duplicate
@@ -296,7 +296,7 @@ impl LaneGroup {
                             .get(&key)
                             .is_none_or(|t| now.0.saturating_sub(t.0) >= interval);
                         let ok =
-                            !others.is_empty() && due && (!verify || s.pool_mut(first).verify(&req).is_ok());
+                            !others.is_empty() && due && (!verify || s.pool_mut(entry).verify(&req).is_ok());
                         if ok {
                             if self.reshared.len() >= RESHARED_MAX {
                                 self.reshared.retain(|_, t| now.0.saturating_sub(t.0) < interval);

@@ -47,9 +47,10 @@ fn cop_gives_each_lane_its_own_group_and_other_modes_one() {
 
 /// SAREK §IV-B 1 with each partition a group of its own, apart as on the
 /// pillars' threads: a request partitions 0 and 2 order is admitted by
-/// the group of its first partition, which hands it through the hub to
-/// partition 2's group; partition 1's group never holds it. A request of
-/// one partition goes straight to that partition's group.
+/// the group of its entry partition (partition 0: its client owns lane
+/// 0), which hands it through the hub to partition 2's group; partition
+/// 1's group never holds it. A request of one partition goes straight to
+/// that partition's group.
 #[test]
 fn sarek_a_cross_partition_request_reaches_each_partitions_group_through_the_hub() {
     let p = chorus_core::ProtocolParams {
