@@ -6,6 +6,7 @@
 #
 #   scripts/chaos.sh            full run, mode pbft
 #   scripts/chaos.sh cop        full run, mode cop
+#   scripts/chaos.sh sarek      full run, mode sarek (two partitions)
 #   scripts/chaos.sh pbft smoke the under-a-minute variant
 #
 # Environment: CHORUS_TOXIPROXY (server binary; installed with `go install`

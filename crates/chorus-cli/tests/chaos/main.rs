@@ -79,6 +79,7 @@ struct Plan {
 fn mode_from_env() -> OrderingMode {
     match std::env::var("CHORUS_CHAOS_MODE").as_deref() {
         Ok("cop") => OrderingMode::Cop,
+        Ok("sarek") => OrderingMode::Sarek,
         _ => OrderingMode::Pbft,
     }
 }
