@@ -405,21 +405,35 @@ impl Pool {
                 self.note_from_client(req, false);
                 return false;
             }
-            if self.mac_vectors_refused(now, req) {
-                return false;
-            }
+        }
+        if self.adopt_refusal(now, req, verified_here).is_some() || self.knows(req) {
+            return false;
+        }
+        let lane = self.lane_for(req);
+        self.insert(key, req.clone(), lane, now, State::Pending, verified_here);
+        true
+    }
+
+    /// Whether the pool holds `req` or ordered it recently.
+    pub fn knows(&self, req: &Request) -> bool {
+        let key = (req.client, req.seq);
+        self.entries.contains_key(&key) || self.ordered.contains(&key)
+    }
+
+    /// Why `adopt` (`verified_here`: `adopt_verified`) refuses `req` for
+    /// other reasons than holding or having ordered it already: the pool or
+    /// the client's share of it is full, or the client waits out an
+    /// Aardvark penalty here. A caller counts it (`ToGroup::ForLane`).
+    pub fn adopt_refusal(&self, now: Millis, req: &Request, verified_here: bool) -> Option<&'static str> {
+        if verified_here && self.mac_vectors_refused(now, req) {
+            return Some("client-penalised");
         }
         let full = self.entries.len() >= self.max_requests
             // Re-predictions share one pseudo-client (`REPREDICTION_CLIENT`)
             // and are bounded by the suspended requests, not by its share.
             || (!req.is_reprediction()
                 && self.per_client.get(&req.client).copied().unwrap_or(0) >= self.cfg.params.pool_max_per_client);
-        if full || self.entries.contains_key(&key) || self.ordered.contains(&key) {
-            return false;
-        }
-        let lane = self.lane_for(req);
-        self.insert(key, req.clone(), lane, now, State::Pending, verified_here);
-        true
+        full.then_some("pool-full")
     }
 
     /// Requests held (pending and in flight).

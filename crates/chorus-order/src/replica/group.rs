@@ -248,9 +248,16 @@ impl LaneGroup {
                 let Some(s) = self.sarek.as_mut().filter(|s| s.owns(lane)) else {
                     return counters.reject("for-lane-of-another-group");
                 };
-                // Refused only when full or known: a partition that orders
-                // it first hands it here again, decided (`forward_decided`).
+                // Refused when known (nothing to do), or when full or the
+                // client is penalised here (counted): a partition that
+                // orders it first hands it here again, decided
+                // (`forward_decided`).
                 let pool = s.pool_mut(lane);
+                let refusal = if pool.knows(&req) {
+                    None
+                } else {
+                    pool.adopt_refusal(at, &req, admitted)
+                };
                 let taken = if admitted {
                     pool.adopt_verified(at, &req)
                 } else {
@@ -258,6 +265,12 @@ impl LaneGroup {
                 };
                 if taken && !admitted {
                     counters.sarek_forwarded += 1;
+                }
+                if let (false, Some(why)) = (taken, refusal) {
+                    counters.reject(match why {
+                        "client-penalised" => "for-lane-client-penalised",
+                        _ => "for-lane-pool-full",
+                    });
                 }
             }
         }

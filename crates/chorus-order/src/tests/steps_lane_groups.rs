@@ -282,3 +282,47 @@ fn a_split_replica_drops_group_events_it_no_longer_holds() {
     hub.handle_verified_request(chorus_core::Millis(0), s.request(0, 1, b"x"), &mut out);
     assert_eq!(hub.counters().rejected("event-for-detached-group"), 3);
 }
+
+/// A partition whose pool is full refuses a request another partition
+/// hands on, and says so in its counters (the request reaches it again
+/// when a partition decides it).
+#[test]
+fn sarek_a_hand_on_into_a_full_partition_is_refused_and_counted() {
+    let p = chorus_core::ProtocolParams {
+        leader_rotation: chorus_core::LeaderRotation::Fixed,
+        pool_max_requests: 1,
+        ..params(OrderingMode::Sarek, 2)
+    };
+    let s = setup(4, 2, p);
+    // Replica 3 leads no partition: what it admits stays pending.
+    let mut hub = replica(&s, 3);
+    let mut out = crate::io::Outbox::new();
+    hub.set_pieces_apart(true, chorus_core::Millis(0), &mut out);
+    let mut pieces = hub.split_groups();
+    let now = chorus_core::Millis(5);
+    // Every partition is predicted (no access sets), so a request enters
+    // at its client's owner lane: client 1's fills partition 1's pool.
+    pieces[1].handle(now, Event::Request(s.request(1, 1, b"a")), &mut out);
+    // Client 0's enters at partition 0 and is handed on to partition 1.
+    pieces[0].handle(now, Event::Request(s.request(0, 1, b"b")), &mut out);
+    for m in pieces[0].take_internal() {
+        hub.handle_internal(now, m, &mut out);
+    }
+    let handed: Vec<_> = hub
+        .take_internal()
+        .into_iter()
+        .filter(|m| format!("{m:?}").contains("ForLane"))
+        .collect();
+    assert_eq!(handed.len(), 1);
+    for m in handed {
+        pieces[1].handle_internal(now, m, &mut out);
+    }
+    let st = pieces[1].status_part();
+    assert_eq!(st.pool_len, 1, "partition 1 was full");
+    assert_eq!(
+        st.counters.rejected("for-lane-pool-full"),
+        1,
+        "{:?}",
+        st.counters.rejected
+    );
+}
