@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 
-const CSV_HEADER: &str = "unix_time,name,label,cores,n,mode,pillars,executor,workers,service,workload,clients,in_flight,offered_rate,batch,request_bytes,value_bytes,buckets,duration_s,ops,errors,shed,throughput_ops,p50_ms,p95_ms,p99_ms,max_ms,commit_p50_ms,commit_p99_ms,replica_cpu_s,replica_peak_rss_mib,client_threads,prepare_auth,leader_first,few_replies";
+const CSV_HEADER: &str = "unix_time,name,label,cores,n,mode,pillars,executor,workers,service,workload,clients,in_flight,offered_rate,batch,request_bytes,value_bytes,buckets,duration_s,ops,errors,shed,throughput_ops,p50_ms,p95_ms,p99_ms,max_ms,commit_p50_ms,commit_p99_ms,replica_cpu_s,replica_peak_rss_mib,client_threads,prepare_auth,leader_first,few_replies,pacing_late_p50_ms,pacing_late_p99_ms,arrivals";
 
 pub fn write_json(path: &Path, results: &[RunResult]) -> Result<()> {
     let text = serde_json::to_string_pretty(results)?;
@@ -35,7 +35,7 @@ pub fn append_csv(path: &Path, r: &RunResult) -> Result<()> {
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(";");
     writeln!(
         f,
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{:.3},{:.3},{}",
         r.unix_time,
         r.name,
         r.label.replace(',', ";"),
@@ -70,7 +70,10 @@ pub fn append_csv(path: &Path, r: &RunResult) -> Result<()> {
         r.client_threads,
         r.prepare_auth,
         r.leader_first,
-        r.few_replies
+        r.few_replies,
+        r.pacing_late_p50_ms,
+        r.pacing_late_p99_ms,
+        r.arrivals
     )?;
     Ok(())
 }

@@ -44,6 +44,8 @@ pub struct RunResult {
     pub clients: usize,
     pub in_flight: usize,
     pub offered_rate: u64,
+    /// Open loop: `uniform` or `poisson` (`--arrivals`); empty when closed.
+    pub arrivals: String,
     pub batch: u32,
     pub request_bytes: usize,
     pub value_bytes: usize,
@@ -61,6 +63,11 @@ pub struct RunResult {
     /// the columns above are submit to the accepted (f+1 matching) reply.
     pub commit_p50_ms: f64,
     pub commit_p99_ms: f64,
+    /// Open loop: how late the generator sent requests after their intended
+    /// times (the latencies above count from the intended times); 0 when
+    /// closed loop.
+    pub pacing_late_p50_ms: f64,
+    pub pacing_late_p99_ms: f64,
     /// CPU seconds each local replica used during the measurement.
     pub replica_cpu_s: Vec<f64>,
     /// Peak RSS of each local replica over its lifetime.
@@ -74,7 +81,7 @@ pub struct RunResult {
 impl RunResult {
     pub fn one_line(&self) -> String {
         format!(
-            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  commit p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  shed {}{}",
+            "{:<20} {:>10.0} ops/s  p50 {:>7.2} ms  p95 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  commit p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}  shed {}{}{}",
             if self.name.is_empty() { "run" } else { &self.name },
             self.throughput_ops,
             self.p50_ms,
@@ -85,7 +92,20 @@ impl RunResult {
             self.commit_p99_ms,
             self.errors,
             self.shed,
+            self.pacing(),
             self.resources(),
+        )
+    }
+
+    /// Open loop only: the generator's own lateness, which the latencies
+    /// above include (they count from the intended send times).
+    fn pacing(&self) -> String {
+        if self.offered_rate == 0 {
+            return String::new();
+        }
+        format!(
+            "  {} arrivals, sent late p50 {:.3} ms  p99 {:.3} ms",
+            self.arrivals, self.pacing_late_p50_ms, self.pacing_late_p99_ms
         )
     }
 
@@ -254,8 +274,9 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let stats = load::shared();
     let shed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
-        if a.rate == 0 {
+    let mut pacer_thread = None;
+    if a.rate == 0 {
+        for (i, c) in clients.iter().enumerate() {
             for s in 0..a.in_flight {
                 let g = Generator::new(spec.clone(), i as u64);
                 tasks.push(tokio::spawn(closed_loop(
@@ -266,19 +287,25 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
                     a.ordered_reads,
                 )));
             }
-        } else {
-            let g = Generator::new(spec.clone(), i as u64);
-            let per_client = a.rate as f64 / a.clients as f64;
-            tasks.push(tokio::spawn(open_loop(
-                c.clone(),
-                g,
-                stats.clone(),
-                per_client,
-                i as u64,
-                a.ordered_reads,
-                shed.clone(),
-            )));
         }
+    } else {
+        let gens = (0..clients.len())
+            .map(|i| Generator::new(spec.clone(), i as u64))
+            .collect();
+        let st = stats.clone();
+        let (arrivals, pacer) = crate::pacer::spawn(clients.len(), a.rate as f64, a.arrivals, move || {
+            st.stop.load(Ordering::Relaxed)
+        })
+        .context("starting the open-loop pacer thread")?;
+        pacer_thread = Some(pacer);
+        tasks.push(tokio::spawn(open_loop(
+            clients.clone(),
+            gens,
+            arrivals,
+            stats.clone(),
+            a.ordered_reads,
+            shed.clone(),
+        )));
     }
     tokio::time::sleep(Duration::from_secs(a.warmup)).await;
     let pids: Vec<u32> = cluster_procs
@@ -288,6 +315,7 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let cpu0: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let _ = stats.take_phase();
     let _ = stats.take_commit_phase();
+    let _ = stats.take_pacing();
     let errors0 = stats.errors.load(Ordering::Relaxed);
     let _ = stats.take_error_kinds();
     let shed0 = shed.load(Ordering::Relaxed);
@@ -341,11 +369,21 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
     let ops = stats.committed.load(Ordering::Relaxed) - ops0;
     let lat = stats.take_phase();
     let commit = stats.take_commit_phase();
+    let pacing = stats.take_pacing();
     let cpu1: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let rss: Vec<f64> = pids.iter().map(|p| peak_rss_mib(*p).unwrap_or(0.0)).collect();
     stats.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.abort();
+    }
+    if let Some(p) = pacer_thread {
+        // It sees `stop` within one arrival interval, or its queue's
+        // receiver gone with the aborted task.
+        tokio::task::spawn_blocking(move || p.join())
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .ok_or_else(|| anyhow!("the open-loop pacer thread panicked"))?;
     }
     drop(cluster_procs);
     Ok(RunResult {
@@ -370,6 +408,11 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         clients: a.clients,
         in_flight: a.in_flight,
         offered_rate: a.rate,
+        arrivals: if a.rate == 0 {
+            String::new()
+        } else {
+            format!("{:?}", a.arrivals).to_lowercase()
+        },
         batch: config.params.batch_max_requests,
         request_bytes: a.request_bytes,
         value_bytes: a.value_bytes,
@@ -385,6 +428,8 @@ pub async fn run_one(a: &Args, name: &str) -> Result<RunResult> {
         max_ms: lat.max_ms,
         commit_p50_ms: commit.p50_ms,
         commit_p99_ms: commit.p99_ms,
+        pacing_late_p50_ms: pacing.p50_ms,
+        pacing_late_p99_ms: pacing.p99_ms,
         replica_cpu_s: cpu0.iter().zip(&cpu1).map(|(a, b)| b - a).collect(),
         replica_peak_rss_mib: rss,
         timeline,
@@ -467,33 +512,36 @@ async fn closed_loop(
     }
 }
 
+/// Sends the pacer's arrivals (`pacer.rs`), each on the client it names.
 async fn open_loop(
-    client: Arc<chorus_client::Client>,
-    mut g: Generator,
+    clients: Vec<Arc<chorus_client::Client>>,
+    mut gens: Vec<Generator>,
+    mut arrivals: tokio::sync::mpsc::Receiver<crate::pacer::Arrival>,
     stats: Arc<LoadStats>,
-    rate_per_s: f64,
-    seed: u64,
     ordered_reads: bool,
     shed: Arc<AtomicU64>,
 ) {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let interval = Duration::from_secs_f64(1.0 / rate_per_s.max(0.001));
-    let outstanding = Arc::new(AtomicU64::new(0));
-    let mut next = Instant::now();
-    while !stats.stop.load(Ordering::Relaxed) {
-        next += interval;
-        tokio::time::sleep_until(next.into()).await;
-        if outstanding.load(Ordering::Relaxed) >= OPEN_LOOP_OUTSTANDING_MAX {
+    let mut rngs: Vec<_> = (0..clients.len())
+        .map(|i| rand_chacha::ChaCha8Rng::seed_from_u64(i as u64))
+        .collect();
+    let outstanding: Vec<Arc<AtomicU64>> = (0..clients.len()).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    while let Some(arrival) = arrivals.recv().await {
+        if stats.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let i = arrival.client;
+        stats.record_pacing(arrival.scheduled);
+        if outstanding[i].load(Ordering::Relaxed) >= OPEN_LOOP_OUTSTANDING_MAX {
             shed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let op = g.next(&mut rng);
+        let op = gens[i].next(&mut rngs[i]);
         // Latency counts from the intended send time, so a slow system cannot
         // hide queueing (no coordinated omission).
-        let scheduled = next;
-        let c = client.clone();
+        let scheduled = arrival.scheduled;
+        let c = clients[i].clone();
         let s = stats.clone();
-        let o = outstanding.clone();
+        let o = outstanding[i].clone();
         o.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let r = if op.read_only && !ordered_reads {

@@ -78,6 +78,11 @@ pub struct Args {
     /// Offered load in ops/s over all clients (open loop); 0 = closed loop.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Open loop: when requests arrive. uniform = every 1/rate seconds
+    /// (clients in turn); poisson = exponential gaps of mean 1/rate
+    /// (bursts as independent users make them).
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub arrivals: crate::pacer::Arrivals,
     /// Requests per batch at most.
     #[arg(long, default_value_t = 256)]
     pub batch: u32,

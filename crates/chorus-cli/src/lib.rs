@@ -25,6 +25,7 @@ mod dash_http;
 mod dash_state;
 mod exit;
 mod load;
+mod pacer;
 mod procs;
 mod status_query;
 mod workload;

@@ -21,6 +21,9 @@ pub struct LoadStats {
     /// Submit to the first replica's answer (it had committed and executed):
     /// only filled by `record_timed`.
     commit_phase: Mutex<Histogram<u64>>,
+    /// Open loop: how late the generator handed each request to the client
+    /// library after its intended send time (`pacer.rs`).
+    pacing: Mutex<Histogram<u64>>,
     /// The latest write acknowledged by f+1 replicas, per key. Each key has
     /// one sequential writer, so the last acknowledgement is the value the
     /// replicas must hold. Bounded by `ACKED_KEYS_MAX` distinct keys.
@@ -44,6 +47,7 @@ impl Default for LoadStats {
             window: Mutex::new(hist()),
             phase: Mutex::new(hist()),
             commit_phase: Mutex::new(hist()),
+            pacing: Mutex::new(hist()),
             acked: Mutex::new(HashMap::new()),
             uncertain: Mutex::new(HashSet::new()),
             stop: AtomicBool::new(false),
@@ -111,6 +115,19 @@ impl LoadStats {
             .clamp(1, 60_000_000) as u64;
         let _ = self.commit_phase.lock().record(us);
         self.record(started);
+    }
+
+    /// Open loop: a request about to be sent, `scheduled` its intended time.
+    pub fn record_pacing(&self, scheduled: Instant) {
+        let us = scheduled.elapsed().as_micros().clamp(1, 60_000_000) as u64;
+        let _ = self.pacing.lock().record(us);
+    }
+
+    pub fn take_pacing(&self) -> Percentiles {
+        let mut w = self.pacing.lock();
+        let p = percentiles(&w);
+        w.reset();
+        p
     }
 
     pub fn take_commit_phase(&self) -> Percentiles {
