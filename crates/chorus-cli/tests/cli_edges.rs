@@ -307,6 +307,37 @@ fn on_a_live_cluster_status_kv_and_bench_behave_as_documented() {
     assert!(text(&o).contains("ops/s"), "{}", text(&o));
     assert!(!text(&o).contains("[]"), "empty columns: {}", text(&o));
 
+    // bench --rate: open loop from the pacer; its lateness is reported and
+    // the arrival process recorded with the row.
+    let o = chorus(&[
+        "bench",
+        "--target",
+        p(c.path()),
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--clients",
+        "2",
+        "--rate",
+        "300",
+        "--arrivals",
+        "poisson",
+        "--records",
+        "20",
+        "--out",
+        p(&out),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("poisson arrivals, sent late p50"),
+        "{}",
+        text(&o)
+    );
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let last = csv.lines().last().unwrap();
+    assert!(last.ends_with(",poisson") && last.contains(",300,"), "{csv}");
+
     // status: exit 4 once fewer than 2f+1 = 3 replicas answer.
     c.kill(2);
     c.kill(3);
@@ -367,11 +398,21 @@ fn sim_perf_writes_bench_format_results_and_refuses_faults() {
             .contains("sim cop p2,model 4cores on-pillars"),
         "{csv}"
     );
-    // The last columns say how prepares were authenticated, whether
-    // clients sent to the primary first and asked few replicas for replies
-    // (the defaults).
-    assert!(
-        csv.lines().nth(1).unwrap().ends_with(",signature,true,true"),
+    // Columns say how prepares were authenticated, whether clients sent to
+    // the primary first and asked few replicas for replies (the defaults),
+    // and no arrival process (a closed loop).
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(header.len(), row.len(), "{csv}");
+    let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(
+        (
+            col("prepare_auth"),
+            col("leader_first"),
+            col("few_replies"),
+            col("arrivals")
+        ),
+        ("signature", "true", "true", ""),
         "{csv}"
     );
     assert!(dir.path().join("plot.png").exists());
