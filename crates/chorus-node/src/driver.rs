@@ -55,6 +55,19 @@ impl Downstream {
 const STAGE_GONE: &str = "the outbox stage stopped; nothing this replica decides could be stored or sent";
 
 /// One state machine's timers and its way to the outbox stage.
+/// Made only by `Driver::perform_first_round`: the replica's first round is
+/// queued to the outbox stage.
+#[derive(Clone, Copy, Debug)]
+pub struct FirstRoundQueued(());
+
+impl FirstRoundQueued {
+    /// For tests that build a lane group's task without a replica's start.
+    #[cfg(test)]
+    pub(crate) fn assumed_in_test() -> FirstRoundQueued {
+        FirstRoundQueued(())
+    }
+}
+
 pub struct Driver {
     pub outbox: Downstream,
     timers: BTreeMap<TimerId, Millis>,
@@ -176,6 +189,18 @@ impl Driver {
         let next = self.timers.values().min().copied().unwrap_or(now.plus(1_000));
         let wait = next.0.saturating_sub(now.0);
         tokio::time::Instant::now() + Duration::from_millis(wait)
+    }
+
+    /// `perform` for the replica's first round (recovery's view records and
+    /// messages, the hub's timers), returning the proof that it is queued:
+    /// a lane group on its pillar cannot be built without it
+    /// (`PieceTask::first_round`), so no group can send on the strength of
+    /// a restored view before that view's record is on its way to the
+    /// store (persist-before-send across the hub and the groups; a review
+    /// found the order once depended on the runtime's statement order).
+    pub fn perform_first_round(&mut self, out: &mut Outbox) -> Result<FirstRoundQueued> {
+        self.perform(out)?;
+        Ok(FirstRoundQueued(()))
     }
 
     /// Hand the round's outbox to the outbox stage, keeping the timers. On

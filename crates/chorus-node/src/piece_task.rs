@@ -6,7 +6,7 @@
 
 use crate::channels::{CoreInput, PieceInput};
 use crate::core_thread::STATUS_PUBLISH;
-use crate::driver::{wall_ms, Driver};
+use crate::driver::{wall_ms, Driver, FirstRoundQueued};
 use anyhow::Result;
 use chorus_order::{Event, GroupPiece, Outbox, PieceStatus};
 use tokio::sync::{mpsc, watch};
@@ -25,6 +25,8 @@ pub struct PieceTask {
     /// replica's status (`Replica::status_with`).
     pub status: watch::Sender<PieceStatus>,
     pub shutdown: watch::Receiver<bool>,
+    /// The replica's first round was queued before this task existed.
+    pub first_round: FirstRoundQueued,
 }
 
 impl PieceTask {
@@ -154,6 +156,7 @@ mod tests {
             driver: Driver::new(Downstream::thread_from_pillar(stage_tx), Instant::now()),
             status: status_tx,
             shutdown: stop_rx,
+            first_round: FirstRoundQueued::assumed_in_test(),
         };
         Harness {
             task,

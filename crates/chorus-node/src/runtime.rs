@@ -231,6 +231,13 @@ fn run_replica_parts(
             Downstream::thread(outbox_tx)
         }
     };
+    // The replica's first round (recovery's view records and messages, the
+    // hub's timers) is queued to the stage before any lane group exists,
+    // let alone a thread that could send on the strength of it
+    // (persist-before-send across the hub and the lane groups; a group's
+    // task needs the proof, `FirstRoundQueued`).
+    let mut driver = Driver::new(downstream, start);
+    let first_round = driver.perform_first_round(&mut initial)?;
     // Each lane group's task, for its pillar (empty unless split).
     let mut group_txs = Vec::new();
     let mut group_status = Vec::new();
@@ -251,6 +258,7 @@ fn run_replica_parts(
             driver: Driver::new(Downstream::thread_from_pillar(queue), start),
             status: status_tx,
             shutdown: shutdown_rx.clone(),
+            first_round,
         }));
     }
     drop(stage_queue);
@@ -258,12 +266,6 @@ fn run_replica_parts(
         bail!("{} lane groups for {pillars} pillars", piece_tasks.len());
     }
     metrics.lane_groups_on_pillars.set(piece_tasks.len() as i64);
-    // The replica's first round (recovery's view records and messages, the
-    // hub's timers) is queued to the stage before any thread that could
-    // send on the strength of it starts (persist-before-send across the
-    // hub and the lane groups).
-    let mut driver = Driver::new(downstream, start);
-    driver.perform(&mut initial)?;
     let core = CoreThread {
         replica,
         driver,
