@@ -133,6 +133,17 @@ pub trait Executor: Send {
     /// replica (`Replica::on_misprediction`), which signs and broadcasts it.
     /// Only the partitioned executor suspends requests.
     fn drain_repredictions(&mut self, _out: &mut Vec<chorus_core::RePrediction>) {}
+    /// `sarek`: cross-partition requests that head a partition's schedule
+    /// and lack the copy of another predicted partition, for as long as the
+    /// previous call too (asked once per status interval,
+    /// `Action::FindMissingCopies`): each with the partitions (lanes) whose
+    /// copy is missing. The ordering side hands them to those partitions'
+    /// pools again; a copy lost there (a crash before the hand-on, a full
+    /// pool, a dropped hand-on) would otherwise hold the partition until the
+    /// client retransmits, for ever if it never does.
+    fn missing_copies(&mut self) -> Vec<(chorus_core::Request, Vec<chorus_core::LaneId>)> {
+        Vec::new()
+    }
     /// `sarek`: each partition's schedule, for `chorus status` (empty for
     /// executors without partitions).
     fn partition_detail(&self) -> Vec<chorus_core::status_report::PartitionExecDetail> {

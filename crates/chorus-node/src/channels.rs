@@ -34,6 +34,9 @@ pub enum CoreInput {
     },
     /// `sarek`: the executor suspended a mis-predicted request (SAREK §IV-D).
     Mispredicted(chorus_core::RePrediction),
+    /// `sarek`: cross-partition requests the executor holds that lack other
+    /// partitions' copies (`Executor::missing_copies`).
+    MissingCopies(Vec<(chorus_core::Request, Vec<chorus_core::LaneId>)>),
     /// From a lane group on its pillar (`piece_task.rs`), in the order it
     /// made them: decisions, learnt checkpoints, its frontier, peers' statuses.
     Internal(chorus_order::Internal),
@@ -90,6 +93,8 @@ pub enum ExecInput {
     TakeCheckpoint {
         seq: Seq,
     },
+    /// `sarek`: report what `Executor::missing_copies` finds to the core.
+    FindMissingCopies,
     InstallState {
         cert: CheckpointCert,
         snapshot: Bytes,

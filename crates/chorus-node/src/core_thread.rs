@@ -303,6 +303,7 @@ fn feed(replica: &mut Replica, now: Millis, input: CoreInput, out: &mut Outbox) 
         },
         CoreInput::StateInstalled { seq, state_digest } => Event::StateInstalled { seq, state_digest },
         CoreInput::Mispredicted(body) => Event::Mispredicted(body),
+        CoreInput::MissingCopies(copies) => Event::MissingCopies(copies),
     };
     replica.handle(now, event, out);
 }

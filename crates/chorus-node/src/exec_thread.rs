@@ -87,6 +87,17 @@ impl ExecThread {
                             checkpoints.insert(seq);
                         }
                     }
+                    ExecInput::FindMissingCopies => {
+                        let copies = self.executor.missing_copies();
+                        if !copies.is_empty() {
+                            self.metrics.sarek_missing_copies.inc_by(copies.len() as u64);
+                            tracing::info!(
+                                requests = copies.len(),
+                                "cross-partition requests lack another partition's copy; handed on again"
+                            );
+                            let _ = self.core.send(CoreInput::MissingCopies(copies));
+                        }
+                    }
                     ExecInput::InstallState { cert, snapshot } => {
                         let outcome = self.executor.install(cert.seq, &snapshot, cert.state_digest);
                         if outcome.is_ok() {

@@ -76,6 +76,10 @@ pub struct Metrics {
     /// served by its owner lane's pillar (`client_accept.rs`); in sarek a
     /// request goes to its partition's pillar, wherever it was read.
     pub requests_to_other_pillars: Counter,
+    /// `sarek`: cross-partition requests the executor held in one partition
+    /// while another's copy stayed missing for a status interval, handed
+    /// on again (`Executor::missing_copies`).
+    pub sarek_missing_copies: Counter,
     /// `sarek` hand-ons of a request to another partition's group dropped
     /// because that group had fallen behind (`core_thread::ToGroups`).
     pub hub_messages_dropped: Counter,
@@ -137,6 +141,7 @@ impl Default for Metrics {
             signatures_pre_verified: Counter::default(),
             lane_groups_on_pillars: Gauge::default(),
             requests_to_other_pillars: Counter::default(),
+            sarek_missing_copies: Counter::default(),
             hub_messages_dropped: Counter::default(),
             messages_out: Counter::default(),
             frames_dropped: Family::default(),
@@ -212,6 +217,11 @@ impl Metrics {
             "requests_to_other_pillars",
             "client requests handed to the lane group of another pillar",
             requests_to_other_pillars
+        );
+        reg!(
+            "sarek_missing_copies",
+            "cross-partition requests whose other partition's copy stayed missing, handed on again",
+            sarek_missing_copies
         );
         reg!(
             "hub_messages_dropped",

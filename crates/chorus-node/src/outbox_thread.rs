@@ -270,6 +270,11 @@ impl OutboxStage {
             Action::TakeCheckpoint { seq } => {
                 self.hand_to_exec(ExecInput::TakeCheckpoint { seq });
             }
+            Action::FindMissingCopies => {
+                // Asked again next status interval: no need to wait for a
+                // full executor's queue.
+                let _ = self.exec.try_send(ExecInput::FindMissingCopies);
+            }
             Action::InstallState { cert, snapshot } => {
                 self.hand_to_exec(ExecInput::InstallState { cert, snapshot });
             }

@@ -56,6 +56,10 @@ pub enum Event {
     /// (`Executor::drain_repredictions`); sign and broadcast the
     /// re-prediction.
     Mispredicted(chorus_core::RePrediction),
+    /// `sarek`: the executor's answer to `Action::FindMissingCopies`:
+    /// cross-partition requests it holds that lack the copies of these
+    /// partitions (lanes) (`Executor::missing_copies`).
+    MissingCopies(Vec<(Request, Vec<LaneId>)>),
 }
 
 /// Why a client request was not taken into the pool.
@@ -167,6 +171,10 @@ pub enum Action {
         cert: CheckpointCert,
         snapshot: Bytes,
     },
+    /// `sarek`, once per status interval: ask the executor which
+    /// cross-partition requests still lack another partition's copy;
+    /// answer with `Event::MissingCopies`.
+    FindMissingCopies,
     /// Tell the client its request was not accepted.
     Reject {
         client: ClientId,

@@ -15,6 +15,7 @@
 mod dispel;
 mod group;
 mod hub;
+mod missing_copies;
 mod piece;
 mod recover;
 mod repredict;
@@ -390,6 +391,7 @@ impl Replica {
                 self.on_state_installed(now, seq, state_digest, out)
             }
             Event::Mispredicted(body) => self.on_mispredicted(now, body, out),
+            Event::MissingCopies(copies) => self.on_missing_copies(now, copies, out),
         }
         self.settle(now, out);
     }
@@ -974,6 +976,7 @@ impl Replica {
         }
         self.dispel_status_tick(now, out);
         self.reprediction_tick(now, out);
+        self.find_missing_copies(out);
         for v in self.hub.checkpointer.pending_votes() {
             out.broadcast(ReplicaMsg::Checkpoint(v));
         }

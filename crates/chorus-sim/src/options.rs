@@ -157,6 +157,10 @@ pub struct SimOptions {
     /// between a replica's threads. `None` (the default): they run as one.
     pub pillar_hop_us: Option<u64>,
     pub pillar_jitter_us: u64,
+    /// `sarek`: answer the replicas' `Action::FindMissingCopies` (true, as
+    /// the runtime does). False only to measure what the hand-ons of
+    /// missing copies are worth (`tests/cluster_restart.rs`).
+    pub find_missing_copies: bool,
 }
 
 impl Default for SimOptions {
@@ -200,6 +204,7 @@ impl Default for SimOptions {
             perf_crash: None,
             pillar_hop_us: None,
             pillar_jitter_us: 0,
+            find_missing_copies: true,
         }
     }
 }

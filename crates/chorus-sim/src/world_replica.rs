@@ -650,6 +650,18 @@ impl<R: SimReplica> World<R> {
                 }
             }
             Action::TakeCheckpoint { seq } => self.request_checkpoint(i, seq, follow_ups),
+            Action::FindMissingCopies => {
+                if !self.opts.find_missing_copies {
+                    return;
+                }
+                if let Some(live) = self.nodes[i].live.as_mut() {
+                    let copies = live.executor.missing_copies();
+                    if !copies.is_empty() {
+                        self.counters.note("missing-copies-handed-on");
+                        follow_ups.push_back(Event::MissingCopies(copies));
+                    }
+                }
+            }
             Action::InstallState { cert, snapshot } => self.install_state(i, cert, snapshot, follow_ups),
             Action::Reject { client, seq, reason } => {
                 let body = match reason {

@@ -59,3 +59,37 @@ fn pbft_lane_modes_run_on_after_a_whole_cluster_restarts() {
         }
     }
 }
+
+/// `sarek`: a whole-cluster restart loses the hand-ons of cross-partition
+/// requests that one partition had decided and the other not yet ordered
+/// (recovery replays decisions, not hand-ons), and the partition holding
+/// such a request waited for its client's retransmission (back-off up to
+/// 3.2 s), for ever had the client gone. The executor now reports the
+/// copies it lacks every status interval and the hub hands them on again
+/// (`Action::FindMissingCopies`). Same seeds with the reports ignored: the
+/// clients must retransmit more to get the same requests done (summed over
+/// the seeds; the runs are deterministic).
+#[test]
+fn sarek_hands_on_again_the_cross_partition_copies_a_cluster_restart_lost() {
+    let notes = |r: &RunReport, what: &str| r.counters.notes.get(what).copied().unwrap_or(0);
+    let (mut handed, mut resent_with, mut resent_without) = (0, 0, 0);
+    for seed in [72_002, 72_003, 72_011, 11] {
+        let mut o = restarts(OrderingMode::Sarek, 4);
+        o.pillar_hop_us = Some(100);
+        o.pillar_jitter_us = 1_500;
+        let with = run_one(&o, seed);
+        assert_ok(&with);
+        o.find_missing_copies = false;
+        let without = run_one(&o, seed);
+        assert_ok(&without);
+        assert_eq!(notes(&without, "missing-copies-handed-on"), 0);
+        handed += notes(&with, "missing-copies-handed-on");
+        resent_with += notes(&with, "client-retransmission");
+        resent_without += notes(&without, "client-retransmission");
+    }
+    assert!(handed > 0, "no seed lost a hand-on: the test no longer bites");
+    assert!(
+        resent_with < resent_without,
+        "{resent_with} retransmissions with the hand-ons, {resent_without} without"
+    );
+}

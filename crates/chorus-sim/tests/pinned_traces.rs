@@ -182,7 +182,7 @@ const PINNED_APART: &[(OrderingMode, u32, usize, u64, &str)] = &[
         4,
         4,
         11,
-        "61e8eaca89fe77c956ed6561af2deefc30888545b248bb739dd413160e1188fc",
+        "ec77df02154472c236ab81b31e9dbf033668022e6c9bb3769d0b11296b1ddca4",
     ),
 ];
 

@@ -210,6 +210,24 @@ impl<T: Clone> RequestScheduler<T> {
         })
     }
 
+    /// The head of `p` if it is a cross-border request some of whose
+    /// predicted partitions hold no sub-request of it (not delivered there
+    /// yet, or never ordered there): those partitions, with the head's
+    /// payload. A head can only run once every sub-request arrived.
+    pub fn head_lacking_copies(&self, p: PartitionId) -> Option<(&T, Vec<PartitionId>)> {
+        let head = self.schedules.get(p.0 as usize)?.front()?;
+        let id = head.entry.id;
+        let lacking: Vec<PartitionId> = head
+            .entry
+            .prediction
+            .partitions()
+            .iter()
+            .copied()
+            .filter(|q| *q != p && !self.schedules[q.0 as usize].iter().any(|s| s.entry.id == id))
+            .collect();
+        (!lacking.is_empty()).then_some((&head.entry.payload, lacking))
+    }
+
     /// The request heading `p`, if any.
     pub fn head_id_of(&self, p: PartitionId) -> Option<Digest> {
         self.head_id(p.0 as usize)

@@ -55,6 +55,10 @@ pub const SEEN_PER_PARTITION: usize = 8_192;
 pub const MISPREDICTED_BELOW_RESULT: &[u8] =
     b"chorus error: the operation accessed a partition below its highest predicted one; declare it in Service::access (SAREK re-predicts only higher partitions)";
 
+/// Requests `missing_copies` reports at most per call (one per partition
+/// head, so at most `k` anyway; a bound for the ordering side's hand-ons).
+const MISSING_COPIES_REPORTED_MAX: usize = 64;
+
 /// Sub-requests a partition schedule may hold. The barrier bounds it by a
 /// cut's worth of batches plus the waiting leftovers; this is a safety net,
 /// never reached by correct streams.
@@ -163,6 +167,9 @@ pub struct SarekExecStats {
     /// Re-prediction SYNCs dropped: a second one for the same request and
     /// partition, or one for a request already executed.
     pub stale_repredictions: u64,
+    /// Cross-partition requests reported as lacking another partition's
+    /// copy (`missing_copies`), to be handed to it again.
+    pub missing_copies_reported: u64,
     /// Re-prediction SYNCs whose prediction differs from the one this
     /// replica computed when it suspended the request: the service is not
     /// deterministic (`Service::execution_access`). Dropped.
@@ -206,6 +213,9 @@ pub struct SarekExecutor {
     gated: Vec<VecDeque<Sub>>,
     /// Re-predictions to hand to the ordering side.
     repredictions: Vec<RePrediction>,
+    /// What `missing_copies` found lacking at its previous call: reported
+    /// only when still lacking (a copy merely in transit arrives meanwhile).
+    lacking_before: BTreeSet<(Digest, PartitionId)>,
     last: ExecCheckpoint,
     results: Vec<ExecResult>,
     stats: SarekExecStats,
@@ -240,6 +250,7 @@ impl SarekExecutor {
             held: vec![VecDeque::new(); k],
             suspended: BTreeMap::new(),
             gated: vec![VecDeque::new(); k],
+            lacking_before: BTreeSet::new(),
             repredictions: Vec::new(),
             last: ExecCheckpoint {
                 next_seq: Seq(0),
@@ -912,6 +923,47 @@ impl Executor for SarekExecutor {
 
     fn drain_repredictions(&mut self, out: &mut Vec<RePrediction>) {
         out.append(&mut self.repredictions);
+    }
+
+    fn missing_copies(&mut self) -> Vec<(Request, Vec<LaneId>)> {
+        let mut now = BTreeSet::new();
+        let mut report = Vec::new();
+        for p in 0..self.k {
+            let part = PartitionId(p);
+            let Some((sub, lacking)) = self.scheduler.head_lacking_copies(part) else {
+                continue;
+            };
+            let id = sub.req.digest();
+            // A suspended request's added partitions get their sub-requests
+            // from its re-prediction certificate (SAREK §IV-D), not from a
+            // hand-on.
+            if self.suspended.contains_key(&id) {
+                continue;
+            }
+            // A copy held back (at a re-prediction SYNC, or above the next
+            // cut) is there already; it reaches the schedule in its turn.
+            let held_back = |q: &PartitionId| {
+                let q = q.0 as usize;
+                self.gated[q].iter().any(|s| s.req.digest() == id)
+                    || self.held[q]
+                        .iter()
+                        .any(|(_, b)| b.requests.iter().any(|r| r.digest() == id))
+            };
+            let lacking: Vec<PartitionId> = lacking.into_iter().filter(|q| !held_back(q)).collect();
+            let mut stuck = Vec::new();
+            for q in lacking {
+                now.insert((id, q));
+                if self.lacking_before.contains(&(id, q)) {
+                    stuck.push(LaneId(u32::from(q.0)));
+                }
+            }
+            if !stuck.is_empty() && report.len() < MISSING_COPIES_REPORTED_MAX {
+                report.push(((*sub.req).clone(), stuck));
+            }
+        }
+        self.lacking_before = now;
+        self.stats.missing_copies_reported += report.len() as u64;
+        report
     }
 
     fn partition_detail(&self) -> Vec<chorus_core::status_report::PartitionExecDetail> {

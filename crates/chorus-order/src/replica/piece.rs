@@ -125,7 +125,10 @@ impl GroupPiece {
             Event::Message { from, msg } => self.on_message(now, from, msg, out),
             Event::Request(req) => self.admit(now, req, true, out),
             Event::Timer(id) => self.on_timer(now, id, out),
-            Event::Checkpointed { .. } | Event::StateInstalled { .. } | Event::Mispredicted(_) => {
+            Event::Checkpointed { .. }
+            | Event::StateInstalled { .. }
+            | Event::Mispredicted(_)
+            | Event::MissingCopies(_) => {
                 debug_assert!(false, "an executor event at a lane group");
                 self.counters.reject("hub-event-at-group");
             }

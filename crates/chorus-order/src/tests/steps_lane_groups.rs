@@ -326,3 +326,52 @@ fn sarek_a_hand_on_into_a_full_partition_is_refused_and_counted() {
         st.counters.rejected
     );
 }
+
+/// `sarek`: every status interval the hub asks the executor for
+/// cross-partition requests lacking a partition's copy
+/// (`Action::FindMissingCopies`); what it reports is handed to that
+/// partition's group like a decided hand-on (adopted into its pool,
+/// counted), and a lane outside the request's prediction or the cluster is
+/// refused (counted). `cop` never asks.
+#[test]
+fn sarek_hands_a_reported_missing_copy_to_its_partition_again() {
+    let p = chorus_core::ProtocolParams {
+        leader_rotation: chorus_core::LeaderRotation::Fixed,
+        ..params(OrderingMode::Sarek, 2)
+    };
+    let s = setup(4, 2, p);
+    let mut hub = replica(&s, 3);
+    let mut out = crate::io::Outbox::new();
+    hub.set_pieces_apart(true, chorus_core::Millis(0), &mut out);
+    let mut pieces = hub.split_groups();
+    let tick = chorus_core::Millis(s.cfg.params.status_interval_ms + 1);
+    let mut out = crate::io::Outbox::new();
+    hub.handle(tick, Event::Timer(crate::io::TimerId::Status), &mut out);
+    assert!(
+        out.actions.iter().any(|a| matches!(a, Action::FindMissingCopies)),
+        "{:?}",
+        super::util::kinds(&out.actions)
+    );
+    let req = s.request(0, 1, b"x");
+    let copies = vec![(req, vec![LaneId(1), LaneId(7)])];
+    hub.handle(tick, Event::MissingCopies(copies), &mut out);
+    let handed = hub.take_internal();
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    for m in handed {
+        pieces[1].handle_internal(tick, m, &mut out);
+    }
+    let st = pieces[1].status_part();
+    assert_eq!(st.pool_len, 1, "partition 1 holds the request again");
+    assert_eq!(st.counters.sarek_forwarded, 1);
+    assert_eq!(
+        hub.counters().rejected("missing-copy-not-handed-on"),
+        1,
+        "lane 7 is no partition"
+    );
+
+    let cop = setup(4, 2, params(OrderingMode::Cop, 2));
+    let mut r = replica(&cop, 3);
+    let mut out = crate::io::Outbox::new();
+    r.handle(tick, Event::Timer(crate::io::TimerId::Status), &mut out);
+    assert!(!out.actions.iter().any(|a| matches!(a, Action::FindMissingCopies)));
+}

@@ -302,6 +302,7 @@ pub fn kinds(actions: &[Action]) -> Vec<String> {
                 PersistRecord::TimeoutCert { .. } => "persist timeout-cert".into(),
             },
             Action::TakeCheckpoint { seq } => format!("take checkpoint {}", seq.0),
+            Action::FindMissingCopies => "find missing copies".into(),
             Action::InstallState { cert, .. } => format!("install state {}", cert.seq.0),
             Action::Reject { reason, .. } => format!("reject {reason:?}"),
         })

@@ -219,3 +219,49 @@ fn sarek_executor_audit_catches_the_skipped_sync_wait() {
     });
     assert!(caught);
 }
+
+/// A cross-partition request ordered in one partition only (the other's
+/// copy was lost: a crash before the hand-on, a full pool) heads that
+/// partition's schedule for ever unless its copy is ordered again: the
+/// executor reports it once it lacked the copy at two calls in a row (a copy
+/// in transit arrives in between), names only the missing partition, and
+/// stops once the copy arrived and the request ran.
+#[test]
+fn a_request_lacking_another_partitions_copy_is_reported_until_it_arrives() {
+    let mut e = exec();
+    let r = req(1, &[0, 2], K, 7);
+    let batch = |reqs: Vec<Request>| {
+        Arc::new(Batch {
+            requests: reqs,
+            time_ms: 0,
+        })
+    };
+    let cell = |p: u32, s: u64| Cell {
+        lane: chorus_core::LaneId(p),
+        slot: chorus_core::Slot(s),
+    };
+    assert!(e.submit_stream(cell(0, 0), batch(vec![(*r).clone()])));
+    assert!(e.missing_copies().is_empty(), "in transit at the first look");
+    let report = e.missing_copies();
+    assert_eq!(report.len(), 1, "{report:?}");
+    assert_eq!(report[0].0.digest(), r.digest());
+    assert_eq!(
+        report[0].1,
+        vec![chorus_core::LaneId(2)],
+        "only partition 2 lacks it"
+    );
+    assert!(
+        results(&mut e).is_empty(),
+        "it cannot run without partition 2's copy"
+    );
+    // Partition 2 orders it (handed on again): it runs, nothing is missing.
+    assert!(e.submit_stream(cell(2, 0), batch(vec![(*r).clone()])));
+    assert_eq!(results(&mut e).len(), 1);
+    assert!(e.missing_copies().is_empty());
+    assert!(e.missing_copies().is_empty());
+    // A request of one partition never lacks a copy.
+    let single = req(2, &[1], K, 8);
+    assert!(e.submit_stream(cell(1, 0), batch(vec![(*single).clone()])));
+    assert!(e.missing_copies().is_empty());
+    assert!(e.missing_copies().is_empty());
+}
