@@ -392,17 +392,27 @@ mod tests {
         mpsc::UnboundedReceiver<CoreInput>,
         std::thread::JoinHandle<()>,
     ) {
+        let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
+        executor.submit(Seq(0), Arc::new(chorus_core::Batch::noop()));
+        start_with(Box::new(executor))
+    }
+
+    fn start_with(
+        executor: Box<dyn Executor>,
+    ) -> (
+        crate::queue::Sender<ExecInput>,
+        mpsc::UnboundedReceiver<CoreInput>,
+        std::thread::JoinHandle<()>,
+    ) {
         let (config, _, _) = ClusterConfig::for_testing(4, 1, ProtocolParams::default(), 1);
         let (exec_tx, exec_rx) = crate::queue::bounded(16);
         let (core_tx, core_rx) = mpsc::unbounded_channel();
         let (_status_tx, status_rx) = watch::channel(CoreStatus::default());
         let (pillar_tx, _pillar_rx) = mpsc::channel(16);
-        let mut executor = SequentialExecutor::new(Arc::new(chorus_apps::KvService::default()), 8);
-        executor.submit(Seq(0), Arc::new(chorus_core::Batch::noop()));
         let thread = ExecThread {
             config: Arc::new(config),
             me: ReplicaId(0),
-            executor: Box::new(executor),
+            executor,
             input: exec_rx,
             pillars: vec![pillar_tx],
             core: core_tx,
@@ -445,6 +455,77 @@ mod tests {
         drop(exec_tx);
         handle.join().expect("exec thread");
         (answer, still_at_1)
+    }
+
+    /// `sarek`: asked twice (two status intervals) with a cross-partition
+    /// request delivered in partition 0 only, the thread tells the core
+    /// that partition 1's copy is missing; asked again once it arrived, it
+    /// says nothing.
+    #[test]
+    fn missing_sarek_copies_reach_the_core() {
+        // A service without access sets: every request is in both
+        // partitions.
+        struct Everywhere;
+        impl chorus_exec::Service for Everywhere {
+            fn execute(&self, _op: &[u8], _ctx: &chorus_exec::ExecContext) -> Bytes {
+                Bytes::new()
+            }
+            fn snapshot(&self) -> Bytes {
+                Bytes::new()
+            }
+            fn restore(&self, _snapshot: &[u8]) -> Result<(), String> {
+                Ok(())
+            }
+        }
+        let executor = chorus_exec::partitioned::SarekExecutor::new(Arc::new(Everywhere), 2, 4, 64);
+        let (exec_tx, mut core_rx, handle) = start_with(Box::new(executor));
+        let req = chorus_core::Request {
+            memo: Default::default(),
+            client: chorus_core::ClientId(1),
+            seq: chorus_core::RequestSeq(1),
+            flags: 0,
+            op: Bytes::from_static(b"op"),
+            auth: chorus_core::Authenticator::Macs(Default::default()),
+        };
+        let batch = Arc::new(chorus_core::Batch {
+            requests: vec![req.clone()],
+            time_ms: 0,
+        });
+        let cell = |lane| chorus_core::Cell {
+            lane: chorus_core::LaneId(lane),
+            slot: chorus_core::Slot(0),
+        };
+        let ask = |core_rx: &mut mpsc::UnboundedReceiver<CoreInput>| {
+            // Two status intervals: a copy lacking at both is reported.
+            assert!(exec_tx.send(ExecInput::FindMissingCopies).is_ok());
+            assert!(exec_tx.send(ExecInput::FindMissingCopies).is_ok());
+            let deadline = Instant::now() + Duration::from_millis(300);
+            let mut got = Vec::new();
+            while Instant::now() < deadline {
+                match core_rx.try_recv() {
+                    Ok(CoreInput::MissingCopies(c)) => got.extend(c),
+                    Ok(_) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            got
+        };
+        assert!(exec_tx
+            .send(ExecInput::DeliverStream {
+                cell: cell(0),
+                batch: batch.clone()
+            })
+            .is_ok());
+        let missing = ask(&mut core_rx);
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(missing[0].0.digest(), req.digest());
+        assert_eq!(missing[0].1, vec![chorus_core::LaneId(1)]);
+        assert!(exec_tx
+            .send(ExecInput::DeliverStream { cell: cell(1), batch })
+            .is_ok());
+        assert!(ask(&mut core_rx).is_empty());
+        drop(exec_tx);
+        handle.join().expect("exec thread");
     }
 
     /// The execution thread never waits for the core: with the core itself

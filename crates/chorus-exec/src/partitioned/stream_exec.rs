@@ -933,11 +933,16 @@ impl Executor for SarekExecutor {
             let Some((sub, lacking)) = self.scheduler.head_lacking_copies(part) else {
                 continue;
             };
-            let id = sub.req.digest();
+            // The scheduler's id: a re-prediction SYNC's entry carries the
+            // certificate's request, whose digest is not the request's.
+            let Some(id) = self.scheduler.head_id_of(part) else {
+                continue;
+            };
             // A suspended request's added partitions get their sub-requests
-            // from its re-prediction certificate (SAREK §IV-D), not from a
-            // hand-on.
-            if self.suspended.contains_key(&id) {
+            // from its re-prediction certificate (SAREK §IV-D), and a
+            // certificate is ordered only where it adds a partition, never
+            // handed on (`forward_decided`).
+            if sub.req.is_reprediction() || self.suspended.contains_key(&id) {
                 continue;
             }
             // A copy held back (at a re-prediction SYNC, or above the next

@@ -37,6 +37,13 @@ impl Replica {
         }
         let mut handed = 0;
         for (req, lanes) in copies {
+            // A re-prediction certificate is ordered exactly in the lanes it
+            // adds, each from its own certificate (`repredict.rs`), never
+            // handed on.
+            if req.is_reprediction() {
+                self.counters.reject("missing-copy-not-handed-on");
+                continue;
+            }
             // Only partitions PREDICT() names for the request: a copy
             // elsewhere would be ordered where nothing waits for it.
             let predicted = match self.predictor.as_ref() {

@@ -331,8 +331,9 @@ fn sarek_a_hand_on_into_a_full_partition_is_refused_and_counted() {
 /// cross-partition requests lacking a partition's copy
 /// (`Action::FindMissingCopies`); what it reports is handed to that
 /// partition's group like a decided hand-on (adopted into its pool,
-/// counted), and a lane outside the request's prediction or the cluster is
-/// refused (counted). `cop` never asks.
+/// counted); a lane outside the cluster, or a re-prediction certificate
+/// (ordered only where it adds a partition), is refused (counted). `cop`
+/// never asks.
 #[test]
 fn sarek_hands_a_reported_missing_copy_to_its_partition_again() {
     let p = chorus_core::ProtocolParams {
@@ -368,6 +369,15 @@ fn sarek_hands_a_reported_missing_copy_to_its_partition_again() {
         1,
         "lane 7 is no partition"
     );
+    let mut cert = s.request(0, 2, b"y");
+    cert.flags |= chorus_core::flags::REPREDICTION;
+    hub.handle(
+        tick,
+        Event::MissingCopies(vec![(cert, vec![LaneId(1)])]),
+        &mut out,
+    );
+    assert!(hub.take_internal().is_empty(), "a certificate is never handed on");
+    assert_eq!(hub.counters().rejected("missing-copy-not-handed-on"), 2);
 
     let cop = setup(4, 2, params(OrderingMode::Cop, 2));
     let mut r = replica(&cop, 3);

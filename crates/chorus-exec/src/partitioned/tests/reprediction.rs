@@ -118,6 +118,10 @@ fn a_mispredicted_request_is_suspended_and_resumes_on_its_reprediction_sync() {
         }]
     );
     assert_eq!(e.stats().scheduler.suspended, 1);
+    // Suspended, it lacks partition 2's sub-request, which its certificate
+    // brings: nothing to hand on (`missing_copies`).
+    assert!(e.missing_copies().is_empty());
+    assert!(e.missing_copies().is_empty());
     // Partition 2 goes on until the SYNC heads it.
     assert!(e.submit_stream(cell(2, 0), batch(vec![x.clone()])));
     let (results, _) = drain(&mut e);
