@@ -8,12 +8,17 @@ use super::util::{handle, params, replica, setup, Setup};
 use crate::io::{Action, Event};
 use chorus_core::{LaneId, OrderingMode, ReplicaMsg, Slot};
 
+/// `params(mode, lanes)` with every lane led by its fixed replica.
+fn fixed_leaders(mode: OrderingMode, lanes: u32) -> chorus_core::ProtocolParams {
+    chorus_core::ProtocolParams {
+        leader_rotation: chorus_core::LeaderRotation::Fixed,
+        ..params(mode, lanes)
+    }
+}
+
 /// n = 4, two pillars (two lanes); replica 0 leads every slot of view 0.
 fn cop2() -> Setup {
-    let p = chorus_core::ProtocolParams {
-        leader_rotation: chorus_core::LeaderRotation::Fixed,
-        ..params(OrderingMode::Cop, 2)
-    };
+    let p = fixed_leaders(OrderingMode::Cop, 2);
     setup(4, 4, p)
 }
 
@@ -53,10 +58,7 @@ fn cop_gives_each_lane_its_own_group_and_other_modes_one() {
 /// that partition's group.
 #[test]
 fn sarek_a_cross_partition_request_reaches_each_partitions_group_through_the_hub() {
-    let p = chorus_core::ProtocolParams {
-        leader_rotation: chorus_core::LeaderRotation::Fixed,
-        ..params(OrderingMode::Sarek, 3)
-    };
+    let p = fixed_leaders(OrderingMode::Sarek, 3);
     let s = setup(4, 2, p);
     // Replica 3 leads no partition (K = 3 < n): what it admits stays pending.
     let mut hub = replica(&s, 3);
@@ -289,9 +291,8 @@ fn a_split_replica_drops_group_events_it_no_longer_holds() {
 #[test]
 fn sarek_a_hand_on_into_a_full_partition_is_refused_and_counted() {
     let p = chorus_core::ProtocolParams {
-        leader_rotation: chorus_core::LeaderRotation::Fixed,
         pool_max_requests: 1,
-        ..params(OrderingMode::Sarek, 2)
+        ..fixed_leaders(OrderingMode::Sarek, 2)
     };
     let s = setup(4, 2, p);
     // Replica 3 leads no partition: what it admits stays pending.
@@ -336,10 +337,7 @@ fn sarek_a_hand_on_into_a_full_partition_is_refused_and_counted() {
 /// never asks.
 #[test]
 fn sarek_hands_a_reported_missing_copy_to_its_partition_again() {
-    let p = chorus_core::ProtocolParams {
-        leader_rotation: chorus_core::LeaderRotation::Fixed,
-        ..params(OrderingMode::Sarek, 2)
-    };
+    let p = fixed_leaders(OrderingMode::Sarek, 2);
     let s = setup(4, 2, p);
     let mut hub = replica(&s, 3);
     let mut out = crate::io::Outbox::new();
