@@ -286,48 +286,28 @@ fn on_a_live_cluster_status_kv_and_bench_behave_as_documented() {
 
     // bench --target: no empty cpu/rss columns for replicas it did not start.
     let out = stale.path().join("bench");
-    let o = chorus(&[
-        "bench",
-        "--target",
-        p(c.path()),
-        "--duration",
-        "1",
-        "--warmup",
-        "0",
-        "--clients",
-        "1",
-        "--in-flight",
-        "2",
-        "--records",
-        "20",
-        "--out",
-        p(&out),
-    ]);
+    let bench = |load: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--target",
+            p(c.path()),
+            "--duration",
+            "1",
+            "--warmup",
+            "0",
+        ];
+        args.extend_from_slice(load);
+        args.extend_from_slice(&["--records", "20", "--out", p(&out)]);
+        chorus(&args)
+    };
+    let o = bench(&["--clients", "1", "--in-flight", "2"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("ops/s"), "{}", text(&o));
     assert!(!text(&o).contains("[]"), "empty columns: {}", text(&o));
 
     // bench --rate: open loop from the pacer; its lateness is reported and
     // the arrival process recorded with the row.
-    let o = chorus(&[
-        "bench",
-        "--target",
-        p(c.path()),
-        "--duration",
-        "1",
-        "--warmup",
-        "0",
-        "--clients",
-        "2",
-        "--rate",
-        "300",
-        "--arrivals",
-        "poisson",
-        "--records",
-        "20",
-        "--out",
-        p(&out),
-    ]);
+    let o = bench(&["--clients", "2", "--rate", "300", "--arrivals", "poisson"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("poisson arrivals, sent late p50"),
