@@ -96,6 +96,14 @@ pub(super) fn key_in(p: u16, k: u16, nth: usize) -> u8 {
         .expect("enough keys per partition")
 }
 
+/// A batch of these requests (agreed time 0).
+pub(super) fn batch_of(reqs: Vec<Request>) -> Arc<Batch> {
+    Arc::new(Batch {
+        requests: reqs,
+        time_ms: 0,
+    })
+}
+
 /// A request from client `c` writing one key in each of `parts`.
 pub(super) fn req(c: u64, parts: &[u16], k: u16, v: u8) -> Arc<Request> {
     let mut op = vec![1, parts.len() as u8];

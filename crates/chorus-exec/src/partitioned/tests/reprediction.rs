@@ -77,12 +77,7 @@ fn exec(per_cut: u64) -> SarekExecutor {
     SarekExecutor::new(Arc::new(Mis::default()), K, per_cut, 1024).recording()
 }
 
-fn batch(reqs: Vec<Request>) -> Arc<Batch> {
-    Arc::new(Batch {
-        requests: reqs,
-        time_ms: 0,
-    })
-}
+use super::batch_of as batch;
 
 fn cell(p: usize, slot: u64) -> Cell {
     Cell {

@@ -220,6 +220,14 @@ fn sarek_executor_audit_catches_the_skipped_sync_wait() {
     assert!(caught);
 }
 
+/// Partition `p`'s slot `s`.
+fn at(p: u32, s: u64) -> Cell {
+    Cell {
+        lane: chorus_core::LaneId(p),
+        slot: chorus_core::Slot(s),
+    }
+}
+
 /// A cross-partition request ordered in one partition only (the other's
 /// copy was lost: a crash before the hand-on, a full pool) heads that
 /// partition's schedule for ever unless its copy is ordered again: the
@@ -230,17 +238,7 @@ fn sarek_executor_audit_catches_the_skipped_sync_wait() {
 fn a_request_lacking_another_partitions_copy_is_reported_until_it_arrives() {
     let mut e = exec();
     let r = req(1, &[0, 2], K, 7);
-    let batch = |reqs: Vec<Request>| {
-        Arc::new(Batch {
-            requests: reqs,
-            time_ms: 0,
-        })
-    };
-    let cell = |p: u32, s: u64| Cell {
-        lane: chorus_core::LaneId(p),
-        slot: chorus_core::Slot(s),
-    };
-    assert!(e.submit_stream(cell(0, 0), batch(vec![(*r).clone()])));
+    assert!(e.submit_stream(at(0, 0), batch_of(vec![(*r).clone()])));
     assert!(e.missing_copies().is_empty(), "in transit at the first look");
     let report = e.missing_copies();
     assert_eq!(report.len(), 1, "{report:?}");
@@ -255,13 +253,13 @@ fn a_request_lacking_another_partitions_copy_is_reported_until_it_arrives() {
         "it cannot run without partition 2's copy"
     );
     // Partition 2 orders it (handed on again): it runs, nothing is missing.
-    assert!(e.submit_stream(cell(2, 0), batch(vec![(*r).clone()])));
+    assert!(e.submit_stream(at(2, 0), batch_of(vec![(*r).clone()])));
     assert_eq!(results(&mut e).len(), 1);
     assert!(e.missing_copies().is_empty());
     assert!(e.missing_copies().is_empty());
     // A request of one partition never lacks a copy.
     let single = req(2, &[1], K, 8);
-    assert!(e.submit_stream(cell(1, 0), batch(vec![(*single).clone()])));
+    assert!(e.submit_stream(at(1, 0), batch_of(vec![(*single).clone()])));
     assert!(e.missing_copies().is_empty());
     assert!(e.missing_copies().is_empty());
 }
@@ -273,22 +271,12 @@ fn a_request_lacking_another_partitions_copy_is_reported_until_it_arrives() {
 fn a_copy_held_back_above_the_cut_is_not_missing() {
     let mut e = exec();
     let r = req(1, &[0, 1], K, 7);
-    let batch = |reqs: Vec<Request>| {
-        Arc::new(Batch {
-            requests: reqs,
-            time_ms: 0,
-        })
-    };
-    let cell = |p: u32, s: u64| Cell {
-        lane: chorus_core::LaneId(p),
-        slot: chorus_core::Slot(s),
-    };
-    assert!(e.submit_stream(cell(0, 0), batch(vec![(*r).clone()])));
-    assert!(e.submit_stream(cell(1, 0), batch(vec![])));
-    assert!(e.submit_stream(cell(1, 1), batch(vec![])));
+    assert!(e.submit_stream(at(0, 0), batch_of(vec![(*r).clone()])));
+    assert!(e.submit_stream(at(1, 0), batch_of(vec![])));
+    assert!(e.submit_stream(at(1, 1), batch_of(vec![])));
     // Slot 2 is the next cut (2 slots per cut): held until every stream
     // reached it, and stream 2 has delivered nothing.
-    assert!(e.submit_stream(cell(1, 2), batch(vec![(*r).clone()])));
+    assert!(e.submit_stream(at(1, 2), batch_of(vec![(*r).clone()])));
     assert!(e.missing_copies().is_empty());
     assert!(e.missing_copies().is_empty());
     assert!(results(&mut e).is_empty());
