@@ -196,8 +196,24 @@ impl Driver {
         mut cmds: mpsc::Receiver<Command>,
         mut inbound: mpsc::Receiver<Inbound>,
     ) {
+        // One timer for the whole loop, moved only to an earlier deadline. A
+        // fresh `sleep_until` per iteration registered and dropped a timer
+        // entry for every command and reply (~3 % of a load generator's CPU
+        // at peak, BENCHMARKS.md 2026-11-28); the first deadline moves later
+        // with nearly every completed request, and a timer left earlier than
+        // it only wakes the loop once to find nothing due (`on_timers`).
+        let sleep = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(sleep);
+        let mut armed = false;
         loop {
-            let wake = self.timers.first().map(|(t, _)| *t);
+            match self.timers.first().map(|(t, _)| *t) {
+                Some(wake) if !armed || wake < sleep.deadline() => {
+                    sleep.as_mut().reset(wake);
+                    armed = true;
+                }
+                Some(_) => {}
+                None => armed = false,
+            }
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
                     Some(c) => self.on_command(c),
@@ -205,7 +221,10 @@ impl Driver {
                     None => return,
                 },
                 Some(msg) = inbound.recv() => self.on_inbound(msg),
-                () = sleep_until(wake) => self.on_timers(Instant::now()),
+                () = &mut sleep, if armed => {
+                    armed = false;
+                    self.on_timers(Instant::now());
+                }
             }
             self.start_waiting(Instant::now());
         }
@@ -760,13 +779,6 @@ impl Driver {
         };
         Stats::bump(counter);
         let _ = p.reply.send(result);
-    }
-}
-
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 

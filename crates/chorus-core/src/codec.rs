@@ -79,20 +79,36 @@ impl Limits {
 /// (every message `Validate` admits fits, see `wire_bounds`): callers count it
 /// and fail loudly rather than let the transport drop it silently.
 pub fn encode_within<T: Serialize>(v: &T, limits: &Limits) -> Result<Vec<u8>, CodecError> {
-    let bytes = encode(v);
-    if bytes.len() > limits.max_frame_bytes {
+    // Sized before anything is allocated: an oversized message costs no buffer.
+    let len = encoded_len(v);
+    if len > limits.max_frame_bytes {
         return Err(CodecError::TooLarge {
-            len: bytes.len(),
+            len,
             max: limits.max_frame_bytes,
         });
     }
-    Ok(bytes)
+    Ok(encode_sized(v, len))
 }
 
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Sized first, then written into one allocation of exactly that size:
+    // postcard's `to_allocvec` grows its Vec from empty one byte at a time,
+    // and those reallocations were most of what encoding a reply cost a
+    // replica at peak (`_mi_theap_realloc_zero` under `ExecThread::reply`,
+    // BENCHMARKS.md 2026-11-28 "encoding into one allocation"); a
+    // 600-byte request grew through eight of them at the client. The size
+    // pass writes nothing and copies no byte strings.
+    encode_sized(v, encoded_len(v))
+}
+
+/// `encode(v)`, whose length `encoded_len(v)` is `len`.
+fn encode_sized<T: Serialize>(v: &T, len: usize) -> Vec<u8> {
     // Serializing our own types into a Vec cannot fail (no maps with non-string keys,
     // no sequences of unknown length).
-    postcard::to_allocvec(v).expect("postcard encoding of chorus types is infallible")
+    let out = postcard::to_extend(v, Vec::with_capacity(len))
+        .expect("postcard encoding of chorus types is infallible");
+    debug_assert_eq!(out.len(), len, "postcard's size pass and its encoding disagree");
+    out
 }
 
 /// `encode(v).len()` without building the bytes (the simulator's resource
@@ -425,6 +441,28 @@ mod tests {
         for m in sample_msgs() {
             assert_eq!(encoded_len(&m), encode(&m).len(), "{m:?}");
         }
+    }
+
+    #[test]
+    fn encode_writes_postcards_bytes_into_one_exact_allocation() {
+        let l = limits();
+        for m in sample_msgs() {
+            let bytes = encode(&m);
+            assert_eq!(bytes, postcard::to_allocvec(&m).unwrap(), "{m:?}");
+            assert_eq!(bytes.capacity(), bytes.len(), "{m:?}");
+            assert_eq!(encode_within(&m, &l).unwrap(), bytes);
+        }
+        let tight = Limits {
+            max_frame_bytes: encoded_len(&sample_msgs()[0]) - 1,
+            ..l
+        };
+        assert_eq!(
+            encode_within(&sample_msgs()[0], &tight),
+            Err(CodecError::TooLarge {
+                len: tight.max_frame_bytes + 1,
+                max: tight.max_frame_bytes
+            })
+        );
     }
 
     #[test]

@@ -146,7 +146,10 @@ pub enum Admitted {
 pub struct Pool {
     cfg: Arc<ClusterConfig>,
     verifier: RequestVerifier,
-    entries: Tracked<BTreeMap<Key, Entry>>,
+    /// Boxed: a B-tree node moves its values on every insert and remove,
+    /// and an `Entry` is a few hundred bytes (the pool's `memmove`s were a
+    /// visible part of a backup's profile at peak, `benches/pool_backup.rs`).
+    entries: Tracked<BTreeMap<Key, Box<Entry>>>,
     /// Pending keys per lane in arrival order. May hold stale keys (entries
     /// that left `Pending`); they are skipped when met.
     queues: Tracked<Vec<VecDeque<Key>>>,
@@ -632,7 +635,7 @@ impl Pool {
         }
         self.entries.insert(
             key,
-            Entry {
+            Box::new(Entry {
                 req,
                 lane,
                 arrived: now,
@@ -640,7 +643,7 @@ impl Pool {
                 verified_here,
                 voided: 0,
                 report_digests: DigestCache::default(),
-            },
+            }),
         );
     }
 

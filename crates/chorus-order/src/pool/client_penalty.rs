@@ -25,7 +25,7 @@
 //! refused: a signature verifies everywhere or nowhere (the client's way
 //! out is `client_auth = "signature"`).
 
-use super::{Entry, Key, Pool, State};
+use super::{Key, Pool, State};
 use chorus_core::{Authenticator, ClientId, Millis, ReplicaId, Request, UnverifiableRequest};
 
 /// A proven client is refused for 2^6 view-change timeouts (128 s with the
@@ -135,7 +135,7 @@ impl Pool {
         let pending: Vec<Key> = self
             .entries
             .range(from..=to)
-            .filter(|(_, e): &(&Key, &Entry)| {
+            .filter(|(_, e)| {
                 // SAREK: a request handed over by another partition stays.
                 let handed_over = self.fixed_lane.is_some() && !e.verified_here;
                 e.state == State::Pending && matches!(e.req.auth, Authenticator::Macs(_)) && !handed_over
