@@ -5,6 +5,9 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod allocator_tuning;
+
 fn main() {
+    allocator_tuning::keep_freed_memory_for_a_while();
     chorus_cli::main_with(chorus_apps::ServiceRegistry::builtin());
 }
