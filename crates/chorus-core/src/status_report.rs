@@ -91,8 +91,9 @@ pub struct StatusReport {
     pub executed_requests: u64,
     pub peer_connections: i64,
     pub client_connections: i64,
-    /// Requests this replica admitted and replied to, and their summed
-    /// admission-to-reply time in µs (the dashboard's latency).
+    /// Timed requests (one in 8, `chorus_node::latency::sampled`) this
+    /// replica admitted and replied to, and their summed admission-to-reply
+    /// time in µs (the dashboard's mean latency).
     #[serde(default)]
     pub replied_timed: u64,
     #[serde(default)]

@@ -194,7 +194,9 @@ impl ExecThread {
             let executed_at = std::time::Instant::now();
             let (n, f) = (self.config.n(), self.config.f());
             for r in results.drain(..) {
-                timed.push(stages.executed(r.client, r.request_seq, executed_at));
+                if let Some(admitted) = stages.executed(r.client, r.request_seq, executed_at) {
+                    timed.push(admitted);
+                }
                 // The client asked f + 1 others; it gets ours if it resent the
                 // request (then, as from the reply cache, in full) or if this
                 // copy is a duplicate.

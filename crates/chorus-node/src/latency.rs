@@ -6,6 +6,14 @@
 //! Bounded: at most `TRACKED_MAX` admissions are remembered (more are not
 //! timed), and ones never executed (refused, or ordered as a duplicate) are
 //! swept after `FORGET_AFTER`.
+//!
+//! Sampled: one request in `SAMPLE_EVERY` is timed (`sampled`, by client and
+//! seq, so every replica times the same requests). Timing every request cost
+//! each replica two hash-map insertions and removals (one under a lock
+//! shared by the pillars and the execution thread), clock reads and four
+//! histogram updates per request: ~3 % of the primary's CPU at peak
+//! (BENCHMARKS.md 2026-11-28 (night)); the histograms' shapes need far
+//! fewer points than the 50 k a second a replica executes.
 
 use crate::metrics::{stage, Metrics, StageLabel};
 use chorus_core::{ClientId, RequestSeq};
@@ -16,6 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const TRACKED_MAX: usize = 65_536;
+/// One request in this many is timed (`sampled`).
+pub const SAMPLE_EVERY: u64 = 8;
 pub const FORGET_AFTER: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
@@ -27,8 +37,19 @@ pub struct Latency {
     pub replied_us: AtomicU64,
 }
 
+/// Whether `(client, seq)` is one of the timed requests: every
+/// `SAMPLE_EVERY`-th seq of each client, staggered across clients so that
+/// clients in step are not all timed at once.
+pub fn sampled(client: ClientId, seq: RequestSeq) -> bool {
+    seq.0.wrapping_add(client.0) % SAMPLE_EVERY == 0
+}
+
 impl Latency {
+    /// A pillar verified the request; timed only if `sampled`.
     pub fn admitted(&self, client: ClientId, seq: RequestSeq) {
+        if !sampled(client, seq) {
+            return;
+        }
         let mut m = self.admitted.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() < TRACKED_MAX {
             m.entry((client, seq)).or_insert_with(Instant::now);
@@ -100,30 +121,40 @@ impl Stages {
     }
 
     pub fn delivered(&mut self, batch: &chorus_core::Batch, at: Instant) {
-        let admitted = self
-            .latency
-            .take_all(batch.requests.iter().map(|r| (r.client, r.seq)));
-        for (r, admitted) in batch.requests.iter().zip(admitted) {
+        let timed = || {
+            batch
+                .requests
+                .iter()
+                .map(|r| (r.client, r.seq))
+                .filter(|&(c, s)| sampled(c, s))
+        };
+        let admitted = self.latency.take_all(timed());
+        for (id, admitted) in timed().zip(admitted) {
             if let Some(a) = admitted {
                 self.to_decision
                     .observe(at.saturating_duration_since(a).as_secs_f64());
             }
             if self.delivered.len() < TRACKED_MAX {
-                self.delivered.insert((r.client, r.seq), (admitted, at));
+                self.delivered.insert(id, (admitted, at));
             }
         }
         self.sweep();
     }
 
-    /// The request's result came back: its admission time, if timed.
-    pub fn executed(&mut self, client: ClientId, seq: RequestSeq, now: Instant) -> Option<Instant> {
+    /// The request's result came back: whether it is timed (`Some`), with
+    /// its admission time if this replica admitted it.
+    pub fn executed(&mut self, client: ClientId, seq: RequestSeq, now: Instant) -> Option<Option<Instant>> {
+        if !sampled(client, seq) {
+            return None;
+        }
         let (admitted, decided) = self.delivered.remove(&(client, seq))?;
         self.to_execution
             .observe(now.saturating_duration_since(decided).as_secs_f64());
-        admitted
+        Some(admitted)
     }
 
-    /// The replies of requests executed at `executed` were handed on.
+    /// The replies of timed requests executed at `executed` were handed on
+    /// (each with its admission time, if this replica admitted it).
     pub fn replied(&self, admitted: &[Option<Instant>], executed: Instant) {
         let now = Instant::now();
         let reply = now.saturating_duration_since(executed).as_secs_f64();
@@ -157,47 +188,72 @@ impl Stages {
 mod tests {
     use super::*;
 
+    /// The `i`-th timed seq of client 1.
+    fn timed_seq(i: u64) -> RequestSeq {
+        RequestSeq(i * SAMPLE_EVERY + SAMPLE_EVERY - 1)
+    }
+
+    #[test]
+    fn one_request_in_sample_every_is_timed_per_client() {
+        for c in 0..4u64 {
+            let timed = (0..800u64)
+                .filter(|&s| sampled(ClientId(c), RequestSeq(s)))
+                .count();
+            assert_eq!(timed as u64, 800 / SAMPLE_EVERY);
+        }
+        assert!(sampled(ClientId(1), timed_seq(0)));
+    }
+
     #[test]
     fn remembers_once_and_is_bounded() {
         let l = Latency::default();
-        for s in 0..(TRACKED_MAX as u64 + 10) {
-            l.admitted(ClientId(1), RequestSeq(s));
+        for i in 0..(TRACKED_MAX as u64 + 10) {
+            l.admitted(ClientId(1), timed_seq(i));
         }
         assert_eq!(l.tracked(), TRACKED_MAX);
-        assert!(l.take(ClientId(1), RequestSeq(0)).is_some());
-        assert!(l.take(ClientId(1), RequestSeq(0)).is_none());
-        assert!(l.take(ClientId(1), RequestSeq(TRACKED_MAX as u64 + 5)).is_none());
+        l.admitted(ClientId(1), RequestSeq(0));
+        assert_eq!(
+            l.tracked(),
+            TRACKED_MAX,
+            "a request not sampled is not remembered"
+        );
+        assert!(l.take(ClientId(1), timed_seq(0)).is_some());
+        assert!(l.take(ClientId(1), timed_seq(0)).is_none());
+        assert!(l.take(ClientId(1), timed_seq(TRACKED_MAX as u64 + 5)).is_none());
         l.sweep();
         assert_eq!(l.tracked(), TRACKED_MAX - 1, "nothing is 30 s old yet");
     }
 
-    /// Each stage is observed once per request; one admitted elsewhere gets
-    /// only the stages this replica saw.
+    /// Each stage is observed once per timed request; one admitted elsewhere
+    /// gets only the stages this replica saw; one not sampled gets none.
     #[test]
     fn stages_are_observed_in_order() {
         use chorus_core::{Authenticator, Batch, Request};
         let m = crate::metrics::Metrics::default();
-        let req = |c: u64| Request {
+        let req = |c: u64, s: u64| Request {
             memo: Default::default(),
             client: ClientId(c),
-            seq: RequestSeq(1),
+            seq: RequestSeq(s),
             flags: 0,
             op: bytes::Bytes::new(),
             auth: Authenticator::Macs(Default::default()),
         };
-        m.latency.admitted(ClientId(1), RequestSeq(1));
+        // Client 1's seq 7 and client 2's seq 6 are timed, client 3's seq 1 not.
+        m.latency.admitted(ClientId(1), RequestSeq(7));
+        m.latency.admitted(ClientId(3), RequestSeq(1));
         let mut st = Stages::new(&m);
         let batch = Batch {
-            requests: vec![req(1), req(2)],
+            requests: vec![req(1, 7), req(2, 6), req(3, 1)],
             time_ms: 0,
         };
         st.delivered(&batch, Instant::now());
         let now = Instant::now();
-        let a = st.executed(ClientId(1), RequestSeq(1), now);
-        let b = st.executed(ClientId(2), RequestSeq(1), now);
-        assert!(a.is_some() && b.is_none());
-        assert_eq!(st.executed(ClientId(1), RequestSeq(1), now), None, "once");
-        st.replied(&[a, b], now);
+        let a = st.executed(ClientId(1), RequestSeq(7), now);
+        let b = st.executed(ClientId(2), RequestSeq(6), now);
+        assert!(matches!(a, Some(Some(_))) && b == Some(None));
+        assert_eq!(st.executed(ClientId(3), RequestSeq(1), now), None, "not sampled");
+        assert_eq!(st.executed(ClientId(1), RequestSeq(7), now), None, "once");
+        st.replied(&[a.unwrap(), b.unwrap()], now);
         let text = m.render();
         for (stage, n) in [
             ("admission_to_decision", 1),
