@@ -41,7 +41,7 @@ pub struct Latency {
 /// `SAMPLE_EVERY`-th seq of each client, staggered across clients so that
 /// clients in step are not all timed at once.
 pub fn sampled(client: ClientId, seq: RequestSeq) -> bool {
-    seq.0.wrapping_add(client.0) % SAMPLE_EVERY == 0
+    seq.0.wrapping_add(client.0).is_multiple_of(SAMPLE_EVERY)
 }
 
 impl Latency {
