@@ -27,7 +27,10 @@
 //!   to `DEFER_HAND_OVER_FACTOR` times that while the previous one is still
 //!   committing) and on
 //!   `close` or drop; the log is also fsynced every
-//!   `OFF_DURABLE_EVERY_APPENDS`-th append. A machine crash loses the appends
+//!   `OFF_DURABLE_EVERY_APPENDS`-th append of a segment, not when it moves
+//!   on to the next (a machine crash may then keep pages of a later segment
+//!   and not of an earlier one: replay ends the log at its first damage,
+//!   `wal::Damage::EndOfLog`). A machine crash loses the appends
 //!   since the last of these, so a replica that crashes under `off` may
 //!   contradict what it sent before: it must be counted among the `f` faulty
 //!   replicas. For benchmarks only.

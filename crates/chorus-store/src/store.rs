@@ -11,7 +11,7 @@ use crate::schema::{
     FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META, META_CHAIN, META_LANES,
     META_VERSION, META_WAL,
 };
-use crate::wal::Wal;
+use crate::wal::{Damage, Wal};
 use crate::writer::{SkipCounts, WriteState, Writer};
 use bytes::Bytes;
 use chorus_core::{Batch, Cell, CheckpointCert, Digest, Seq};
@@ -185,7 +185,12 @@ impl Store {
         // Records appended after the last materialization (a crash or a
         // kill came first) go into the tables now, durably, before their
         // segment is deleted; `load` and every read then see them.
-        let replayed = Wal::replay(dir, wal_from)?;
+        let damage = if opts.fsync == FsyncPolicy::Off {
+            Damage::EndOfLog
+        } else {
+            Damage::Corruption
+        };
+        let replayed = Wal::replay(dir, wal_from, damage)?;
         let next_segment = replayed
             .last_segment
             .unwrap_or(wal_from)
@@ -435,15 +440,23 @@ impl Store {
         }
         self.collect(true)?;
         // `sync` covers the current segment only: the old one's frames must
-        // be durable before the log moves on, under every policy (under
-        // `off` too: frames of the next segment reaching the disk before
-        // this one's would make a machine crash leave a non-prefix).
+        // be durable before the log moves on, or a machine crash could keep
+        // frames of the next segment and lose this one's (a non-prefix).
+        // Not under `off`: nothing is synced there, so even one segment's
+        // pages may reach the disk out of order, and replay ends the log at
+        // its first damage instead (`Damage::EndOfLog`). This sync, of a
+        // whole segment's dirty pages on the writer's thread (the pillar's
+        // under `off`), was 0.3–7 ms at every checkpoint and most of the
+        // p99 at half of peak (BENCHMARKS.md 2026-11-28 (night)).
         if self.unsynced > 0 {
-            if let Err(e) = self.wal.sync() {
-                return Err(self.fail(e));
+            if self.opts.fsync != FsyncPolicy::Off {
+                if let Err(e) = self.wal.sync() {
+                    return Err(self.fail(e));
+                }
+                self.durable_commits += 1;
             }
+            // Counts the appends of the current segment since its last sync.
             self.unsynced = 0;
-            self.durable_commits += 1;
         }
         let next = self
             .wal
@@ -907,6 +920,55 @@ mod tests {
         s.append(&[accepted(2 * n)]).unwrap();
         assert!(s.wal.segment() > segment, "the put-off hand-over was not made");
         assert_eq!(s.load().unwrap(), (0..=2 * n).map(accepted).collect::<Vec<_>>());
+    }
+
+    /// Under `off` moving the log to the next segment syncs nothing (the
+    /// sync, on the writer's thread, was most of the p99 at half of peak);
+    /// under `batch` the old segment is synced first, as before. A machine
+    /// crash under `off` that kept the second segment and lost the end of
+    /// the first ends the log at the damage (the second is dropped); the
+    /// same image under `batch` is corruption (it cannot come from a crash).
+    #[test]
+    fn under_off_a_hand_over_syncs_nothing_and_replay_ends_at_the_first_damage() {
+        for policy in [FsyncPolicy::Batch, FsyncPolicy::Off] {
+            let d = tempfile::tempdir().unwrap();
+            let mut s = Store::open(d.path(), policy, 1).unwrap();
+            s.append(&[accepted(0)]).unwrap();
+            s.append(&[accepted(1)]).unwrap();
+            let hold = Arc::clone(&s.db);
+            let guard = hold.write().unwrap();
+            let before = s.durable_commits;
+            s.hand_over().unwrap();
+            let synced = s.durable_commits - before;
+            assert_eq!(synced, u64::from(policy != FsyncPolicy::Off), "{policy}");
+            s.append(&[accepted(2)]).unwrap();
+            let image = tempfile::tempdir().unwrap();
+            copy_dir(d.path(), image.path());
+            drop(guard);
+            s.close().unwrap();
+
+            // The first segment's second frame did not reach the disk; the
+            // second segment did.
+            let segs = Wal::segments(&Wal::dir_of(image.path())).unwrap();
+            assert_eq!(segs.len(), 2, "{policy}: {segs:?}");
+            let first = Wal::dir_of(image.path()).join(format!("{:016x}.log", segs[0]));
+            let mut bytes = std::fs::read(&first).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0xff;
+            std::fs::write(&first, &bytes).unwrap();
+            match policy {
+                FsyncPolicy::Off => {
+                    let mut r = Store::open(image.path(), policy, 1).unwrap();
+                    assert_eq!(r.load().unwrap(), vec![accepted(0)], "ends at the damage");
+                    r.append(&[accepted(1)]).unwrap();
+                    assert_eq!(r.load().unwrap(), vec![accepted(0), accepted(1)]);
+                }
+                _ => {
+                    let e = Store::open(image.path(), policy, 1).expect_err("corruption");
+                    assert!(e.is_corruption(), "{e}");
+                }
+            }
+        }
     }
 
     /// A crash while a segment is on its way into the tables (held there by

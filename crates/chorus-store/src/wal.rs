@@ -102,6 +102,23 @@ pub(crate) struct Wal {
     sync_dir: bool,
 }
 
+/// What damage before the end of the log means to `Wal::replay`. A torn
+/// last frame is cut off either way (a crash during the write).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Damage {
+    /// Every frame written before a durable point is on the disk in order
+    /// (`fsync = batch | always`; the log syncs a segment before moving on
+    /// to the next): damage followed by a whole frame or by another
+    /// segment is corruption, reported and never replayed past.
+    Corruption,
+    /// Nothing was synced (`fsync = off`): after a machine crash the
+    /// kernel may have written later pages and not earlier ones, in one
+    /// segment or across two. The log ends at the first damage; what
+    /// follows it is dropped (logged at error level: such a replica may
+    /// have forgotten what it sent, docs/decisions.md "fsync").
+    EndOfLog,
+}
+
 /// What `Wal::replay` found on disk.
 #[derive(Debug)]
 pub(crate) struct Replayed {
@@ -150,7 +167,9 @@ impl Wal {
     /// The records of the segments from `from` on, in append order
     /// (segments below it are in the tables). A torn tail of the last one
     /// is cut off.
-    pub fn replay(data_dir: &Path, from: u64) -> Result<Replayed> {
+    /// `damage`: what damage short of the end of the last segment means
+    /// (`Damage`).
+    pub fn replay(data_dir: &Path, from: u64, damage: Damage) -> Result<Replayed> {
         let dir = Wal::dir_of(data_dir);
         let mut out = Replayed {
             records: Vec::new(),
@@ -175,7 +194,7 @@ impl Wal {
             out.last_segment = Some(segment);
             if good < bytes.len() {
                 let later = whole_frame_after(&bytes, good);
-                if !last || later.is_some() {
+                if (!last || later.is_some()) && damage == Damage::Corruption {
                     return Err(StoreError::CorruptFile {
                         path,
                         reason: match later {
@@ -187,18 +206,42 @@ impl Wal {
                     });
                 }
                 out.torn_bytes = (bytes.len() - good) as u64;
-                tracing::warn!(
-                    segment,
-                    offset = good,
-                    bytes = out.torn_bytes,
-                    "wal: torn tail cut off"
-                );
+                let later_segments = &segments[i + 1..];
+                if last && later.is_none() {
+                    tracing::warn!(
+                        segment,
+                        offset = good,
+                        bytes = out.torn_bytes,
+                        "wal: torn tail cut off"
+                    );
+                } else {
+                    // `Damage::EndOfLog`: what the machine kept after this
+                    // point is not a prefix of what was written.
+                    tracing::error!(
+                        segment,
+                        offset = good,
+                        bytes = out.torn_bytes,
+                        later_segments = later_segments.len(),
+                        "wal: the log is damaged before its end (fsync = off and a machine crash?): \
+                         cut there and the rest dropped; this replica may have forgotten messages it \
+                         sent and counts among the f faulty ones"
+                    );
+                }
                 let f = OpenOptions::new()
                     .write(true)
                     .open(&path)
                     .map_err(|e| io_err(&path, e))?;
                 f.set_len(good as u64).map_err(|e| io_err(&path, e))?;
                 f.sync_all().map_err(|e| io_err(&path, e))?;
+                for &dropped in later_segments {
+                    let p = dir.join(segment_name(dropped));
+                    out.torn_bytes += std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+                    std::fs::remove_file(&p).map_err(|e| io_err(&p, e))?;
+                }
+                if !later_segments.is_empty() {
+                    sync_directory(&dir)?;
+                }
+                break;
             }
         }
         Ok(out)
@@ -434,7 +477,7 @@ mod tests {
             decided_frame < after_accepted,
             "the reference is smaller than the batch"
         );
-        let r = Wal::replay(d.path(), 3).unwrap();
+        let r = Wal::replay(d.path(), 3, Damage::Corruption).unwrap();
         assert_eq!(r.records, vec![accepted(0), decided(0)]);
         assert_eq!(r.torn_bytes, 0);
     }
@@ -446,19 +489,26 @@ mod tests {
         w.append(&[accepted(0)]).unwrap();
         let mut w2 = Wal::create(d.path(), 2, false).unwrap();
         w2.append(&[accepted(1)]).unwrap();
-        let r = Wal::replay(d.path(), 1).unwrap();
+        let r = Wal::replay(d.path(), 1, Damage::Corruption).unwrap();
         assert_eq!(
             (r.records, r.last_segment),
             (vec![accepted(0), accepted(1)], Some(2))
         );
-        assert_eq!(Wal::replay(d.path(), 2).unwrap().records, vec![accepted(1)]);
+        assert_eq!(
+            Wal::replay(d.path(), 2, Damage::Corruption).unwrap().records,
+            vec![accepted(1)]
+        );
         assert!(
-            Wal::replay(d.path(), 0).unwrap_err().is_corruption(),
+            Wal::replay(d.path(), 0, Damage::Corruption)
+                .unwrap_err()
+                .is_corruption(),
             "segment 0 is missing"
         );
         let _w4 = Wal::create(d.path(), 4, false).unwrap();
         assert!(
-            Wal::replay(d.path(), 1).unwrap_err().is_corruption(),
+            Wal::replay(d.path(), 1, Damage::Corruption)
+                .unwrap_err()
+                .is_corruption(),
             "segment 3 is missing"
         );
         Wal::delete_below(d.path(), 4);
@@ -483,14 +533,14 @@ mod tests {
         let mut bytes = good.clone();
         bytes[FRAME_HEADER + 1] ^= 0xff;
         std::fs::write(&p, &bytes).unwrap();
-        let e = Wal::replay(d.path(), 1).expect_err("damage is reported");
+        let e = Wal::replay(d.path(), 1, Damage::Corruption).expect_err("damage is reported");
         assert!(e.is_corruption(), "{e}");
 
         // The same damage in the last frame is a torn tail: cut off.
         let mut bytes = good.clone();
         bytes[first + FRAME_HEADER + 1] ^= 0xff;
         std::fs::write(&p, &bytes).unwrap();
-        let r = Wal::replay(d.path(), 1).unwrap();
+        let r = Wal::replay(d.path(), 1, Damage::Corruption).unwrap();
         assert_eq!(r.records, vec![accepted(0)]);
         assert_eq!(r.torn_bytes as usize, good.len() - first);
         assert_eq!(std::fs::read(&p).unwrap().len(), first);
@@ -499,6 +549,59 @@ mod tests {
         let mut bytes = good[..first].to_vec();
         bytes.extend(std::iter::repeat_n(0u8, 4096));
         std::fs::write(&p, &bytes).unwrap();
-        assert_eq!(Wal::replay(d.path(), 1).unwrap().records, vec![accepted(0)]);
+        assert_eq!(
+            Wal::replay(d.path(), 1, Damage::Corruption).unwrap().records,
+            vec![accepted(0)]
+        );
+    }
+
+    /// `Damage::EndOfLog` (`fsync = off`): the log ends at the first damage,
+    /// whatever whole frames or segments follow it; those are dropped from
+    /// the disk too, so the log continues from a prefix.
+    #[test]
+    fn under_end_of_log_the_first_damage_ends_the_log_and_the_rest_is_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(d.path(), 1, false).unwrap();
+        w.append(&[accepted(0)]).unwrap();
+        let first = w.len() as usize;
+        w.append(&[accepted(1)]).unwrap();
+        let mut w2 = Wal::create(d.path(), 2, false).unwrap();
+        w2.append(&[accepted(2)]).unwrap();
+        drop((w, w2));
+        let p = segment_path(d.path(), 1);
+        let good = std::fs::read(&p).unwrap();
+
+        // Damage in the first frame, a whole frame and a segment after it.
+        let mut bytes = good.clone();
+        bytes[FRAME_HEADER + 1] ^= 0xff;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(Wal::replay(d.path(), 1, Damage::Corruption)
+            .unwrap_err()
+            .is_corruption());
+        let r = Wal::replay(d.path(), 1, Damage::EndOfLog).unwrap();
+        assert_eq!((r.records, r.last_segment), (vec![], Some(1)));
+        assert!(r.torn_bytes as usize > good.len());
+        assert_eq!(std::fs::read(&p).unwrap().len(), 0);
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![1]);
+
+        // Damage in the second frame of a segment followed by another.
+        std::fs::write(&p, &good).unwrap();
+        let mut w2 = Wal::create(d.path(), 2, false).unwrap();
+        w2.append(&[accepted(2)]).unwrap();
+        drop(w2);
+        let mut bytes = good.clone();
+        bytes[first + FRAME_HEADER + 1] ^= 0xff;
+        std::fs::write(&p, &bytes).unwrap();
+        let r = Wal::replay(d.path(), 1, Damage::EndOfLog).unwrap();
+        assert_eq!((r.records, r.last_segment), (vec![accepted(0)], Some(1)));
+        assert_eq!(Wal::segments(&Wal::dir_of(d.path())).unwrap(), vec![1]);
+        // A whole log replays the same under both.
+        std::fs::write(&p, &good).unwrap();
+        for damage in [Damage::Corruption, Damage::EndOfLog] {
+            assert_eq!(
+                Wal::replay(d.path(), 1, damage).unwrap().records,
+                vec![accepted(0), accepted(1)]
+            );
+        }
     }
 }
