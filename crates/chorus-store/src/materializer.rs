@@ -55,13 +55,47 @@ pub(crate) struct Context {
     pub prune_at_stable: bool,
 }
 
+/// The materializer's nice value (Linux: per thread). Its work is off the
+/// protocol's path (the log already holds every record), but its bursts at
+/// each stable checkpoint (one redb transaction for the whole interval, at
+/// the same moment on every replica) took the CPU from the pillars when the
+/// machine was busy: at half of peak on dev-2c, p95 12.4–12.9 ms → 9.0–9.9
+/// ms with 10 (BENCHMARKS.md 2026-11-28 (night)). Not 19: a hand-over at a
+/// checkpoint waits for the previous job, and at 10 the thread still gets
+/// ~1 % of a saturated two-core machine per eight busy threads (CFS weights
+/// 110 vs 1024), more than the ~18 ms a second it needs at peak.
+const MATERIALIZER_NICE: i32 = 10;
+
+/// Lower the calling thread's scheduling priority to `MATERIALIZER_NICE`;
+/// best effort (a failure leaves it where it was, and is logged).
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `gettid` has no preconditions; `setpriority` on our own
+        // thread id changes only that thread's nice value.
+        let rc = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, MATERIALIZER_NICE)
+        };
+        if rc != 0 {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "store: could not lower the materializer's priority"
+            );
+        }
+    }
+}
+
 impl Materializer {
     pub fn spawn(ctx: Context) -> Result<Materializer> {
         let (jobs, job_rx) = mpsc::sync_channel::<Job>(1);
         let (done_tx, done) = mpsc::sync_channel::<Done>(1);
         let thread = std::thread::Builder::new()
             .name("store-materialize".into())
-            .spawn(move || run(ctx, job_rx, done_tx))
+            .spawn(move || {
+                lower_this_threads_priority();
+                run(ctx, job_rx, done_tx)
+            })
             .map_err(|source| StoreError::Io {
                 path: PathBuf::from("store-materialize thread"),
                 source,
@@ -325,5 +359,40 @@ mod tests {
         let mut none = vec![accepted(0)];
         drop_superseded(layout, &mut none);
         assert_eq!(none, vec![accepted(0)]);
+    }
+
+    /// The materializer runs at `MATERIALIZER_NICE` (Linux): every
+    /// `store-materialize` thread of this test process does once it has
+    /// started, whichever test opened its store.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_materializer_runs_at_a_lower_priority() {
+        let nices = || -> Vec<i32> {
+            let mut out = Vec::new();
+            for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if comm.trim() != "store-materiali" {
+                    continue;
+                }
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                // Field 19 is the nice value; fields from 3 on follow the ")".
+                if let Some((_, rest)) = stat.rsplit_once(") ") {
+                    out.push(rest.split(' ').nth(16).unwrap().parse().unwrap());
+                }
+            }
+            out
+        };
+        let d = tempfile::tempdir().unwrap();
+        let _store = crate::Store::open(d.path(), crate::FsyncPolicy::Off, 1).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let n = nices();
+            assert!(!n.is_empty(), "no materializer thread found");
+            if n.iter().all(|&x| x == MATERIALIZER_NICE) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "nice values {n:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
