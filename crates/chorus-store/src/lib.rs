@@ -26,7 +26,9 @@
 //! Every append is atomic (one frame with a checksum): a process killed at
 //! any point, or a machine that lost power, leaves the store at a prefix of
 //! its appends; a torn last frame is cut off on open, damage followed by a
-//! whole frame is reported as corruption. Decided records whose batch the
+//! whole frame is reported as corruption (under `fsync = off`, which syncs
+//! nothing, a machine crash instead ends the log at its first damage:
+//! `wal::Damage`). Decided records whose batch the
 //! same segment already holds (from the `Accepted`) refer to it by digest,
 //! so a batch is written to the log once; in the tables, the cells below a
 //! checkpoint brought in with them keep no batch (pruned in the same

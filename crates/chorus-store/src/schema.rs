@@ -28,8 +28,11 @@ use std::fmt::Display;
 /// the log refers to it (`LogEntry::AcceptedDecided`); a version-3 store
 /// opens and is marked 4. 5: requests may carry `flags::DIGEST_SHA256`,
 /// whose digests an older binary would recompute with BLAKE3 and report as
-/// tampering; a version-2, -3 or -4 store opens and is marked 5.
-pub const FORMAT_VERSION: u32 = 5;
+/// tampering; a version-2, -3 or -4 store opens and is marked 5. 6: every
+/// log segment starts with a `SegmentStart` frame naming where the one
+/// before it ended (an older binary cannot read it); a version-2 to -5
+/// store opens and is marked 6, its segments without one replay as before.
+pub const FORMAT_VERSION: u32 = 6;
 /// The version before the segment log, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_WAL: u32 = 1;
 /// The version before `TimeoutCert` records, upgraded on open.
@@ -38,6 +41,8 @@ pub(crate) const FORMAT_VERSION_PRE_TIMEOUT_CERT: u32 = 2;
 pub(crate) const FORMAT_VERSION_PRE_ACCEPTED_REF: u32 = 3;
 /// The version before SHA-256 request digests, upgraded on open.
 pub(crate) const FORMAT_VERSION_PRE_SHA256: u32 = 4;
+/// The version before `SegmentStart` frames, upgraded on open.
+pub(crate) const FORMAT_VERSION_PRE_SEGMENT_START: u32 = 5;
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");

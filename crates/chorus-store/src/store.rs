@@ -7,9 +7,9 @@ use crate::policy::{FsyncPolicy, StoreOptions, LANES_MAX};
 use crate::read;
 use crate::schema::{
     corrupt, decode, decode_ledger_head, decode_u32, encode, ChainState, Layout, CHAIN, CHECKPOINTS,
-    FORMAT_VERSION, FORMAT_VERSION_PRE_ACCEPTED_REF, FORMAT_VERSION_PRE_SHA256,
-    FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META, META_CHAIN, META_LANES,
-    META_VERSION, META_WAL,
+    FORMAT_VERSION, FORMAT_VERSION_PRE_ACCEPTED_REF, FORMAT_VERSION_PRE_SEGMENT_START,
+    FORMAT_VERSION_PRE_SHA256, FORMAT_VERSION_PRE_TIMEOUT_CERT, FORMAT_VERSION_PRE_WAL, LEDGER, LOG, META,
+    META_CHAIN, META_LANES, META_VERSION, META_WAL,
 };
 use crate::wal::{Damage, Wal};
 use crate::writer::{SkipCounts, WriteState, Writer};
@@ -197,7 +197,13 @@ impl Store {
             .max(wal_from)
             .checked_add(1)
             .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
-        let wal = Wal::create(dir, next_segment, opts.fsync != FsyncPolicy::Off)?;
+        // The new segment continues the last one replayed, if that one is
+        // still on disk (its records go into the tables below and it is
+        // deleted after; a crash before then replays it again).
+        let previous = replayed
+            .end
+            .filter(|e| e.segment.checked_add(1) == Some(next_segment));
+        let wal = Wal::create(dir, next_segment, opts.fsync != FsyncPolicy::Off, previous)?;
         let (state, skipped) = commit_to_tables(
             &db,
             layout,
@@ -463,7 +469,7 @@ impl Store {
             .segment()
             .checked_add(1)
             .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
-        self.wal = Wal::create(&self.dir, next, self.wal.syncs_dir())?;
+        self.wal = Wal::create(&self.dir, next, self.wal.syncs_dir(), Some(self.wal.end()))?;
         let job = Job {
             records: std::mem::take(&mut self.pending),
             state: self.state,
@@ -617,7 +623,10 @@ impl Store {
 
     /// Appends written but not yet durable: what a crash of the machine would
     /// lose now. Zero right after `sync` (except under `off`) and always
-    /// under `always`.
+    /// under `always`. Under `off` it counts only the current segment's
+    /// appends since its last periodic sync: a segment handed over is not
+    /// synced, and is durable once the materializer's commit of it is
+    /// (`StoreStats::wal_pending_appends` counts both).
     pub fn unsynced_appends(&self) -> u32 {
         self.unsynced
     }
@@ -772,10 +781,12 @@ pub(crate) fn init_or_check(txn: &WriteTransaction, layout: Layout) -> Result<(W
                 FORMAT_VERSION_PRE_TIMEOUT_CERT,
                 FORMAT_VERSION_PRE_ACCEPTED_REF,
                 FORMAT_VERSION_PRE_SHA256,
+                FORMAT_VERSION_PRE_SEGMENT_START,
             ]
             .contains(&found)
             {
-                // Every version-2, -3 or -4 record means the same in version 5.
+                // Every version-2 to -5 record means the same in version 6
+                // (segments without a `SegmentStart` replay as before).
                 meta.insert(META_VERSION, FORMAT_VERSION.to_le_bytes().as_slice())?;
                 tracing::info!(from = found, to = FORMAT_VERSION, "store format upgraded");
             } else if found != FORMAT_VERSION {
@@ -934,6 +945,7 @@ mod tests {
             let d = tempfile::tempdir().unwrap();
             let mut s = Store::open(d.path(), policy, 1).unwrap();
             s.append(&[accepted(0)]).unwrap();
+            let boundary = s.wal.len() as usize;
             s.append(&[accepted(1)]).unwrap();
             let hold = Arc::clone(&s.db);
             let guard = hold.write().unwrap();
@@ -947,25 +959,36 @@ mod tests {
             drop(guard);
             s.close().unwrap();
 
-            // The first segment's second frame did not reach the disk; the
-            // second segment did.
+            // The first segment's second frame did not reach the disk
+            // (damaged, or the file cut at the frame boundary before it);
+            // the second segment did.
             let segs = Wal::segments(&Wal::dir_of(image.path())).unwrap();
             assert_eq!(segs.len(), 2, "{policy}: {segs:?}");
             let first = Wal::dir_of(image.path()).join(format!("{:016x}.log", segs[0]));
-            let mut bytes = std::fs::read(&first).unwrap();
-            let last = bytes.len() - 1;
-            bytes[last] ^= 0xff;
-            std::fs::write(&first, &bytes).unwrap();
-            match policy {
-                FsyncPolicy::Off => {
-                    let mut r = Store::open(image.path(), policy, 1).unwrap();
-                    assert_eq!(r.load().unwrap(), vec![accepted(0)], "ends at the damage");
-                    r.append(&[accepted(1)]).unwrap();
-                    assert_eq!(r.load().unwrap(), vec![accepted(0), accepted(1)]);
-                }
-                _ => {
-                    let e = Store::open(image.path(), policy, 1).expect_err("corruption");
-                    assert!(e.is_corruption(), "{e}");
+            let whole = std::fs::read(&first).unwrap();
+            let mut damaged = whole.clone();
+            let at = damaged.len() - 1;
+            damaged[at] ^= 0xff;
+            let cut = whole[..boundary].to_vec();
+            for (how, bytes) in [("damaged", damaged), ("cut", cut)] {
+                let image2 = tempfile::tempdir().unwrap();
+                copy_dir(image.path(), image2.path());
+                std::fs::write(
+                    Wal::dir_of(image2.path()).join(format!("{:016x}.log", segs[0])),
+                    &bytes,
+                )
+                .unwrap();
+                match policy {
+                    FsyncPolicy::Off => {
+                        let mut r = Store::open(image2.path(), policy, 1).unwrap();
+                        assert_eq!(r.load().unwrap(), vec![accepted(0)], "{how}: ends there");
+                        r.append(&[accepted(1)]).unwrap();
+                        assert_eq!(r.load().unwrap(), vec![accepted(0), accepted(1)]);
+                    }
+                    _ => {
+                        let e = Store::open(image2.path(), policy, 1).expect_err("corruption");
+                        assert!(e.is_corruption(), "{how}: {e}");
+                    }
                 }
             }
         }

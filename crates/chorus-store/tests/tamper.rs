@@ -139,12 +139,13 @@ fn a_store_of_another_format_version_is_refused() {
 }
 
 /// A version-2 store (before `TimeoutCert` records), version-3 store
-/// (before accepted batches referred to the ledger) or version-4 store
-/// (before SHA-256 request digests) opens, keeps its records, and is marked
-/// version 5, so an older binary refuses it cleanly.
+/// (before accepted batches referred to the ledger), version-4 store
+/// (before SHA-256 request digests) or version-5 store (before segments
+/// started with a `SegmentStart`) opens, keeps its records, and is marked
+/// version 6, so an older binary refuses it cleanly.
 #[test]
-fn version_2_3_and_4_stores_open_and_are_marked_version_5() {
-    for old in [2u32, 3, 4] {
+fn version_2_to_5_stores_open_and_are_marked_version_6() {
+    for old in [2u32, 3, 4, 5] {
         let d = dir();
         ledger_of_five(d.path());
         let before = Store::open(d.path(), FsyncPolicy::Always, 1)
@@ -168,7 +169,7 @@ fn version_2_3_and_4_stores_open_and_are_marked_version_5() {
         });
         assert_eq!(version, FORMAT_VERSION, "from version {old}");
     }
-    assert_eq!(FORMAT_VERSION, 5);
+    assert_eq!(FORMAT_VERSION, 6);
 }
 
 /// Issue 14 item 1: a truncated database file tripped an assertion inside

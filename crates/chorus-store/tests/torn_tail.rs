@@ -113,6 +113,10 @@ fn a_log_torn_at_every_offset_of_the_last_append_reopens_to_the_appends_before_i
     drop(s);
 }
 
+/// The most a segment holding only its `SegmentStart` frame takes (a
+/// 16-byte header and the previous segment's end, three varints).
+const START_FRAME_MAX: u64 = 64;
+
 #[test]
 fn a_crash_leaves_the_log_for_replay_and_a_clean_close_leaves_it_empty() {
     let d = dir();
@@ -123,16 +127,15 @@ fn a_crash_leaves_the_log_for_replay_and_a_clean_close_leaves_it_empty() {
     let crashed = tempfile::tempdir().unwrap();
     copy_dir(d.path(), crashed.path());
     s.close().unwrap();
-    assert_eq!(std::fs::metadata(segment(d.path())).unwrap().len(), 0);
+    assert!(std::fs::metadata(segment(d.path())).unwrap().len() <= START_FRAME_MAX);
     let mut closed = Store::open(d.path(), FsyncPolicy::Batch, 2).unwrap();
     assert_eq!(closed.load().unwrap(), everything);
 
-    assert!(std::fs::metadata(segment(crashed.path())).unwrap().len() > 0);
+    assert!(std::fs::metadata(segment(crashed.path())).unwrap().len() > START_FRAME_MAX);
     let mut replayed = Store::open(crashed.path(), FsyncPolicy::Batch, 2).unwrap();
     assert_eq!(replayed.load().unwrap(), everything);
-    assert_eq!(
-        std::fs::metadata(segment(crashed.path())).unwrap().len(),
-        0,
+    assert!(
+        std::fs::metadata(segment(crashed.path())).unwrap().len() <= START_FRAME_MAX,
         "replayed into the tables on open"
     );
     assert_eq!(replayed.verify_ledger().unwrap(), closed.verify_ledger().unwrap());
