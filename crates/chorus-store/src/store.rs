@@ -191,12 +191,17 @@ impl Store {
             Damage::Corruption
         };
         let replayed = Wal::replay(dir, wal_from, damage)?;
-        let next_segment = replayed
-            .last_segment
-            .unwrap_or(wal_from)
-            .max(wal_from)
-            .checked_add(1)
-            .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?;
+        // After the last segment replayed, or the one the tables name when
+        // there is none: a first open killed between creating its segment
+        // and recording it in the tables then finds the segment they name
+        // (review: creating `wal_from + 1` left one the next open refused as
+        // out of sequence).
+        let next_segment = match replayed.last_segment {
+            Some(last) => last
+                .checked_add(1)
+                .ok_or_else(|| corrupt("meta", META_WAL, "segment numbers exhausted"))?,
+            None => wal_from,
+        };
         // The new segment continues the last one replayed, if that one is
         // still on disk (its records go into the tables below and it is
         // deleted after; a crash before then replays it again).
@@ -502,7 +507,8 @@ impl Store {
         }
     }
 
-    /// Everything appended is in the tables (and the log is empty).
+    /// Everything appended is in the tables (the log holds no record, only
+    /// its `SegmentStart`).
     fn materialize(&mut self) -> Result<()> {
         self.hand_over()?;
         self.collect(true)
@@ -528,7 +534,7 @@ impl Store {
     }
 
     /// Close cleanly: everything appended becomes durable, under any policy,
-    /// and the tables hold it all (the log is empty).
+    /// and the tables hold it all (the log holds no record).
     pub fn close(mut self) -> Result<()> {
         self.materialize()?;
         self.flush()
@@ -931,6 +937,32 @@ mod tests {
         s.append(&[accepted(2 * n)]).unwrap();
         assert!(s.wal.segment() > segment, "the put-off hand-over was not made");
         assert_eq!(s.load().unwrap(), (0..=2 * n).map(accepted).collect::<Vec<_>>());
+    }
+
+    /// A fresh store's first segment is the one its tables name before any
+    /// commit (`META_WAL` absent: 0), so a first open killed between
+    /// creating the segment and recording it finds the segment it expects
+    /// (review: segment 1 was created, and that open was refused as "out of
+    /// sequence").
+    #[test]
+    fn a_fresh_stores_first_segment_is_the_one_its_tables_name() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), FsyncPolicy::Batch, 1).unwrap();
+        assert_eq!(s.wal.segment(), 0);
+        // What that kill leaves: initialised tables that name no segment,
+        // and the segment.
+        let image = tempfile::tempdir().unwrap();
+        create_initialized(
+            image.path(),
+            &image.path().join(DB_FILE_NAME),
+            Layout { lanes: 1 },
+        )
+        .unwrap();
+        drop(Wal::create(image.path(), s.wal.segment(), false, None).unwrap());
+        drop(s);
+        let mut r = Store::open(image.path(), FsyncPolicy::Batch, 1).unwrap();
+        assert_eq!(r.load().unwrap(), vec![]);
+        r.append(&[accepted(0)]).unwrap();
     }
 
     /// Under `off` moving the log to the next segment syncs nothing (the

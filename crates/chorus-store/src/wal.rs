@@ -227,12 +227,13 @@ impl Wal {
             let frames = read_frames(&bytes, &path, &mut records)?;
             if let Some(before) = out.end {
                 // No start frame: a segment from before format 6 (its first
-                // frame holds records), or the last segment with none
-                // whole yet (a crash while it was being created): nothing
-                // in it can follow a hole.
+                // frame holds records), or one with nothing in it (a crash
+                // while it was being created; open then goes on after it,
+                // and the next segment names its empty end): nothing in it
+                // can follow a hole.
                 let continues = match frames.start {
                     Some(claim) => claim == Some(before),
-                    None => frames.good > 0 || last,
+                    None => frames.good > 0 || last || bytes.is_empty(),
                 };
                 if !continues {
                     if damage == Damage::Corruption {
@@ -257,6 +258,15 @@ impl Wal {
                     );
                     break;
                 }
+            }
+            // What open replays must be on the disk before a segment after it
+            // names its end: a killed process leaves frames in the page cache
+            // only, and a machine crash after this open could otherwise keep
+            // the next segment's `SegmentStart` and lose them (review).
+            if frames.good == bytes.len() {
+                File::open(&path)
+                    .and_then(|f| f.sync_data())
+                    .map_err(|e| io_err(&path, e))?;
             }
             out.records.extend(records);
             out.last_segment = Some(segment);
@@ -786,22 +796,52 @@ mod tests {
     #[test]
     fn a_last_segment_without_its_start_frame_yet_is_no_damage() {
         for torn in [0usize, 5] {
+            for damage in [Damage::Corruption, Damage::EndOfLog] {
+                let d = tempfile::tempdir().unwrap();
+                let mut w = Wal::create(d.path(), 1, false, None).unwrap();
+                w.append(&[accepted(0)]).unwrap();
+                let w2 = Wal::create(d.path(), 2, false, Some(w.end())).unwrap();
+                drop((w, w2));
+                let p2 = segment_path(d.path(), 2);
+                let start = std::fs::read(&p2).unwrap();
+                std::fs::write(&p2, &start[..torn]).unwrap();
+                let r = Wal::replay(d.path(), 1, damage).unwrap();
+                assert_eq!(
+                    (r.records, r.last_segment),
+                    (vec![accepted(0)], Some(2)),
+                    "torn at {torn}, {damage:?}"
+                );
+                assert_eq!(std::fs::read(&p2).unwrap().len(), 0);
+            }
+        }
+    }
+
+    /// An open after such a crash goes on in a segment that names the empty
+    /// one's end; killed again before its tables commit, the log holds an
+    /// empty segment between two others, and still opens (second review).
+    #[test]
+    fn an_empty_segment_between_two_others_is_no_damage() {
+        for damage in [Damage::Corruption, Damage::EndOfLog] {
             let d = tempfile::tempdir().unwrap();
             let mut w = Wal::create(d.path(), 1, false, None).unwrap();
             w.append(&[accepted(0)]).unwrap();
             let w2 = Wal::create(d.path(), 2, false, Some(w.end())).unwrap();
             drop((w, w2));
-            let p2 = segment_path(d.path(), 2);
-            let start = std::fs::read(&p2).unwrap();
-            std::fs::write(&p2, &start[..torn]).unwrap();
-            for damage in [Damage::Corruption, Damage::EndOfLog] {
-                let r = Wal::replay(d.path(), 1, damage).unwrap();
-                assert_eq!(
-                    (r.records, r.last_segment),
-                    (vec![accepted(0)], Some(2)),
-                    "torn at {torn}"
-                );
-            }
+            std::fs::write(segment_path(d.path(), 2), b"").unwrap();
+            let empty = SegmentEnd {
+                segment: 2,
+                len: 0,
+                last_check: 0,
+            };
+            let mut w3 = Wal::create(d.path(), 3, false, Some(empty)).unwrap();
+            w3.append(&[accepted(1)]).unwrap();
+            drop(w3);
+            let r = Wal::replay(d.path(), 1, damage).unwrap();
+            assert_eq!(
+                (r.records, r.last_segment),
+                (vec![accepted(0), accepted(1)], Some(3)),
+                "{damage:?}"
+            );
         }
     }
 

@@ -134,6 +134,10 @@ fn sigkill_under_batch_keeps_every_synced_append() {
     assert_recovered_prefix(&d, acked);
 }
 
+/// Under `off` the child acknowledges whenever `unsynced_appends` is 0: at
+/// each hand-over (which syncs nothing under `off` since 2026-11-28) or
+/// periodic sync. A kill loses nothing either way (the page cache survives
+/// it); what this checks is the prefix.
 #[test]
 fn sigkill_under_off_keeps_appends_up_to_the_last_periodic_commit() {
     let (d, acked) = kill_child_during_appends(FsyncPolicy::Off);
