@@ -611,6 +611,15 @@ mod tests {
         Wal::dir_of(dir).join(segment_name(segment))
     }
 
+    /// Segment 1 holding `accepted(0)`, and segment 2 continuing it with
+    /// nothing but its start frame; returns segment 2's path.
+    fn one_record_then_a_new_segment(dir: &Path) -> PathBuf {
+        let mut w = Wal::create(dir, 1, false, None).unwrap();
+        w.append(&[accepted(0)]).unwrap();
+        drop(Wal::create(dir, 2, false, Some(w.end())).unwrap());
+        segment_path(dir, 2)
+    }
+
     #[test]
     fn a_decided_batch_already_in_the_segment_is_written_as_a_reference() {
         let d = tempfile::tempdir().unwrap();
@@ -798,11 +807,7 @@ mod tests {
         for torn in [0usize, 5] {
             for damage in [Damage::Corruption, Damage::EndOfLog] {
                 let d = tempfile::tempdir().unwrap();
-                let mut w = Wal::create(d.path(), 1, false, None).unwrap();
-                w.append(&[accepted(0)]).unwrap();
-                let w2 = Wal::create(d.path(), 2, false, Some(w.end())).unwrap();
-                drop((w, w2));
-                let p2 = segment_path(d.path(), 2);
+                let p2 = one_record_then_a_new_segment(d.path());
                 let start = std::fs::read(&p2).unwrap();
                 std::fs::write(&p2, &start[..torn]).unwrap();
                 let r = Wal::replay(d.path(), 1, damage).unwrap();
@@ -823,11 +828,7 @@ mod tests {
     fn an_empty_segment_between_two_others_is_no_damage() {
         for damage in [Damage::Corruption, Damage::EndOfLog] {
             let d = tempfile::tempdir().unwrap();
-            let mut w = Wal::create(d.path(), 1, false, None).unwrap();
-            w.append(&[accepted(0)]).unwrap();
-            let w2 = Wal::create(d.path(), 2, false, Some(w.end())).unwrap();
-            drop((w, w2));
-            std::fs::write(segment_path(d.path(), 2), b"").unwrap();
+            std::fs::write(one_record_then_a_new_segment(d.path()), b"").unwrap();
             let empty = SegmentEnd {
                 segment: 2,
                 len: 0,
