@@ -22,6 +22,7 @@ pub mod process_stats;
 pub mod queue;
 pub mod resent;
 pub mod runtime;
+pub mod seen_seqs;
 pub mod status;
 pub mod storage;
 

@@ -176,8 +176,6 @@ struct Shared {
 /// new one and the oldest is closed, so the total is bounded by the
 /// configured clients times this, never by what clients choose to open.
 const CLIENT_CONNS_MAX: usize = 4;
-/// Request seqs remembered per client connection to spot retransmissions.
-const SEEN_SEQS_MAX: usize = 4_096;
 
 impl PillarThread {
     pub fn run(self) -> anyhow::Result<()> {
@@ -807,7 +805,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             }
         }
     });
-    let mut seen: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
+    let mut seen = crate::seen_seqs::SeenSeqs::default();
     let mut burst = Burst::new(shared.lane_groups.len());
     loop {
         if !burst.flush_unless(reader.has_buffered_frame(), &shared).await {
@@ -883,9 +881,6 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
                             // The client resends again (its back-off doubles).
                             shared.metrics.drop_frame("exec-queue-full-resend");
                         }
-                    }
-                    while seen.len() > SEEN_SEQS_MAX {
-                        seen.pop_first();
                     }
                     if shared.lane_groups.is_empty() {
                         burst.push(CoreInput::Request(req));

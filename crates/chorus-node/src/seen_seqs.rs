@@ -1,0 +1,138 @@
+//! The request seqs a client connection sent recently, to tell a
+//! retransmission from a first send (`pillar::serve_client`).
+//!
+//! A bitmap of the `WINDOW` seqs up to the highest seen: a client's seqs
+//! rise, so this is what the B-tree of the 4 096 highest seqs it replaced
+//! held in practice, at a bit per seq and no allocation per request (the
+//! B-tree's insert and removal of its smallest were ~2 % of the primary's
+//! CPU at peak, BENCHMARKS.md 2026-11-28 (night)). A seq more than `WINDOW`
+//! below the highest is forgotten, as the B-tree forgot its smallest: a
+//! second send of it counts as a first (retransmissions also say so
+//! themselves, `ClientMsg::Resend`).
+
+/// Seqs remembered below and including the highest seen.
+pub const WINDOW: u64 = 4_096;
+const WORDS: usize = (WINDOW / 64) as usize;
+
+pub struct SeenSeqs {
+    /// The highest seq seen, if any.
+    top: Option<u64>,
+    /// Bit `s mod WINDOW` for each seq `s` in `(top - WINDOW, top]` seen.
+    bits: Box<[u64; WORDS]>,
+}
+
+impl Default for SeenSeqs {
+    fn default() -> Self {
+        SeenSeqs {
+            top: None,
+            bits: Box::new([0; WORDS]),
+        }
+    }
+}
+
+impl SeenSeqs {
+    /// Note `seq`; true if it was not seen before (or is below the window).
+    pub fn insert(&mut self, seq: u64) -> bool {
+        match self.top {
+            Some(top) if seq > top => {
+                // The window moves up: the positions of (top, seq] held
+                // seqs that now fall out of it.
+                self.clear_after(top, seq);
+                self.top = Some(seq);
+            }
+            Some(top) if top - seq >= WINDOW => return true,
+            Some(_) => {
+                if self.get(seq) {
+                    return false;
+                }
+            }
+            None => self.top = Some(seq),
+        }
+        self.set(seq);
+        true
+    }
+
+    fn get(&self, seq: u64) -> bool {
+        let i = seq % WINDOW;
+        self.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+
+    fn set(&mut self, seq: u64) {
+        let i = seq % WINDOW;
+        self.bits[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    /// Clear the positions of the seqs in `(from, to]`, word by word.
+    fn clear_after(&mut self, from: u64, to: u64) {
+        if to - from >= WINDOW {
+            self.bits.fill(0);
+            return;
+        }
+        let mut s = from + 1;
+        while s <= to {
+            let i = s % WINDOW;
+            let bit = i % 64;
+            // Up to the end of this word, or of the range.
+            let n = (64 - bit).min(to - s + 1);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << bit
+            };
+            self.bits[(i / 64) as usize] &= !mask;
+            s += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The model: every seq in the window is remembered exactly.
+    fn model(seen: &mut std::collections::BTreeSet<u64>, seq: u64) -> bool {
+        let top = seen.last().copied();
+        if top.is_some_and(|t| t >= seq && t - seq >= WINDOW) {
+            return true;
+        }
+        let first = seen.insert(seq);
+        let top = *seen.last().unwrap();
+        while seen.first().is_some_and(|&s| top - s >= WINDOW) {
+            seen.pop_first();
+        }
+        first
+    }
+
+    #[test]
+    fn a_second_send_is_seen_and_a_forgotten_one_is_first_again() {
+        let mut s = SeenSeqs::default();
+        assert!(s.insert(5));
+        assert!(!s.insert(5));
+        assert!(s.insert(4));
+        assert!(s.insert(5 + WINDOW));
+        assert!(s.insert(5), "below the window: forgotten");
+        assert!(s.insert(6), "in the window, not seen");
+        assert!(!s.insert(6));
+        assert!(!s.insert(5 + WINDOW));
+    }
+
+    proptest! {
+        /// Rising seqs with retransmissions, gaps and jumps of any size
+        /// answer as the exact window would.
+        #[test]
+        fn answers_as_the_exact_window(steps in proptest::collection::vec((0u64..3, 0u64..200, 0u64..9_000), 1..400)) {
+            let mut s = SeenSeqs::default();
+            let mut m = std::collections::BTreeSet::new();
+            let mut top = 10_000u64;
+            for (kind, back, jump) in steps {
+                let seq = match kind {
+                    0 => { top += 1 + jump % 3; top }
+                    1 => top.saturating_sub(back),
+                    _ => { top += jump; top }
+                };
+                prop_assert_eq!(s.insert(seq), model(&mut m, seq), "seq {}", seq);
+            }
+        }
+    }
+}
