@@ -12,6 +12,7 @@ pub mod quorum;
 pub mod reply_fanout;
 pub mod reprediction;
 pub mod request;
+pub mod seq_window;
 pub mod status_report;
 pub mod switch;
 pub mod verify_memo;

@@ -22,7 +22,6 @@ pub mod process_stats;
 pub mod queue;
 pub mod resent;
 pub mod runtime;
-pub mod seen_seqs;
 pub mod status;
 pub mod storage;
 

@@ -805,7 +805,7 @@ async fn serve_client(shared: Rc<Shared>, stream: std::net::TcpStream, pending: 
             }
         }
     });
-    let mut seen = crate::seen_seqs::SeenSeqs::default();
+    let mut seen = chorus_core::seq_window::SeqWindow::default();
     let mut burst = Burst::new(shared.lane_groups.len());
     loop {
         if !burst.flush_unless(reader.has_buffered_frame(), &shared).await {

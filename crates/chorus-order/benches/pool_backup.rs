@@ -1,8 +1,8 @@
 //! What the request pool costs a backup per request at peak load: every
 //! request of a pre-prepare is held in flight (`mark_in_flight`) and
-//! dropped when its slot decides (`on_decided`), with the pool holding its
-//! full memory of ordered requests (`pool_max_requests` keys), as it does
-//! after the first seconds of a run (issue 13 item 3; a backup's profile had
+//! dropped when its slot decides (`on_decided`), with the pool's memory of
+//! ordered requests full (each client's last `seq_window::WINDOW` seqs), as
+//! it is after the first seconds of a run (issue 13 item 3; a backup's profile had
 //! the pool at ~11 % of its CPU, BENCHMARKS.md 2026-11-28).
 //!
 //! `cargo bench -p chorus-order --bench pool_backup` prints ns per request.

@@ -15,6 +15,7 @@
 
 use crate::io::RejectReason;
 use crate::verify::{RequestVerifier, VerifiedHint};
+use chorus_core::seq_window::SeqWindow;
 use chorus_core::{
     switch_target, Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis,
     OrderingMode, ReplicaId, Request, RequestSeq, Slot,
@@ -162,10 +163,11 @@ pub struct Pool {
     load: Vec<Load>,
     per_client: BTreeMap<ClientId, u32>,
     in_flight: BTreeMap<Cell, Vec<Key>>,
-    /// Keys ordered recently, so a late retransmission is not proposed again
-    /// (bounded FIFO of `pool_max_requests`).
-    ordered: BTreeSet<Key>,
-    ordered_fifo: VecDeque<Key>,
+    /// Per client, the seqs ordered recently (its last `seq_window::WINDOW`
+    /// seqs), so a late retransmission is not proposed again. One window
+    /// per configured client at most (`remember_ordered`); a client's
+    /// flood of seqs forgets only its own.
+    ordered: BTreeMap<ClientId, SeqWindow>,
     /// Per client, the lowest seq answered "busy" and when it was last
     /// refused. While it waits, the client's later seqs are refused too, so
     /// the space the client frees goes to its oldest request first and a
@@ -262,8 +264,7 @@ impl Pool {
             load: vec![Load::default(); lanes],
             per_client: BTreeMap::new(),
             in_flight: BTreeMap::new(),
-            ordered: BTreeSet::new(),
-            ordered_fifo: VecDeque::new(),
+            ordered: BTreeMap::new(),
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
             owner_override: BTreeMap::new(),
@@ -281,9 +282,9 @@ impl Pool {
     /// at most `max(pool_max_requests, shares)` requests whatever the number
     /// of groups. A client's requests all wait in its owner lane's group,
     /// so the per-client bound is unchanged. The memory of ordered requests
-    /// (`ordered`, keys only) keeps the whole budget: forgetting them
-    /// sooner lets a retransmission be proposed again (the
-    /// `cop_tiny_pool_*` regressions).
+    /// (`ordered`) is per client, not shared out: forgetting them sooner
+    /// lets a retransmission be proposed again (the `cop_tiny_pool_*`
+    /// regressions).
     pub fn with_share(cfg: Arc<ClusterConfig>, me: ReplicaId, identity: Identity, shares: usize) -> Pool {
         let mut p = Pool::new(cfg, me, identity);
         p.max_requests = (p.max_requests / shares.max(1)).max(1);
@@ -420,7 +421,7 @@ impl Pool {
     /// Whether the pool holds `req` or ordered it recently.
     pub fn knows(&self, req: &Request) -> bool {
         let key = (req.client, req.seq);
-        self.entries.contains_key(&key) || self.ordered.contains(&key)
+        self.entries.contains_key(&key) || self.is_ordered(key)
     }
 
     /// Why `adopt` (`verified_here`: `adopt_verified`) refuses `req` for
@@ -537,7 +538,7 @@ impl Pool {
             return Err(RejectReason::UnknownClient);
         }
         let key = (req.client, req.seq);
-        if self.entries.contains_key(&key) || self.ordered.contains(&key) {
+        if self.entries.contains_key(&key) || self.is_ordered(key) {
             self.note_from_client(&req, verify);
             self.clear_busy_wait(key);
             return Ok(Admitted::Duplicate);
@@ -773,7 +774,7 @@ impl Pool {
         let mut keys = Vec::with_capacity(batch.requests.len());
         for r in &batch.requests {
             let key = (r.client, r.seq);
-            if self.ordered.contains(&key) {
+            if self.is_ordered(key) {
                 continue;
             }
             match self.entries.get_mut(&key) {
@@ -935,15 +936,20 @@ impl Pool {
         }
     }
 
-    fn remember_ordered(&mut self, key: Key) {
-        if !self.ordered.insert(key) {
-            return;
-        }
-        self.ordered_fifo.push_back(key);
-        while self.ordered_fifo.len() > self.cfg.params.pool_max_requests as usize {
-            if let Some(old) = self.ordered_fifo.pop_front() {
-                self.ordered.remove(&old);
-            }
+    fn is_ordered(&self, (client, seq): Key) -> bool {
+        self.ordered.get(&client).is_some_and(|w| w.contains(seq.0))
+    }
+
+    /// Only configured clients' requests verify, so only they are decided;
+    /// the bound keeps the memory at one window per configured client
+    /// whatever a decided batch names (past it nothing is remembered, and
+    /// a retransmission may be proposed again: the executor answers it
+    /// from its client table, as it does for anything forgotten).
+    fn remember_ordered(&mut self, (client, seq): Key) {
+        if let Some(w) = self.ordered.get_mut(&client) {
+            w.insert(seq.0);
+        } else if self.ordered.len() < self.cfg.clients.len().max(1) {
+            self.ordered.entry(client).or_default().insert(seq.0);
         }
     }
 
@@ -1109,6 +1115,35 @@ mod tests {
             content: r.digest(),
             auth: r.auth_digest(),
         }
+    }
+
+    /// The memory of ordered requests is per client: a client whose many
+    /// requests are decided (a flood, or just a busy one) does not push
+    /// another client's ordered request out of it, so that one's late
+    /// retransmission is still a duplicate. With one memory for all
+    /// (a FIFO of `pool_max_requests` keys) client 1's four decided seqs
+    /// evicted client 0's, and its retransmission was pending again.
+    #[test]
+    fn one_clients_decided_requests_do_not_evict_anothers_ordered_memory() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(1), s.replicas[1].clone());
+        let first = req(&s, 0, 1, b"a");
+        let batch = Batch::new(vec![first.clone()], 0);
+        p.mark_in_flight(Millis(0), cell(1), &batch);
+        p.on_decided(Millis(0), cell(1), &batch);
+        for k in 0..2 * params().pool_max_requests as u64 {
+            let b = Batch::new(vec![req(&s, 1, 1 + k, b"b")], 0);
+            p.mark_in_flight(Millis(1), cell(2 + k), &b);
+            p.on_decided(Millis(1), cell(2 + k), &b);
+        }
+        assert_eq!(p.admit(Millis(2), first.clone()), Ok(Admitted::Duplicate));
+        assert_eq!(p.len(), 0);
+        let own = req(&s, 1, 1, b"b");
+        assert_eq!(
+            p.admit(Millis(2), own),
+            Ok(Admitted::Duplicate),
+            "client 1's own recent seq"
+        );
     }
 
     /// A backup holds the requests of a proposal already (clients send to

@@ -1,36 +1,50 @@
-//! The request seqs a client connection sent recently, to tell a
-//! retransmission from a first send (`pillar::serve_client`).
+//! The seqs of one client seen (or ordered) recently: a bitmap of the
+//! `WINDOW` seqs up to the highest noted. A client's seqs rise, so this
+//! holds what a B-tree of its 4 096 highest seqs held in practice, at a bit
+//! per seq and no allocation per request. A seq more than `WINDOW` below
+//! the highest is forgotten, as the B-tree forgot its smallest.
 //!
-//! A bitmap of the `WINDOW` seqs up to the highest seen: a client's seqs
-//! rise, so this is what the B-tree of the 4 096 highest seqs it replaced
-//! held in practice, at a bit per seq and no allocation per request (the
-//! B-tree's insert and removal of its smallest were ~2 % of the primary's
-//! CPU at peak, BENCHMARKS.md 2026-11-28 (night)). A seq more than `WINDOW`
-//! below the highest is forgotten, as the B-tree forgot its smallest: a
-//! second send of it counts as a first (retransmissions also say so
-//! themselves, `ClientMsg::Resend`).
+//! Two users: a pillar tells a client connection's retransmission from a
+//! first send (`chorus_node::pillar::serve_client`; the B-tree's insert and
+//! removal of its smallest were ~2 % of the primary's CPU at peak,
+//! BENCHMARKS.md 2026-11-28 (night)), and the request pool remembers which
+//! requests of a client were ordered (`chorus_order::Pool`, where a global
+//! B-tree and FIFO of keys did four tree operations per request).
 
 /// Seqs remembered below and including the highest seen.
 pub const WINDOW: u64 = 4_096;
 const WORDS: usize = (WINDOW / 64) as usize;
 
-pub struct SeenSeqs {
+#[derive(Clone, PartialEq, Eq)]
+pub struct SeqWindow {
     /// The highest seq seen, if any.
     top: Option<u64>,
     /// Bit `s mod WINDOW` for each seq `s` in `(top - WINDOW, top]` seen.
     bits: Box<[u64; WORDS]>,
 }
 
-impl Default for SeenSeqs {
+impl std::fmt::Debug for SeqWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(top) = self.top else {
+            return f.write_str("{}");
+        };
+        let low = top.saturating_sub(WINDOW - 1);
+        f.debug_set()
+            .entries((low..=top).filter(|&s| self.get(s)))
+            .finish()
+    }
+}
+
+impl Default for SeqWindow {
     fn default() -> Self {
-        SeenSeqs {
+        SeqWindow {
             top: None,
             bits: Box::new([0; WORDS]),
         }
     }
 }
 
-impl SeenSeqs {
+impl SeqWindow {
     /// Note `seq`; true if it was not seen before (or is below the window).
     pub fn insert(&mut self, seq: u64) -> bool {
         match self.top {
@@ -50,6 +64,20 @@ impl SeenSeqs {
         }
         self.set(seq);
         true
+    }
+
+    /// Whether `seq` was noted and is still in the window.
+    pub fn contains(&self, seq: u64) -> bool {
+        match self.top {
+            Some(top) if seq > top || top - seq >= WINDOW => false,
+            Some(_) => self.get(seq),
+            None => false,
+        }
+    }
+
+    /// The highest seq noted, if any.
+    pub fn top(&self) -> Option<u64> {
+        self.top
     }
 
     fn get(&self, seq: u64) -> bool {
@@ -106,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_second_send_is_seen_and_a_forgotten_one_is_first_again() {
-        let mut s = SeenSeqs::default();
+        let mut s = SeqWindow::default();
         assert!(s.insert(5));
         assert!(!s.insert(5));
         assert!(s.insert(4));
@@ -122,7 +150,7 @@ mod tests {
         /// answer as the exact window would.
         #[test]
         fn answers_as_the_exact_window(steps in proptest::collection::vec((0u64..3, 0u64..200, 0u64..9_000), 1..400)) {
-            let mut s = SeenSeqs::default();
+            let mut s = SeqWindow::default();
             let mut m = std::collections::BTreeSet::new();
             let mut top = 10_000u64;
             for (kind, back, jump) in steps {
@@ -131,6 +159,7 @@ mod tests {
                     1 => top.saturating_sub(back),
                     _ => { top += jump; top }
                 };
+                prop_assert_eq!(s.contains(seq), m.contains(&seq), "contains {}", seq);
                 prop_assert_eq!(s.insert(seq), model(&mut m, seq), "seq {}", seq);
             }
         }
