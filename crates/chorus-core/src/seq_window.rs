@@ -91,24 +91,32 @@ impl SeqWindow {
     }
 
     /// Clear the positions of the seqs in `(from, to]`, word by word.
+    /// Counts positions rather than seqs, so `to = u64::MAX` (a client may
+    /// send any seq) ends the loop instead of wrapping past it (found by
+    /// review: the seq loop overflowed there, a panic in debug builds and an
+    /// endless loop in release ones).
     fn clear_after(&mut self, from: u64, to: u64) {
-        if to - from >= WINDOW {
+        debug_assert!(from < to);
+        let mut left = to - from;
+        if left >= WINDOW {
             self.bits.fill(0);
             return;
         }
-        let mut s = from + 1;
-        while s <= to {
-            let i = s % WINDOW;
+        // `from < to`, so `from + 1` does not overflow.
+        let mut i = (from + 1) % WINDOW;
+        while left > 0 {
             let bit = i % 64;
-            // Up to the end of this word, or of the range.
-            let n = (64 - bit).min(to - s + 1);
+            // Up to the end of this word, or of the range; a word never
+            // straddles the window's end (`WINDOW` is a multiple of 64).
+            let n = (64 - bit).min(left);
             let mask = if n == 64 {
                 u64::MAX
             } else {
                 ((1u64 << n) - 1) << bit
             };
             self.bits[(i / 64) as usize] &= !mask;
-            s += n;
+            left -= n;
+            i = (i + n) % WINDOW;
         }
     }
 }
@@ -145,7 +153,44 @@ mod tests {
         assert!(!s.insert(5 + WINDOW));
     }
 
+    /// The highest seqs a client can send: the window moves up to
+    /// `u64::MAX` and still answers exactly.
+    #[test]
+    fn the_highest_seqs_move_the_window_without_overflow() {
+        let mut s = SeqWindow::default();
+        let m = u64::MAX;
+        assert!(s.insert(m - 70));
+        assert!(s.insert(m - 1));
+        assert!(s.insert(m));
+        assert!(!s.insert(m - 1));
+        assert!(s.contains(m - 70) && s.contains(m) && !s.contains(m - 2));
+        assert!(s.insert(m - WINDOW), "below the window: forgotten");
+        assert!(!s.contains(m - WINDOW));
+        let mut t = SeqWindow::default();
+        assert!(t.insert(m - WINDOW - 3));
+        assert!(t.insert(m), "a jump of more than the window");
+        assert!(!t.contains(m - WINDOW - 3));
+    }
+
     proptest! {
+        /// Near `u64::MAX` too, where the window's arithmetic could overflow.
+        #[test]
+        fn answers_as_the_exact_window_near_the_top(steps in proptest::collection::vec((0u64..3, 0u64..200, 0u64..5_000), 1..300)) {
+            let mut s = SeqWindow::default();
+            let mut m = std::collections::BTreeSet::new();
+            let mut top = u64::MAX - 20_000;
+            for (kind, back, jump) in steps {
+                let seq = match kind {
+                    0 => { top = top.saturating_add(1 + jump % 3); top }
+                    1 => top.saturating_sub(back),
+                    _ => { top = top.saturating_add(jump); top }
+                };
+                prop_assert_eq!(s.contains(seq), m.contains(&seq), "contains {}", seq);
+                prop_assert_eq!(s.insert(seq), model(&mut m, seq), "seq {}", seq);
+            }
+        }
+
+
         /// Rising seqs with retransmissions, gaps and jumps of any size
         /// answer as the exact window would.
         #[test]

@@ -18,7 +18,7 @@ use crate::verify::{RequestVerifier, VerifiedHint};
 use chorus_core::seq_window::SeqWindow;
 use chorus_core::{
     switch_target, Authenticator, Batch, Cell, ClientId, ClusterConfig, Identity, LaneId, Millis,
-    OrderingMode, ReplicaId, Request, RequestSeq, Slot,
+    OrderingMode, ReplicaId, Request, RequestSeq, Slot, REPREDICTION_CLIENT,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -168,6 +168,11 @@ pub struct Pool {
     /// per configured client at most (`remember_ordered`); a client's
     /// flood of seqs forgets only its own.
     ordered: BTreeMap<ClientId, SeqWindow>,
+    /// Ordered keys of clients without a window, exactly (bounded FIFO of
+    /// `pool_max_requests`): SAREK's re-prediction pseudo-client, whose
+    /// seqs are hashes, not a rising count a window could hold.
+    ordered_keys: BTreeSet<Key>,
+    ordered_keys_fifo: VecDeque<Key>,
     /// Per client, the lowest seq answered "busy" and when it was last
     /// refused. While it waits, the client's later seqs are refused too, so
     /// the space the client frees goes to its oldest request first and a
@@ -265,6 +270,8 @@ impl Pool {
             per_client: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             ordered: BTreeMap::new(),
+            ordered_keys: BTreeSet::new(),
+            ordered_keys_fifo: VecDeque::new(),
             busy_waiting: BTreeMap::new(),
             own: BTreeSet::new(),
             owner_override: BTreeMap::new(),
@@ -936,20 +943,39 @@ impl Pool {
         }
     }
 
-    fn is_ordered(&self, (client, seq): Key) -> bool {
-        self.ordered.get(&client).is_some_and(|w| w.contains(seq.0))
+    fn is_ordered(&self, key @ (client, seq): Key) -> bool {
+        match self.ordered.get(&client) {
+            Some(w) => w.contains(seq.0),
+            None => self.ordered_keys.contains(&key),
+        }
     }
 
-    /// Only configured clients' requests verify, so only they are decided;
-    /// the bound keeps the memory at one window per configured client
-    /// whatever a decided batch names (past it nothing is remembered, and
-    /// a retransmission may be proposed again: the executor answers it
-    /// from its client table, as it does for anything forgotten).
-    fn remember_ordered(&mut self, (client, seq): Key) {
-        if let Some(w) = self.ordered.get_mut(&client) {
-            w.insert(seq.0);
-        } else if self.ordered.len() < self.cfg.clients.len().max(1) {
-            self.ordered.entry(client).or_default().insert(seq.0);
+    /// A configured client's seqs go to its window: only configured
+    /// clients' requests verify, so the windows stay one per configured
+    /// client. Anything else (SAREK's re-prediction pseudo-client, whose
+    /// seqs are hashes; a client past the bound, which cannot happen while
+    /// every decided request verified) is remembered key by key, the
+    /// oldest forgotten first (a forgotten retransmission may be proposed
+    /// again: the executor answers it from its client table).
+    fn remember_ordered(&mut self, key @ (client, seq): Key) {
+        if client != REPREDICTION_CLIENT {
+            if let Some(w) = self.ordered.get_mut(&client) {
+                w.insert(seq.0);
+                return;
+            }
+            if self.ordered.len() < self.cfg.clients.len() {
+                self.ordered.entry(client).or_default().insert(seq.0);
+                return;
+            }
+        }
+        if !self.ordered_keys.insert(key) {
+            return;
+        }
+        self.ordered_keys_fifo.push_back(key);
+        while self.ordered_keys_fifo.len() > self.cfg.params.pool_max_requests as usize {
+            if let Some(old) = self.ordered_keys_fifo.pop_front() {
+                self.ordered_keys.remove(&old);
+            }
         }
     }
 
@@ -1144,6 +1170,34 @@ mod tests {
             Ok(Admitted::Duplicate),
             "client 1's own recent seq"
         );
+    }
+
+    /// SAREK's re-predictions share one pseudo-client whose seqs are hashes:
+    /// a window (its last 4 096 seqs below the highest) would forget all but
+    /// the highest of them, so they are remembered key by key, and the
+    /// pseudo-client takes no configured client's window (found by review:
+    /// a SYNC decided before this replica certified it came back as pending).
+    #[test]
+    fn the_reprediction_pseudo_clients_hashed_seqs_are_remembered_exactly() {
+        let s = setup(params());
+        let mut p = Pool::new(s.cfg.clone(), ReplicaId(1), s.replicas[1].clone());
+        let keys = [
+            (REPREDICTION_CLIENT, RequestSeq(1 << 60)),
+            (REPREDICTION_CLIENT, RequestSeq(7)),
+        ];
+        for k in keys {
+            p.remember_ordered(k);
+        }
+        for k in keys {
+            assert!(p.is_ordered(k), "{k:?}");
+        }
+        assert!(!p.is_ordered((REPREDICTION_CLIENT, RequestSeq(8))));
+        assert!(p.ordered.is_empty(), "no window for the pseudo-client");
+        // Every configured client still gets its window.
+        for c in 0..s.cfg.clients.len() as u64 {
+            p.remember_ordered((ClientId(c), RequestSeq(1)));
+        }
+        assert_eq!(p.ordered.len(), s.cfg.clients.len());
     }
 
     /// A backup holds the requests of a proposal already (clients send to
