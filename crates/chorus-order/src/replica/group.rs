@@ -111,6 +111,8 @@ pub(crate) struct LaneGroup {
     /// `sarek`: one pool per partition lane (then `pool` stays empty).
     pub(crate) sarek: Option<SarekPools>,
     pub(crate) batch_deadline: Vec<Option<Millis>>,
+    /// When each lane last cut a batch of requests (`propose_one`).
+    last_cut: Vec<Option<Millis>>,
     pub(crate) switch_gate: SwitchGate,
     /// RCC §III-E: hand-overs whose new owner may not propose the client
     /// yet: (client, new owner, delivery round). Bounded by the clients.
@@ -154,6 +156,7 @@ impl LaneGroup {
             pool: Pool::with_share(cfg.clone(), me, identity.clone(), groups),
             sarek,
             batch_deadline: vec![None; cfg.lanes() as usize],
+            last_cut: vec![None; cfg.lanes() as usize],
             switch_gate: SwitchGate::default(),
             handing_over: Vec::new(),
             wall_ms: 0,
@@ -773,11 +776,29 @@ impl LaneGroup {
         // delay to these (2.5 ms of a 5 ms request at 1k ops/s on loopback,
         // docs/performance.md); under load a slot is nearly always open and
         // partial batches wait as before.
-        let idle = open == 0;
+        //
+        // With one lane, "at once" waits until the lane's last batch is
+        // `batch_delay_ms` old: a slot costs ~400 µs of CPU per replica
+        // whatever it carries (BENCHMARKS.md 2026-11-28 afternoon), so at a
+        // moderate rate a slot per request or two spent the CPU that then
+        // queued every request behind it. Where several lanes interleave, a
+        // round waits for its slowest lane, so holding one lane back holds
+        // every lane's requests: there the lane proposes at once.
+        let next_space = if self.cfg.lanes() == 1 {
+            self.last_cut[lane.index()].map(|t| t.plus(self.cfg.params.batch_delay_ms))
+        } else {
+            None
+        };
+        let idle = open == 0 && next_space.is_none_or(|t| now >= t);
         let batch = match self.pool_of_mut(lane).readiness(lane, now) {
-            Readiness::Ready => self.cut(cell, hub),
-            Readiness::WaitUntil(_) if behind || idle => self.cut(cell, hub),
+            Readiness::Ready => self.cut_noting(cell, now, hub),
+            Readiness::WaitUntil(_) if behind || idle => self.cut_noting(cell, now, hub),
             Readiness::WaitUntil(at) => {
+                // An idle lane held back only by the spacing goes when it ends.
+                let at = match next_space {
+                    Some(t) if open == 0 => t.min(at),
+                    _ => at,
+                };
                 self.arm_batch_timer(lane, at, out);
                 return false;
             }
@@ -792,6 +813,11 @@ impl LaneGroup {
             ln.propose(cx, slot, batch)
         });
         true
+    }
+
+    fn cut_noting(&mut self, cell: Cell, now: Millis, hub: &HubView) -> Batch {
+        self.last_cut[cell.lane.index()] = Some(now);
+        self.cut(cell, hub)
     }
 
     fn arm_batch_timer(&mut self, lane: LaneId, at: Millis, out: &mut Outbox) {

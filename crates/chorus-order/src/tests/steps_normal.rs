@@ -231,6 +231,50 @@ fn an_idle_leader_proposes_at_once_and_a_busy_one_waits_the_batch_delay() {
     assert_eq!(r.counters().proposals, 3, "a full batch goes at once");
 }
 
+/// With one lane an idle leader still spaces its batches by the batch delay
+/// (a slot costs the same CPU whatever it carries): a request that finds
+/// the lane idle but its last batch younger than the delay waits for the
+/// spacing to end, not for its own delay, and then goes.
+#[test]
+fn an_idle_single_lane_leader_spaces_its_batches_by_the_batch_delay() {
+    let mut p = pbft();
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 3;
+    p.batch_delay_ms = 5;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    let mut out = Outbox::new();
+    let q1 = s.request(0, 1, b"a");
+    r.handle(Millis(10), Event::Request(q1.clone()), &mut out);
+    assert_eq!(r.counters().proposals, 1, "nothing proposed before: at once");
+    effects(&mut out);
+    let d = Batch {
+        requests: vec![q1],
+        time_ms: 0,
+    }
+    .digest();
+    for p in 1..4 {
+        msg(&mut r, 11, p, ReplicaMsg::Prepare(s.prepare(p, 0, 0, 0, d)));
+    }
+    for p in 1..4 {
+        msg(&mut r, 11, p, ReplicaMsg::Commit(s.commit(p, 0, 0, 0, d)));
+    }
+    assert_eq!(
+        r.status().next_delivery,
+        Seq(1),
+        "slot 0 decided: the lane is idle"
+    );
+    r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
+    assert_eq!(r.counters().proposals, 1, "the last batch went at 10: wait");
+    assert!(
+        timers(&out).contains(&(TimerId::Batch(L0), Some(Millis(15)))),
+        "armed for the end of the spacing, not the request's own delay (17): {:?}",
+        timers(&out)
+    );
+    r.handle(Millis(15), Event::Timer(TimerId::Batch(L0)), &mut out);
+    assert_eq!(r.counters().proposals, 2);
+}
+
 #[test]
 fn bad_requests_are_rejected_with_a_reason() {
     let s = setup(4, 2, pbft());
