@@ -243,27 +243,14 @@ fn an_idle_single_lane_leader_spaces_its_batches_by_the_batch_delay() {
     p.batch_delay_ms = 5;
     let s = setup(4, 2, p);
     let mut r = replica(&s, 0);
-    let mut out = Outbox::new();
-    let q1 = s.request(0, 1, b"a");
-    r.handle(Millis(10), Event::Request(q1.clone()), &mut out);
+    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
     assert_eq!(r.counters().proposals, 1, "nothing proposed before: at once");
-    effects(&mut out);
-    let d = Batch {
-        requests: vec![q1],
-        time_ms: 0,
-    }
-    .digest();
-    for p in 1..4 {
-        msg(&mut r, 11, p, ReplicaMsg::Prepare(s.prepare(p, 0, 0, 0, d)));
-    }
-    for p in 1..4 {
-        msg(&mut r, 11, p, ReplicaMsg::Commit(s.commit(p, 0, 0, 0, d)));
-    }
     assert_eq!(
         r.status().next_delivery,
         Seq(1),
         "slot 0 decided: the lane is idle"
     );
+    let mut out = Outbox::new();
     r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
     assert_eq!(r.counters().proposals, 1, "the last batch went at 10: wait");
     assert!(
@@ -273,6 +260,64 @@ fn an_idle_single_lane_leader_spaces_its_batches_by_the_batch_delay() {
     );
     r.handle(Millis(15), Event::Timer(TimerId::Batch(L0)), &mut out);
     assert_eq!(r.counters().proposals, 2);
+}
+
+/// Replica 0 leads slot 0 of `lane` with the one-request batch `q` at 10;
+/// replicas 1–3 prepare and commit it at 11.
+fn lead_and_decide_slot_0(s: &Setup, r: &mut Replica, lane: u32, q: chorus_core::Request) {
+    let mut out = Outbox::new();
+    r.handle(Millis(10), Event::Request(q.clone()), &mut out);
+    let d = Batch {
+        requests: vec![q],
+        time_ms: 0,
+    }
+    .digest();
+    for p in 1..4 {
+        msg(r, 11, p, ReplicaMsg::Prepare(s.prepare(p, lane, 0, 0, d)));
+    }
+    for p in 1..4 {
+        msg(r, 11, p, ReplicaMsg::Commit(s.commit(p, lane, 0, 0, d)));
+    }
+}
+
+/// The spacing holds back only partial batches: a full one goes at once.
+#[test]
+fn a_full_batch_goes_during_the_single_lane_spacing() {
+    let mut p = pbft();
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 3;
+    p.batch_delay_ms = 5;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    assert_eq!(r.status().next_delivery, Seq(1));
+    let mut out = Outbox::new();
+    r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
+    r.handle(Millis(12), Event::Request(s.request(1, 1, b"c")), &mut out);
+    assert_eq!(r.counters().proposals, 1, "partial: waits for the spacing");
+    r.handle(Millis(12), Event::Request(s.request(1, 2, b"d")), &mut out);
+    assert_eq!(r.counters().proposals, 2, "full: at once");
+}
+
+/// Where lanes interleave, every round waits for its slowest lane: an idle
+/// lane proposes at once however recent its last batch (cop, 2 pillars).
+#[test]
+fn an_idle_lane_of_several_proposes_at_once_after_a_recent_batch() {
+    let mut p = params(OrderingMode::Cop, 2);
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 3;
+    p.batch_delay_ms = 5;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    // Client 0 belongs to lane 0 (owner lane = client mod lanes).
+    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    let mut out = Outbox::new();
+    r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
+    let lane0_slot1 = effects(&mut out).iter().any(|a| {
+        matches!(a, Action::Broadcast { msg: ReplicaMsg::PrePrepare(pp) }
+            if pp.lane == L0 && pp.slot == Slot(1) && pp.batch.requests.len() == 1)
+    });
+    assert!(lane0_slot1, "lane 0 proposed slot 1 at once");
 }
 
 #[test]
