@@ -237,13 +237,7 @@ fn an_idle_leader_proposes_at_once_and_a_busy_one_waits_the_batch_delay() {
 /// spacing to end, not for its own delay, and then goes.
 #[test]
 fn an_idle_single_lane_leader_spaces_its_batches_by_the_batch_delay() {
-    let mut p = pbft();
-    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
-    p.batch_max_requests = 3;
-    p.batch_delay_ms = 5;
-    let s = setup(4, 2, p);
-    let mut r = replica(&s, 0);
-    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    let (s, mut r) = spaced_after_slot_0(OrderingMode::Pbft, 1);
     assert_eq!(r.counters().proposals, 1, "nothing proposed before: at once");
     assert_eq!(
         r.status().next_delivery,
@@ -260,6 +254,20 @@ fn an_idle_single_lane_leader_spaces_its_batches_by_the_batch_delay() {
     );
     r.handle(Millis(15), Event::Timer(TimerId::Batch(L0)), &mut out);
     assert_eq!(r.counters().proposals, 2);
+}
+
+/// `mode` with `lanes` lanes, a fixed leader, batches of 3 and a 5 ms batch
+/// delay; replica 0 led and decided slot 0 of lane 0 (one request of client
+/// 0, whose owner lane it is) at 10–11.
+fn spaced_after_slot_0(mode: OrderingMode, lanes: u32) -> (Setup, Replica) {
+    let mut p = params(mode, lanes);
+    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
+    p.batch_max_requests = 3;
+    p.batch_delay_ms = 5;
+    let s = setup(4, 2, p);
+    let mut r = replica(&s, 0);
+    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    (s, r)
 }
 
 /// Replica 0 leads slot 0 of `lane` with the one-request batch `q` at 10;
@@ -283,13 +291,7 @@ fn lead_and_decide_slot_0(s: &Setup, r: &mut Replica, lane: u32, q: chorus_core:
 /// The spacing holds back only partial batches: a full one goes at once.
 #[test]
 fn a_full_batch_goes_during_the_single_lane_spacing() {
-    let mut p = pbft();
-    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
-    p.batch_max_requests = 3;
-    p.batch_delay_ms = 5;
-    let s = setup(4, 2, p);
-    let mut r = replica(&s, 0);
-    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    let (s, mut r) = spaced_after_slot_0(OrderingMode::Pbft, 1);
     assert_eq!(r.status().next_delivery, Seq(1));
     let mut out = Outbox::new();
     r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
@@ -303,14 +305,7 @@ fn a_full_batch_goes_during_the_single_lane_spacing() {
 /// lane proposes at once however recent its last batch (cop, 2 pillars).
 #[test]
 fn an_idle_lane_of_several_proposes_at_once_after_a_recent_batch() {
-    let mut p = params(OrderingMode::Cop, 2);
-    p.leader_rotation = chorus_core::LeaderRotation::Fixed;
-    p.batch_max_requests = 3;
-    p.batch_delay_ms = 5;
-    let s = setup(4, 2, p);
-    let mut r = replica(&s, 0);
-    // Client 0 belongs to lane 0 (owner lane = client mod lanes).
-    lead_and_decide_slot_0(&s, &mut r, 0, s.request(0, 1, b"a"));
+    let (s, mut r) = spaced_after_slot_0(OrderingMode::Cop, 2);
     let mut out = Outbox::new();
     r.handle(Millis(12), Event::Request(s.request(0, 2, b"b")), &mut out);
     let lane0_slot1 = effects(&mut out).iter().any(|a| {
